@@ -1,0 +1,113 @@
+// The C ABI of the rtcattn JIT runtime: what the Python layer (ctypes) calls. No torch, no ROCm, no CUDA types.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RTC_API __attribute__((visibility("default")))
+
+// Every function returns 0 on success; on failure a non-zero code and rtc_last_error() holds the
+// message (thread-local, valid until the next failing call of this thread).
+enum rtc_status { RTC_OK = 0, RTC_ERR_ARG = 1, RTC_ERR_COMPILE = 2, RTC_ERR_LOAD = 3,
+                  RTC_ERR_LAUNCH = 4, RTC_ERR_NO_COMPILE = 5, RTC_ERR_UNAVAILABLE = 6,
+                  RTC_ERR_INTERNAL = 7 };
+
+typedef struct rtc_source {
+  const char* name;   // include name, e.g. "platform.h" or "attention_fwd_baseline.hip"
+  const char* text;
+} rtc_source;
+
+typedef struct rtc_build_request {
+  const char* op;               // "attention_fwd"
+  const char* variant;          // readable variant for the file name, e.g. "bshd-rtne-d128"
+  const char* arch;             // gfx942 | gfx90a | sm_80 | sm_90a | gfx942-emu | gfx90a-emu
+  const char* compiler;         // "auto" | "clang" | "hiprtc" | "nvrtc" | "host"
+  const char* kernel_symbol;    // extern "C" kernel name
+  rtc_source main;              // the kernel source
+  const rtc_source* headers;    // every header it may include, by include name
+  int n_headers;
+  const char* const* options;   // -D defines and per-arch flags from the manifest
+  int n_options;
+  const char* package_version;  // part of the cache key
+} rtc_build_request;
+
+enum rtc_origin { RTC_FROM_COMPILE = 0, RTC_FROM_MEMORY = 1, RTC_FROM_USER_CACHE = 2,
+                  RTC_FROM_SYSTEM_CACHE = 3 };
+
+typedef struct rtc_build_result {
+  uint64_t program;         // opaque handle, valid for the life of the process
+  char path[1024];          // cache file ("" when held in memory only)
+  char compiler_id[64];     // e.g. "clang19", "hiprtc5.2", "nvrtc13.0", "gcc12"
+  char cache_name[256];     // readable file name, e.g. attention_fwd-bshd-rtne-d128-gfx942-clang19-3f9c1a2b.co
+  double compile_ms;        // 0 unless compiled now
+  double total_ms;          // lookup + compile/load
+  int origin;               // rtc_origin
+  uint64_t size;            // code-object bytes
+} rtc_build_result;
+
+RTC_API const char* rtc_last_error(void);
+RTC_API const char* rtc_version(void);
+
+// Environment knobs are declared once, in the runtime (knobs.cpp), typed and checked. The value of
+// knob `name` (e.g. "RTCATTN_EMULATE") as text, "" when unset; RTC_ERR_ARG with a message naming
+// the variable when its value is malformed or the name is not a declared knob.
+RTC_API int rtc_knob_get(const char* name, char* buf, size_t n);
+// The read-only cache dir shipped inside the installed package (the Python layer sets it once at
+// import); searched after $RTCATTN_SYSTEM_CACHE.
+RTC_API int rtc_set_package_cache_dir(const char* dir);
+
+// Key -> in-process map -> user cache -> system caches -> compile (honours the env knobs).
+// cache_dir, when non-null, overrides the user cache dir for this call (warm --cache-dir).
+RTC_API int rtc_build(const rtc_build_request* req, const char* cache_dir, rtc_build_result* out);
+// The code object's bytes (owned by the runtime).
+RTC_API int rtc_program_bytes(uint64_t program, const void** data, size_t* size);
+
+// JSON text describing compilers found (with versions), loaders, GPUs, cache dirs and entries.
+// Written into buf (truncated to n); returns the full length via *len.
+RTC_API int rtc_info_json(char* buf, size_t n, size_t* len);
+// Removes every cache entry of the user cache dir (or dir when non-null); *removed counts files.
+RTC_API int rtc_cache_clear(const char* dir, int* removed);
+
+// Loader side. vendor: "hip", "cuda" or "host". Returns the number of devices (0 when the driver
+// library is absent), never an error for a missing driver.
+RTC_API int rtc_device_count(const char* vendor, int* count);
+
+typedef struct rtc_launch_config {
+  const char* vendor;          // "hip" | "cuda" | "host"
+  int device;                  // ordinal
+  void* stream;                // hipStream_t / CUstream; null = default stream
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned shared_bytes;       // dynamic shared memory
+} rtc_launch_config;
+
+// Loads the program on the device (once per device) and launches its kernel with one by-value
+// parameter block (params, params_size bytes). Asynchronous on GPUs; synchronous on "host".
+RTC_API int rtc_launch(uint64_t program, const rtc_launch_config* cfg, const void* params,
+                       size_t params_size);
+
+// ---- attention forward (host side of the op: fills AttnParams, picks the grid per kernel kind) ----
+typedef struct rtc_attention_args {
+  const void* q; const void* k; const void* v; void* o;
+  float* lse;                       // null when not requested; else [B, H, Sq] contiguous
+  void* workspace; int64_t workspace_bytes;
+  int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];  // elements, (batch, seq, head)
+  int batch, heads, seq_q, seq_k, head_dim;
+  float softmax_scale;
+  int tail_split;                   // -1 = let the planner decide, 0 = off, >1 = forced parts
+  int num_cus;                      // compute units / SMs of the device (planner input)
+} rtc_attention_args;
+
+// kernel_kind is the manifest's "kind" of the kernel ("baseline", ...).
+RTC_API int rtc_attention_workspace_bytes(const char* kernel_kind, const rtc_attention_args* a,
+                                          int64_t* bytes);
+RTC_API int rtc_attention_fwd(uint64_t program, const char* kernel_kind,
+                              const rtc_attention_args* a, const char* vendor, int device,
+                              void* stream);
+
+#ifdef __cplusplus
+}
+#endif
