@@ -8,6 +8,8 @@
 //   rtc_smem<T, N>                 a shared-memory array; access only through .ld(i) / .st(i, v)
 //                                  so the emulator can bounds- and race-check every access
 //   RTC_SHARED(Type, name)         declares the block's shared storage `Type& name`
+//   rtc_gld(ptr) / rtc_gst(ptr, v) global-memory load / store of one value; plain on GPUs, checked
+//                                  against the launch's tensors by the emulator (kernel, lane, address)
 //   rtc_bf16_t, rtc_i64, rtc_u32, rtc_u64, rtc_i32
 //   RTC_WAVE                       lanes per wave/warp (64 on gfx9, 32 on NVIDIA)
 //   RTC_EXPORT_KERNEL(name, P)     after each kernel: the emulator's launch entry (empty on GPUs)
@@ -31,6 +33,14 @@ typedef unsigned short rtc_bf16_t;   // raw bf16 bits
 #define RTC_DEVICE __device__ __forceinline__
 #define RTC_HD __host__ __device__ __forceinline__
 #define RTC_KERNEL(bounds) extern "C" __global__ void __launch_bounds__(bounds)
+
+#elif !defined(__HIP__) && !defined(__HIPCC_RTC__)
+// ---------------------------------------------------------------- plain host C++ (g++, clang++)
+// Host code shares the parameter block and the bf16 helpers; it never sees a kernel.
+#define RTC_HOST 1
+#define RTC_WAVE 64
+#define RTC_DEVICE inline
+#define RTC_HD inline
 
 #else
 // ---------------------------------------------------------------- AMD (clang -x hip, hipRTC)
@@ -89,5 +99,10 @@ struct rtc_smem {
   __shared__ Type name##_storage; \
   Type& name = name##_storage
 #define RTC_EXPORT_KERNEL(name, Params)
+
+template <typename T>
+RTC_DEVICE T rtc_gld(const T* p) { return *p; }
+template <typename T>
+RTC_DEVICE void rtc_gst(T* p, T v) { *p = v; }
 
 #endif  // RTC_EMU

@@ -108,6 +108,16 @@ RTC_API int rtc_attention_fwd(uint64_t program, const char* kernel_kind,
                               const rtc_attention_args* a, const char* vendor, int device,
                               void* stream);
 
+// ---- additions (backward compatible) ----
+// Adds a dir searched for vendor libraries (libnvrtc, libhiprtc, libamdhip64, libcuda); a
+// site-packages dir also brings its pip wheel dirs nvidia/*/lib.
+RTC_API int rtc_add_library_dir(const char* dir);
+// SHA-256 of n bytes as 64 hex digits + NUL in out (the runtime's own implementation, for tests).
+RTC_API int rtc_sha256_hex(const void* data, size_t n, char out[65]);
+// The compiler log of a program (NVRTC: the ptxas -v register/spill report); "" when unknown
+// (an entry cached without its .log file). Owned by the runtime.
+RTC_API int rtc_program_log(uint64_t program, const char** text, size_t* size);
+
 #ifdef __cplusplus
 }
 #endif

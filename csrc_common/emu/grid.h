@@ -1,0 +1,182 @@
+// Runs an emulated grid: workgroups on host threads, each workgroup's fibers until all return.
+#pragma once
+#include <stdio.h>
+#include <string.h>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+#include "launch_abi.h"
+#include "param_ranges.h"
+#include "workgroup.h"
+
+namespace rtc_emu {
+
+inline void start_workgroup(Workgroup* wg) {
+  wg->done = wg->at_barrier = 0;
+  wg->failed = false;
+  ++wg->epoch;
+  memset(wg->lds.bytes, 0xFF, kLdsBytes);  // poison: NaN as fp32 and bf16, -1 as integers
+  for (int w = 0; w < wg->nwaves; ++w) {
+    Wave& wave = wg->waves[w];
+    const int left = wg->nthreads - w * kWaveLanes;
+    wave.lanes = left < kWaveLanes ? left : kWaveLanes;
+    wave.arrived = wave.at_barrier = wave.done = 0;
+    wave.epoch = 0;
+  }
+  const unsigned bx = wg->bdim.x, bxy = wg->bdim.x * wg->bdim.y;
+  for (int i = 0; i < wg->nthreads; ++i) {
+    Fiber& f = wg->fibers[i];
+    f.wg = wg;
+    f.flat = i;
+    f.tid = Dim3{i % bx, (i / bx) % wg->bdim.y, i / bxy};
+    f.wave = i / kWaveLanes;
+    f.lane = i % kWaveLanes;
+    f.state = kReady;
+    f.colls = 0;
+    make_context(&f.ctx, wg->stacks.top(i), &fiber_main, &f);
+  }
+}
+
+// When no fiber can run and some have not returned, say who waits where.
+inline void report_deadlock(Workgroup* wg) {
+  int n = snprintf(wg->error, sizeof(wg->error), "kernel %s, workgroup (%u,%u,%u): no work-item can proceed:",
+                   wg->kernel, wg->bid.x, wg->bid.y, wg->bid.z);
+  for (int w = 0; w < wg->nwaves && n > 0 && n < (int)sizeof(wg->error); ++w) {
+    const Wave& v = wg->waves[w];
+    n += snprintf(wg->error + n, sizeof(wg->error) - n, " wave %d: %d at collective %s, %d at barrier, %d returned;",
+                  w, v.arrived, v.arrived ? v.name : "-", v.at_barrier, v.done);
+  }
+  wg->failed = true;
+}
+
+inline bool run_workgroup(Workgroup* wg) {
+  start_workgroup(wg);
+  Fiber* next = &wg->fibers[0];
+  while (next) {
+    t_cur = next;
+    swap_context(&wg->sched, &next->ctx);
+    if (wg->failed) break;
+    if (wg->done == wg->nthreads) break;
+    next = next_ready(wg, wg->nthreads - 1);
+    if (!next) report_deadlock(wg);
+  }
+  t_cur = nullptr;
+  return !wg->failed;
+}
+
+struct GridJob {
+  const char* kernel;
+  void (*body)(const void*);
+  const void* params;
+  Dim3 grid, block;
+  std::vector<Range> ranges;
+  std::atomic<long> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  long error_wg = -1;
+  std::string error;
+  std::atomic<unsigned long long> switches{0}, barriers{0}, collectives{0};
+};
+
+inline void run_worker(GridJob* job) {
+  std::unique_ptr<Workgroup> wg(new (std::nothrow) Workgroup());
+  const long nwg = (long)job->grid.x * job->grid.y * job->grid.z;
+  const int nthreads = (int)(job->block.x * job->block.y * job->block.z);
+  if (!wg || !wg->stacks.reserve((size_t)nthreads)) {
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->error = "out of memory for the emulated workgroup (fiber stacks and LDS)";
+    job->error_wg = 0;
+    job->stop = true;
+    return;
+  }
+  wg->kernel = job->kernel;
+  wg->body = job->body;
+  wg->params = job->params;
+  wg->bdim = job->block;
+  wg->gdim = job->grid;
+  wg->nthreads = nthreads;
+  wg->nwaves = (nthreads + kWaveLanes - 1) / kWaveLanes;
+  wg->ranges = job->ranges.data();
+  wg->n_ranges = (int)job->ranges.size();
+  for (long i; !job->stop && (i = job->next.fetch_add(1)) < nwg;) {
+    wg->bid = Dim3{(unsigned)(i % job->grid.x), (unsigned)((i / job->grid.x) % job->grid.y),
+                   (unsigned)(i / ((long)job->grid.x * job->grid.y))};
+    if (run_workgroup(wg.get())) continue;
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->error_wg < 0 || i < job->error_wg) {  // the lowest failing workgroup, as a sequential run
+      job->error_wg = i;
+      job->error = wg->error;
+    }
+    job->stop = true;
+  }
+  job->switches += wg->switches;
+  job->barriers += wg->barriers;
+  job->collectives += wg->collectives;
+}
+
+inline int launch_error(char* err, size_t errn, const char* kernel, const char* msg) {
+  if (err && errn) snprintf(err, errn, "kernel %s: %s", kernel, msg);
+  return 1;
+}
+
+template <class P>
+int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, const void* params,
+             size_t size, char* err, size_t errn) {
+  char msg[256];
+  if (!l || l->abi_version != RTC_EMU_ABI_VERSION)
+    return launch_error(err, errn, kernel, "launch block of another emulator ABI version");
+  if (!params || size != sizeof(P)) {
+    snprintf(msg, sizeof(msg), "params_size %zu does not match the kernel's parameter block (%zu bytes)",
+             size, sizeof(P));
+    return launch_error(err, errn, kernel, msg);
+  }
+  const unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
+  const unsigned long long groups = (unsigned long long)l->grid[0] * l->grid[1] * l->grid[2];
+  if (threads == 0 || threads > (unsigned long long)kMaxThreads || groups == 0) {
+    snprintf(msg, sizeof(msg), "block (%u,%u,%u) x grid (%u,%u,%u): need 1..%d threads per block and a non-empty grid",
+             l->block[0], l->block[1], l->block[2], l->grid[0], l->grid[1], l->grid[2], kMaxThreads);
+    return launch_error(err, errn, kernel, msg);
+  }
+  GridJob job;
+  job.kernel = kernel;
+  job.body = body;
+  job.params = params;
+  job.grid = Dim3{l->grid[0], l->grid[1], l->grid[2]};
+  job.block = Dim3{l->block[0], l->block[1], l->block[2]};
+  param_ranges(*static_cast<const P*>(params), job.ranges, 0);
+  for (int i = 0; i < l->n_ranges; ++i)
+    add_range(job.ranges, l->ranges[i].base, (unsigned long long)l->ranges[i].bytes);
+  long workers = l->host_threads > 0 ? l->host_threads : (long)std::thread::hardware_concurrency();
+  if (workers < 1) workers = 1;
+  if ((unsigned long long)workers > groups) workers = (long)groups;
+  std::vector<std::thread> pool;
+  for (long t = 1; t < workers; ++t) {
+    try {
+      pool.emplace_back(run_worker, &job);
+    } catch (...) {
+      break;  // fewer host threads is still a correct run
+    }
+  }
+  run_worker(&job);
+  for (std::thread& t : pool) t.join();
+  l->stats[0] = job.switches;
+  l->stats[1] = job.barriers;
+  l->stats[2] = job.collectives;
+  l->stats[3] = groups;
+  if (job.error_wg < 0) return 0;
+  if (err && errn) snprintf(err, errn, "%s", job.error.c_str());
+  return 1;
+}
+
+}  // namespace rtc_emu
+
+// The shared object's entry for kernel `name`: rtc_emu_launch_<name> (see launch_abi.h).
+#define RTC_EXPORT_KERNEL(name, Params)                                                          \
+  static void rtc_emu_body_##name(const void* p) { name(*static_cast<const Params*>(p)); }     \
+  extern "C" __attribute__((visibility("default"))) int rtc_emu_launch_##name(                 \
+      rtc_emu_launch* l, const void* params, size_t size, char* err, size_t errn) {             \
+    return ::rtc_emu::run_grid<Params>(#name, &rtc_emu_body_##name, l, params, size, err, errn); \
+  }

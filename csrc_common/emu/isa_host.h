@@ -1,0 +1,154 @@
+// Host semantics of the wrapped gfx9 instructions, as whole-wave functions over 64 lanes' operands.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+namespace rtc_emu {
+namespace isa {
+
+inline float bf16_to_f32(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// v_mfma_f32_16x16x16_bf16 (gfx90a: ..._16x16x16bf16_1k), one block, fp32 accumulation.
+// Lane l, element i (0..3): A[l%16][4*(l/16)+i], B[4*(l/16)+i][l%16], C/D[4*(l/16)+i][l%16].
+inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[4],
+                          float (*d)[4]) {
+  float A[16][16], B[16][16];
+  for (int l = 0; l < 64; ++l)
+    for (int i = 0; i < 4; ++i) {
+      A[l % 16][4 * (l / 16) + i] = bf16_to_f32(a[l][i]);
+      B[4 * (l / 16) + i][l % 16] = bf16_to_f32(b[l][i]);
+    }
+  for (int l = 0; l < 64; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = 4 * (l / 16) + i, col = l % 16;
+      float acc = c[l][i];
+      for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+      d[l][i] = acc;
+    }
+}
+
+// v_mfma_f32_32x32x8_bf16 (gfx90a: ..._32x32x8bf16_1k), one block.
+// Lane l, element i (0..3): A[l%32][4*(l/32)+i], B[4*(l/32)+i][l%32];
+// accumulator register r (0..15): C/D[8*(r/4) + 4*(l/32) + r%4][l%32].
+inline void mfma_32x32x8(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[16],
+                         float (*d)[16]) {
+  float A[32][8], B[8][32];
+  for (int l = 0; l < 64; ++l)
+    for (int i = 0; i < 4; ++i) {
+      A[l % 32][4 * (l / 32) + i] = bf16_to_f32(a[l][i]);
+      B[4 * (l / 32) + i][l % 32] = bf16_to_f32(b[l][i]);
+    }
+  for (int l = 0; l < 64; ++l)
+    for (int r = 0; r < 16; ++r) {
+      const int row = 8 * (r / 4) + 4 * (l / 32) + r % 4, col = l % 32;
+      float acc = c[l][r];
+      for (int k = 0; k < 8; ++k) acc += A[row][k] * B[k][col];
+      d[l][r] = acc;
+    }
+}
+
+// DPP source lane for control `ctrl` (GFX9 encoding), or -1 when the source is out of range.
+inline int dpp_source(int ctrl, int lane) {
+  const int row = lane & ~15, in_row = lane & 15;
+  if (ctrl >= 0x000 && ctrl <= 0x0FF) return (lane & ~3) | ((ctrl >> (2 * (lane & 3))) & 3);
+  if (ctrl >= 0x101 && ctrl <= 0x10F) {  // row_shl:n reads lane + n of the same row
+    const int s = in_row + (ctrl & 15);
+    return s < 16 ? row + s : -1;
+  }
+  if (ctrl >= 0x111 && ctrl <= 0x11F) {  // row_shr:n reads lane - n of the same row
+    const int s = in_row - (ctrl & 15);
+    return s >= 0 ? row + s : -1;
+  }
+  if (ctrl >= 0x121 && ctrl <= 0x12F) return row + ((in_row - (ctrl & 15)) & 15);  // row_ror
+  switch (ctrl) {
+    case 0x130: return lane + 1 < 64 ? lane + 1 : -1;  // wave_shl:1
+    case 0x134: return (lane + 1) & 63;                // wave_rol:1
+    case 0x138: return lane - 1;                       // wave_shr:1 (-1 for lane 0)
+    case 0x13C: return (lane - 1) & 63;                // wave_ror:1
+    case 0x140: return row + (15 - in_row);            // row_mirror
+    case 0x141: return row + ((in_row & 8) | (7 - (in_row & 7)));  // row_half_mirror
+    case 0x142: return row >= 16 ? row - 1 : -1;       // row_bcast:15, last lane of previous row
+    case 0x143: return lane >= 32 ? 31 : -1;           // row_bcast:31
+  }
+  return -2;  // not a DPP control this emulator knows
+}
+
+// v_mov_b32_dpp / __builtin_amdgcn_update_dpp: lanes whose row or bank is masked off keep `old`;
+// an out-of-range source gives 0 with bound_ctrl, else `old`.
+inline bool dpp_mov(const uint32_t* old, const uint32_t* src, uint32_t* out, int ctrl,
+                    int row_mask, int bank_mask, bool bound_ctrl) {
+  for (int l = 0; l < 64; ++l) {
+    const int s = dpp_source(ctrl, l);
+    if (s == -2) return false;
+    const bool enabled = ((row_mask >> (l / 16)) & 1) && ((bank_mask >> ((l & 15) / 4)) & 1);
+    if (!enabled)
+      out[l] = old[l];
+    else if (s < 0)
+      out[l] = bound_ctrl ? 0u : old[l];
+    else
+      out[l] = src[s];
+  }
+  return true;
+}
+
+// v_perm_b32: each result byte picks a byte of {src0 (bytes 4..7), src1 (bytes 0..3)} or a
+// constant: 8..11 replicate the sign bit of bytes 1, 3, 5, 7; 12 gives 0x00; 13..255 give 0xFF.
+inline uint32_t perm_b32(uint32_t src0, uint32_t src1, uint32_t sel) {
+  const uint64_t data = ((uint64_t)src0 << 32) | src1;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (8 * i)) & 0xFF;
+    uint32_t byte;
+    if (s < 8)
+      byte = (uint32_t)(data >> (8 * s)) & 0xFF;
+    else if (s < 12)
+      byte = ((data >> (16 * (s - 8) + 15)) & 1) ? 0xFF : 0x00;
+    else
+      byte = s == 12 ? 0x00 : 0xFF;
+    r |= byte << (8 * i);
+  }
+  return r;
+}
+
+// ds_swizzle_b32 offset: 0x8000|perm = quad permute (2 bits per lane of each group of 4);
+// otherwise bit-mask mode inside each 32-lane half: lane' = ((lane & and) | or) ^ xor.
+inline bool ds_swizzle_source(int pattern, int lane, int* src) {
+  if (pattern & 0x8000) {
+    if ((pattern & 0xFF00) != 0x8000) return false;  // rotate/FFT modes: not modelled
+    *src = (lane & ~3) | ((pattern >> (2 * (lane & 3))) & 3);
+    return true;
+  }
+  const int and_m = pattern & 31, or_m = (pattern >> 5) & 31, xor_m = (pattern >> 10) & 31;
+  *src = (lane & 32) | ((((lane & 31) & and_m) | or_m) ^ xor_m);
+  return true;
+}
+
+// Buffer resource (V#) words as gfx9 reads them: base in 48 bits, stride in bits 16..29 of
+// word 1, num_records in word 2.
+struct BufferDesc {
+  uintptr_t base;
+  uint32_t stride, num_records;
+};
+
+inline BufferDesc decode_rsrc(const uint32_t w[4]) {
+  BufferDesc d;
+  d.base = (uintptr_t)w[0] | ((uintptr_t)(w[1] & 0xFFFF) << 32);
+  d.stride = (w[1] >> 16) & 0x3FFF;
+  d.num_records = w[2];
+  return d;
+}
+
+// Raw-buffer range check (stride 0): each dword of a multi-dword access is checked on its own;
+// a dword is in range when offset + 4 <= num_records, offset counting voffset + soffset + imm.
+inline bool dword_in_range(const BufferDesc& d, uint64_t offset) {
+  return offset + 4 <= (uint64_t)d.num_records;
+}
+
+}  // namespace isa
+}  // namespace rtc_emu

@@ -1,0 +1,36 @@
+// The C interface between the host loader and an emulated kernel's shared object.
+#pragma once
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RTC_EMU_ABI_VERSION 1
+
+// A global-memory range the kernel may touch through buffer resources and checked loads; when a
+// launch passes none, only the num_records rules apply.
+typedef struct rtc_emu_range {
+  const void* base;
+  unsigned long long bytes;
+} rtc_emu_range;
+
+// What the host loader passes to rtc_emu_launch_<kernel>.
+typedef struct rtc_emu_launch {
+  int abi_version;                 // RTC_EMU_ABI_VERSION
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned shared_bytes;           // dynamic LDS; the emulator's LDS is one 64 KiB buffer anyway
+  int host_threads;                // workgroups run on this many host threads (0 = one per core)
+  const rtc_emu_range* ranges;     // extra valid global ranges (besides those the params name)
+  int n_ranges;
+  unsigned long long stats[4];     // out: fiber switches, barriers, collectives, workgroups
+} rtc_emu_launch;
+
+// Each kernel's entry (RTC_EXPORT_KERNEL): 0 on success, else non-zero with a message in err.
+typedef int (*rtc_emu_entry_fn)(rtc_emu_launch* launch, const void* params,
+                                size_t params_size, char* err, size_t errn);
+
+#ifdef __cplusplus
+}
+#endif

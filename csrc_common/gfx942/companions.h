@@ -1,0 +1,77 @@
+// The gfx942 kernel's companion stages: V -> V^T fragment layout into the workspace, and the tail-split merge.
+#pragma once
+#include "platform.h"
+#include "bf16_round.h"
+#include "isa_gfx9.h"
+#include "gfx942/tiles.h"
+
+namespace g942 {
+
+// One workgroup per (b, h, 64-row kv block): stage the rows in LDS (rows >= Sk as zeros, since
+// 0 x garbage can be NaN in PV), then write 1024 chunks of 16 bytes in the PV fragment order.
+RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
+  const int tid = threadIdx.x, blk = blockIdx.x;
+  const int bh = blk / p.nkb, n = blk - bh * p.nkb, b = bh / p.heads, h = bh - b * p.heads;
+  const rtc_bf16_t* vb = p.v + (rtc_i64)b * p.v_sb + (rtc_i64)h * p.v_sh;
+  const rtc_buffer_rsrc vr = uniform_rsrc(vb, rows_span_bytes(p.seq_k, p.v_ss));
+  for (int j = 0; j < 8; ++j) {
+    const int e = tid + GFX942_THREADS * j, row = e >> 6, dw = e & 63, kv = n * GFX942_KV_ROWS + row;
+    rtc_u32 w = 0;
+    if (kv < p.seq_k) w = buffer_load_dword(vr, (rtc_u32)(dw * 4), (rtc_u32)((rtc_i64)kv * p.v_ss * 2));
+    ds_write<rtc_u32>(&sm.vt[e], w);
+  }
+  __syncthreads();
+  rtc_bf16_t* ws = (rtc_bf16_t*)p.workspace;
+  const rtc_buffer_rsrc out = uniform_rsrc(ws + ((rtc_i64)bh * p.nkb + n) * (GFX942_VT_BLOCK_BYTES / 2),
+                                           GFX942_VT_BLOCK_BYTES);
+  for (int j = 0; j < 2; ++j) {
+    const int c = tid + GFX942_THREADS * j, t = c >> 7, sp = (c >> 6) & 1, lane = c & 63;
+    const int hd = 16 * t + (lane & 15);
+    rtc_u32 h16[8];
+    for (int s2 = 0; s2 < 2; ++s2)
+      for (int i = 0; i < 4; ++i) {
+        const int kv = 16 * (2 * sp + s2) + 4 * (lane >> 4) + i;
+        const rtc_u32 w = ds_read<rtc_u32>(&sm.vt[kv * 64 + (hd >> 1)]);
+        h16[4 * s2 + i] = (hd & 1) ? (w >> 16) : (w & 0xFFFFu);
+      }
+    const rtc_u32x4 v = {h16[0] | (h16[1] << 16), h16[2] | (h16[3] << 16), h16[4] | (h16[5] << 16),
+                         h16[6] | (h16[7] << 16)};
+    buffer_store_dwordx4(out, (rtc_u32)(c * 16), 0u, v);
+  }
+}
+
+// Merge of the split parts of one tail item, 16 q rows per workgroup, in part order (never
+// atomics): O = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p, M = max_p m_p.
+RTC_DEVICE void merge_stage(const Gfx942Params& p) {
+  const int tid = threadIdx.x, per_item = GFX942_Q_ROWS / GFX942_MERGE_ROWS;
+  const int j = blockIdx.x / per_item, r = (blockIdx.x - j * per_item) * GFX942_MERGE_ROWS + (tid >> 5);
+  const int col = (tid & 31) * 4, item = p.n_prefix + j;
+  const int bh = item / p.nqb, qb = item - bh * p.nqb, b = bh / p.heads, h = bh - b * p.heads;
+  const int q0 = qb * GFX942_Q_ROWS, rows = p.seq_q - q0 < GFX942_Q_ROWS ? p.seq_q - q0 : GFX942_Q_ROWS;
+  // Built by every lane before any lane leaves: readfirstlane is wave-wide.
+  const rtc_buffer_rsrc outr = uniform_rsrc(p.o + (rtc_i64)b * p.o_sb + (rtc_i64)h * p.o_sh + (rtc_i64)q0 * p.o_ss,
+                                            rows_span_bytes(rows, p.o_ss));
+  if (r >= rows) return;
+  const char* parts = (const char*)p.workspace + p.vt_bytes + (rtc_i64)j * p.split_g * GFX942_PART_BYTES;
+  const int ml = GFX942_Q_ROWS * GFX942_HEAD_DIM * 4;
+  float mx = kNegMax;
+  for (int g = 0; g < p.split_g; ++g)
+    mx = __builtin_fmaxf(mx, global_load((const float*)(parts + (rtc_i64)g * GFX942_PART_BYTES + ml) + r));
+  float lsum = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int g = 0; g < p.split_g; ++g) {
+    const char* part = parts + (rtc_i64)g * GFX942_PART_BYTES;
+    const float w = exp2_f32(global_load((const float*)(part + ml) + r) - mx);
+    lsum += w * global_load((const float*)(part + ml) + GFX942_Q_ROWS + r);
+    const rtc_f32x4 o = global_load((const rtc_f32x4*)part + (r * GFX942_HEAD_DIM + col) / 4);
+    for (int i = 0; i < 4; ++i) acc[i] += w * o[i];
+  }
+  const float inv = lsum == 0.0f ? 0.0f : rcp_f32(lsum);
+  const rtc_u32x2 packed = {(rtc_u32)rtc_f32_to_bf16(acc[0] * inv) | ((rtc_u32)rtc_f32_to_bf16(acc[1] * inv) << 16),
+                            (rtc_u32)rtc_f32_to_bf16(acc[2] * inv) | ((rtc_u32)rtc_f32_to_bf16(acc[3] * inv) << 16)};
+  buffer_store_dwordx2(outr, (rtc_u32)(((rtc_i64)r * p.o_ss + col) * 2), 0u, packed);
+  if (p.lse && col == 0)
+    global_store(p.lse + ((rtc_i64)b * p.heads + h) * p.seq_q + q0 + r,
+                 lsum == 0.0f ? rtc_bits_f32(0xFF800000u) : (mx + log2_f32(lsum)) * 0.693147180559945309f);
+}
+
+}  // namespace g942

@@ -1,0 +1,48 @@
+// gfx942/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1 prefetch.
+//
+// Wait-state rule (LLVM's hazard recognizer does not see MFMAs written as inline asm, so we own it):
+//   * an XDL MFMA result may be read or overwritten by VALU, DS or VMEM only after N+3 wait states
+//     (N = passes): 7 for 16x16x16 bf16 on gfx942, 11 on gfx90a;
+//   * a VALU write of a VGPR that an MFMA then reads needs 2 wait states;
+//   * MFMAs chaining the same accumulator need none.
+// The kernel brackets every run of MFMAs with mfma_section_begin / mfma_section_end below: the
+// fences take the operand registers as "+v", so no consumer or producer can be scheduled across
+// them, and they issue the s_nop the rule asks for. Nothing else touches MFMA operands.
+#pragma once
+#include "platform.h"
+#include "isa_gfx9.h"
+
+#if defined(RTC_EMU)
+// C = 0 without a register: the first MFMA of a chain needs no zeroed accumulator.
+RTC_ISA rtc_f32x4 mfma_16x16x16_bf16_zc(rtc_bf16x4 a, rtc_bf16x4 b) {
+  const rtc_f32x4 z = {0.0f, 0.0f, 0.0f, 0.0f};
+  return mfma_16x16x16_bf16(a, b, z);
+}
+RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) { acc = mfma_16x16x16_bf16(a, b, acc); }
+template <class T> RTC_ISA void reg_fence(T&) {}          // ordering only: nothing to emulate
+RTC_ISA void mfma_wait_read() {}                          // wait states are a timing matter
+RTC_ISA void mfma_wait_result() {}
+template <class T> RTC_ISA void keep_alive(const T&) {}  // the L1 prefetch value is unused
+#else
+RTC_ISA rtc_f32x4 mfma_16x16x16_bf16_zc(rtc_bf16x4 a, rtc_bf16x4 b) {
+  rtc_f32x4 d;
+  // Early clobber: the result must not overlap the sources.
+  asm volatile(RTC_MFMA16_OP " %0, %1, %2, 0" : "=&v"(d) : "v"(a), "v"(b));
+  return d;
+}
+// In/out tied to the same VGPRs: no accumulator copy, the compiler still allocates.
+RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) { mfma_16x16x16_bf16_asm(acc, a, b); }
+// Pins a register group: producers before, consumers after, in program order with other fences.
+template <class T> RTC_ISA void reg_fence(T& x) { asm volatile("" : "+v"(x)); }
+// 2 wait states: VALU write -> MFMA read.
+RTC_ISA void mfma_wait_read() { asm volatile("s_nop 1"); }
+// MFMA result -> VALU/DS/VMEM access: 7 wait states on gfx942, 11 on gfx90a (s_nop n = n+1).
+#if defined(__gfx90a__)
+RTC_ISA void mfma_wait_result() { asm volatile("s_nop 7\n\ts_nop 2"); }
+#else
+RTC_ISA void mfma_wait_result() { asm volatile("s_nop 6"); }
+#endif
+// The loaded value is never read: the load only warms L1. Tying it to an empty asm keeps the load
+// alive without a fixed, clobbered register (an async write into a reused register would be a bug).
+template <class T> RTC_ISA void keep_alive(const T& x) { asm volatile("" ::"v"(x)); }
+#endif

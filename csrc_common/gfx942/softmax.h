@@ -1,0 +1,87 @@
+// gfx942 kernel online softmax on S^T fragments: row max/sum across the 4 lanes of a row, P rounding and packing.
+//
+// A lane holds S^T[kv = 16s + 4*quad + i][q = lane%16] for sub-tiles s = 0..3, i = 0..3: 16 scores
+// of one q row; the row's other 48 scores sit in lanes lane^16, lane^32, lane^48.
+#pragma once
+#include "platform.h"
+#include "bf16_round.h"
+#include "isa_gfx9.h"
+#include "gfx942/tiles.h"
+
+namespace g942 {
+
+// Max / sum over lanes {l, l^16, l^32, l^48}: ds_swizzle xor 16 inside each half, then
+// ds_bpermute across halves. Both operations are commutative in IEEE, so the four lanes of a
+// row end with identical bits.
+RTC_DEVICE float row_max4(float x, int xor32_addr) {
+  x = __builtin_fmaxf(x, rtc_bits_f32(ds_swizzle<0x401F>(rtc_f32_bits(x))));
+  return __builtin_fmaxf(x, rtc_bits_f32(ds_bpermute(xor32_addr, rtc_f32_bits(x))));
+}
+RTC_DEVICE float row_sum4(float x, int xor32_addr) {
+  x = x + rtc_bits_f32(ds_swizzle<0x401F>(rtc_f32_bits(x)));
+  return x + rtc_bits_f32(ds_bpermute(xor32_addr, rtc_f32_bits(x)));
+}
+
+// fp32 -> bf16 in the high half, low half garbage: the mode's bias only (no NaN guard). P is
+// exp2 of a quiet NaN at worst, whose low 16 bits are 0 (bf16 inputs) so no bias carries out
+// of it: it stays NaN. The output O uses the guarded rtc_f32_to_bf16.
+RTC_DEVICE rtc_u32 p_biased(float p) {
+  const rtc_u32 x = rtc_f32_bits(p);
+#if RTC_ROUND == 0
+  return x + 0x7FFFu + ((x >> 16) & 1u);
+#elif RTC_ROUND == 1
+  return x + 0x8000u;
+#else
+  return x;
+#endif
+}
+// Two biased values -> one dword of two bf16 (lo in the low half): v_perm_b32 picks the high halves.
+RTC_DEVICE rtc_u32 pack_hi(rtc_u32 lo, rtc_u32 hi) { return perm_b32(hi, lo, 0x07060302u); }
+
+struct RowState {
+  float m[kTilesPerWave];  // running max, log2 units (scale folded in)
+  float l[kTilesPerWave];  // this lane's partial sum of unrounded p (reduced across lanes at the end)
+};
+
+// One tile's softmax step on its 16 scores: new max, optional O rescale, P (bf16x4 per sub-tile).
+// valid_kv < 64 only in the last kv block: kv rows past Sk get -FLT_MAX (a select, so whatever
+// the zero-filled K row gave cannot leak in).
+RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub],
+                             float& m, float& l, float c, int quad, int valid_kv, int xor32_addr) {
+  float t[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) t[j] = s[j >> 2][j & 3] * c;
+  if (valid_kv < GFX942_KV_ROWS) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) t[j] = (16 * (j >> 2) + 4 * quad + (j & 3)) < valid_kv ? t[j] : kNegMax;
+  }
+  float mx = t[0];
+#pragma unroll
+  for (int j = 1; j < 16; ++j) mx = __builtin_fmaxf(mx, t[j]);
+  const float m_new = __builtin_fmaxf(m, row_max4(mx, xor32_addr));
+  // Skipping is exact: with an unchanged max the factor would be exp2(0) = 1.
+  if (!wave_all(m_new == m)) {
+    const float alpha = exp2_f32(m - m_new);
+    l *= alpha;
+#pragma unroll
+    for (int t2 = 0; t2 < kHdTiles; ++t2)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[t2][i] *= alpha;
+  }
+  m = m_new;
+  float sum = 0.0f;
+#pragma unroll
+  for (int sub = 0; sub < kSub; ++sub) {
+    rtc_u32 b[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float e = exp2_f32(t[4 * sub + i] - m_new);
+      sum += e;
+      b[i] = p_biased(e);
+    }
+    p[sub] = as_bf16x4(pack_hi(b[0], b[1]), pack_hi(b[2], b[3]));
+  }
+  l += sum;
+}
+
+}  // namespace g942

@@ -1,0 +1,117 @@
+// Online softmax and bf16 packing on wgmma accumulator fragments (sm_90a attention consumers).
+#pragma once
+#include "platform.h"
+#include "sm90/ptx.h"
+
+#ifndef RTC_ROUND
+#define RTC_ROUND 0   // 0 rtne, 1 rtna, 2 rtz (numerics.md)
+#endif
+#ifndef SM90_SKIP_RESCALE
+#define SM90_SKIP_RESCALE 0
+#endif
+
+namespace sm90 {
+
+RTC_DEVICE float neg_inf() { return __int_as_float(0xff800000); }
+
+// Two fp32 -> packed bf16x2 (lo in bits 0..15) in the selected mode. cvt has .rn and .rz forms;
+// round-to-nearest-away has none, so it is the integer bias trick.
+RTC_DEVICE rtc_u32 pack_bf16(float lo, float hi) {
+#if RTC_ROUND == 0
+  rtc_u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#elif RTC_ROUND == 2
+  rtc_u32 r;
+  asm("cvt.rz.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return __byte_perm(__float_as_uint(lo) + 0x8000u, __float_as_uint(hi) + 0x8000u, 0x7632);
+#endif
+}
+
+// Output packing: every NaN becomes the canonical 0x7FFF (the bias trick could carry a NaN
+// payload into the sign bit, and cvt's NaN pattern is not part of our contract).
+RTC_DEVICE rtc_u32 pack_out(float lo, float hi) {
+  rtc_u32 r = pack_bf16(lo, hi);
+  if (lo != lo) r = (r & 0xFFFF0000u) | 0x7FFFu;
+  if (hi != hi) r = (r & 0x0000FFFFu) | 0x7FFF0000u;
+  return r;
+}
+
+// Row state of the two rows a thread owns in a 64-row fragment: raw-score max m, partial sum l
+// of unrounded p over this thread's columns (reduced across the quad only at the end).
+struct RowState {
+  float m[2];
+  float l[2];
+  float rescale[2];
+  RTC_DEVICE void init() {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) { m[i] = neg_inf(); l[i] = 0.f; rescale[i] = 0.f; }
+  }
+};
+
+// Columns >= valid of this block get -inf; the row-max guard below keeps -inf - -inf away.
+template <int N>
+RTC_DEVICE void mask_cols(float (&s)[N], int valid) {
+  const int c0 = 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (8 * j + c0 + (k & 1) >= valid) s[4 * j + k] = neg_inf();
+}
+
+// s (scores of one block) -> p = 2^(s*c - m*c) in place; updates m, l and the rescale factor
+// of the previous O. A row max of -inf (all scores -inf so far) is treated as 0 so exp2 sees
+// -inf, never -inf - -inf; NaN scores are skipped by fmaxf and propagate through p and l.
+template <int N>
+RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = st.m[i];
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+    mx = fmaxf(mx, shfl_xor(mx, 1));
+    mx = fmaxf(mx, shfl_xor(mx, 2));
+    // Scores and max are scaled by the same rounded multiply (__fmul_rn is never fused into an
+    // FMA), so the max element gets exactly 2^0 = 1 and an unchanged max exactly factor 1. The
+    // single-FFMA form leaves a rounding residual that RTZ truncates to p = 0.996.
+    const float ms = (mx == neg_inf()) ? 0.f : __fmul_rn(mx, c);
+    st.rescale[i] = ex2(__fmul_rn(st.m[i], c) - ms);
+    st.m[i] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float p = ex2(__fmul_rn(s[4 * j + 2 * i + k], c) - ms);
+        s[4 * j + 2 * i + k] = p;
+        sum += p;
+      }
+    st.l[i] = st.l[i] * st.rescale[i] + sum;
+  }
+}
+
+// Skipped when no row of the warp changed its max (factor exactly 1): bit-identical, and for long
+// rows the max rarely moves after the first blocks.
+template <int N>
+RTC_DEVICE void rescale_rows(float (&o)[N], const RowState& st) {
+#if SM90_SKIP_RESCALE
+  if (!__any_sync(0xffffffffu, st.rescale[0] != 1.f || st.rescale[1] != 1.f)) return;
+#endif
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[4 * j + k] *= st.rescale[k >> 1];
+}
+
+// Accumulator layout of p (pairs of adjacent columns) is already the register A-fragment
+// layout of the next wgmma: packing pairs in order is the whole conversion.
+template <int N>
+RTC_DEVICE void pack_p(const float (&s)[N], rtc_u32 (&p)[N / 2]) {
+#pragma unroll
+  for (int q = 0; q < N / 2; ++q) p[q] = pack_bf16(s[2 * q], s[2 * q + 1]);
+}
+
+}  // namespace sm90

@@ -1,0 +1,151 @@
+// hipRTC backend: in-process compile through libhiprtc.so (ROCm >= 6) or libamdhip64.so (ROCm 5).
+#include "common.h"
+#include "compiler.h"
+#include "dynlib.h"
+#include <cstdio>
+#include <mutex>
+
+namespace rtc {
+namespace {
+
+typedef void* hiprtcProgram;
+struct HiprtcApi {
+  DynLib lib;
+  std::string why;  // set when unusable
+  int major = 0, minor = 0;
+  const char* (*error_string)(int) = nullptr;
+  int (*create)(hiprtcProgram*, const char*, const char*, int, const char* const*,
+                const char* const*) = nullptr;
+  int (*compile)(hiprtcProgram, int, const char* const*) = nullptr;
+  int (*log_size)(hiprtcProgram, size_t*) = nullptr;
+  int (*log)(hiprtcProgram, char*) = nullptr;
+  int (*code_size)(hiprtcProgram, size_t*) = nullptr;
+  int (*code)(hiprtcProgram, char*) = nullptr;
+  int (*destroy)(hiprtcProgram*) = nullptr;
+};
+
+// hiprtcVersion is no use here (ROCm 5.2 answers 9.0), so the ROCm version comes from
+// hipRuntimeGetVersion (in libamdhip64: major*10^7 + minor*10^5 + patch) or else from the
+// versioned file name of the library (libhiprtc.so.6.2.x). Unknown stays 0.0, which counts as
+// "< 6" below, the safe side.
+void detect_version(HiprtcApi* a) {
+  int (*runtime_version)(int*) = nullptr;
+  runtime_version = reinterpret_cast<int (*)(int*)>(a->lib.symbol("hipRuntimeGetVersion"));
+  int v = 0;
+  if (runtime_version && runtime_version(&v) == 0 && v > 0) {
+    a->major = v / 10000000;
+    a->minor = (v / 100000) % 100;
+    return;
+  }
+  std::string real = a->lib.real_path();
+  size_t so = real.rfind(".so.");
+  if (so != std::string::npos && sscanf(real.c_str() + so + 4, "%d.%d", &a->major, &a->minor) < 1) a->major = 0;
+}
+
+const HiprtcApi& api() {
+  static HiprtcApi a;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string tried;
+    if (!a.lib.open({"libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5", "libamdhip64.so.5",
+                     "libamdhip64.so"},
+                    library_search_dirs(), &tried)) {
+      a.why = "no hipRTC library; tried:\n" + tried;
+      return;
+    }
+    try {
+      a.lib.bind(a.error_string, "hiprtcGetErrorString");
+      a.lib.bind(a.create, "hiprtcCreateProgram");
+      a.lib.bind(a.compile, "hiprtcCompileProgram");
+      a.lib.bind(a.log_size, "hiprtcGetProgramLogSize");
+      a.lib.bind(a.log, "hiprtcGetProgramLog");
+      a.lib.bind(a.code_size, "hiprtcGetCodeSize");
+      a.lib.bind(a.code, "hiprtcGetCode");
+      a.lib.bind(a.destroy, "hiprtcDestroyProgram");
+      detect_version(&a);
+    } catch (const RtcError& e) {
+      a.why = e.what();
+    }
+  });
+  return a;
+}
+
+void check(int status, const char* what) {
+  if (status != 0)
+    RTC_FAIL(RTC_ERR_COMPILE, std::string(what) + " failed: " + api().error_string(status));
+}
+
+bool rocm5_knows(const std::string& arch) {
+  static const char* known[] = {"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a",
+                                "gfx90c", "gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx1031",
+                                "gfx1032", "gfx1033", "gfx1034", "gfx1035"};
+  for (const char* k : known)
+    if (arch == k) return true;
+  return false;
+}
+
+class HiprtcCompiler : public Compiler {
+ public:
+  std::string name() const override { return "hiprtc"; }
+  std::string id() const override {
+    return "hiprtc" + std::to_string(api().major) + "." + std::to_string(api().minor);
+  }
+  std::string version() const override { return api().lib.real_path() + " " + id(); }
+  bool available(const std::string& arch, std::string* why) const override {
+    const HiprtcApi& a = api();
+    if (!a.why.empty()) return *why = a.why, false;
+    if (arch.compare(0, 3, "gfx") != 0 || arch.find("-emu") != std::string::npos)
+      return *why = "hipRTC builds AMD archs (gfx*) only, not " + quote(arch), false;
+    // hipRTC < 6 (comgr of ROCm 5) aborts the process (SIGABRT inside comgr) for an arch missing
+    // from its ISA table - gfx940-942 among them - instead of returning an error, so it is only
+    // ever asked for the archs that table is known to hold.
+    if (a.major < 6 && !rocm5_knows(arch.substr(0, arch.find(':'))))
+      return *why = id() + " cannot target " + arch +
+                    " (ROCm 5 knows gfx9xx up to gfx90c and gfx10xx; needs ROCm >= 6)",
+             false;
+    return true;
+  }
+  CompileOutput compile(const CompileInput& in) const override;
+};
+
+CompileOutput HiprtcCompiler::compile(const CompileInput& in) const {
+  const HiprtcApi& a = api();
+  // comgr under hipRTC 5.2 crashes (SIGSEGV) when two threads compile at once, so compiles are
+  // serialized per process; parallel warm-ups get their speed-up from processes or from clang.
+  static std::mutex compile_mu;
+  std::lock_guard<std::mutex> lock(compile_mu);
+  std::vector<const char*> texts, names, opts;
+  for (const SourceText& h : in.headers) {
+    texts.push_back(h.text.c_str());
+    names.push_back(h.name.c_str());
+  }
+  hiprtcProgram prog = nullptr;
+  check(a.create(&prog, in.main.text.c_str(), in.main.name.c_str(), int(texts.size()), texts.data(),
+                 names.data()),
+        "hiprtcCreateProgram");
+  std::string arch_opt = "--offload-arch=" + in.arch;
+  opts.push_back(arch_opt.c_str());
+  opts.push_back("-O3");
+  for (const std::string& o : in.options) opts.push_back(o.c_str());
+  int rc = a.compile(prog, int(opts.size()), opts.data());
+  CompileOutput out;
+  size_t n = 0;
+  if (a.log_size(prog, &n) == 0 && n > 1) {
+    out.log.resize(n);
+    a.log(prog, &out.log[0]);
+    out.log.resize(n - 1);
+  }
+  if (rc == 0 && a.code_size(prog, &n) == 0) {
+    out.binary.resize(n);
+    rc = a.code(prog, &out.binary[0]);
+  }
+  a.destroy(&prog);
+  if (rc != 0) throw CompileFailure{std::string("hiprtcCompileProgram: ") + a.error_string(rc) + "\n" + out.log};
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Compiler> make_hiprtc_compiler() { return std::make_unique<HiprtcCompiler>(); }
+
+}  // namespace rtc

@@ -1,0 +1,69 @@
+// The compiler factory: one instance per backend, picked by name or by the arch's default order.
+#include "compiler.h"
+#include "common.h"
+#include <mutex>
+
+namespace rtc {
+
+static const std::vector<std::string> kNames = {"hiprtc", "clang", "nvrtc", "host"};
+
+static const Compiler& get(const std::string& name) {
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<Compiler>> made(kNames.size());
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    if (kNames[i] != name) continue;
+    if (!made[i]) {
+      if (name == "hiprtc") made[i] = make_hiprtc_compiler();
+      if (name == "clang") made[i] = make_clang_compiler();
+      if (name == "nvrtc") made[i] = make_nvrtc_compiler();
+      if (name == "host") made[i] = make_host_compiler();
+    }
+    return *made[i];
+  }
+  RTC_FAIL(RTC_ERR_ARG, "compiler " + quote(name) +
+                            " is not known; accepted: auto, hiprtc, clang, nvrtc, host or a ','-list");
+}
+
+static std::vector<std::string> default_order(const std::string& arch) {
+  if (arch.size() > 4 && arch.compare(arch.size() - 4, 4, "-emu") == 0) return {"host"};
+  if (arch.compare(0, 3, "sm_") == 0) return {"nvrtc"};
+  if (arch.compare(0, 3, "gfx") == 0) return {"hiprtc", "clang"};
+  RTC_FAIL(RTC_ERR_ARG, "arch " + quote(arch) +
+                            " is not known; accepted: gfx942, gfx90a, sm_80, sm_90a, gfx942-emu, gfx90a-emu");
+}
+
+static std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!part.empty()) out.push_back(part);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+const Compiler& select_compiler(const std::string& spec, const std::string& arch) {
+  std::vector<std::string> order = default_order(arch);  // also validates arch
+  if (!spec.empty() && spec != "auto") order = split_commas(spec);
+  std::string skipped;
+  for (const std::string& name : order) {
+    const Compiler& c = get(name);
+    std::string why;
+    if (c.available(arch, &why)) return c;
+    skipped += "\n  " + name + ": " + why;
+  }
+  RTC_FAIL(RTC_ERR_UNAVAILABLE, "no compiler available for arch " + quote(arch) + " (compiler=" +
+                                    quote(spec) + "); tried:" + skipped);
+}
+
+std::vector<const Compiler*> all_compilers() {
+  std::vector<const Compiler*> out;
+  for (const std::string& n : kNames) out.push_back(&get(n));
+  return out;
+}
+
+}  // namespace rtc

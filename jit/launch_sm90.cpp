@@ -1,0 +1,136 @@
+// Host side of the sm_90a attention kernel: TMA tensor maps through the dlopened driver, persistent grid, launch.
+#include "attn_params_host.h"
+#include "../csrc_common/sm90/attn_sm90_params.h"
+#include "common.h"
+#include "dynlib.h"
+#include "launch_sm90.h"
+#include "program.h"
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+namespace rtc {
+namespace {
+
+static_assert(sizeof(Sm90TensorMap) == 128 && alignof(Sm90TensorMap) == 64,
+              "Sm90TensorMap must match CUtensorMap (128 bytes, 64-byte aligned)");
+static_assert(offsetof(Sm90AttnParams, a) == 384, "Sm90AttnParams: the three maps come first");
+static_assert(sizeof(Sm90AttnParams) == 640, "Sm90AttnParams size changed: update the kernel's users");
+
+// The few driver entry points this file needs beyond the loader's.
+struct TmaApi {
+  DynLib lib;
+  std::string why;
+  int (*encode_tiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
+                      const unsigned*, int, int, int, int) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*attribute)(int*, int, int) = nullptr;
+  int (*error_string)(int, const char**) = nullptr;
+};
+
+const TmaApi& api() {
+  static TmaApi a;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string tried;
+    if (!a.lib.open({"libcuda.so.1", "libcuda.so"}, library_search_dirs(), &tried)) {
+      a.why = "no CUDA driver; tried:\n" + tried;
+      return;
+    }
+    try {
+      a.lib.bind(a.encode_tiled, "cuTensorMapEncodeTiled");
+      a.lib.bind(a.device_get, "cuDeviceGet");
+      a.lib.bind(a.attribute, "cuDeviceGetAttribute");
+      a.lib.bind(a.error_string, "cuGetErrorString");
+    } catch (const RtcError& e) {
+      a.why = e.what();
+    }
+  });
+  return a;
+}
+
+void check_cu(int rc, const std::string& what) {
+  if (rc == 0) return;
+  const char* text = "unknown error";
+  api().error_string(rc, &text);
+  RTC_FAIL(RTC_ERR_LAUNCH, what + " failed: " + text + " (CUresult " + std::to_string(rc) + ")");
+}
+
+// What TMA and the kernel's 4-byte output stores need of one tensor.
+void check_tensor(const char* name, const void* ptr, const int64_t (&st)[3], int64_t align_elems) {
+  RTC_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, RTC_ERR_ARG,
+            std::string(name) + " pointer is not 16-byte aligned; the sm90 kernel needs 16-byte aligned tensors");
+  for (int i = 0; i < 3; ++i)
+    RTC_CHECK(st[i] >= 0 && st[i] % align_elems == 0 && st[i] < (int64_t(1) << 38), RTC_ERR_ARG,
+              std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) +
+                  " is not accepted by the sm90 kernel; accepted: a multiple of " + std::to_string(align_elems) +
+                  " elements in [0, 2^38)");
+}
+
+// 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order).
+Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], int seq, int heads,
+                     int batch, unsigned box_rows) {
+  const int kBf16 = 9, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote256 = 3, kOobZero = 0;
+  uint64_t dims[4] = {SM90_HEAD_DIM, uint64_t(seq), uint64_t(heads), uint64_t(batch)};
+  uint64_t strides[3] = {uint64_t(st[1]) * 2, uint64_t(st[2]) * 2, uint64_t(st[0]) * 2};
+  unsigned box[4] = {SM90_BOX_D, box_rows, 1, 1};
+  unsigned elem[4] = {1, 1, 1, 1};
+  Sm90TensorMap m;
+  std::memset(&m, 0, sizeof m);
+  check_cu(api().encode_tiled(&m, kBf16, 4, const_cast<void*>(ptr), dims, strides, box, elem,
+                              kInterleaveNone, kSwizzle128, kL2Promote256, kOobZero),
+           std::string("cuTensorMapEncodeTiled(") + name + ")");
+  return m;
+}
+
+int sm_count(const rtc_attention_args* a, int device) {
+  if (a->num_cus > 0) return a->num_cus;
+  int dev = 0, n = 0;
+  check_cu(api().device_get(&dev, device), "cuDeviceGet");
+  const int kMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  check_cu(api().attribute(&n, kMultiprocessorCount, dev), "cuDeviceGetAttribute(SM count)");
+  return n;
+}
+
+}  // namespace
+
+int launch_sm90(uint64_t program, AttnParams* p, const rtc_attention_args* a, const char* vendor,
+                int device, void* stream) {
+  RTC_CHECK(vendor && std::string(vendor) == "cuda", RTC_ERR_ARG,
+            std::string("vendor=") + quote(vendor ? vendor : "(null)") + " is not accepted by the sm90 kernel; accepted: cuda");
+  RTC_CHECK(a->head_dim == SM90_HEAD_DIM, RTC_ERR_ARG,
+            "head_dim=" + std::to_string(a->head_dim) + " is not accepted by the sm90 kernel; accepted: 128");
+  RTC_CHECK(api().why.empty(), RTC_ERR_UNAVAILABLE, api().why);
+  check_tensor("q", a->q, a->q_strides, 8);
+  check_tensor("k", a->k, a->k_strides, 8);
+  check_tensor("v", a->v, a->v_strides, 8);
+  check_tensor("o", a->o, a->o_strides, 2);
+  alignas(64) Sm90AttnParams sp;
+  std::memset(&sp, 0, sizeof sp);
+  sp.tmap_q = encode("q", a->q, a->q_strides, a->seq_q, a->heads, a->batch, SM90_BLOCK_M);
+  sp.tmap_k = encode("k", a->k, a->k_strides, a->seq_k, a->heads, a->batch, SM90_BLOCK_N);
+  sp.tmap_v = encode("v", a->v, a->v_strides, a->seq_k, a->heads, a->batch, SM90_BLOCK_N);
+  sp.a = *p;
+  sp.num_m_blocks = (a->seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
+  const int64_t tiles = int64_t(sp.num_m_blocks) * a->heads * a->batch;
+  RTC_CHECK(tiles < (int64_t(1) << 31), RTC_ERR_ARG,
+            "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) + " is too large for the sm90 kernel; accepted: < 2^31");
+  sp.num_tiles = int(tiles);
+  rtc_launch_config cfg{};
+  cfg.vendor = vendor;
+  cfg.device = device;
+  cfg.stream = stream;
+  const int sms = sm_count(a, device);
+  cfg.grid[0] = unsigned(tiles < sms ? tiles : sms);
+  cfg.grid[1] = cfg.grid[2] = 1;
+  cfg.block[0] = SM90_THREADS;
+  cfg.block[1] = cfg.block[2] = 1;
+  cfg.shared_bytes = SM90_SMEM_BYTES;
+  launch_program(program, &cfg, &sp, sizeof sp);
+  return RTC_OK;
+}
+
+int64_t workspace_bytes_sm90(const rtc_attention_args*) { return 0; }
+
+}  // namespace rtc

@@ -1,0 +1,19 @@
+// Host side of the sm_90a fast attention kernel (launch geometry, workspace), implemented in launch_sm90.cpp.
+#pragma once
+#include <stdint.h>
+#include "rtcattn_c.h"
+
+struct AttnParams;
+
+namespace rtc {
+
+// Launches the sm90 kernel of `program` for the filled parameter block p (op_attention.cpp fills
+// every field from a; tail_split there is the caller's request: -1 plan, 0 off, >1 forced).
+// Launch through rtc_launch(program, ...). Returns RTC_OK or throws RtcError; a non-zero return
+// is reported as RTC_ERR_LAUNCH. Without launch_sm90.cpp a weak fallback reports RTC_ERR_UNAVAILABLE.
+int launch_sm90(uint64_t program, AttnParams* p, const rtc_attention_args* a, const char* vendor,
+                int device, void* stream);
+// Scratch bytes the sm90 kernel needs for these args (0 when none).
+int64_t workspace_bytes_sm90(const rtc_attention_args* a);
+
+}  // namespace rtc

@@ -1,0 +1,139 @@
+// CUDA loader: CUBINs through the dlopened driver API (libcuda.so.1), beside torch's primary context.
+#include "common.h"
+#include "dynlib.h"
+#include "loader.h"
+#include <map>
+#include <mutex>
+
+namespace rtc {
+namespace {
+
+struct CudaApi {
+  DynLib lib;
+  std::string why;
+  int init_rc = -1;
+  int (*init)(unsigned) = nullptr;
+  int (*device_count)(int*) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*primary_retain)(void**, int) = nullptr;
+  int (*ctx_push)(void*) = nullptr;
+  int (*ctx_pop)(void**) = nullptr;
+  int (*error_string)(int, const char**) = nullptr;
+  int (*module_load_data)(void**, const void*) = nullptr;
+  int (*module_get_function)(void**, void*, const char*) = nullptr;
+  int (*func_set_attribute)(void*, int, int) = nullptr;
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                void**, void**) = nullptr;
+};
+
+const CudaApi& api() {
+  static CudaApi a;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string tried;
+    if (!a.lib.open({"libcuda.so.1", "libcuda.so"}, library_search_dirs(), &tried)) {
+      a.why = "no CUDA driver; tried:\n" + tried;
+      return;
+    }
+    try {
+      a.lib.bind(a.init, "cuInit");
+      a.lib.bind(a.device_count, "cuDeviceGetCount");
+      a.lib.bind(a.device_get, "cuDeviceGet");
+      a.lib.bind(a.primary_retain, "cuDevicePrimaryCtxRetain");
+      a.lib.bind(a.ctx_push, "cuCtxPushCurrent_v2");
+      a.lib.bind(a.ctx_pop, "cuCtxPopCurrent_v2");
+      a.lib.bind(a.error_string, "cuGetErrorString");
+      a.lib.bind(a.module_load_data, "cuModuleLoadData");
+      a.lib.bind(a.module_get_function, "cuModuleGetFunction");
+      a.lib.bind(a.func_set_attribute, "cuFuncSetAttribute");
+      a.lib.bind(a.launch, "cuLaunchKernel");
+      a.init_rc = a.init(0);
+      if (a.init_rc != 0) a.why = "cuInit failed (CUresult " + std::to_string(a.init_rc) + ")";
+    } catch (const RtcError& e) {
+      a.why = e.what();
+    }
+  });
+  return a;
+}
+
+void check(int rc, rtc_status s, const std::string& what) {
+  if (rc == 0) return;
+  const char* text = "unknown error";
+  api().error_string(rc, &text);
+  RTC_FAIL(s, what + " failed: " + text + " (CUresult " + std::to_string(rc) + ")");
+}
+
+// Retained once per device and never released: modules loaded in it live as long as the process.
+void* primary_context(int device) {
+  static std::mutex mu;
+  static std::map<int, void*> contexts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = contexts.find(device);
+  if (it != contexts.end()) return it->second;
+  int dev = 0;
+  check(api().device_get(&dev, device), RTC_ERR_LOAD, "cuDeviceGet(" + std::to_string(device) + ")");
+  void* ctx = nullptr;
+  check(api().primary_retain(&ctx, dev), RTC_ERR_LOAD, "cuDevicePrimaryCtxRetain");
+  return contexts[device] = ctx;
+}
+
+// Work happens in the device's primary context, the one torch uses, pushed for the call and
+// popped after, so the caller's current context is untouched.
+class ContextGuard {
+ public:
+  explicit ContextGuard(int device) {
+    check(api().ctx_push(primary_context(device)), RTC_ERR_LOAD, "cuCtxPushCurrent");
+  }
+  ~ContextGuard() {
+    void* ctx = nullptr;
+    api().ctx_pop(&ctx);
+  }
+};
+
+class CudaLoader : public Loader {
+ public:
+  std::string vendor() const override { return "cuda"; }
+  int device_count() override {
+    int n = 0;
+    if (!api().why.empty() || api().device_count(&n) != 0) return 0;
+    return n;
+  }
+  void* load(int device, const std::string& image) override {
+    RTC_CHECK(api().why.empty(), RTC_ERR_UNAVAILABLE, api().why);
+    RTC_CHECK(device >= 0 && device < device_count(), RTC_ERR_ARG,
+              "device " + std::to_string(device) + " is out of range; CUDA devices: " +
+                  std::to_string(device_count()));
+    ContextGuard g(device);
+    void* mod = nullptr;
+    check(api().module_load_data(&mod, image.data()), RTC_ERR_LOAD, "cuModuleLoadData");
+    return mod;
+  }
+  void* function(int device, void* module, const std::string& symbol) override {
+    ContextGuard g(device);
+    void* fn = nullptr;
+    check(api().module_get_function(&fn, module, symbol.c_str()), RTC_ERR_LOAD,
+          "cuModuleGetFunction(" + quote(symbol) + ")");
+    return fn;
+  }
+  void launch(int device, void* fn, const LaunchDims& d, void* stream, const void* params,
+              size_t size) override {
+    ContextGuard g(device);
+    // Above 48 KiB a kernel must opt in to its dynamic shared memory before the launch.
+    const int kMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if (d.shared_bytes > 48 * 1024)
+      check(api().func_set_attribute(fn, kMaxDynamicShared, int(d.shared_bytes)), RTC_ERR_LAUNCH,
+            "cuFuncSetAttribute(max dynamic shared = " + std::to_string(d.shared_bytes) + ")");
+    // One by-value struct parameter, handed over as a raw buffer (CU_LAUNCH_PARAM_BUFFER_*).
+    void* extra[] = {reinterpret_cast<void*>(1), const_cast<void*>(params), reinterpret_cast<void*>(2),
+                     &size, reinterpret_cast<void*>(0)};
+    check(api().launch(fn, d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2],
+                       d.shared_bytes, stream, nullptr, extra),
+          RTC_ERR_LAUNCH, "cuLaunchKernel");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Loader> make_cuda_loader() { return std::make_unique<CudaLoader>(); }
+
+}  // namespace rtc

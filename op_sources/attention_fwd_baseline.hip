@@ -1,0 +1,216 @@
+// Portable SIMT attention forward (no matrix instructions): the correctness fallback on every arch.
+//
+// One block of 128 threads owns 16 query rows of one (batch, head); grid = (ceil(Sq/16), H, B).
+// Thread t serves row r = t / 8 and, inside that row, lane c = t % 8:
+//   scores:  keys c, c+8, c+16, c+24 of each 32-row KV tile
+//   P·V:     head-dim chunks (8 values each) c, c+8, c+16, c+24 (those below head_dim/8)
+// K and V tiles are staged in shared memory; the O accumulator stays in registers.
+#include "platform.h"
+#include "attn_params.h"
+#include "bf16_round.h"
+
+#ifndef RTC_HEAD_DIM_MAX
+#error "RTC_HEAD_DIM_MAX (head-dim bucket: 64, 96, 128, 192 or 256) must be defined"
+#endif
+#if RTC_HEAD_DIM_MAX % 8 != 0 || RTC_HEAD_DIM_MAX < 8 || RTC_HEAD_DIM_MAX > 256
+#error "RTC_HEAD_DIM_MAX must be a multiple of 8 in [8, 256]"
+#endif
+#ifndef RTC_LAYOUT
+#define RTC_LAYOUT 0  // strides carry the layout, so the baseline reads both the same way
+#endif
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kRows = 16;                        // query rows per block
+constexpr int kTile = 32;                        // KV rows per shared-memory tile
+constexpr int kLanesPerRow = kThreads / kRows;   // 8
+constexpr int kKeysPerLane = kTile / kLanesPerRow;
+constexpr int kChunks = RTC_HEAD_DIM_MAX / 8;    // 16-byte chunks of 8 bf16 per row
+constexpr int kChunksPerLane = (kChunks + kLanesPerRow - 1) / kLanesPerRow;
+constexpr int kPad = kChunks + 1;                // one spare chunk per row staggers the banks
+constexpr float kLn2 = 0.693147180559945309f;
+constexpr float kNegMax = -3.402823466e38f;      // -FLT_MAX: the running max never becomes -Inf
+
+struct alignas(16) Chunk {  // 8 bf16, two per word, lower index in the low half
+  rtc_u32 w[4];
+};
+
+struct Smem {
+  rtc_smem<Chunk, kRows * kPad> q;
+  rtc_smem<Chunk, kTile * kPad> k;
+  rtc_smem<Chunk, kTile * kChunks> v;
+  rtc_smem<float, kRows * kTile> s;  // scores of the tile, already in the log2 domain
+};
+
+RTC_DEVICE float fast_exp2(float x) {
+#if defined(RTC_NVIDIA)
+  return exp2f(x);
+#else
+  return __builtin_exp2f(x);
+#endif
+}
+
+RTC_DEVICE float fast_log2(float x) {
+#if defined(RTC_NVIDIA)
+  return log2f(x);
+#else
+  return __builtin_log2f(x);
+#endif
+}
+
+// A row of 8 consecutive bf16 at `src`; one 16-byte load when the caller proved alignment.
+RTC_DEVICE Chunk load_chunk(const rtc_bf16_t* src, bool aligned) {
+  Chunk c;
+  if (aligned) {
+    // Field by field: returning *src or c would merge two pointers and force c into scratch.
+    const Chunk g = rtc_gld(reinterpret_cast<const Chunk*>(src));
+    for (int i = 0; i < 4; ++i) c.w[i] = g.w[i];
+  } else {
+    for (int i = 0; i < 4; ++i)
+      c.w[i] = (rtc_u32)rtc_gld(src + 2 * i) | ((rtc_u32)rtc_gld(src + 2 * i + 1) << 16);
+  }
+  return c;
+}
+
+RTC_DEVICE void store_chunk(rtc_bf16_t* dst, const Chunk& c, bool aligned) {
+  if (aligned) {
+    rtc_gst(reinterpret_cast<Chunk*>(dst), c);
+    return;
+  }
+  for (int i = 0; i < 4; ++i) {
+    rtc_gst(dst + 2 * i, (rtc_bf16_t)(c.w[i] & 0xFFFFu));
+    rtc_gst(dst + 2 * i + 1, (rtc_bf16_t)(c.w[i] >> 16));
+  }
+}
+
+// Whether every row start base + i*row_stride is 16-byte aligned (views may start anywhere).
+RTC_DEVICE bool rows_aligned(const rtc_bf16_t* base, rtc_i64 row_stride) {
+  return (((rtc_u64)base | (rtc_u64)(row_stride * 2)) & 15u) == 0;
+}
+
+// Copies `rows` valid rows of `nch` chunks into a shared tile with row pitch `pitch`; the rest
+// of the tile's rows become zeros so no later read sees stale data.
+template <int N>
+RTC_DEVICE void stage_rows(rtc_smem<Chunk, N>& dst, int pitch, int tile_rows, const rtc_bf16_t* src,
+                           rtc_i64 row_stride, int rows, int nch, bool aligned) {
+  const int total = tile_rows * nch;
+  for (int i = threadIdx.x; i < total; i += kThreads) {
+    const int row = i / nch, ch = i - row * nch;
+    Chunk c = {{0u, 0u, 0u, 0u}};
+    if (row < rows) c = load_chunk(src + (rtc_i64)row * row_stride + ch * 8, aligned);
+    dst.st(row * pitch + ch, c);
+  }
+}
+
+// fp32 dot products of one query row with this lane's keys, bf16 operands.
+RTC_DEVICE void tile_scores(const Smem& sm, int r, int c, int nch, float (&acc)[kKeysPerLane]) {
+  for (int t = 0; t < kKeysPerLane; ++t) acc[t] = 0.0f;
+  for (int ch = 0; ch < nch; ++ch) {
+    const Chunk qc = sm.q.ld(r * kPad + ch);
+    for (int t = 0; t < kKeysPerLane; ++t) {
+      const Chunk kc = sm.k.ld((c + kLanesPerRow * t) * kPad + ch);
+      float a = acc[t];
+      for (int w = 0; w < 4; ++w) {
+        a += rtc_bf16_lo_f32(qc.w[w]) * rtc_bf16_lo_f32(kc.w[w]);
+        a += rtc_bf16_hi_f32(qc.w[w]) * rtc_bf16_hi_f32(kc.w[w]);
+      }
+      acc[t] = a;
+    }
+  }
+}
+
+struct RowState {
+  float m;  // running max of the log2-domain scores
+  float l;  // running sum of the unrounded fp32 p
+  float o[kChunksPerLane][8];
+};
+
+// The online-softmax step for one tile: new max, rescale, p = exp2(s - m), O += bf16(p)·V.
+// A NaN score leaves m alone (comparisons are false) and makes p, hence l and O, NaN.
+RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid, RowState& st) {
+  float mx = st.m;
+  for (int j = 0; j < valid; ++j) {
+    const float s = sm.s.ld(r * kTile + j);
+    mx = s > mx ? s : mx;
+  }
+  const float alpha = fast_exp2(st.m - mx);
+  st.m = mx;
+  st.l *= alpha;
+  for (int u = 0; u < kChunksPerLane; ++u)
+    for (int e = 0; e < 8; ++e) st.o[u][e] *= alpha;
+  for (int j = 0; j < valid; ++j) {
+    const float p = fast_exp2(sm.s.ld(r * kTile + j) - mx);
+    st.l += p;
+    const float pb = rtc_bf16_to_f32(rtc_f32_to_bf16(p));
+    for (int u = 0; u < kChunksPerLane; ++u) {
+      const int ch = c + kLanesPerRow * u;
+      if (ch >= nch) break;
+      const Chunk vc = sm.v.ld(j * kChunks + ch);
+      for (int w = 0; w < 4; ++w) {
+        st.o[u][2 * w] += pb * rtc_bf16_lo_f32(vc.w[w]);
+        st.o[u][2 * w + 1] += pb * rtc_bf16_hi_f32(vc.w[w]);
+      }
+    }
+  }
+}
+
+// O / l rounded with the mode (l == 0: the row saw only -Inf scores, output 0), and the LSE.
+RTC_DEVICE void write_row(const RowState& st, rtc_bf16_t* orow, float* lse,
+                          int c, int nch, bool aligned) {
+  const bool empty = st.l == 0.0f;
+  for (int u = 0; u < kChunksPerLane; ++u) {
+    const int ch = c + kLanesPerRow * u;
+    if (ch >= nch) break;
+    Chunk out;
+    for (int w = 0; w < 4; ++w) {
+      const float a = empty ? 0.0f : st.o[u][2 * w] / st.l;
+      const float b = empty ? 0.0f : st.o[u][2 * w + 1] / st.l;
+      out.w[w] = (rtc_u32)rtc_f32_to_bf16(a) | ((rtc_u32)rtc_f32_to_bf16(b) << 16);
+    }
+    store_chunk(orow + ch * 8, out, aligned);
+  }
+  if (lse != nullptr && c == 0)
+    rtc_gst(lse, empty ? rtc_bits_f32(0xFF800000u) : (st.m + fast_log2(st.l)) * kLn2);
+}
+
+}  // namespace
+
+RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
+  RTC_SHARED(Smem, sm);
+  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows;
+  const int r = threadIdx.x / kLanesPerRow, c = threadIdx.x % kLanesPerRow;
+  const int nch = p.head_dim / 8;
+  const rtc_bf16_t* qb = p.q + (rtc_i64)b * p.q_sb + (rtc_i64)h * p.q_sh + (rtc_i64)q0 * p.q_ss;
+  const rtc_bf16_t* kb = p.k + (rtc_i64)b * p.k_sb + (rtc_i64)h * p.k_sh;
+  const rtc_bf16_t* vb = p.v + (rtc_i64)b * p.v_sb + (rtc_i64)h * p.v_sh;
+  const int q_rows = p.seq_q - q0 < kRows ? p.seq_q - q0 : kRows;
+  const bool k_al = rows_aligned(kb, p.k_ss), v_al = rows_aligned(vb, p.v_ss);
+
+  stage_rows(sm.q, kPad, kRows, qb, p.q_ss, q_rows, nch, rows_aligned(qb, p.q_ss));
+  RowState st;
+  st.m = kNegMax;
+  st.l = 0.0f;
+  for (int u = 0; u < kChunksPerLane; ++u)
+    for (int e = 0; e < 8; ++e) st.o[u][e] = 0.0f;
+
+  for (int kv0 = 0; kv0 < p.seq_k; kv0 += kTile) {
+    const int valid = p.seq_k - kv0 < kTile ? p.seq_k - kv0 : kTile;
+    __syncthreads();  // the previous tile's K, V and scores are no longer read
+    stage_rows(sm.k, kPad, kTile, kb + (rtc_i64)kv0 * p.k_ss, p.k_ss, valid, nch, k_al);
+    stage_rows(sm.v, kChunks, kTile, vb + (rtc_i64)kv0 * p.v_ss, p.v_ss, valid, nch, v_al);
+    __syncthreads();
+    float acc[kKeysPerLane];
+    tile_scores(sm, r, c, nch, acc);
+    for (int t = 0; t < kKeysPerLane; ++t)
+      if (c + kLanesPerRow * t < valid) sm.s.st(r * kTile + c + kLanesPerRow * t, acc[t] * p.scale_log2);
+    __syncthreads();
+    tile_softmax_pv(sm, r, c, nch, valid, st);
+  }
+
+  if (r >= q_rows) return;
+  rtc_bf16_t* orow = p.o + (rtc_i64)b * p.o_sb + (rtc_i64)h * p.o_sh + (rtc_i64)(q0 + r) * p.o_ss;
+  float* lse = p.lse ? p.lse + ((rtc_i64)b * p.heads + h) * p.seq_q + q0 + r : nullptr;
+  write_row(st, orow, lse, c, nch, rows_aligned(orow, 0));
+}
+RTC_EXPORT_KERNEL(attention_fwd_baseline, AttnParams)

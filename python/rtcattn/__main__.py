@@ -1,0 +1,6 @@
+"""Entry point of `python -m rtcattn`."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

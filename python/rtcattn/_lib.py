@@ -1,0 +1,251 @@
+"""ctypes binding of the C ABI of the JIT runtime (jit/rtcattn_c.h): library loading, status codes -> exceptions."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import site
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+LIB_NAME = "librtcattn_jit.so"
+LIB_PATH = Path(__file__).resolve().parent / LIB_NAME
+
+
+class CompileError(RuntimeError):
+    """The kernel text did not compile; the message names the key, arch, compiler log and saved source."""
+
+
+class NoCompileError(RuntimeError):
+    """RTCATTN_NO_COMPILE=1 and the code object is in no cache."""
+
+
+class UnavailableError(RuntimeError):
+    """No compiler, driver or backend for the request on this machine."""
+
+
+RTC_OK, RTC_ERR_ARG, RTC_ERR_COMPILE, RTC_ERR_LOAD, RTC_ERR_LAUNCH = 0, 1, 2, 3, 4
+RTC_ERR_NO_COMPILE, RTC_ERR_UNAVAILABLE, RTC_ERR_INTERNAL = 5, 6, 7
+_EXCEPTIONS = {RTC_ERR_ARG: ValueError, RTC_ERR_COMPILE: CompileError,
+               RTC_ERR_NO_COMPILE: NoCompileError, RTC_ERR_UNAVAILABLE: UnavailableError}
+ORIGINS = ("compile", "memory", "user_cache", "system_cache")
+
+
+class Source(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("text", ctypes.c_char_p)]
+
+
+class BuildRequest(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_char_p), ("variant", ctypes.c_char_p), ("arch", ctypes.c_char_p),
+                ("compiler", ctypes.c_char_p), ("kernel_symbol", ctypes.c_char_p), ("main", Source),
+                ("headers", ctypes.POINTER(Source)), ("n_headers", ctypes.c_int),
+                ("options", ctypes.POINTER(ctypes.c_char_p)), ("n_options", ctypes.c_int),
+                ("package_version", ctypes.c_char_p)]
+
+
+class BuildResultC(ctypes.Structure):
+    _fields_ = [("program", ctypes.c_uint64), ("path", ctypes.c_char * 1024),
+                ("compiler_id", ctypes.c_char * 64), ("cache_name", ctypes.c_char * 256),
+                ("compile_ms", ctypes.c_double), ("total_ms", ctypes.c_double),
+                ("origin", ctypes.c_int), ("size", ctypes.c_uint64)]
+
+
+class LaunchConfig(ctypes.Structure):
+    _fields_ = [("vendor", ctypes.c_char_p), ("device", ctypes.c_int), ("stream", ctypes.c_void_p),
+                ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint)]
+
+
+class AttentionArgs(ctypes.Structure):
+    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
+                ("workspace_bytes", ctypes.c_int64), ("q_strides", ctypes.c_int64 * 3),
+                ("k_strides", ctypes.c_int64 * 3), ("v_strides", ctypes.c_int64 * 3),
+                ("o_strides", ctypes.c_int64 * 3), ("batch", ctypes.c_int), ("heads", ctypes.c_int),
+                ("seq_q", ctypes.c_int), ("seq_k", ctypes.c_int), ("head_dim", ctypes.c_int),
+                ("softmax_scale", ctypes.c_float), ("tail_split", ctypes.c_int), ("num_cus", ctypes.c_int)]
+
+
+def _load() -> ctypes.CDLL:
+    if not LIB_PATH.is_file():
+        raise ImportError(f"rtcattn runtime library not found at {LIB_PATH}; build it with "
+                          "`pip install -e .` or `python setup.py build_ext --inplace` in the source tree")
+    try:
+        return ctypes.CDLL(str(LIB_PATH))
+    except OSError as e:
+        raise ImportError(f"cannot load the rtcattn runtime library {LIB_PATH}: {e}; rebuild it with "
+                          "`python setup.py build_ext --inplace`") from e
+
+
+_lib = _load()
+_P, _I, _SZ = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+_SIGNATURES = {
+    "rtc_last_error": ([], ctypes.c_char_p),
+    "rtc_version": ([], ctypes.c_char_p),
+    "rtc_knob_get": ([ctypes.c_char_p, ctypes.c_char_p, _SZ], _I),
+    "rtc_set_package_cache_dir": ([ctypes.c_char_p], _I),
+    "rtc_add_library_dir": ([ctypes.c_char_p], _I),
+    "rtc_sha256_hex": ([_P, _SZ, ctypes.c_char_p], _I),
+    "rtc_build": ([ctypes.POINTER(BuildRequest), ctypes.c_char_p, ctypes.POINTER(BuildResultC)], _I),
+    "rtc_program_bytes": ([ctypes.c_uint64, ctypes.POINTER(_P), ctypes.POINTER(_SZ)], _I),
+    "rtc_program_log": ([ctypes.c_uint64, ctypes.POINTER(_P), ctypes.POINTER(_SZ)], _I),
+    "rtc_info_json": ([ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
+    "rtc_cache_clear": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
+    "rtc_device_count": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
+    "rtc_launch": ([ctypes.c_uint64, ctypes.POINTER(LaunchConfig), _P, _SZ], _I),
+    "rtc_attention_workspace_bytes": ([ctypes.c_char_p, ctypes.POINTER(AttentionArgs),
+                                       ctypes.POINTER(ctypes.c_int64)], _I),
+    "rtc_attention_fwd": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(AttentionArgs),
+                           ctypes.c_char_p, _I, _P], _I),
+}
+for _name, (_args, _res) in _SIGNATURES.items():
+    _fn = getattr(_lib, _name)
+    _fn.argtypes, _fn.restype = _args, _res
+
+
+def _check(status: int) -> None:
+    if status != RTC_OK:
+        message = (_lib.rtc_last_error() or b"").decode(errors="replace")
+        raise _EXCEPTIONS.get(status, RuntimeError)(message)
+
+
+def _b(s: Optional[str]) -> Optional[bytes]:
+    return None if s is None else os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode()
+
+
+def version() -> str:
+    return _lib.rtc_version().decode()
+
+
+def knob(name: str) -> str:
+    """The checked value of an RTCATTN_* variable ("" when unset); ValueError names a bad value."""
+    buf = ctypes.create_string_buffer(4096)
+    _check(_lib.rtc_knob_get(_b(name), buf, len(buf)))
+    return buf.value.decode()
+
+
+def set_package_cache_dir(path: str) -> None:
+    _check(_lib.rtc_set_package_cache_dir(_b(str(path))))
+
+
+def add_library_dir(path: str) -> None:
+    _check(_lib.rtc_add_library_dir(_b(str(path))))
+
+
+def sha256_hex(data: bytes) -> str:
+    out = ctypes.create_string_buffer(65)
+    _check(_lib.rtc_sha256_hex(data, len(data), out))
+    return out.value.decode()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    program: int
+    path: str
+    compiler_id: str
+    cache_name: str
+    compile_ms: float
+    total_ms: float
+    origin: str          # compile | memory | user_cache | system_cache
+    size: int
+
+    def code(self) -> bytes:
+        return program_bytes(self.program)
+
+    def log(self) -> str:
+        return program_log(self.program)
+
+
+def build(op: str, variant: str, arch: str, kernel_symbol: str, main: tuple[str, str],
+          headers: Sequence[tuple[str, str]] = (), options: Sequence[str] = (), *,
+          compiler: str = "auto", package_version: str = "", cache_dir: Optional[str] = None) -> BuildResult:
+    """Key -> memory -> user cache -> system caches -> compile. main/headers are (include name, text)."""
+    hdrs = (Source * max(1, len(headers)))(*[Source(_b(n), _b(t)) for n, t in headers])
+    opts = (ctypes.c_char_p * max(1, len(options)))(*[_b(o) for o in options])
+    req = BuildRequest(_b(op), _b(variant), _b(arch), _b(compiler), _b(kernel_symbol),
+                       Source(_b(main[0]), _b(main[1])), hdrs, len(headers), opts, len(options),
+                       _b(package_version))
+    res = BuildResultC()
+    _check(_lib.rtc_build(ctypes.byref(req), _b(None if cache_dir is None else str(cache_dir)), ctypes.byref(res)))
+    return BuildResult(res.program, res.path.decode(), res.compiler_id.decode(), res.cache_name.decode(),
+                       res.compile_ms, res.total_ms, ORIGINS[res.origin], res.size)
+
+
+def program_bytes(program: int) -> bytes:
+    data, size = ctypes.c_void_p(), ctypes.c_size_t()
+    _check(_lib.rtc_program_bytes(program, ctypes.byref(data), ctypes.byref(size)))
+    return ctypes.string_at(data, size.value)
+
+
+def program_log(program: int) -> str:
+    """The compiler log (NVRTC: ptxas -v registers/spills); "" when a cached entry has no .log beside it."""
+    text, size = ctypes.c_void_p(), ctypes.c_size_t()
+    _check(_lib.rtc_program_log(program, ctypes.byref(text), ctypes.byref(size)))
+    return ctypes.string_at(text, size.value).decode(errors="replace") if size.value else ""
+
+
+def info() -> dict:
+    n = ctypes.c_size_t()
+    _check(_lib.rtc_info_json(None, 0, ctypes.byref(n)))
+    buf = ctypes.create_string_buffer(n.value + 4096)  # room for a dir that grew meanwhile
+    _check(_lib.rtc_info_json(buf, len(buf), ctypes.byref(n)))
+    return json.loads(buf.value.decode())
+
+
+def clear_cache(cache_dir: Optional[str] = None) -> int:
+    removed = ctypes.c_int()
+    _check(_lib.rtc_cache_clear(_b(None if cache_dir is None else str(cache_dir)), ctypes.byref(removed)))
+    return removed.value
+
+
+def device_count(vendor: str) -> int:
+    n = ctypes.c_int()
+    _check(_lib.rtc_device_count(_b(vendor), ctypes.byref(n)))
+    return n.value
+
+
+def launch(program: int, vendor: str, device: int, grid: Sequence[int], block: Sequence[int],
+           params: bytes, *, stream: int = 0, shared_bytes: int = 0) -> None:
+    cfg = LaunchConfig(_b(vendor), device, stream or None, (ctypes.c_uint * 3)(*grid),
+                       (ctypes.c_uint * 3)(*block), shared_bytes)
+    _check(_lib.rtc_launch(program, ctypes.byref(cfg), params, len(params)))
+
+
+def attention_args(q: int, k: int, v: int, o: int, *, strides: Sequence[Sequence[int]], batch: int,
+                   heads: int, seq_q: int, seq_k: int, head_dim: int, softmax_scale: float,
+                   lse: int = 0, workspace: int = 0, workspace_bytes: int = 0, tail_split: int = -1,
+                   num_cus: int = 0) -> AttentionArgs:
+    """strides: four (batch, seq, head) element-stride triples for q, k, v, o."""
+    s = [(ctypes.c_int64 * 3)(*t) for t in strides]
+    return AttentionArgs(q, k, v, o, lse or None, workspace or None, workspace_bytes, s[0], s[1], s[2], s[3],
+                         batch, heads, seq_q, seq_k, head_dim, softmax_scale, tail_split, num_cus)
+
+
+def attention_workspace_bytes(kernel_kind: str, args: AttentionArgs) -> int:
+    n = ctypes.c_int64()
+    _check(_lib.rtc_attention_workspace_bytes(_b(kernel_kind), ctypes.byref(args), ctypes.byref(n)))
+    return n.value
+
+
+def attention_fwd(program: int, kernel_kind: str, args: AttentionArgs, vendor: str, device: int,
+                  stream: int = 0) -> None:
+    _check(_lib.rtc_attention_fwd(program, _b(kernel_kind), ctypes.byref(args), _b(vendor), device,
+                                  stream or None))
+
+
+def _register_wheel_library_dirs() -> None:
+    """pip's CUDA wheels (nvidia-cuda-nvrtc, ...) live in site-packages/nvidia/*/lib: let the runtime look there."""
+    dirs = list(sys.path)
+    try:
+        dirs += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:  # some virtualenvs lack site.getsitepackages
+        pass
+    seen = set()
+    for d in dirs:
+        if d and d not in seen and os.path.isdir(os.path.join(d, "nvidia")):
+            seen.add(d)
+            add_library_dir(d)
+
+
+_register_wheel_library_dirs()

@@ -1,0 +1,189 @@
+"""`python -m rtcattn`: warm (fill the code-object cache without a GPU), info, clear, bench."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+
+
+def _csv(text: str) -> list:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list:
+    try:
+        return [int(x) for x in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers")
+
+
+def _origin(result) -> str:
+    return result.origin  # compile | memory | user_cache | system_cache
+
+
+def _check_subset(name: str, chosen, accepted) -> None:
+    bad = [c for c in chosen if c not in accepted]
+    if bad:
+        raise SystemExit(f"rtcattn: {name}={','.join(map(str, bad))} is not supported; "
+                         f"accepted: {', '.join(map(str, accepted))}")
+
+
+def _warm_variants(args):
+    from . import dispatch, manifest
+    m = manifest.load()
+    spec = m.op(dispatch.OP)
+    archs = _csv(args.arch)
+    _check_subset("--arch", archs, m.archs(dispatch.OP))
+    filters = dict(kernels=_csv(args.kernels) if args.kernels else None,
+                   layouts=_csv(args.layouts) if args.layouts else None,
+                   round_modes=_csv(args.modes) if args.modes else None,
+                   buckets=args.head_dims)
+    _check_subset("--kernels", filters["kernels"] or [], [k.name for k in spec.kernels])
+    _check_subset("--layouts", filters["layouts"] or [], spec.axis_values("layout"))
+    _check_subset("--modes", filters["round_modes"] or [], spec.axis_values("round_mode"))
+    _check_subset("--head-dims", filters["buckets"] or [], sorted({b for k in spec.kernels for b in k.buckets}))
+    return list(m.variants(dispatch.OP, archs=archs, **filters))
+
+
+def _print_table(rows: list, headers: tuple) -> None:
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(line.format(*headers))
+    print(line.format(*("-" * w for w in widths)))
+    for r in rows:
+        print(line.format(*r))
+
+
+def cmd_warm(args) -> int:
+    from . import dispatch, manifest
+    variants = _warm_variants(args)
+    if not variants:
+        raise SystemExit("rtcattn: no variant matches the given --arch/--kernels/--layouts/--modes/--head-dims")
+    cache_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None
+    dispatch.lib()
+    print(f"rtcattn warm: {len(variants)} variants, {args.jobs} jobs, cache "
+          f"{cache_dir or 'user dir (RTCATTN_CACHE_DIR or default)'}", flush=True)
+    rows, failures, t0 = [], [], time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # ctypes drops the GIL in rtc_build
+        futures = {pool.submit(dispatch.build, v, cache_dir): v for v in variants}
+        for i, fut in enumerate(as_completed(futures), 1):
+            v = futures[fut]
+            name = f"{v.arch} {manifest.variant_name(v)}"
+            try:
+                r = fut.result()
+            except Exception as e:  # report every failure, keep warming the rest
+                failures.append((name, e))
+                print(f"[{i}/{len(variants)}] {name}: FAILED ({type(e).__name__})", flush=True)
+                continue
+            rows.append((v.arch, manifest.variant_name(v), r.size, f"{r.compile_ms:.0f}", _origin(r), r.path))
+            print(f"[{i}/{len(variants)}] {name}: {_origin(r)} {r.compile_ms:.0f} ms", flush=True)
+    rows.sort()
+    if rows:
+        _print_table(rows, ("arch", "variant", "size", "compile ms", "origin", "path"))
+    compiled = sum(1 for r in rows if r[4] == "compile")
+    print(f"{len(rows)} ready ({compiled} compiled), {len(failures)} failed, "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    for name, e in failures:
+        print(f"--- {name} ---\n{e}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _gpu_lines() -> list:
+    import torch
+    from . import dispatch
+    if not torch.cuda.is_available():
+        return ["torch GPU: none (torch " + torch.__version__ + ")"]
+    lines = []
+    for i in range(torch.cuda.device_count()):
+        dev = torch.device("cuda", i)
+        lines.append(f"torch GPU {i}: {torch.cuda.get_device_name(i)} arch {dispatch.arch_of(dev)} "
+                     f"vendor {dispatch.vendor_of(dev)}")
+    return lines
+
+
+def _print_json_tree(value, indent: int = 0) -> None:
+    pad = "  " * indent
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                print(f"{pad}{key}:")
+                _print_json_tree(item, indent + 1)
+            else:
+                shown = (item or "-") if isinstance(item, str) else json.dumps(item)
+                print(f"{pad}{key}: {shown}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict):
+                print(f"{pad}- " + ", ".join(f"{k}={v}" for k, v in item.items()))
+            else:
+                print(f"{pad}- {item}")
+    else:
+        print(f"{pad}{value}")
+
+
+def cmd_info(args) -> int:
+    from . import __version__, dispatch, paths
+    info = dispatch.lib().info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"rtcattn {__version__}")
+    print(f"kernel data: {paths.data_root()}")
+    print(f"package cache: {paths.package_cache_dir()}")
+    print(f"emulator target (RTCATTN_EMULATE): {dispatch.knob('RTCATTN_EMULATE') or 'unset'}")
+    for line in _gpu_lines():
+        print(line)
+    _print_json_tree(info)
+    return 0
+
+
+def cmd_clear(args) -> int:
+    from . import dispatch
+    cache_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None
+    removed = dispatch.lib().clear_cache(cache_dir)
+    print(f"removed {removed} cache entries from {cache_dir or 'the user cache dir'}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+    return bench.main(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m rtcattn", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("warm", help="compile every variant for the given archs (no GPU needed)")
+    w.add_argument("--arch", required=True, help="comma-separated, e.g. gfx942,gfx90a,sm_90a")
+    w.add_argument("--cache-dir", help="write here instead of the user cache (e.g. the package's _cache)")
+    w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
+    w.add_argument("--kernels", help="only these kernels (comma-separated)")
+    w.add_argument("--layouts", help="only these layouts, e.g. bshd")
+    w.add_argument("--modes", help="only these round modes, e.g. rtne,rtz")
+    w.add_argument("--head-dims", type=_ints, help="only these head-dim buckets, e.g. 64,128")
+    w.set_defaults(func=cmd_warm)
+    i = sub.add_parser("info", help="GPUs, archs, compilers (with versions), cache dirs and entries")
+    i.add_argument("--json", action="store_true", help="print the runtime's JSON as is")
+    i.set_defaults(func=cmd_info)
+    c = sub.add_parser("clear", help="remove the entries of the user cache dir (or --cache-dir)")
+    c.add_argument("--cache-dir")
+    c.set_defaults(func=cmd_clear)
+    from . import bench
+    bench.add_arguments(sub.add_parser("bench", help="GPU: rtcattn vs torch SDPA flash and cuDNN"))
+    sub.choices["bench"].set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "jobs", 1) is not None and getattr(args, "jobs", 1) < 1:
+        raise SystemExit(f"rtcattn: --jobs={args.jobs} is not supported; accepted: an integer >= 1")
+    try:
+        return args.func(args)
+    except (ImportError, OSError, ValueError, RuntimeError) as e:
+        print(f"rtcattn {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,140 @@
+"""Host references of numerics.md: bf16 rounding bit for bit, the fp64 output, the "R" algorithm, error metrics."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+MODES = {"rtne": 0, "rtna": 1, "rtz": 2}
+LAYOUTS = ("bshd", "bhsd")
+BF16_NAN = 0x7FFF
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"round_mode={mode!r} is not one of {sorted(MODES)}")
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {list(LAYOUTS)}")
+
+
+def _round_int_bits(x, mode: str):
+    """The integer formulas of numerics.md on non-negative 64-bit views of fp32 bits (numpy or torch)."""
+    if mode == "rtne":
+        return (x + 0x7FFF + ((x >> 16) & 1)) >> 16
+    if mode == "rtna":
+        return (x + 0x8000) >> 16
+    return x >> 16
+
+
+def f32_to_bf16_bits_np(x: np.ndarray, mode: str) -> np.ndarray:
+    """fp32 array -> uint16 bf16 bit patterns; NaN is tested on the bits first, every NaN -> 0x7FFF."""
+    _check_mode(mode)
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    out = _round_int_bits(bits, mode).astype(np.uint16)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, np.uint16(BF16_NAN), out)
+
+
+def bf16_bits_to_f32_np(b: np.ndarray) -> np.ndarray:
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to_bf16(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """fp32 tensor -> bf16 tensor rounded with `mode` (same formulas, on int64 views, any device)."""
+    _check_mode(mode)
+    bits = x.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    out = _round_int_bits(bits, mode)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    out = torch.where(nan, torch.full_like(out, BF16_NAN), out)
+    return ((out ^ 0x8000) - 0x8000).to(torch.int16).view(torch.bfloat16)
+
+
+def bf16_bits(t: torch.Tensor) -> torch.Tensor:
+    """bf16 tensor -> int32 tensor of its 16-bit patterns (0..65535)."""
+    return t.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
+
+
+def to_bhsd(t: torch.Tensor, layout: str) -> torch.Tensor:
+    _check_layout(layout)
+    return t.transpose(1, 2) if layout == "bshd" else t
+
+
+def from_bhsd(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return to_bhsd(t, layout)
+
+
+def default_scale(head_dim: int, softmax_scale: float | None) -> float:
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+
+
+def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None):
+    """O64 (float64, in `layout`) and lse64 ([B, H, Sq] float64) with the special-value table applied."""
+    qd, kd, vd = (to_bhsd(t, layout).to(torch.float64) for t in (q, k, v))
+    scale = default_scale(q.shape[-1], softmax_scale)
+    s = torch.matmul(qd, kd.transpose(-1, -2)) * scale
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - m)
+    l = p.sum(dim=-1, keepdim=True)
+    o = torch.matmul(p, vd) / l
+    lse = (m + torch.log(l)).squeeze(-1)
+    nan = float("nan")
+    # The table, applied explicitly so it holds whatever the BLAS does with 0 * NaN.
+    row_nan = torch.isnan(qd).any(-1) | torch.isposinf(s).any(-1)            # [B,H,Sq]
+    head_nan = torch.isnan(kd).flatten(-2).any(-1)                           # [B,H]
+    col_nan = torch.isnan(vd).any(-2)                                        # [B,H,D]
+    row_nan = row_nan | head_nan[..., None]
+    o = o.masked_fill(row_nan[..., None], nan).masked_fill(col_nan[..., None, :], nan)
+    lse = lse.masked_fill(row_nan, nan)
+    empty = (s == -math.inf).all(-1)                                          # all scores -Inf
+    o = o.masked_fill(empty[..., None], 0.0)
+    lse = lse.masked_fill(empty, -math.inf)
+    return from_bhsd(o, layout), lse
+
+
+def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | None = None):
+    """The "R" reference: the kernels' algorithm in the same precision, plainly in torch (bf16 out)."""
+    qf, kf, vf = (to_bhsd(t, layout).to(torch.float32) for t in (q, k, v))
+    scale = default_scale(q.shape[-1], softmax_scale)
+    s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
+    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    pb = round_to_bf16(p, round_mode).to(torch.float32)
+    o = torch.matmul(pb, vf) / p.sum(dim=-1, keepdim=True)
+    return from_bhsd(round_to_bf16(o, round_mode), layout)
+
+
+def errors(x: torch.Tensor, o64: torch.Tensor) -> tuple[float, float]:
+    """(max |x - O64|, ||x - O64|| / ||O64||) over the elements where O64 is finite."""
+    ref = o64.to(torch.float64)
+    fin = torch.isfinite(ref)
+    d = (x.to(torch.float64) - ref)[fin]
+    if d.numel() == 0:
+        return 0.0, 0.0
+    norm = torch.linalg.vector_norm(ref[fin]).item()
+    return d.abs().max().item(), torch.linalg.vector_norm(d).item() / max(norm, 1e-300)
+
+
+def _ordered(bits: torch.Tensor) -> torch.Tensor:
+    """bf16 bit patterns mapped to integers whose difference counts ULPs across zero."""
+    return torch.where(bits >= 0x8000, 0x8000 - bits, bits)
+
+
+def share_within_ulp(x: torch.Tensor, y: torch.Tensor, ulps: int = 1) -> float:
+    """Share of elements of two bf16 tensors at most `ulps` bf16 ULPs apart (finite pairs only)."""
+    fin = torch.isfinite(x.float()) & torch.isfinite(y.float())
+    d = (_ordered(bf16_bits(x)) - _ordered(bf16_bits(y))).abs()[fin]
+    return 1.0 if d.numel() == 0 else (d <= ulps).double().mean().item()
+
+
+def lse_close(lse: torch.Tensor, lse64: torch.Tensor) -> torch.Tensor:
+    """Elementwise |lse - lse64| <= 1e-4 max(1, |lse64|); NaN and -Inf must match exactly."""
+    ref = lse64.to(torch.float64)
+    got = lse.to(torch.float64)
+    fin = torch.isfinite(ref)
+    tol = 1e-4 * torch.clamp(ref.abs(), min=1.0)
+    ok_fin = (got - ref).abs() <= tol
+    ok_special = (torch.isnan(ref) & torch.isnan(got)) | (ref == got)
+    return torch.where(fin, ok_fin & torch.isfinite(got), ok_special)

@@ -1,0 +1,137 @@
+"""Argument checks run before anything launches: each error names the argument, the value and what is accepted."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+LAYOUTS = ("bshd", "bhsd")
+ROUND_MODES = ("rtne", "rtna", "rtz")
+HOW_V3_BF16_CVT = {0: "rtne", 1: "rtna", 2: "rtz"}   # AITER's encoding of the rounding mode
+
+
+@dataclass(frozen=True)
+class Problem:
+    batch: int
+    heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    scale: float
+
+
+def _shape_of(t: torch.Tensor, layout: str):
+    """(B, S, H, D) whatever the layout."""
+    b, x, y, d = t.shape
+    return (b, x, y, d) if layout == "bshd" else (b, y, x, d)
+
+
+def check_choice(name: str, value, accepted) -> None:
+    if not isinstance(value, str) or value not in accepted:
+        raise ValueError(f"{name}={value!r} is not supported; accepted: {', '.join(map(repr, accepted))}")
+
+
+def check_tensor(name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name}.dtype={t.dtype} is not supported; accepted: torch.bfloat16")
+    if t.dim() != 4:
+        raise ValueError(f"{name}.ndim={t.dim()} (shape {tuple(t.shape)}) is not supported; "
+                         "accepted: 4 dims, [B, S, H, D] for layout 'bshd' or [B, H, S, D] for 'bhsd'")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}.stride(-1)={t.stride(-1)} (strides {tuple(t.stride())}): the head dim "
+                         "must be contiguous; accepted: stride 1 in the last dim (e.g. call .contiguous())")
+
+
+def head_dim_rule():
+    """(supports(d), description) from the manifest's kernels: a head dim is supported when any kernel takes it."""
+    global _head_dim_rule
+    if _head_dim_rule is None:  # read once per process: every call checks the head dim
+        from . import manifest
+        kernels = manifest.load().op("attention_fwd").kernels
+        text = "; ".join(f"{k.head_dim_min}..{k.head_dim_max} in steps of {k.head_dim_step}" for k in kernels
+                         if k.kind == "baseline") or "see configs/ops.json"
+        _head_dim_rule = (lambda d: any(k.supports_head_dim(d) for k in kernels)), text
+    return _head_dim_rule
+
+
+_head_dim_rule = None
+
+
+def check_scale(softmax_scale, head_dim: int) -> float:
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+        raise TypeError(f"softmax_scale={softmax_scale!r} ({type(softmax_scale).__name__}) is not supported; "
+                        "accepted: None (1/sqrt(D)) or a finite float > 0")
+    if not math.isfinite(softmax_scale) or softmax_scale <= 0:
+        raise ValueError(f"softmax_scale={softmax_scale!r} is not supported; "
+                         "accepted: None (1/sqrt(D)) or a finite float > 0")
+    return float(softmax_scale)
+
+
+def _check_same(what: str, names, values) -> None:
+    # Pairwise ==, not set(): under dynamic-shape tracing the sizes are unhashable SymInts.
+    if not all(x == values[0] for x in values[1:]):
+        shown = ", ".join(f"{n}={v}" for n, v in zip(names, values))
+        raise ValueError(f"mismatched {what}: {shown}; accepted: equal values")
+
+
+def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
+                 out: Optional[torch.Tensor] = None) -> Problem:
+    """Every check that needs no device: types, shapes, strides, devices, out. Returns the problem sizes."""
+    check_choice("layout", layout, LAYOUTS)
+    check_choice("round_mode", round_mode, ROUND_MODES)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t)
+    devices = (q.device, k.device, v.device)
+    _check_same("devices", ("q.device", "k.device", "v.device"), devices)
+    (bq, sq, hq, dq), (bk, sk, hk, dk), (bv, sv, hv, dv) = (_shape_of(t, layout) for t in (q, k, v))
+    _check_same(f"batch size (layout {layout!r})", ("q", "k", "v"), (bq, bk, bv))
+    _check_same(f"number of heads (layout {layout!r})", ("q", "k", "v"), (hq, hk, hv))
+    _check_same("head dim", ("q", "k", "v"), (dq, dk, dv))
+    _check_same(f"key/value sequence length (layout {layout!r})", ("k", "v"), (sk, sv))
+    if sk == 0:
+        raise ValueError(f"k sequence length Sk=0 (k.shape={tuple(k.shape)}, layout {layout!r}) is not "
+                         "supported; accepted: Sk >= 1")
+    supports, rule = head_dim_rule()
+    if not supports(dq):
+        raise ValueError(f"head dim D={dq} (q.shape={tuple(q.shape)}) is not supported; accepted: {rule}")
+    if out is not None:
+        check_out(out, q)
+    return Problem(bq, hq, sq, sk, dq, check_scale(softmax_scale, dq))
+
+
+def check_out(out, q: torch.Tensor) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None; got {type(out).__name__}")
+    if out.dtype != torch.bfloat16:
+        raise TypeError(f"out.dtype={out.dtype} is not supported; accepted: torch.bfloat16")
+    if tuple(out.shape) != tuple(q.shape):
+        raise ValueError(f"out.shape={tuple(out.shape)} is not supported; accepted: q's shape {tuple(q.shape)}")
+    if out.device != q.device:
+        raise ValueError(f"out.device={out.device} is not supported; accepted: q's device {q.device}")
+    if out.shape[-1] > 1 and out.stride(-1) != 1:
+        raise ValueError(f"out.stride(-1)={out.stride(-1)} is not supported; accepted: 1 (contiguous head dim)")
+
+
+def check_how_v3_bf16_cvt(how_v3_bf16_cvt) -> str:
+    """AITER's rounding selector -> our round_mode name."""
+    if isinstance(how_v3_bf16_cvt, bool) or how_v3_bf16_cvt not in HOW_V3_BF16_CVT:
+        raise ValueError(f"how_v3_bf16_cvt={how_v3_bf16_cvt!r} is not supported; accepted: "
+                         "0 (RTNE), 1 (RTNA), 2 (RTZ)")
+    return HOW_V3_BF16_CVT[how_v3_bf16_cvt]
+
+
+def check_runnable(device: torch.device, emulate: str) -> None:
+    """CPU tensors run only on the wave emulator; anything else needs a GPU of the matching vendor."""
+    if device.type == "cpu" and not emulate:
+        raise ValueError(f"q.device={device} is not supported: CPU tensors run only on the emulator and "
+                         "RTCATTN_EMULATE is unset; accepted: CUDA/ROCm tensors, or CPU tensors with "
+                         "RTCATTN_EMULATE=gfx942 or gfx90a")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q.device={device} is not supported; accepted: cuda (CUDA or ROCm) or cpu "
+                         "(with RTCATTN_EMULATE)")

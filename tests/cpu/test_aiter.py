@@ -1,0 +1,89 @@
+"""rtcattn.aiter.register() against a stand-in `aiter` module (amd-aiter needs ROCm to import)."""
+import sys
+import types
+
+import pytest
+import torch
+
+import rtcattn
+from rtcattn import dispatch
+
+BF = torch.bfloat16
+_standin_lib = None
+
+
+def make_standin():
+    """A module with AITER's registry shape: ops defined through torch.library.Library("aiter", "FRAGMENT")."""
+    global _standin_lib
+    mod = types.ModuleType("aiter")
+    if _standin_lib is None:
+        _standin_lib = torch.library.Library("aiter", "FRAGMENT")
+        _standin_lib.define("standin_scale(Tensor x, float s) -> Tensor")
+        _standin_lib.impl("standin_scale", lambda x, s: x * s, "CompositeExplicitAutograd")
+    mod.aiter_lib = _standin_lib
+    return mod
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    mod = make_standin()
+    monkeypatch.setitem(sys.modules, "aiter", mod)
+    return mod
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    calls = []
+
+    def run(q, k, v, out, lse, layout, round_mode, problem):
+        calls.append((layout, round_mode, problem.scale))
+        out.copy_(v)
+        if lse is not None:
+            lse.fill_(3.0)
+    monkeypatch.setattr(dispatch, "run", run)
+    return calls
+
+
+def test_register_defines_op_and_attribute(standin):
+    fn = rtcattn.aiter.register()
+    assert hasattr(torch.ops.aiter, "rtcattn_fwd") and callable(standin.rtcattn_fwd) and fn is standin.rtcattn_fwd
+    assert "how_v3_bf16_cvt=1" in str(torch.ops.aiter.rtcattn_fwd.default._schema)
+    # AITER's own ops in the same fragment namespace are untouched.
+    assert torch.equal(torch.ops.aiter.standin_scale(torch.ones(2), 3.0), torch.full((2,), 3.0))
+
+
+def test_register_twice_is_harmless(standin):
+    first = rtcattn.aiter.register()
+    second = rtcattn.aiter.register()
+    assert first is second is standin.rtcattn_fwd
+
+
+def test_registered_op_runs_with_aiter_semantics(standin, fake_launch):
+    rtcattn.aiter.register()
+    q = torch.randn(1, 4, 2, 64, dtype=BF)
+    v = torch.randn(1, 4, 2, 64, dtype=BF)
+    out = standin.rtcattn_fwd(q, q, v, how_v3_bf16_cvt=2)
+    assert torch.equal(out, v) and fake_launch[-1][:2] == ("bshd", "rtz")
+    out, lse = standin.rtcattn_fwd(q, q, v, softmax_scale=0.5, return_lse=True)
+    assert lse.shape == (1, 2, 4) and bool((lse == 3.0).all()) and fake_launch[-1] == ("bshd", "rtna", 0.5)
+    with pytest.raises(NotImplementedError, match="causal=True"):
+        standin.rtcattn_fwd(q, q, v, causal=True)
+
+
+def test_registered_op_traces(standin, fake_launch):
+    rtcattn.aiter.register()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    f = torch.compile(lambda q: torch.ops.aiter.rtcattn_fwd(q, q, q)[0] + 1, fullgraph=True, backend=backend)
+    q = torch.randn(1, 4, 2, 64, dtype=BF)
+    assert torch.equal(f(q), q + 1) and len(graphs) == 1
+
+
+def test_register_without_aiter_raises_import_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "aiter", None)   # makes `import aiter` fail
+    with pytest.raises(ImportError, match="needs AITER"):
+        rtcattn.aiter.register()

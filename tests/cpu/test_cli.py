@@ -1,0 +1,100 @@
+"""`python -m rtcattn`: warm (then RTCATTN_NO_COMPILE=1 proves the cache complete), info, clear, bench without a GPU."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rtcattn import bench, dispatch
+
+ROOT = Path(__file__).resolve().parents[2]
+# gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket, one layout.
+WARM = ["warm", "--arch", "gfx90a", "--layouts", "bshd", "--modes", "rtne,rtz", "--head-dims", "64", "--jobs", "2"]
+
+
+def need_lib():
+    try:
+        return dispatch.lib()
+    except (ImportError, OSError) as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the rtcattn C++ library must load in CI: {e}")
+        pytest.skip(f"rtcattn C++ library not built yet: {e}")
+
+
+def cli(*args, env_extra=None, timeout=300):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "rtcattn", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=ROOT)
+
+
+def table_rows(stdout: str) -> list:
+    """The rows of warm's final table: (arch, variant, size, compile ms, origin, path)."""
+    lines = stdout.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.split()[:2] == ["arch", "variant"]) + 2
+    return [l.split() for l in lines[start:] if l.split() and l.split()[0] == "gfx90a"]
+
+
+def test_warm_then_no_compile_then_clear(tmp_path):
+    need_lib()
+    cache = tmp_path / "cache"
+    first = cli(*WARM, "--cache-dir", str(cache))
+    assert first.returncode == 0, first.stderr
+    assert "[2/2]" in first.stdout and "2 ready (2 compiled), 0 failed" in first.stdout
+    rows = table_rows(first.stdout)
+    assert sorted(r[1] for r in rows) == ["bshd-rtne-d64", "bshd-rtz-d64"]
+    assert all(r[4] == "compile" and int(r[2]) > 0 and Path(r[5]).is_file() for r in rows)
+    assert all(Path(r[5]).parent == cache for r in rows)
+
+    # A warm cache is complete: nothing may compile, everything comes from the cache dir.
+    again = cli(*WARM, "--cache-dir", str(cache), env_extra={"RTCATTN_NO_COMPILE": "1"})
+    assert again.returncode == 0, again.stderr
+    rows2 = table_rows(again.stdout)
+    assert [r[4] for r in rows2] == ["user_cache", "user_cache"] and "(0 compiled)" in again.stdout
+    assert sorted(r[5] for r in rows2) == sorted(r[5] for r in rows)
+
+    missing = cli(*WARM[:-4], "--head-dims", "128", "--cache-dir", str(cache), env_extra={"RTCATTN_NO_COMPILE": "1"})
+    assert missing.returncode == 1 and "0 ready" in missing.stdout and "NoCompileError" in missing.stdout
+
+    cleared = cli("clear", "--cache-dir", str(cache))
+    assert cleared.returncode == 0, cleared.stderr
+    removed = re.search(r"removed (\d+) cache entries", cleared.stdout)
+    assert removed and int(removed.group(1)) >= 2   # the runtime also counts its lock files
+    assert not list(cache.glob("*.co"))
+
+
+def test_info_lists_compilers_and_cache(tmp_path):
+    need_lib()
+    res = cli("info", env_extra={"RTCATTN_CACHE_DIR": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    assert "kernel data:" in res.stdout and "torch GPU" in res.stdout and "clang" in res.stdout
+    data = json.loads(cli("info", "--json", env_extra={"RTCATTN_CACHE_DIR": str(tmp_path)}).stdout)
+    assert {c["name"] for c in data["compilers"]} >= {"clang", "hiprtc", "nvrtc", "host"}
+
+
+def test_warm_rejects_unknown_arch_and_axis():
+    need_lib()
+    res = cli("warm", "--arch", "gfx000")
+    assert res.returncode != 0 and "--arch=gfx000" in res.stderr and "gfx942" in res.stderr
+    res = cli("warm", "--arch", "gfx942", "--modes", "rnd")
+    assert res.returncode != 0 and "--modes=rnd" in res.stderr and "rtne" in res.stderr
+    res = cli("warm", "--arch", "gfx942", "--jobs", "0")
+    assert res.returncode != 0 and "--jobs=0" in res.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
+def test_bench_without_gpu_says_so():
+    res = cli("bench", "--quick")
+    assert res.returncode == 2 and "needs a CUDA or ROCm GPU" in res.stderr
+
+
+def test_bench_shapes_parsing():
+    assert bench.parse_shapes("2,24,8192;1,2,3,4") == [(2, 24, 8192, 8192), (1, 2, 3, 4)]
+    for bad in ("2,24", "1,2,x", "1,0,3"):
+        with pytest.raises(ValueError, match="B,H,S or B,H,S,Sk"):
+            bench.parse_shapes(bad)
+    assert bench.flops(1, 1, 2, 3, 4) == 4 * 2 * 3 * 4

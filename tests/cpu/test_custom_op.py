@@ -1,0 +1,129 @@
+"""torch.ops.rtcattn.fwd / fwd_out: registration, fake implementation, make_fx and torch.compile(fullgraph) tracing."""
+import os
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import rtcattn
+from rtcattn import dispatch
+
+BF = torch.bfloat16
+
+
+def need_lib():
+    try:
+        return dispatch.lib()
+    except (ImportError, OSError) as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the rtcattn C++ library must load in CI: {e}")
+        pytest.skip(f"rtcattn C++ library not built yet: {e}")
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    def run(q, k, v, out, lse, layout, round_mode, problem):
+        out.copy_(q)   # a cheap, shape-correct stand-in for the kernel
+        if lse is not None:
+            lse.fill_(float(problem.seq_k))
+    monkeypatch.setattr(dispatch, "run", run)
+
+
+def targets(gm):
+    """Op names called by a graph; Dynamo records the packet (rtcattn.fwd), make_fx the overload (.default)."""
+    return {str(n.target).removesuffix(".default") for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def test_ops_registered_with_schema():
+    schema = str(torch.ops.rtcattn.fwd.default._schema)
+    assert schema.startswith("rtcattn::fwd(Tensor q, Tensor k, Tensor v, str layout, str round_mode, "
+                             "float softmax_scale, bool return_lse) -> (Tensor, Tensor)")
+    out_schema = str(torch.ops.rtcattn.fwd_out.default._schema)
+    assert "Tensor(a" in out_schema and "!) out" in out_schema   # declares the mutation of out
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_fake_impl_shapes(layout):
+    with FakeTensorMode():
+        q = torch.empty(2, 5, 3, 64, dtype=BF)
+        k = torch.empty(2, 7, 3, 64, dtype=BF) if layout == "bshd" else torch.empty(2, 5, 7, 64, dtype=BF)
+        out, lse = torch.ops.rtcattn.fwd(q, k, k, layout, "rtne", 0.125, True)
+        assert out.shape == q.shape and out.dtype == BF
+        b, s, h = (2, 5, 3) if layout == "bshd" else (2, 3, 5)
+        assert lse.shape == (b, h, s) and lse.dtype == torch.float32
+        _, no_lse = torch.ops.rtcattn.fwd(q, k, k, layout, "rtne", 0.125, False)
+        assert no_lse.shape == (0,)
+
+
+def test_fake_impl_validates():
+    with FakeTensorMode():
+        q = torch.empty(1, 4, 2, 60, dtype=BF)
+        with pytest.raises(ValueError, match="D=60"):
+            torch.ops.rtcattn.fwd(q, q, q, "bshd", "rtne", 0.1, False)
+
+
+def test_make_fx_symbolic_traces_the_op():
+    q = torch.randn(1, 4, 2, 64, dtype=BF)
+    gm = make_fx(lambda q, k, v: rtcattn.forward(q, k, v, return_lse=True), tracing_mode="fake")(q, q, q)
+    assert "rtcattn.fwd" in targets(gm)
+
+
+def test_opcheck(fake_launch):
+    q = torch.randn(1, 4, 2, 64, dtype=BF)
+    k = torch.randn(1, 6, 2, 64, dtype=BF)
+    torch.library.opcheck(torch.ops.rtcattn.fwd.default, (q, k, k, "bshd", "rtna", 0.125, True),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    out = torch.empty_like(q)
+    torch.library.opcheck(torch.ops.rtcattn.fwd_out.default, (q, k, k, out, "bshd", "rtz", 0.125, False),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def _recording_backend(graphs):
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    return backend
+
+
+def test_torch_compile_fullgraph_traces(fake_launch):
+    graphs = []
+
+    @torch.compile(fullgraph=True, backend=_recording_backend(graphs))
+    def f(q, k, v):
+        out, lse = rtcattn.forward(q, k, v, layout="bhsd", round_mode="rtz", return_lse=True)
+        return out * 2, lse + 1
+
+    q = torch.randn(1, 2, 4, 64, dtype=BF)
+    k = torch.randn(1, 2, 9, 64, dtype=BF)
+    out, lse = f(q, k, k)
+    assert len(graphs) == 1 and "rtcattn.fwd" in targets(graphs[0])
+    assert torch.equal(out, q * 2)
+    assert lse.shape == (1, 2, 4) and bool((lse == 10.0).all())
+
+
+def test_torch_compile_fullgraph_out_and_flash_attn_func(fake_launch):
+    graphs = []
+
+    @torch.compile(fullgraph=True, backend=_recording_backend(graphs))
+    def f(q, k, v, out):
+        rtcattn.forward(q, k, v, out=out)
+        return rtcattn.flash_attn_func(q, k, v, how_v3_bf16_cvt=2) + out
+
+    q = torch.randn(1, 4, 2, 64, dtype=BF)
+    out = torch.zeros_like(q)
+    res = f(q, q, q, out)
+    assert len(graphs) == 1
+    assert {"rtcattn.fwd", "rtcattn.fwd_out"} <= targets(graphs[0])
+    assert torch.equal(out, q) and torch.equal(res, q + q)
+
+
+def test_compiled_cpu_call_without_emulator_fails_at_run_not_trace(monkeypatch):
+    """Tracing works on CPU tensors; the real CPU run needs RTCATTN_EMULATE and says so."""
+    need_lib()
+    monkeypatch.delenv("RTCATTN_EMULATE", raising=False)
+    graphs = []
+    f = torch.compile(lambda q: rtcattn.forward(q, q, q), fullgraph=True, backend=_recording_backend(graphs))
+    with pytest.raises(ValueError, match="RTCATTN_EMULATE"):
+        f(torch.randn(1, 4, 2, 64, dtype=BF))
+    assert len(graphs) == 1 and "rtcattn.fwd" in targets(graphs[0])

@@ -1,0 +1,188 @@
+"""JIT runtime through its C ABI: knobs, info, device counts, errors as exceptions, compile errors, SHA-256."""
+import hashlib
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rtcattn import _lib
+
+ROOT = Path(__file__).resolve().parents[2]
+PLATFORM_H = (ROOT / "csrc_common" / "platform.h").read_text()
+HAVE_CLANG = shutil.which("clang++-19") is not None or shutil.which("clang++") is not None
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("RTCATTN_"):
+            monkeypatch.delenv(k)
+    return monkeypatch
+
+
+def test_knob_values_are_typed_and_normalized(env):
+    assert _lib.knob("RTCATTN_LOG") == ""
+    for raw, expected in [("1", "1"), ("TRUE", "1"), ("yes", "1"), ("0", "0"), ("off", "0")]:
+        env.setenv("RTCATTN_LOG", raw)
+        assert _lib.knob("RTCATTN_LOG") == expected
+    env.setenv("RTCATTN_EMULATE", "GFX942")
+    assert _lib.knob("RTCATTN_EMULATE") == "gfx942"
+    env.setenv("RTCATTN_CACHE_DIR", "/some/dir")
+    assert _lib.knob("RTCATTN_CACHE_DIR") == "/some/dir"
+
+
+@pytest.mark.parametrize("name,value", [("RTCATTN_LOG", "loud"), ("RTCATTN_EMULATE", "gfx1100"),
+                                        ("RTCATTN_REBUILD", "2")])
+def test_bad_knob_value_raises_naming_variable_value_and_accepted(env, name, value):
+    env.setenv(name, value)
+    with pytest.raises(ValueError) as e:
+        _lib.knob(name)
+    assert name in str(e.value) and repr(value) in str(e.value) and "accepted" in str(e.value)
+
+
+def test_unknown_knob_lists_declared_knobs():
+    with pytest.raises(ValueError, match="RTCATTN_CACHE_DIR") as e:
+        _lib.knob("RTCATTN_NOPE")
+    assert "RTCATTN_NOPE" in str(e.value)
+
+
+def test_info_lists_compilers_with_versions_loaders_and_cache(env, tmp_path):
+    env.setenv("RTCATTN_CACHE_DIR", str(tmp_path))
+    info = _lib.info()
+    compilers = {c["name"]: c for c in info["compilers"]}
+    assert set(compilers) == {"clang", "hiprtc", "nvrtc", "host"}
+    for c in compilers.values():
+        assert c["available"] == bool(c["archs"])
+        assert (c["version"] != "") == c["available"]
+        assert c["available"] or c["reason"]
+    if HAVE_CLANG:
+        assert compilers["clang"]["available"] and "clang version" in compilers["clang"]["version"]
+        assert {"gfx942", "gfx90a"} <= set(compilers["clang"]["archs"])
+    if compilers["hiprtc"]["available"] and compilers["hiprtc"]["id"] < "hiprtc6":
+        assert "gfx942" not in compilers["hiprtc"]["archs"]  # ROCm 5 hipRTC aborts on gfx94x
+    assert {l["vendor"] for l in info["loaders"]} == {"hip", "cuda", "host"}
+    assert info["user_cache"]["path"] == str(tmp_path)
+    assert set(info["knobs"]) >= {"RTCATTN_CACHE_DIR", "RTCATTN_NO_COMPILE", "RTCATTN_EMULATE"}
+    assert info["version"] == _lib.version()
+
+
+def test_device_count_is_zero_without_a_driver():
+    torch = pytest.importorskip("torch")
+    for vendor in ("hip", "cuda"):
+        n = _lib.device_count(vendor)
+        assert n >= 0
+        if not torch.cuda.is_available():
+            assert n == 0
+    with pytest.raises(ValueError, match="'metal'.*hip, cuda, host"):
+        _lib.device_count("metal")
+
+
+def test_errors_become_python_exceptions(tmp_path):
+    main = ("k.hip", '#include "platform.h"\nRTC_KERNEL(64) k(int) {}\n')
+    with pytest.raises(ValueError, match="arch 'mi300' is not known; accepted: gfx942"):
+        _lib.build("op", "v", "mi300", "k", main, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="compiler 'icc'"):
+        _lib.build("op", "v", "gfx942", "k", main, compiler="icc", cache_dir=str(tmp_path))
+    with pytest.raises(_lib.UnavailableError, match="no compiler available for arch 'sm_90a'"):
+        _lib.build("op", "v", "sm_90a", "k", main, compiler="clang", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="program handle 123456"):
+        _lib.program_bytes(123456)
+    with pytest.raises(ValueError, match="kernel_kind='fancy'"):
+        args = _lib.attention_args(1, 1, 1, 1, strides=[(1, 1, 1)] * 4, batch=1, heads=1, seq_q=1, seq_k=1,
+                                   head_dim=64, softmax_scale=0.125)
+        _lib.attention_workspace_bytes("fancy", args)
+
+
+def test_attention_args_checked_and_baseline_needs_no_workspace():
+    args = _lib.attention_args(1, 1, 1, 1, strides=[(1, 1, 1)] * 4, batch=2, heads=3, seq_q=5, seq_k=7,
+                               head_dim=64, softmax_scale=0.125)
+    assert _lib.attention_workspace_bytes("baseline", args) == 0
+    bad = _lib.attention_args(1, 1, 1, 1, strides=[(1, 1, 1)] * 4, batch=2, heads=3, seq_q=5, seq_k=0,
+                              head_dim=64, softmax_scale=0.125)
+    with pytest.raises(ValueError, match="seq_k=0"):
+        _lib.attention_workspace_bytes("baseline", bad)
+
+
+@pytest.mark.skipif(not HAVE_CLANG, reason="needs clang++ (the CI installs clang-19)")
+def test_compile_error_names_key_arch_log_and_saved_source(env, tmp_path):
+    env.setenv("RTCATTN_CACHE_DIR", str(tmp_path))
+    bad = '#include "platform.h"\nRTC_KERNEL(64) broken(int n) { undeclared_name += n; }\n'
+    with pytest.raises(_lib.CompileError) as e:
+        _lib.build("tiny", "bad", "gfx942", "broken", ("broken.hip", bad), [("platform.h", PLATFORM_H)],
+                   compiler="clang")
+    msg = str(e.value)
+    assert "tiny-bad-gfx942-clang" in msg and "arch=gfx942" in msg and "arch gfx942" in msg
+    assert "undeclared_name" in msg and "error" in msg  # the compiler log
+    saved = Path(msg.split("source saved in ")[1].split()[0].rstrip(";"))
+    assert saved.is_dir() and str(saved).startswith(str(tmp_path))
+    assert (saved / "broken.hip").read_text() == bad and (saved / "platform.h").is_file()
+    assert "undeclared_name" in (saved / "build.txt").read_text()
+
+
+@pytest.mark.parametrize("n", [0, 1, 55, 56, 63, 64, 65, 119, 120, 1000, 100_003])
+def test_sha256_matches_hashlib(n):
+    data = random.Random(n).randbytes(n)
+    assert _lib.sha256_hex(data) == hashlib.sha256(data).hexdigest()
+
+
+def test_cache_dir_defaults_follow_xdg(env, tmp_path):
+    env.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _lib.info()["user_cache"]["path"] == str(tmp_path / "xdg" / "rtcattn")
+    env.delenv("XDG_CACHE_HOME")
+    env.setenv("HOME", str(tmp_path / "home"))
+    assert _lib.info()["user_cache"]["path"] == str(tmp_path / "home" / ".cache" / "rtcattn")
+
+
+def test_parallel_builds_in_threads_do_not_crash(tmp_path):
+    """hipRTC 5.2 (comgr) crashes on concurrent compiles; the runtime must serialize them."""
+    import threading
+    compilers = {c["name"]: c for c in _lib.info()["compilers"]}
+    usable = [n for n in ("hiprtc", "clang") if "gfx90a" in compilers[n]["archs"]]
+    if not usable:
+        pytest.skip("no compiler for gfx90a here")
+    results, errors = [], []
+
+    def work(i, compiler):
+        src = (f'#include "platform.h"\n// thread {i}\nstruct P {{ float* x; int n; }};\n'
+               f"RTC_KERNEL(64) k(P p) {{ for (int j = 0; j < p.n; ++j) p.x[j] = p.x[j] * {i + 2}.0f + 1.0f; }}\n")
+        try:
+            results.append(_lib.build("thr", f"t{i}", "gfx90a", "k", ("k.hip", src), [("platform.h", PLATFORM_H)],
+                                      compiler=compiler, cache_dir=str(tmp_path)))
+        except Exception as e:  # collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i, usable[i % len(usable)])) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(results) == 6
+    assert all(r.origin == "compile" and r.size > 0 for r in results)
+
+
+def test_nvrtc_cubin_and_ptxas_report(tmp_path):
+    compilers = {c["name"]: c for c in _lib.info()["compilers"]}
+    if "sm_90a" not in compilers["nvrtc"]["archs"]:
+        pytest.skip("no NVRTC here (pip install nvidia-cuda-nvrtc)")
+    src = '#include "platform.h"\nstruct P { float* x; int n; };\nRTC_KERNEL(128) k(P p) { if ((int)threadIdx.x < p.n) p.x[threadIdx.x] += 1.0f; }\n'
+    r = _lib.build("tiny", "nv", "sm_90a", "k", ("k.cu", src), [("platform.h", PLATFORM_H)], ["-std=c++17"],
+                   cache_dir=str(tmp_path))
+    code = r.code()
+    assert code[:4] == b"\x7fELF" and int.from_bytes(code[18:20], "little") == 190  # EM_CUDA
+    log = r.log()
+    assert "registers" in log and "0 bytes spill stores" in log
+    assert Path(r.path + ".log").read_text() == log  # kept beside the entry for later cache hits
+
+
+@pytest.mark.skipif(not HAVE_CLANG, reason="needs clang++ (the CI installs clang-19)")
+def test_gfx942_code_object_is_amdgpu_elf(tmp_path):
+    src = '#include "platform.h"\nstruct P { float* x; };\nRTC_KERNEL(64) k(P p) { p.x[threadIdx.x] = 1.0f; }\n'
+    r = _lib.build("tiny", "amd", "gfx942", "k", ("k.hip", src), [("platform.h", PLATFORM_H)],
+                   cache_dir=str(tmp_path))
+    code = r.code()
+    assert r.compiler_id.startswith(("clang", "hiprtc"))
+    assert code[:4] == b"\x7fELF" and int.from_bytes(code[18:20], "little") == 224  # EM_AMDGPU
+    assert int.from_bytes(code[16:18], "little") == 3  # ET_DYN: what hipModuleLoadData wants
+    assert int.from_bytes(code[48:52], "little") & 0xFF == 0x4C  # e_flags mach = gfx942

@@ -1,0 +1,191 @@
+"""Argument validation before launch, Sq = 0, and flash_attn_func's AITER mapping (CPU, no kernel runs)."""
+import math
+import os
+
+import pytest
+import torch
+
+import rtcattn
+from rtcattn import dispatch
+
+BF = torch.bfloat16
+
+
+def need_lib():
+    """The C++ runtime; CI always builds it, so there a load failure fails instead of skipping."""
+    try:
+        return dispatch.lib()
+    except (ImportError, OSError) as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the rtcattn C++ library must load in CI: {e}")
+        pytest.skip(f"rtcattn C++ library not built yet: {e}")
+
+
+def qkv(b=1, s=4, h=2, d=64, sk=None, device="cpu"):
+    sk = s if sk is None else sk
+    return (torch.randn(b, s, h, d, dtype=BF, device=device), torch.randn(b, sk, h, d, dtype=BF, device=device),
+            torch.randn(b, sk, h, d, dtype=BF, device=device))
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """Replaces the launch with a recorder that writes a known value, so nothing needs a GPU."""
+    calls = []
+
+    def run(q, k, v, out, lse, layout, round_mode, problem):
+        calls.append(dict(layout=layout, round_mode=round_mode, problem=problem, lse=lse is not None))
+        out.fill_(0.5)
+        if lse is not None:
+            lse.fill_(-1.0)
+    monkeypatch.setattr(dispatch, "run", run)
+    return calls
+
+
+def raises(exc, call, *words):
+    with pytest.raises(exc) as info:
+        call()
+    for w in words:
+        assert w in str(info.value), f"{w!r} not in message: {info.value}"
+    return info.value
+
+
+def test_dtype():
+    q, k, v = qkv()
+    raises(TypeError, lambda: rtcattn.forward(q.half(), k, v), "q.dtype=torch.float16", "torch.bfloat16")
+    raises(TypeError, lambda: rtcattn.forward(q, k.float(), v), "k.dtype=torch.float32", "torch.bfloat16")
+    raises(TypeError, lambda: rtcattn.forward(q, k, "v"), "v must be a torch.Tensor", "str")
+
+
+def test_ndim():
+    q, k, v = qkv()
+    raises(ValueError, lambda: rtcattn.forward(q[0], k, v), "q.ndim=3", "4 dims")
+
+
+@pytest.mark.parametrize("arg,value", [("layout", "bsdh"), ("round_mode", "rne"), ("layout", None)])
+def test_layout_and_mode_strings(arg, value):
+    q, k, v = qkv()
+    err = raises(ValueError, lambda: rtcattn.forward(q, k, v, **{arg: value}), f"{arg}={value!r}")
+    accepted = ("'bshd', 'bhsd'") if arg == "layout" else "'rtne', 'rtna', 'rtz'"
+    assert accepted in str(err)
+
+
+def test_mismatched_batch_heads_dim_and_seq():
+    q, k, v = qkv(b=2)
+    raises(ValueError, lambda: rtcattn.forward(q, k[:1], v), "batch size", "q=2", "k=1", "v=2")
+    q, k, v = qkv(h=4)
+    raises(ValueError, lambda: rtcattn.forward(q, k, v[:, :, :3]), "number of heads", "v=3")
+    q, k, v = qkv(d=128)
+    raises(ValueError, lambda: rtcattn.forward(q, k[..., :64], v), "head dim", "q=128", "k=64")
+    q, k, v = qkv(sk=6)
+    raises(ValueError, lambda: rtcattn.forward(q, k, v[:, :5]), "key/value sequence length", "k=6", "v=5")
+
+
+def test_mismatch_follows_layout():
+    # [B, H, S, D]: dim 1 is heads in bhsd; the same tensors are consistent as bshd only if S matches.
+    q = torch.randn(1, 2, 4, 64, dtype=BF)
+    k = torch.randn(1, 3, 4, 64, dtype=BF)
+    raises(ValueError, lambda: rtcattn.forward(q, k, k, layout="bhsd"), "number of heads", "layout 'bhsd'")
+
+
+def test_sk_zero():
+    q, k, v = qkv(sk=0)
+    raises(ValueError, lambda: rtcattn.forward(q, k, v), "Sk=0", "Sk >= 1")
+
+
+@pytest.mark.parametrize("d", [32, 60, 100, 264, 512])
+def test_head_dim_unsupported(d):
+    q, k, v = qkv(d=d)
+    raises(ValueError, lambda: rtcattn.forward(q, k, v), f"D={d}", "64..256 in steps of 8")
+
+
+def test_last_dim_not_contiguous():
+    q, k, v = qkv(d=128)
+    q2 = q[..., ::2]
+    raises(ValueError, lambda: rtcattn.forward(q2, k[..., :64], v[..., :64]), "q.stride(-1)=2", "stride 1")
+
+
+def test_different_devices():
+    q, k, v = qkv()
+    raises(ValueError, lambda: rtcattn.forward(q, k.to("meta"), v), "devices", "k.device=meta", "equal")
+
+
+def test_out_wrong_shape_dtype_device():
+    q, k, v = qkv()
+    raises(ValueError, lambda: rtcattn.forward(q, k, v, out=torch.empty(1, 4, 2, 72, dtype=BF)),
+           "out.shape=(1, 4, 2, 72)", "(1, 4, 2, 64)")
+    raises(TypeError, lambda: rtcattn.forward(q, k, v, out=torch.empty_like(q, dtype=torch.float32)),
+           "out.dtype=torch.float32", "torch.bfloat16")
+    raises(ValueError, lambda: rtcattn.forward(q, k, v, out=torch.empty_like(q, device="meta")),
+           "out.device=meta", "cpu")
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -1.0, 0.0])
+def test_softmax_scale_bad_value(scale):
+    q, k, v = qkv()
+    raises(ValueError, lambda: rtcattn.forward(q, k, v, softmax_scale=scale), "softmax_scale=", "finite float > 0")
+
+
+def test_softmax_scale_bad_type():
+    q, k, v = qkv()
+    raises(TypeError, lambda: rtcattn.forward(q, k, v, softmax_scale="0.1"), "softmax_scale='0.1'", "finite float")
+
+
+def test_cpu_tensors_without_emulator(monkeypatch):
+    need_lib()
+    monkeypatch.delenv("RTCATTN_EMULATE", raising=False)
+    q, k, v = qkv()
+    raises(ValueError, lambda: rtcattn.forward(q, k, v), "q.device=cpu", "RTCATTN_EMULATE")
+
+
+def test_seq_q_zero_launches_nothing(monkeypatch):
+    def no_launch(*a, **kw):
+        raise AssertionError("Sq = 0 must not launch")
+    monkeypatch.setattr(dispatch, "run", no_launch)
+    q, k, v = qkv(s=0, sk=5)
+    out, lse = rtcattn.forward(q, k, v, return_lse=True)
+    assert out.shape == (1, 0, 2, 64) and out.dtype == BF
+    assert lse.shape == (1, 2, 0) and lse.dtype == torch.float32
+    q = torch.randn(1, 2, 0, 64, dtype=BF)
+    kb = torch.randn(1, 2, 5, 64, dtype=BF)
+    assert rtcattn.forward(q, kb, kb, layout="bhsd").shape == (1, 2, 0, 64)
+
+
+def test_default_scale_and_out(fake_launch):
+    q, k, v = qkv(d=96)
+    out = torch.zeros_like(q)
+    res, lse = rtcattn.forward(q, k, v, out=out, return_lse=True, layout="bshd", round_mode="rtz")
+    assert res is out and bool((out == 0.5).all())
+    assert lse.shape == (1, 2, 4) and bool((lse == -1.0).all())
+    call = fake_launch[-1]
+    assert math.isclose(call["problem"].scale, 1 / math.sqrt(96), rel_tol=1e-6)
+    assert (call["round_mode"], call["layout"], call["lse"]) == ("rtz", "bshd", True)
+    assert (call["problem"].batch, call["problem"].heads, call["problem"].seq_q) == (1, 2, 4)
+
+
+@pytest.mark.parametrize("cvt,mode", [(0, "rtne"), (1, "rtna"), (2, "rtz")])
+def test_flash_attn_func_rounding(fake_launch, cvt, mode):
+    q, k, v = qkv()
+    out = rtcattn.flash_attn_func(q, k, v, how_v3_bf16_cvt=cvt)
+    assert isinstance(out, torch.Tensor) and out.shape == q.shape
+    assert (fake_launch[-1]["round_mode"], fake_launch[-1]["layout"]) == (mode, "bshd")
+
+
+def test_flash_attn_func_defaults_and_lse(fake_launch):
+    q, k, v = qkv()
+    out, lse = rtcattn.flash_attn_func(q, k, v, softmax_scale=0.25, return_lse=True)
+    assert fake_launch[-1]["round_mode"] == "rtna"   # AITER's default how_v3_bf16_cvt=1
+    assert fake_launch[-1]["problem"].scale == 0.25
+    assert out.shape == q.shape and lse.shape == (1, 2, 4)
+
+
+@pytest.mark.parametrize("cvt", [3, -1, True, "1", None])
+def test_flash_attn_func_bad_cvt(cvt):
+    q, k, v = qkv()
+    raises(ValueError, lambda: rtcattn.flash_attn_func(q, k, v, how_v3_bf16_cvt=cvt),
+           f"how_v3_bf16_cvt={cvt!r}", "0 (RTNE), 1 (RTNA), 2 (RTZ)")
+
+
+def test_flash_attn_func_not_implemented():
+    q, k, v = qkv()
+    raises(NotImplementedError, lambda: rtcattn.flash_attn_func(q, k, v, dropout_p=0.1), "dropout_p=0.1")
+    raises(NotImplementedError, lambda: rtcattn.flash_attn_func(q, k, v, causal=True), "causal=True")

@@ -1,0 +1,90 @@
+// Runs one wrapped instruction of isa_gfx9.h on one wave so a test can compare every lane.
+#include "platform.h"
+#include "isa_gfx9.h"
+
+struct ProbeParams {
+  const rtc_u32* in;
+  rtc_u32* out;
+  int op;
+  int arg;
+};
+
+enum { kMfma16, kMfma32, kExp2, kRowShr, kRowRor, kQuadPerm, kRowMirror, kBcast15, kPerm,
+       kReadFirst, kBpermute, kSwizzleXor, kSwizzleQuad, kVote, kBufLoad, kBufLds, kBufStore };
+
+struct ProbeLds {
+  rtc_smem<rtc_u32, 64> words;
+};
+
+RTC_DEVICE float as_f32(rtc_u32 u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+RTC_DEVICE rtc_u32 as_u32(float f) { rtc_u32 u; __builtin_memcpy(&u, &f, 4); return u; }
+
+RTC_DEVICE void probe_mfma16(const ProbeParams& p, int l) {
+  rtc_bf16x4 a, b;
+  rtc_f32x4 c;
+  for (int i = 0; i < 4; ++i) {
+    a[i] = (short)p.in[l * 4 + i];
+    b[i] = (short)p.in[256 + l * 4 + i];
+    c[i] = as_f32(p.in[512 + l * 4 + i]);
+  }
+  const rtc_f32x4 d = mfma_16x16x16_bf16(a, b, c);
+  for (int i = 0; i < 4; ++i) p.out[l * 4 + i] = as_u32(d[i]);
+}
+
+RTC_DEVICE void probe_mfma32(const ProbeParams& p, int l) {
+  rtc_bf16x4 a, b;
+  rtc_f32x16 c;
+  for (int i = 0; i < 4; ++i) {
+    a[i] = (short)p.in[l * 4 + i];
+    b[i] = (short)p.in[256 + l * 4 + i];
+  }
+  for (int r = 0; r < 16; ++r) c[r] = as_f32(p.in[512 + l * 16 + r]);
+  const rtc_f32x16 d = mfma_32x32x8_bf16(a, b, c);
+  for (int r = 0; r < 16; ++r) p.out[l * 16 + r] = as_u32(d[r]);
+}
+
+RTC_DEVICE void probe_buffers(const ProbeParams& p, int l) {
+  const rtc_buffer_rsrc r = make_buffer_rsrc(p.in, (rtc_u32)p.arg);
+  if (p.op == kBufLoad) {
+    const rtc_u32x4 v = buffer_load_dwordx4(r, (rtc_u32)l * 16u, 0u);
+    for (int i = 0; i < 4; ++i) p.out[l * 4 + i] = v[i];
+  } else if (p.op == kBufStore) {
+    const rtc_buffer_rsrc w = make_buffer_rsrc(p.out, (rtc_u32)p.arg);
+    buffer_store_dword(w, (rtc_u32)l * 4u, 0u, p.in[l]);
+  } else {
+    RTC_SHARED(ProbeLds, sm);
+    buffer_load_dword_lds(r, (rtc_u32)l * 4u, 4u, &sm.words.data[0]);
+    s_waitcnt_vmcnt<0>();
+    s_barrier();
+    p.out[l] = sm.words.ld(63 - l);
+  }
+}
+
+RTC_KERNEL(64) isa_probe(ProbeParams p) {
+  const int l = (int)threadIdx.x;
+  const rtc_u32 x = p.in[l], y = p.in[64 + l], z = p.in[128 + l];
+  switch (p.op) {
+    case kMfma16: probe_mfma16(p, l); break;
+    case kMfma32: probe_mfma32(p, l); break;
+    case kExp2: p.out[l] = as_u32(exp2_f32(as_f32(x))); break;
+    case kRowShr: p.out[l] = dpp_mov<0x111>(y, x); break;             // row_shr:1, bound_ctrl
+    case kRowRor: p.out[l] = dpp_mov<0x123>(y, x); break;             // row_ror:3
+    case kQuadPerm: p.out[l] = dpp_mov<0x1B>(y, x); break;            // quad_perm:[3,2,1,0]
+    case kRowMirror: p.out[l] = dpp_mov<0x140>(y, x); break;
+    case kBcast15: p.out[l] = dpp_mov<0x142, 0xA, 0xF, false>(y, x); break;
+    case kPerm: p.out[l] = perm_b32(x, y, z); break;
+    case kReadFirst: p.out[l] = readfirstlane(x); break;
+    case kBpermute: p.out[l] = ds_bpermute((int)y, x); break;
+    case kSwizzleXor: p.out[l] = ds_swizzle<0x401F>(x); break;       // lane ^ 16
+    case kSwizzleQuad: p.out[l] = ds_swizzle<0x801B>(x); break;      // quad perm [3,2,1,0]
+    case kVote: {
+      const rtc_u64 m = ballot((x & 1u) != 0);
+      p.out[l] = (rtc_u32)m;
+      p.out[64 + l] = (rtc_u32)(m >> 32);
+      p.out[128 + l] = (wave_all(x < (rtc_u32)p.arg) ? 1u : 0u) | (wave_any(x == (rtc_u32)p.arg) ? 2u : 0u);
+      break;
+    }
+    default: probe_buffers(p, l); break;
+  }
+}
+RTC_EXPORT_KERNEL(isa_probe, ProbeParams)

@@ -1,0 +1,69 @@
+"""The emulator's checks can fail: out-of-bounds read, LDS race, divergent collective, skipped barrier.
+
+Each case runs in a child process with a timeout, so a check that hangs instead of reporting fails
+the test rather than the suite.
+"""
+import textwrap
+
+import pytest
+
+import emu_harness as h
+
+pytestmark = pytest.mark.emu
+
+CHILD = textwrap.dedent("""
+    import struct, sys
+    import numpy as np
+    import emu_harness as h
+    from rtcattn import _lib
+    kernel, arch, cache, block, grid, params_kind = sys.argv[1:7]
+    prog = h.build(kernel + ".hip", kernel, arch, cache)
+    out = np.zeros(4096, dtype=np.float32)
+    if params_kind == "attn":
+        q = np.zeros(2 * 3 * 64, dtype=np.uint16)   # [B=1, S=3, H=2, D=64] bshd
+        params = struct.pack("6Qq12q5i2f2i4x", q.ctypes.data, q.ctypes.data, q.ctypes.data, out.ctypes.data,
+                             0, 0, 0, *([3 * 2 * 64, 2 * 64, 64] * 4), 1, 2, 3, 3, 64, 0.125, 0.18, 0, 0)
+    else:
+        params = struct.pack("Q", out.ctypes.data)
+    try:
+        h.launch(prog, (int(grid), 1, 1), (int(block), 1, 1), params)
+    except Exception as e:
+        print("ERROR:", type(e).__name__, e)
+        sys.exit(3)
+    print("NO ERROR")
+""")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def run_case(kernel, cache, block, grid=1, params="out", arch="gfx942-emu"):
+    code = "import sys; sys.argv = ['x', %r, %r, %r, %r, %r, %r]\n" % (kernel, arch, cache, str(block), str(grid), params)
+    res = h.run_isolated(code + CHILD, timeout=180)
+    assert res.returncode == 3, f"expected a reported error, got rc={res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def test_out_of_bounds_read_is_reported(cache):
+    out = run_case("oob_read", cache, 64, params="attn")
+    assert "kernel oob_read" in out and "lane 5" in out and "global load" in out
+    assert "outside every tensor" in out and "0x" in out   # the address
+
+
+def test_missing_barrier_race_is_reported(cache):
+    out = run_case("race", cache, 128)
+    assert "kernel race" in out and "LDS race" in out and "wave" in out
+
+
+@pytest.mark.parametrize("arch", ["gfx942-emu", "gfx90a-emu"])
+def test_divergent_collective_is_reported(cache, arch):
+    out = run_case("divergent", cache, 128, grid=2, arch=arch)
+    assert "kernel divergent" in out and "workgroup (1,0,0)" in out and "wave 1" in out
+    assert "ds_swizzle_b32" in out and "divergent collective" in out
+
+
+def test_barrier_never_reached_is_reported(cache):
+    out = run_case("barrier_skip", cache, 256)
+    assert "kernel barrier_skip" in out and "barrier" in out and "wave" in out

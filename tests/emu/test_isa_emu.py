@@ -1,0 +1,180 @@
+"""Each isa_gfx9.h wrapper under the wave emulator against values worked out from the ISA's definition."""
+import numpy as np
+import pytest
+
+import emu_harness as h
+
+pytestmark = pytest.mark.emu
+
+(MFMA16, MFMA32, EXP2, ROW_SHR, ROW_ROR, QUAD_PERM, ROW_MIRROR, BCAST15, PERM, READFIRST, BPERMUTE,
+ SWIZZLE_XOR, SWIZZLE_QUAD, VOTE, BUF_LOAD, BUF_LDS, BUF_STORE) = range(17)
+LANES = np.arange(64)
+
+
+@pytest.fixture(scope="module", params=["gfx942-emu", "gfx90a-emu"])
+def probe(request, tmp_path_factory):
+    program = h.build("isa_probe.hip", "isa_probe", request.param, str(tmp_path_factory.mktemp("cache")))
+
+    def run(op, inp, arg=0, out_init=0):
+        inp = np.ascontiguousarray(inp, dtype=np.uint32)
+        out = np.full(1024, out_init, dtype=np.uint32)
+        h.launch(program, (1, 1, 1), (64, 1, 1), h.pack("QQii", inp.ctypes.data, out.ctypes.data, op, arg))
+        return out
+    return run
+
+
+def bf16_bits(x):
+    return (np.asarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint32)
+
+
+def f32_bits(x):
+    return np.asarray(x, dtype=np.float32).view(np.uint32)
+
+
+def mfma_inputs(a_lanes, b_lanes, c_lanes):
+    inp = np.zeros(1024 + 512, dtype=np.uint32)
+    inp[:256] = bf16_bits(a_lanes).ravel()
+    inp[256:512] = bf16_bits(b_lanes).ravel()
+    inp[512:512 + c_lanes.size] = f32_bits(c_lanes).ravel()
+    return inp
+
+
+def test_mfma_16x16x16_lane_mapping(probe):
+    # A[m][k] = 16m + k and B = I, so D = A + C shows where every element travels.
+    A = np.arange(256, dtype=np.float32).reshape(16, 16)
+    B = np.eye(16, dtype=np.float32)
+    C = 1000 + np.arange(256, dtype=np.float32).reshape(16, 16)
+    a = np.array([[A[l % 16][4 * (l // 16) + i] for i in range(4)] for l in LANES])
+    b = np.array([[B[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
+    c = np.array([[C[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
+    d = probe(MFMA16, mfma_inputs(a, b, c))[:256].view(np.float32).reshape(64, 4)
+    # Hand-worked: lane 17 (column 1, row group 1) element 2 is D[6][1] = 16*6 + 1 + 1000 + 16*6 + 1.
+    assert d[17][2] == 97 + 1097
+    assert d[0][0] == 0 + 1000 and d[63][3] == 255 + 1255
+    want = A @ B + C
+    for l in LANES:
+        for i in range(4):
+            assert d[l][i] == want[4 * (l // 16) + i][l % 16], (l, i)
+
+
+def test_mfma_16x16x16_integer_products(probe):
+    rng = np.random.default_rng(1)
+    A, B = (rng.integers(-4, 5, (16, 16)).astype(np.float32) for _ in range(2))
+    C = rng.integers(-8, 9, (16, 16)).astype(np.float32)
+    a = np.array([[A[l % 16][4 * (l // 16) + i] for i in range(4)] for l in LANES])
+    b = np.array([[B[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
+    c = np.array([[C[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
+    d = probe(MFMA16, mfma_inputs(a, b, c))[:256].view(np.float32).reshape(64, 4)
+    want = A @ B + C
+    got = np.zeros((16, 16), dtype=np.float32)
+    for l in LANES:
+        for i in range(4):
+            got[4 * (l // 16) + i][l % 16] = d[l][i]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_mfma_32x32x8_lane_mapping(probe):
+    rng = np.random.default_rng(2)
+    A = np.arange(256, dtype=np.float32).reshape(32, 8)           # 8m + k: exact in bf16
+    B = rng.integers(-3, 4, (8, 32)).astype(np.float32)
+    B[:, :8] = np.eye(8)                                          # columns 0..7 copy A
+    C = rng.integers(-8, 9, (32, 32)).astype(np.float32)
+    a = np.array([[A[l % 32][4 * (l // 32) + i] for i in range(4)] for l in LANES])
+    b = np.array([[B[4 * (l // 32) + i][l % 32] for i in range(4)] for l in LANES])
+    row = lambda l, r: 8 * (r // 4) + 4 * (l // 32) + r % 4
+    c = np.array([[C[row(l, r)][l % 32] for r in range(16)] for l in LANES])
+    d = probe(MFMA32, mfma_inputs(a, b, c))[:1024].view(np.float32).reshape(64, 16)
+    # Hand-worked: lane 33 holds column 1; its register 5 is row 8*1 + 4*1 + 1 = 13: A[13][1] = 105.
+    assert d[33][5] == 105 + C[13][1]
+    want = A @ B + C
+    for l in LANES:
+        for r in range(16):
+            assert d[l][r] == want[row(l, r)][l % 32], (l, r)
+
+
+def test_exp2(probe):
+    x = np.array([0.0, 1.0, -1.0, 10.5, -126.0, -149.0, -200.0, 127.9, 128.0, np.inf, -np.inf, np.nan] + [0.25] * 52,
+                 dtype=np.float32)
+    got = probe(EXP2, f32_bits(x))[:64].view(np.float32)
+    with np.errstate(over="ignore"):
+        want = np.exp2(x.astype(np.float64)).astype(np.float32)
+    assert got[0] == 1 and got[1] == 2 and got[2] == 0.5 and got[6] == 0 and got[8] == np.inf
+    assert got[9] == np.inf and got[10] == 0 and np.isnan(got[11])
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=2e-7)
+
+
+def dpp_inputs():
+    inp = np.zeros(1024, dtype=np.uint32)
+    inp[:64] = 1000 + LANES          # src
+    inp[64:128] = 5000 + LANES       # old
+    return inp
+
+
+def test_dpp_row_shr_ror_quad_mirror(probe):
+    x, old = 1000 + LANES, 5000 + LANES
+    row = LANES & ~15
+    shr = probe(ROW_SHR, dpp_inputs())[:64]
+    assert shr[16] == 0 and shr[17] == 1016      # lane 16 starts a row: bound_ctrl gives 0
+    np.testing.assert_array_equal(shr, np.where(LANES % 16 == 0, 0, x - 1))
+    np.testing.assert_array_equal(probe(ROW_ROR, dpp_inputs())[:64], x[row + (LANES % 16 - 3) % 16])
+    np.testing.assert_array_equal(probe(QUAD_PERM, dpp_inputs())[:64], x[(LANES & ~3) | (3 - (LANES & 3))])
+    np.testing.assert_array_equal(probe(ROW_MIRROR, dpp_inputs())[:64], x[row + 15 - LANES % 16])
+    # row_bcast:15 with row_mask 0xA: rows 1 and 3 get the last lane of the row before; rows 0 and
+    # 2 are masked off and keep `old`.
+    want = np.where(LANES // 16 == 1, 1015, np.where(LANES // 16 == 3, 1047, old))
+    np.testing.assert_array_equal(probe(BCAST15, dpp_inputs())[:64], want)
+
+
+def test_perm_b32(probe):
+    inp = np.zeros(1024, dtype=np.uint32)
+    inp[:64], inp[64:128], inp[128:192] = 0x11223344, 0x55667788, 0x07060302
+    inp[1], inp[65], inp[129] = 0x11223344, 0x8000F000, 0x0C0D0809
+    inp[2], inp[66], inp[130] = 0xAABBCCDD, 0x01020304, 0x00010405
+    out = probe(PERM, inp)[:64]
+    assert out[0] == 0x11225566           # bytes 2,3 of src1 then 6,7 (= 2,3 of src0): bf16 packing
+    assert out[1] == 0x00FFFFFF           # 9,8: sign of src1 bits 31 and 15; 13: 0xFF; 12: 0x00
+    assert out[2] == 0x0403DDCC           # selectors 5,4,1,0 from byte 0 up: CC, DD, 03, 04
+
+
+def test_readfirstlane_bpermute_swizzle(probe):
+    inp = np.zeros(1024, dtype=np.uint32)
+    inp[:64] = 7000 + LANES
+    inp[64:128] = ((LANES * 7) % 64) * 4 + 256   # byte addresses; +256 wraps to the same lane
+    assert (probe(READFIRST, inp)[:64] == 7000).all()
+    np.testing.assert_array_equal(probe(BPERMUTE, inp)[:64], 7000 + (LANES * 7) % 64)
+    np.testing.assert_array_equal(probe(SWIZZLE_XOR, inp)[:64], 7000 + (LANES ^ 16))
+    np.testing.assert_array_equal(probe(SWIZZLE_QUAD, inp)[:64], 7000 + ((LANES & ~3) | (3 - (LANES & 3))))
+
+
+def test_ballot_all_any(probe):
+    inp = np.zeros(1024, dtype=np.uint32)
+    inp[:64] = LANES * 3
+    out = probe(VOTE, inp, arg=190)
+    mask = sum(1 << int(l) for l in LANES if (l * 3) & 1)
+    assert (out[:64] == (mask & 0xFFFFFFFF)).all() and (out[64:128] == mask >> 32).all()
+    assert (out[128:192] == 1).all()             # every lane below 190 (max 189), none equal
+    assert (probe(VOTE, inp, arg=189)[128:192] == 2).all()   # lane 63 equals 189: any, not all
+    assert (probe(VOTE, inp, arg=100)[128:192] == 0).all()   # not a multiple of 3, some above
+
+
+def test_buffer_load_past_num_records_reads_zero(probe):
+    inp = np.arange(1024, dtype=np.uint32) + 1
+    out = probe(BUF_LOAD, inp, arg=402)[:256]
+    # dword j at byte 4j is in range when 4j + 4 <= 402: j <= 99 (the 2-byte tail is not enough).
+    want = np.where(np.arange(256) <= 99, inp[:256], 0)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_buffer_store_past_num_records_is_dropped(probe):
+    inp = np.arange(1024, dtype=np.uint32) + 1
+    out = probe(BUF_STORE, inp, arg=100, out_init=0xDEAD)[:64]
+    np.testing.assert_array_equal(out, np.where(LANES < 25, inp[:64], 0xDEAD))
+
+
+def test_buffer_load_dword_lds(probe):
+    inp = np.arange(1024, dtype=np.uint32) + 1
+    out = probe(BUF_LDS, inp, arg=100)[:64]
+    # lane l copies the dword at 4l + 4 (soffset 4) to LDS word l; then reads word 63 - l.
+    src = np.where(LANES * 4 + 8 <= 100, inp[LANES + 1], 0)
+    np.testing.assert_array_equal(out, src[63 - LANES])

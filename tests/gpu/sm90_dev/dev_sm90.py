@@ -1,0 +1,166 @@
+"""Device run for the sm_90a kernel: `check` (accuracy, special values, determinism), `bench` (seed shapes
+vs torch SDPA cuDNN/flash), `sass` (HGMMA / local-memory counts). Prints short tables; exits non-zero on failure."""
+import math
+import os
+import subprocess
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import refs  # noqa: E402
+from sm90_driver import Sm90Kernel  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp")
+SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1, 64, 16384),
+               (2, 24, 32768), (2, 16, 65536), (2, 8, 86016), (1, 16, 131072)]
+
+
+def make(B, H, Sq, Sk, layout, gen):
+    def r(S):
+        shape = (B, S, H, 128) if layout == "bshd" else (B, H, S, 128)
+        return torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
+    return r(Sq), r(Sk), r(Sk)
+
+
+def check_case(kern, mode, B, H, Sq, Sk, layout, gen, tag=""):
+    q, k, v = make(B, H, Sq, Sk, layout, gen)
+    scale = 1.0 / math.sqrt(128)
+    o, lse = kern(q, k, v, layout)
+    torch.cuda.synchronize()
+    o = refs.to_bhsd(o, layout)
+    unwritten = (o.view(torch.int16) == -1).sum().item()
+    o64, lse64 = refs.ref64(q, k, v, layout, scale)
+    r = refs.ref_same_precision(q, k, v, layout, scale, mode)
+    e_ours, n_ours = refs.errors(o, o64)
+    e_r, _ = refs.errors(r, o64)
+    lse_err = ((lse.double() - lse64).abs() / lse64.abs().clamp(min=1)).max().item()
+    ok = (unwritten == 0 and torch.isfinite(o.float()).all().item() and e_ours <= 2 * e_r + 1e-5
+          and n_ours < 1e-2 and lse_err <= 1e-4)
+    print(f"{'ok ' if ok else 'BAD'} {tag}{mode} {layout} B{B} H{H} Sq{Sq} Sk{Sk}: err {e_ours:.2e} "
+          f"(R {e_r:.2e}) norm {n_ours:.2e} lse {lse_err:.1e} unwritten {unwritten}")
+    return ok
+
+
+def check_special(kern):
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = make(1, 2, 200, 300, "bhsd", gen)
+    k[..., 0] = k[..., 0].abs() + 0.1
+    q[0, 0, 3] = float("nan")                       # NaN row of Q -> row NaN
+    q[0, 0, 10] = 0; q[0, 0, 10, 0] = float("-inf")  # all scores -inf -> row 0, LSE -inf
+    q[0, 0, 20] = 0; q[0, 0, 20, 0] = float("inf")   # +inf score -> row NaN
+    v[0, 1, 5, 7] = float("nan")                    # NaN in V[j, d] -> column d NaN (head 1)
+    o, lse = kern(q, k, v, "bhsd")
+    torch.cuda.synchronize()
+    bits = o.view(torch.int16)
+    nan_bits = (bits == 0x7FFF)
+    ok = bool(nan_bits[0, 0, 3].all() and nan_bits[0, 0, 20].all())
+    ok &= bool((bits[0, 0, 10] == 0).all() and lse[0, 0, 10].item() == float("-inf"))
+    ok &= bool(nan_bits[0, 1, :, 7].all()) and not bool(nan_bits[0, 1, :, 8].any())
+    others = [i for i in range(200) if i not in (3, 10, 20)]
+    ok &= bool(torch.isfinite(o[0, 0, others].float()).all())
+    ok &= not bool(torch.isnan(o.float()).logical_and(~nan_bits).any())  # every NaN canonical
+    print(f"{'ok ' if ok else 'BAD'} special values")
+    return ok
+
+
+def check_strided(kern, mode):
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    qkv = torch.randn(2, 333, 3, 4, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    o, _ = kern(q, k, v, "bshd")
+    torch.cuda.synchronize()
+    o64, _ = refs.ref64(q, k, v, "bshd", 1 / math.sqrt(128))
+    e, n = refs.errors(refs.to_bhsd(o, "bshd"), o64)
+    r = refs.ref_same_precision(q, k, v, "bshd", 1 / math.sqrt(128), mode)
+    ok = e <= 2 * refs.errors(r, o64)[0] + 1e-5 and n < 1e-2
+    o2, _ = kern(q, k, v, "bshd")
+    ok &= bool(torch.equal(o.view(torch.int16), o2.view(torch.int16)))
+    print(f"{'ok ' if ok else 'BAD'} strided qkv view + determinism ({mode}): err {e:.2e} norm {n:.2e}")
+    return ok
+
+
+def check(defines=()):
+    shapes = [(1, 2, 1, 1), (2, 3, 17, 17), (1, 2, 128, 128), (1, 2, 1000, 1000), (1, 3, 17, 1000),
+              (1, 2, 1000, 130), (2, 2, 4096, 4096)]
+    ok = True
+    for mode in refs.MODES:
+        kern = Sm90Kernel(mode, defines)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        for layout in ("bshd", "bhsd"):
+            for (B, H, Sq, Sk) in shapes:
+                ok &= check_case(kern, mode, B, H, Sq, Sk, layout, gen)
+        ok &= check_strided(kern, mode)
+        if mode == "rtne":
+            ok &= check_special(kern)
+    return ok
+
+
+def median_ms(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def bench(shapes, configs):
+    """configs: 'mode' or 'mode:DEF=1+DEF=2' strings, all timed in the same run."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    F = torch.nn.functional
+    kerns = {}
+    for c in configs:
+        mode, _, defs = c.partition(":")
+        kerns[c] = Sm90Kernel(mode, [d for d in defs.split("+") if d])
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm = median_ms(lambda: a @ a, 10)
+    rows = [f"matmul 8192^3: {2 * 8192 ** 3 / mm / 1e9:.0f} TFLOP/s"]
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for (B, H, S) in shapes:
+        q, k, v = make(B, H, S, S, "bhsd", gen)
+        flops = 4 * B * H * S * S * 128
+        reps = max(3, min(20, int(2000 / (flops / 600e9))))
+        res = {}
+        for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            with sdpa_kernel([be]):
+                res[name] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v), reps)
+        for c, kern in kerns.items():
+            p, _, _ = kern.prepare(q, k, v, "bhsd")
+            res[c] = median_ms(lambda: kern.launch(p), reps)
+        tf = lambda t: flops / t / 1e9
+        line = f"({B},{H},{S}) cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) flash {res['flash']:.3f}"
+        for c in configs:
+            line += f" | {c} {res[c]:.3f} {tf(res[c]):.0f} x{res['cudnn'] / res[c]:.3f}"
+        rows.append(line)
+        print(line, flush=True)
+        del q, k, v
+    return rows
+
+
+def sass(defines=()):
+    kern = Sm90Kernel("rtne", defines)
+    path = os.path.join(OUT, "attn_sm90_rtne.cubin")
+    open(path, "wb").write(kern.cubin)
+    text = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
+    open(os.path.join(OUT, "attn_sm90_rtne.sass"), "w").write(text)
+    n_hgmma = text.count("HGMMA")
+    n_local = sum(text.count(x) for x in ("LDL", "STL"))
+    print(f"SASS: {n_hgmma} HGMMA, {n_local} LDL/STL; log: {kern.log.strip().splitlines()[-2:]}")
+    return n_hgmma > 0 and n_local == 0
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    defines = [d for d in sys.argv[2:] if "=" in d and ":" not in d]
+    if what == "check":
+        sys.exit(0 if check(defines) else 1)
+    if what == "sass":
+        sys.exit(0 if sass(defines) else 1)
+    if what == "bench":
+        sel = [int(i) for i in sys.argv[2].split(",")]
+        rows = bench([SEED_SHAPES[i] for i in sel], sys.argv[3:] or ["rtne"])
+        print("\n".join(rows))

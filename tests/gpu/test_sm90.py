@@ -1,0 +1,115 @@
+"""GPU tests of the sm_90a attention kernel (H100/H200): numerics.md on the kernel text, compiled by NVRTC."""
+import math
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "sm90_dev"))
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [(1, 1), (17, 17), (1, 17), (17, 1000), (1000, 17), (128, 128), (1000, 1000),
+         (4096, 4096), (4096, 1), (128, 16384), (16384, 16384)]
+LAYOUTS = ("bshd", "bhsd")
+MODES = ("rtne", "rtna", "rtz")
+
+
+def _hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    if not _hopper():
+        pytest.skip("the sm_90a kernel needs a Hopper GPU (compute capability 9.x)")
+    from sm90_driver import Sm90Kernel
+    return {m: Sm90Kernel(m) for m in MODES}
+
+
+def _inputs(B, H, Sq, Sk, layout, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def r(S):
+        shape = (B, S, H, 128) if layout == "bshd" else (B, H, S, 128)
+        return torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
+    return r(Sq), r(Sk), r(Sk)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("sq,sk", SIZES)
+def test_accuracy_and_lse(kernels, mode, layout, sq, sk):
+    import refs
+    B, H = (1, 1) if sq * sk > 2 ** 24 else (2, 3)
+    q, k, v = _inputs(B, H, sq, sk, layout, seed=sq * 7919 + sk)
+    scale = 1 / math.sqrt(128)
+    o, lse = kernels[mode](q, k, v, layout)
+    torch.cuda.synchronize()
+    o = refs.to_bhsd(o, layout)
+    assert not (o.view(torch.int16) == -1).any(), "output elements left unwritten"
+    assert torch.isfinite(o.float()).all()
+    o64, lse64 = refs.ref64(q, k, v, layout, scale)
+    err, norm = refs.errors(o, o64)
+    err_r, _ = refs.errors(refs.ref_same_precision(q, k, v, layout, scale, mode), o64)
+    assert err <= 2 * err_r + 1e-5, (err, err_r)
+    assert norm < 1e-2
+    assert ((lse.double() - lse64).abs() <= 1e-4 * lse64.abs().clamp(min=1)).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_strided_views_and_determinism(kernels, mode):
+    import refs
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    qkv = torch.randn(2, 777, 3, 4, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]     # bshd views, nothing copied
+    o1, l1 = kernels[mode](q, k, v, "bshd")
+    o2, l2 = kernels[mode](q, k, v, "bshd")
+    torch.cuda.synchronize()
+    assert torch.equal(o1.view(torch.int16), o2.view(torch.int16)) and torch.equal(l1, l2)
+    o64, _ = refs.ref64(q, k, v, "bshd", 1 / math.sqrt(128))
+    err, norm = refs.errors(refs.to_bhsd(o1, "bshd"), o64)
+    err_r, _ = refs.errors(refs.ref_same_precision(q, k, v, "bshd", 1 / math.sqrt(128), mode), o64)
+    assert err <= 2 * err_r + 1e-5 and norm < 1e-2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_special_values(kernels, mode):
+    q, k, v = _inputs(1, 2, 200, 300, "bhsd", seed=5)
+    k[..., 0] = k[..., 0].abs() + 0.1
+    q[0, 0, 3] = float("nan")                            # NaN row of Q -> NaN row
+    q[0, 0, 10] = 0
+    q[0, 0, 10, 0] = float("-inf")                       # every score -inf -> zero row, LSE -inf
+    q[0, 0, 20] = 0
+    q[0, 0, 20, 0] = float("inf")                        # +inf score -> NaN row
+    k[0, 1, 7] = float("nan")                            # NaN key row -> head 1 all NaN
+    v[0, 0, 5, 9] = float("nan")                         # NaN in V[j, d] -> column d NaN (head 0)
+    o, lse = kernels[mode](q, k, v, "bhsd")
+    torch.cuda.synchronize()
+    bits = o.view(torch.int16)
+    canon = bits == 0x7FFF
+    assert canon[0, 0, 3].all() and canon[0, 0, 20].all() and canon[0, 1].all()
+    assert (bits[0, 0, 10, :9] == 0).all() and canon[0, 0, 10, 9]
+    assert lse[0, 0, 10].item() == float("-inf")
+    assert canon[0, 0, :, 9].all()
+    rest = [i for i in range(200) if i not in (3, 10, 20)]
+    cols = [c for c in range(128) if c != 9]
+    assert torch.isfinite(o[0, 0, rest][:, cols].float()).all()
+    assert not (torch.isnan(o.float()) & ~canon).any(), "every NaN must be the canonical 0x7FFF"
+
+
+@pytest.mark.parametrize("B,H,S", [(2, 4, 1000), (1, 8, 4096)])
+def test_side_by_side_with_torch_backends(kernels, B, H, S):
+    import refs
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, k, v = _inputs(B, H, S, S, "bhsd", seed=S)
+    o, _ = kernels["rtne"](q, k, v, "bhsd")
+    o64, _ = refs.ref64(q, k, v, "bhsd", 1 / math.sqrt(128))
+    theirs = []
+    for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+        with sdpa_kernel([be]):
+            theirs.append(refs.errors(torch.nn.functional.scaled_dot_product_attention(q, k, v), o64))
+    err, norm = refs.errors(o, o64)
+    assert err <= 1.25 * min(t[0] for t in theirs), (err, theirs)
+    assert norm <= 1.25 * min(t[1] for t in theirs), (norm, theirs)

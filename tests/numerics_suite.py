@@ -1,0 +1,151 @@
+"""The numerics contract (shared/docs numerics.md) as reusable checks, for any `run` callable and device.
+
+`run(q, k, v, layout, round_mode, softmax_scale, return_lse)` returns O, or (O, LSE [B, H, Sq] fp32)
+when return_lse is true. The GPU tests pass rtcattn.forward on "cuda"; the emulator tests pass the
+same on "cpu". Every check asserts.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rtcattn import reference as ref
+
+LAYOUTS = ("bshd", "bhsd")
+MODES = ("rtne", "rtna", "rtz")
+NAN_BITS = ref.BF16_NAN
+
+
+def shape(layout: str, b: int, h: int, s: int, d: int) -> tuple[int, int, int, int]:
+    return (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+
+
+def randn(layout, b, h, s, d, device, gen):
+    return torch.randn(shape(layout, b, h, s, d), generator=gen).to(torch.bfloat16).to(device)
+
+
+def make_qkv(layout, b, h, sq, sk, d, device, seed=0):
+    """Random normal q, k, v (never zeros), contiguous, in `layout`."""
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(randn(layout, b, h, s, d, device, gen) for s in (sq, sk, sk))
+
+
+def strided_view(t: torch.Tensor, offset: int, gen) -> torch.Tensor:
+    """The same values as `t` inside a bigger tensor: padded on every dim, last dim still contiguous.
+    An odd `offset` (in elements) makes the rows start off any 16-byte boundary."""
+    b, x, y, d = t.shape
+    big = torch.randn((b + 1, x + 2, y + 3, d + offset + 5), generator=gen).to(torch.bfloat16)
+    big = big.to(t.device)
+    view = big[1:, 2:, 3:, offset:offset + d]
+    view.copy_(t)
+    assert not view.is_contiguous() and view.stride(-1) == 1
+    return view
+
+
+def call(run, q, k, v, layout, mode, scale=None, lse=False):
+    res = run(q, k, v, layout, mode, scale, lse)
+    out, lse_t = (res if lse else (res, None))
+    assert out.dtype == torch.bfloat16 and tuple(out.shape) == tuple(q.shape), (out.dtype, out.shape)
+    if lse:
+        b, h, sq = (q.shape[0], q.shape[2], q.shape[1]) if layout == "bshd" else q.shape[:3]
+        assert lse_t.dtype == torch.float32 and tuple(lse_t.shape) == (b, h, sq), (lse_t.dtype, lse_t.shape)
+    return out, lse_t
+
+
+def check_accuracy(run, q, k, v, layout, mode, scale=None, what=""):
+    """err(ours) <= 2 err(R) + 1e-5, normwise < 1e-2, LSE within 1e-4 max(1, |lse64|)."""
+    out, lse = call(run, q, k, v, layout, mode, scale, lse=True)
+    o64, lse64 = (t.cpu() for t in ref.reference_fp64(q, k, v, layout, scale))  # on q's device: fast on GPUs
+    r = ref.reference_r(q, k, v, layout, mode, scale).cpu()
+    err, nrm = ref.errors(out.cpu(), o64)
+    err_r, _ = ref.errors(r, o64)
+    tag = f"{what} layout={layout} mode={mode} q={tuple(q.shape)} k={tuple(k.shape)}"
+    assert torch.isfinite(out.float()).all(), f"non-finite output from finite inputs: {tag}"
+    assert err <= 2 * err_r + 1e-5, f"err {err:.3g} > 2*err(R) {err_r:.3g} + 1e-5: {tag}"
+    assert nrm < 1e-2, f"normwise error {nrm:.3g} >= 1e-2: {tag}"
+    close = ref.lse_close(lse.cpu(), lse64)
+    assert bool(close.all()), f"LSE off at {int((~close).sum())} rows: {tag}"
+    return err, nrm
+
+
+def check_sizes(run, device, layout, mode, sizes, d=128, b=1, h=2, seed=0):
+    """Every (Sq, Sk) pair of `sizes`, self and cross attention."""
+    for i, sq in enumerate(sizes):
+        for j, sk in enumerate(sizes):
+            q, k, v = make_qkv(layout, b, h, sq, sk, d, device, seed + 31 * i + j)
+            check_accuracy(run, q, k, v, layout, mode, what="sizes")
+
+
+def check_head_dims(run, device, layout, mode, head_dims, sq=33, sk=47):
+    for d in head_dims:
+        q, k, v = make_qkv(layout, 2, 3, sq, sk, d, device, seed=d)
+        check_accuracy(run, q, k, v, layout, mode, scale=0.3 if d % 16 else None, what=f"d={d}")
+
+
+def check_strided(run, device, layout, mode, sq=37, sk=50, d=96):
+    """Views of bigger tensors (nothing copied by the caller), aligned and misaligned row starts."""
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = make_qkv(layout, 2, 3, sq, sk, d, device, seed=11)
+    for offs in ((8, 16, 0), (3, 1, 5)):
+        qs, ks, vs = (strided_view(t, o, gen) for t, o in zip((q, k, v), offs))
+        want, _ = call(run, q, k, v, layout, mode)
+        got, _ = call(run, qs, ks, vs, layout, mode)
+        assert torch.equal(ref.bf16_bits(got), ref.bf16_bits(want)), f"strided views {offs} differ"
+        check_accuracy(run, qs, ks, vs, layout, mode, what=f"strided{offs}")
+
+
+def check_determinism(run, device, layout, mode, sq=70, sk=300, d=128, repeats=3):
+    q, k, v = make_qkv(layout, 2, 2, sq, sk, d, device, seed=5)
+    first, lse0 = call(run, q, k, v, layout, mode, lse=True)
+    for _ in range(repeats - 1):
+        again, lse1 = call(run, q, k, v, layout, mode, lse=True)
+        assert torch.equal(ref.bf16_bits(again), ref.bf16_bits(first)), "output differs between runs"
+        assert torch.equal(lse1.view(torch.int32), lse0.view(torch.int32)), "LSE differs between runs"
+
+
+def _bhsd(t, layout):
+    return ref.to_bhsd(t, layout)
+
+
+def _special_inputs(layout, device, sq, sk, d):
+    q, k, v = (t.cpu() for t in make_qkv(layout, 2, 2, sq, sk, d, "cpu", seed=3))
+    qb, kb, vb = (_bhsd(t, layout) for t in (q, k, v))  # views: writes land in q, k, v
+    nan, inf = float("nan"), float("inf")
+    qb[0, 0, 1, 5] = nan                       # row 1 of (0, 0) -> NaN
+    kb[0, 1, sk - 1, 2] = nan                  # head (0, 1): every row NaN
+    vb[1, 0, sk // 2, 7] = nan                 # (1, 0): column 7 NaN
+    qb[1, 1, 2, 0] = inf                       # (1, 1) row 2 -> some +Inf scores -> NaN
+    qb[1, 1, 3, :] = 0.0                       # (1, 1) row 3: all scores -Inf -> 0, LSE -Inf
+    qb[1, 1, 3, 1] = -inf
+    kb[1, 1, :, 1] = kb[1, 1, :, 1].abs() + 0.25
+    return q.to(device), k.to(device), v.to(device)
+
+
+def check_special_values(run, device, layout, mode, sq=20, sk=40, d=64):
+    """The special-value table; every NaN written is the canonical 0x7FFF."""
+    q, k, v = _special_inputs(layout, device, sq, sk, d)
+    out, lse = call(run, q, k, v, layout, mode, lse=True)
+    o = _bhsd(out.cpu(), layout)
+    bits = ref.bf16_bits(o)
+    nan = torch.isnan(o.float())
+    assert bool((bits[nan] == NAN_BITS).all()), "a NaN output is not 0x7FFF"
+    assert bool(nan[0, 0, 1].all()) and int(nan[0, 0].sum()) == d, "NaN in a Q row: exactly that row"
+    assert bool(nan[0, 1].all()), "NaN in a K row: every row of that head"
+    assert bool(nan[1, 0, :, 7].all()) and int(nan[1, 0].sum()) == sq, "NaN in V[j, d]: exactly column d"
+    assert bool(nan[1, 1, 2].all()), "a +Inf score: that row NaN"
+    assert bool((o[1, 1, 3].float() == 0).all()), "all scores -Inf: row 0"
+    assert int(nan[1, 1].sum()) == d, "only the +Inf row of head (1, 1) is NaN"
+    lse = lse.cpu()
+    assert lse[1, 1, 3].item() == -math.inf, f"all scores -Inf: LSE {lse[1, 1, 3].item()}, want -inf"
+    assert bool(torch.isnan(lse[0, 0, 1])) and bool(torch.isnan(lse[0, 1]).all())
+    o64, lse64 = ref.reference_fp64(q.cpu(), k.cpu(), v.cpu(), layout)
+    assert torch.equal(nan, torch.isnan(_bhsd(o64, layout))), "NaN pattern differs from the fp64 table"
+    assert bool(ref.lse_close(lse, lse64).all()), "LSE differs from the fp64 reference"
+    check_finite_rows(out, o64, layout, mode)
+
+
+def check_finite_rows(out, o64, layout, mode):
+    """Elements the table leaves finite stay as accurate as a clean run."""
+    err, _ = ref.errors(out.cpu(), o64)
+    assert err < (2e-2 if mode == "rtz" else 1e-2), f"finite elements off by {err:.3g} ({mode})"
