@@ -86,7 +86,13 @@ RTC_ISA rtc_u32 ds_bpermute(int byte_addr, rtc_u32 src) {
 }
 template <int pattern>
 RTC_ISA rtc_u32 ds_swizzle(rtc_u32 src) { return (rtc_u32)__builtin_amdgcn_ds_swizzle((int)src, pattern); }
+#if __has_builtin(__builtin_amdgcn_ballot_w64)
 RTC_ISA rtc_u64 ballot(bool p) { return __builtin_amdgcn_ballot_w64(p); }
+#else
+// hipRTC 5.2 (clang 15) has the intrinsic but not the builtin: bind it by name.
+__device__ rtc_u64 rtc_llvm_ballot_w64(bool) __asm("llvm.amdgcn.ballot.i64");
+RTC_ISA rtc_u64 ballot(bool p) { return rtc_llvm_ballot_w64(p); }
+#endif
 RTC_ISA rtc_u64 exec_mask() { return __builtin_amdgcn_read_exec(); }
 RTC_ISA bool wave_all(bool p) { return ballot(p) == exec_mask(); }
 RTC_ISA bool wave_any(bool p) { return ballot(p) != 0; }

@@ -17,7 +17,7 @@ RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
   for (int j = 0; j < 8; ++j) {
     const int e = tid + GFX942_THREADS * j, row = e >> 6, dw = e & 63, kv = n * GFX942_KV_ROWS + row;
     rtc_u32 w = 0;
-    if (kv < p.seq_k) w = buffer_load_dword(vr, (rtc_u32)(dw * 4), (rtc_u32)((rtc_i64)kv * p.v_ss * 2));
+    if (kv < p.seq_k) w = buffer_load_dword(vr, (rtc_u32)((rtc_i64)kv * p.v_ss * 2 + dw * 4), 0u);
     ds_write<rtc_u32>(&sm.vt[e], w);
   }
   __syncthreads();

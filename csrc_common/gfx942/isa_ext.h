@@ -20,6 +20,7 @@ RTC_ISA rtc_f32x4 mfma_16x16x16_bf16_zc(rtc_bf16x4 a, rtc_bf16x4 b) {
 }
 RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) { acc = mfma_16x16x16_bf16(a, b, acc); }
 template <class T> RTC_ISA void reg_fence(T&) {}          // ordering only: nothing to emulate
+template <class T> RTC_ISA void sreg_fence(T&) {}
 RTC_ISA void mfma_wait_read() {}                          // wait states are a timing matter
 RTC_ISA void mfma_wait_result() {}
 template <class T> RTC_ISA void keep_alive(const T&) {}  // the L1 prefetch value is unused
@@ -34,6 +35,9 @@ RTC_ISA rtc_f32x4 mfma_16x16x16_bf16_zc(rtc_bf16x4 a, rtc_bf16x4 b) {
 RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) { mfma_16x16x16_bf16_asm(acc, a, b); }
 // Pins a register group: producers before, consumers after, in program order with other fences.
 template <class T> RTC_ISA void reg_fence(T& x) { asm volatile("" : "+v"(x)); }
+// The same for a uniform value. Fencing a value inside a loop also stops the compiler from
+// hoisting everything derived from it out of the loop and holding it in registers throughout.
+template <class T> RTC_ISA void sreg_fence(T& x) { asm volatile("" : "+s"(x)); }
 // 2 wait states: VALU write -> MFMA read.
 RTC_ISA void mfma_wait_read() { asm volatile("s_nop 1"); }
 // MFMA result -> VALU/DS/VMEM access: 7 wait states on gfx942, 11 on gfx90a (s_nop n = n+1).

@@ -45,9 +45,10 @@ RTC_DEVICE rtc_i64 rows_span_bytes(int rows, rtc_i64 ss) {
 RTC_DEVICE rtc_u32 k_dma_src_byte(int lane, int row) {
   return (rtc_u32)(((((lane >> 1) ^ (row & 15))) << 3) | ((lane & 1) << 2));
 }
-RTC_DEVICE const rtc_u32* k_frag_ptr(const AttnSmem& s, int buf, int sub, int dstep, int lane) {
+// Byte offset in AttnSmem::k of the A fragment (kv row sub*16 + lane%16, d = 16*dstep + 4*quad..+3).
+RTC_DEVICE rtc_u32 k_frag_byte(int buf, int sub, int dstep, int lane) {
   const int row = sub * 16 + (lane & 15), unit = (dstep * 4 + (lane >> 4)) ^ (lane & 15);
-  return &s.k[buf][row * kKRowDwords + unit * 2];
+  return (rtc_u32)(((buf * GFX942_KV_ROWS + row) * kKRowDwords + unit * 2) * 4);
 }
 
 // V^T workspace, per (b, h) nkb blocks of 16 KiB. Chunk c = (t*2 + sp)*64 + lane holds 16 bytes:
