@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -137,7 +138,7 @@ class Manifest:
             op=v.op, variant=variant_name(v), arch=v.arch, compilers=tuple(arch_opt["compiler"]),
             kernel_symbol=kernel.symbol, kernel_kind=kernel.kind,
             main=(kernel.source, _read_text(self.root / "op_sources" / kernel.source)),
-            headers=tuple(_headers_for(kernel, self.root / "csrc_common", v.arch.endswith("-emu"))),
+            headers=tuple(_headers_for(kernel, self.root, v.arch.endswith("-emu"))),
             options=tuple(defines + list(arch_opt["flags"])), package_version=package_version)
 
 
@@ -152,17 +153,38 @@ def _read_text(path: Path) -> str:
         raise FileNotFoundError(f"kernel text {path} cannot be read ({e.strerror})") from e
 
 
-def _headers_for(kernel: KernelSpec, common: Path, emulated: bool) -> list:
-    headers = read_headers(common, emulated)
-    names = {n for n, _ in headers}
-    missing = [h for h in kernel.headers if h not in names]
+def _headers_for(kernel: KernelSpec, root: Path, emulated: bool) -> list:
+    """The headers the kernel can see: the #include closure of its source, by include name.
+
+    Only these go into the request (and so into the cache key): editing an unrelated header leaves
+    this kernel's cached code objects valid. emu/ headers are reached only for emulated archs.
+    """
+    common = root / "csrc_common"
+    missing = [h for h in kernel.headers if not (common / h).is_file()]
     if missing:
         raise FileNotFoundError(f"kernel {kernel.name!r} lists headers {missing} that are not in {common}")
-    return headers
+    found: dict = {}
+    pending = [(root / "op_sources" / kernel.source).resolve()]
+    seen = set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _INCLUDE.findall(_read_text(path)):
+            hit = _resolve_include(name, path.parent, common)
+            if hit is None:
+                continue  # a system header, or a fallback spelling for builds outside the JIT
+            rel = hit.relative_to(common).as_posix()
+            if rel.split("/")[0] == "emu" and not emulated:
+                continue
+            found.setdefault(rel, _read_text(hit))
+            pending.append(hit)
+    return sorted(found.items())
 
 
 def read_headers(common: Path, emulated: bool) -> list:
-    """Every header under csrc_common by include name (path relative to it); emu/ only for emulated archs."""
+    """Every header under csrc_common by include name (for test kernels outside the manifest)."""
     out = []
     for p in sorted(common.rglob("*")):
         rel = p.relative_to(common)
@@ -172,6 +194,19 @@ def read_headers(common: Path, emulated: bool) -> list:
             continue
         out.append((rel.as_posix(), _read_text(p)))
     return out
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def _resolve_include(name: str, here: Path, common: Path) -> Optional[Path]:
+    """An include as the compilers resolve it: beside the including file, then from csrc_common."""
+    common = common.resolve()
+    for base in (here, common):
+        cand = (base / name).resolve()
+        if cand.is_file() and common in cand.parents:
+            return cand
+    return None
 
 
 def _op_spec(name: str, op: dict) -> OpSpec:

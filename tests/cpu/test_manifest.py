@@ -123,3 +123,30 @@ def test_paths_find_the_data():
     assert (root / "configs" / "ops.json").is_file() and paths.manifest_path() == root / "configs" / "ops.json"
     assert (paths.csrc_common_dir() / "platform.h").is_file()
     assert paths.package_cache_dir().name == "_cache" and paths.package_cache_dir().parent == paths.PACKAGE_DIR
+
+
+def _tree_copy(tmp_path):
+    import shutil
+    for d in ("op_sources", "csrc_common", "configs"):
+        shutil.copytree(ROOT / d, tmp_path / d)
+    return manifest.load(tmp_path / "configs" / "ops.json", root=tmp_path)
+
+
+def test_request_headers_are_the_include_closure(tmp_path):
+    """Only headers the kernel can reach go into the request (and the cache key)."""
+    m = _tree_copy(tmp_path)
+    v = next(iter(m.variants(archs=["gfx942"])))
+    names = [n for n, _ in m.request(v, "0").headers]
+    assert names == ["attn_params.h", "bf16_round.h", "platform.h"]
+    emu = next(iter(m.variants(archs=["gfx942-emu"])))
+    emu_names = [n for n, _ in m.request(emu, "0").headers]
+    assert "emu/prelude_host.h" in emu_names and "emu/workgroup.h" in emu_names
+
+    before = m.request(v, "0").headers
+    (tmp_path / "csrc_common" / "unrelated.h").write_text("// not included by anything\n")
+    (tmp_path / "csrc_common" / "emu" / "fiber.h").write_text("// edited emulator header\n")
+    assert m.request(v, "0").headers == before        # gfx942 sees neither file
+    edited = dict(m.request(emu, "0").headers)["emu/fiber.h"]
+    assert edited == "// edited emulator header\n"     # the emulated arch does see its edit
+    (tmp_path / "csrc_common" / "bf16_round.h").write_text("// edited\n")
+    assert dict(m.request(v, "0").headers)["bf16_round.h"] == "// edited\n"
