@@ -154,4 +154,18 @@ int rtc_attention_fwd(uint64_t program, const char* kernel_kind, const rtc_atten
   return guarded([&] { attention_fwd(program, kernel_kind, a, vendor, device, stream); });
 }
 
+int rtc_attention_supports(const char* kernel_kind, const rtc_attention_args* a, const char* vendor, char* why,
+                           size_t n, int* ok) {
+  return guarded([&] {
+    need(ok, "ok");
+    const std::string reason = attention_supports(kernel_kind, a, vendor);
+    *ok = reason.empty() ? 1 : 0;
+    if (why && n > 0) {  // the reason is advisory: truncate rather than fail
+      const size_t k = reason.size() < n - 1 ? reason.size() : n - 1;
+      std::memcpy(why, reason.data(), k);
+      why[k] = '\0';
+    }
+  });
+}
+
 }  // extern "C"

@@ -57,15 +57,18 @@ void check_cu(int rc, const std::string& what) {
   RTC_FAIL(RTC_ERR_LAUNCH, what + " failed: " + text + " (CUresult " + std::to_string(rc) + ")");
 }
 
-// What TMA and the kernel's 4-byte output stores need of one tensor.
-void check_tensor(const char* name, const void* ptr, const int64_t (&st)[3], int64_t align_elems) {
-  RTC_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, RTC_ERR_ARG,
-            std::string(name) + " pointer is not 16-byte aligned; the sm90 kernel needs 16-byte aligned tensors");
+// What TMA and the kernel's 4-byte output stores need of one tensor: "" or why not.
+std::string tensor_why_not(const char* name, const void* ptr, const int64_t (&st)[3], int64_t align_elems) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
+  if (addr % 16 != 0)
+    return std::string(name) + " pointer is not 16-byte aligned (address % 16 = " + std::to_string(addr % 16) +
+           "); the sm90 kernel accepts 16-byte aligned tensors";
   for (int i = 0; i < 3; ++i)
-    RTC_CHECK(st[i] >= 0 && st[i] % align_elems == 0 && st[i] < (int64_t(1) << 38), RTC_ERR_ARG,
-              std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) +
-                  " is not accepted by the sm90 kernel; accepted: a multiple of " + std::to_string(align_elems) +
-                  " elements in [0, 2^38)");
+    if (st[i] < 0 || st[i] % align_elems != 0 || st[i] >= (int64_t(1) << 38))
+      return std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) +
+             " is not accepted by the sm90 kernel; accepted: a multiple of " + std::to_string(align_elems) +
+             " elements in [0, 2^38)";
+  return "";
 }
 
 // 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order).
@@ -95,17 +98,29 @@ int sm_count(const rtc_attention_args* a, int device) {
 
 }  // namespace
 
+std::string why_not_sm90(const rtc_attention_args* a, const char* vendor) {
+  if (!vendor || std::string(vendor) != "cuda")
+    return std::string("vendor=") + quote(vendor ? vendor : "(null)") + " is not accepted by the sm90 kernel; accepted: cuda";
+  if (a->head_dim != SM90_HEAD_DIM)
+    return "head_dim=" + std::to_string(a->head_dim) + " is not accepted by the sm90 kernel; accepted: 128";
+  const struct { const char* name; const void* ptr; const int64_t (&st)[3]; int64_t align; } tensors[] = {
+      {"q", a->q, a->q_strides, 8}, {"k", a->k, a->k_strides, 8}, {"v", a->v, a->v_strides, 8},
+      {"o", a->o, a->o_strides, 2}};
+  for (const auto& t : tensors) {
+    std::string why = tensor_why_not(t.name, t.ptr, t.st, t.align);
+    if (!why.empty()) return why;
+  }
+  const int64_t tiles = int64_t((a->seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M) * a->heads * a->batch;
+  if (tiles >= (int64_t(1) << 31))
+    return "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) + " is too large for the sm90 kernel; accepted: < 2^31";
+  return "";
+}
+
 int launch_sm90(uint64_t program, AttnParams* p, const rtc_attention_args* a, const char* vendor,
                 int device, void* stream) {
-  RTC_CHECK(vendor && std::string(vendor) == "cuda", RTC_ERR_ARG,
-            std::string("vendor=") + quote(vendor ? vendor : "(null)") + " is not accepted by the sm90 kernel; accepted: cuda");
-  RTC_CHECK(a->head_dim == SM90_HEAD_DIM, RTC_ERR_ARG,
-            "head_dim=" + std::to_string(a->head_dim) + " is not accepted by the sm90 kernel; accepted: 128");
+  const std::string why = why_not_sm90(a, vendor);
+  RTC_CHECK(why.empty(), RTC_ERR_ARG, why);
   RTC_CHECK(api().why.empty(), RTC_ERR_UNAVAILABLE, api().why);
-  check_tensor("q", a->q, a->q_strides, 8);
-  check_tensor("k", a->k, a->k_strides, 8);
-  check_tensor("v", a->v, a->v_strides, 8);
-  check_tensor("o", a->o, a->o_strides, 2);
   alignas(64) Sm90AttnParams sp;
   std::memset(&sp, 0, sizeof sp);
   sp.tmap_q = encode("q", a->q, a->q_strides, a->seq_q, a->heads, a->batch, SM90_BLOCK_M);
@@ -114,8 +129,6 @@ int launch_sm90(uint64_t program, AttnParams* p, const rtc_attention_args* a, co
   sp.a = *p;
   sp.num_m_blocks = (a->seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
   const int64_t tiles = int64_t(sp.num_m_blocks) * a->heads * a->batch;
-  RTC_CHECK(tiles < (int64_t(1) << 31), RTC_ERR_ARG,
-            "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) + " is too large for the sm90 kernel; accepted: < 2^31");
   sp.num_tiles = int(tiles);
   rtc_launch_config cfg{};
   cfg.vendor = vendor;

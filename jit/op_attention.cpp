@@ -2,6 +2,7 @@
 #include "attn_params_host.h"
 #include "common.h"
 #include "knobs.h"
+#include "launch_gfx942.h"
 #include "launch_sm90.h"
 #include "op_attention.h"
 #include "program.h"
@@ -54,7 +55,7 @@ AttnParams fill(const rtc_attention_args* a) {
 
 [[noreturn]] void unknown_kind(const char* kind) {
   RTC_FAIL(RTC_ERR_ARG, std::string("kernel_kind=") + quote(kind ? kind : "(null)") +
-                            " is not accepted; accepted: baseline, sm90");
+                            " is not accepted; accepted: baseline, sm90, gfx942");
 }
 
 void launch_baseline(uint64_t program, const AttnParams& p, const char* vendor, int device, void* stream) {
@@ -71,13 +72,36 @@ void launch_baseline(uint64_t program, const AttnParams& p, const char* vendor, 
   launch_program(program, &cfg, &p, sizeof p);
 }
 
+// Runtime arguments each kernel kind takes (vendor, alignment, strides): why_not returns "" or the
+// reason. Dispatch asks before it chooses, so a kind that declines falls back to the next kernel of
+// the manifest. A null why_not takes whatever validate() accepts. One row per kind.
+struct KindSupport {
+  const char* kind;
+  std::string (*why_not)(const rtc_attention_args* a, const char* vendor);
+};
+const KindSupport kKindSupport[] = {
+    {"baseline", nullptr},
+    {"sm90", why_not_sm90},
+    {"gfx942", why_not_gfx942},
+};
+
 }  // namespace
+
+std::string attention_supports(const char* kind, const rtc_attention_args* a, const char* vendor) {
+  validate(a);
+  RTC_CHECK(vendor, RTC_ERR_ARG, "vendor is null; accepted: hip, cuda, host");
+  const std::string k = kind ? kind : "";
+  for (const KindSupport& row : kKindSupport)
+    if (k == row.kind) return row.why_not ? row.why_not(a, vendor) : std::string();
+  unknown_kind(kind);
+}
 
 int64_t attention_workspace_bytes(const char* kind, const rtc_attention_args* a) {
   validate(a);
   std::string k = kind ? kind : "";
   if (k == "baseline") return 0;
   if (k == "sm90") return workspace_bytes_sm90(a);
+  if (k == "gfx942") return workspace_bytes_gfx942(a);
   unknown_kind(kind);
 }
 
@@ -91,12 +115,8 @@ int attention_fwd(uint64_t program, const char* kind, const rtc_attention_args* 
     launch_baseline(program, p, vendor, device, stream);
     return RTC_OK;
   }
-  if (k == "sm90") {
-    int rc = launch_sm90(program, &p, a, vendor, device, stream);
-    RTC_CHECK(rc == RTC_OK, RTC_ERR_LAUNCH,
-              "launch_sm90 returned status " + std::to_string(rc) + ": " + rtc_last_error());
-    return RTC_OK;
-  }
+  if (k == "gfx942") return launch_gfx942(program, &p, a, vendor, device, stream);
+  if (k == "sm90") return launch_sm90(program, &p, a, vendor, device, stream);
   unknown_kind(kind);
 }
 

@@ -117,6 +117,11 @@ RTC_API int rtc_sha256_hex(const void* data, size_t n, char out[65]);
 // The compiler log of a program (NVRTC: the ptxas -v register/spill report); "" when unknown
 // (an entry cached without its .log file). Owned by the runtime.
 RTC_API int rtc_program_log(uint64_t program, const char** text, size_t* size);
+// Whether kernel kind kernel_kind takes these runtime arguments on vendor (pointer alignment,
+// strides, head dim): *ok = 1, or *ok = 0 with the reason in why (truncated to n bytes, NUL-ended).
+// Needs no device: dispatch asks each candidate kernel in the manifest's order and falls back.
+RTC_API int rtc_attention_supports(const char* kernel_kind, const rtc_attention_args* a, const char* vendor,
+                                   char* why, size_t n, int* ok);
 
 #ifdef __cplusplus
 }

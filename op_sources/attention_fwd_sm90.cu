@@ -12,6 +12,9 @@
 #ifndef SM90_V_LBO
 #define SM90_V_LBO (SM90_BLOCK_N * 128)
 #endif
+#ifndef SM90_PIN_WAIT
+#define SM90_PIN_WAIT 1
+#endif
 #ifndef SM90_V_SBO
 #define SM90_V_SBO 1024
 #endif
@@ -214,7 +217,11 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
     named_arrive(other_bar, kPingPongThreads);
     wgmma_wait<1>();
     scores_done(sm, r, ps, n == n_blocks - 1, last_valid, c);
+#if SM90_PIN_WAIT
+    wgmma_wait_pinned<0>(p.a.seq_k < 0);
+#else
     wgmma_wait<0>();
+#endif
     fence_regs(r.o);
     release(sm.bars.v_empty(pv.stage));
     rescale_rows(r.o, r.st);

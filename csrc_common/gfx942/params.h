@@ -1,6 +1,11 @@
 // The gfx942 fast kernel's parameter block: AttnParams plus the launch plan (stage, split), shared by host and kernel.
 #pragma once
+// Kernels see csrc_common on the include path; the host runtime includes this file by relative path.
+#if __has_include("attn_params.h")
 #include "attn_params.h"
+#else
+#include "../attn_params.h"
+#endif
 
 #define GFX942_THREADS 512
 #define GFX942_HEAD_DIM 128

@@ -44,8 +44,10 @@ struct RowState {
 };
 
 // One tile's softmax step on its 16 scores: new max, optional O rescale, P (bf16x4 per sub-tile).
-// valid_kv < 64 only in the last kv block: kv rows past Sk get -FLT_MAX (a select, so whatever
-// the zero-filled K row gave cannot leak in).
+// valid_kv < 64 only in the last kv block: kv rows past Sk get -Inf (a select, so whatever the
+// zero-filled K row gave cannot leak in). Not -FLT_MAX: the running max starts at -FLT_MAX, so a
+// row whose real scores are all -Inf would see exp2(-FLT_MAX - -FLT_MAX) = 1 for masked rows.
+// With -Inf, p = exp2(-Inf - m) = 0 for every m >= -FLT_MAX, and m never becomes -Inf.
 RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub],
                              float& m, float& l, float c, int quad, int valid_kv, int xor32_addr) {
   float t[16];
@@ -53,7 +55,7 @@ RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc
   for (int j = 0; j < 16; ++j) t[j] = s[j >> 2][j & 3] * c;
   if (valid_kv < GFX942_KV_ROWS) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) t[j] = (16 * (j >> 2) + 4 * quad + (j & 3)) < valid_kv ? t[j] : kNegMax;
+    for (int j = 0; j < 16; ++j) t[j] = (16 * (j >> 2) + 4 * quad + (j & 3)) < valid_kv ? t[j] : kNegInf;
   }
   float mx = t[0];
 #pragma unroll

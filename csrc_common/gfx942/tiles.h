@@ -12,7 +12,8 @@ constexpr int kDSteps = 8;           // 128 / 16: k-steps of one QK MFMA chain
 constexpr int kSub = 4;              // 16-row kv sub-tiles per 64-row block
 constexpr int kHdTiles = 8;          // 128 / 16 output tiles of PV
 constexpr int kKRowDwords = 64;      // 256-byte K row
-constexpr float kNegMax = -3.402823466e38f;  // masked scores: exp2 gives 0, never Inf - Inf
+constexpr float kNegMax = -3.402823466e38f;  // initial running max: finite, so never Inf - Inf
+constexpr float kNegInf = -__builtin_inff();  // masked scores
 
 // LDS: exactly 64 KiB. K double buffer (2 x 64 rows x 256 B) + each wave's third Q tile
 // (8 k-steps x 64 lanes x 8 B, lane order). The companion stages reuse the same bytes.

@@ -62,12 +62,23 @@ RTC_DEVICE void mask_cols(float (&s)[N], int valid) {
       if (8 * j + c0 + (k & 1) >= valid) s[4 * j + k] = neg_inf();
 }
 
-// s*c - m*c. One FFMA leaves the rounding residual of m*c, so the row max gets p = 1 - eps: the
-// nearest modes round that back to 1, RTZ truncates it to 0.996 (and l, O drift with it). RTZ
-// therefore scales score and max with the same rounded multiply (__fmul_rn is never fused),
-// which makes the max element exactly 2^0 = 1, at one more FP32 op per score (~4% measured).
+// The row max m is scaled rounding DOWN (ms = m*c rounded toward -inf), so the single FFMA
+// s*c - ms is exact-or-above zero for the max element: p = 2^x with x >= 0 is >= 1 and every mode
+// (RTZ included) turns it into exactly 1.0 in bf16. With ms rounded to nearest, the residual
+// could be negative and RTZ truncated p = 1 - eps to 0.996 (the GPU test at Sq=4096, Sk=1).
+// SM90_RTZ_EXACT=1 keeps the older two-multiply form (one more FP32 op per score, ~4% slower).
+#ifndef SM90_RTZ_EXACT
+#define SM90_RTZ_EXACT 0
+#endif
+RTC_DEVICE float scale_max(float m, float c) {
+#if SM90_RTZ_EXACT
+  return __fmul_rn(m, c);
+#else
+  return __fmul_rd(m, c);
+#endif
+}
 RTC_DEVICE float scaled_diff(float s, float c, float ms) {
-#if RTC_ROUND == 2
+#if RTC_ROUND == 2 && SM90_RTZ_EXACT
   return __fmul_rn(s, c) - ms;
 #else
   return fmaf(s, c, -ms);
@@ -86,8 +97,9 @@ RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c) {
     for (int j = 0; j < N / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
     mx = fmaxf(mx, shfl_xor(mx, 1));
     mx = fmaxf(mx, shfl_xor(mx, 2));
-    const float ms = (mx == neg_inf()) ? 0.f : __fmul_rn(mx, c);
-    st.rescale[i] = ex2(__fmul_rn(st.m[i], c) - ms);
+    const float ms = (mx == neg_inf()) ? 0.f : scale_max(mx, c);
+    // Same rounding as ms: an unchanged max gives exactly 2^0 = 1.
+    st.rescale[i] = ex2(scale_max(st.m[i], c) - ms);
     st.m[i] = mx;
     float sum = 0.f;
 #pragma unroll

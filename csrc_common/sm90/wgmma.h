@@ -58,6 +58,13 @@ template <int N> RTC_DEVICE void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// ptxas schedules a wait as if it cost nothing and hoists it to the top of its basic block, which
+// put the whole softmax behind the in-flight P V GEMM (seen in the SASS). A one-trip loop on a
+// condition ptxas cannot evaluate (`never` is false at run time) gives the wait a block of its own.
+template <int N> RTC_DEVICE void wgmma_wait_pinned(bool never) {
+  do { wgmma_wait<N>(); } while (never);
+}
+
 // Pins accumulator registers at this point of the program, so the compiler neither reads them
 // before a wgmma_wait nor moves writes across an issue.
 template <int N> RTC_DEVICE void fence_regs(float (&d)[N]) {

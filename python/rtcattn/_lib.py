@@ -96,6 +96,8 @@ _SIGNATURES = {
     "rtc_launch": ([ctypes.c_uint64, ctypes.POINTER(LaunchConfig), _P, _SZ], _I),
     "rtc_attention_workspace_bytes": ([ctypes.c_char_p, ctypes.POINTER(AttentionArgs),
                                        ctypes.POINTER(ctypes.c_int64)], _I),
+    "rtc_attention_supports": ([ctypes.c_char_p, ctypes.POINTER(AttentionArgs), ctypes.c_char_p,
+                                ctypes.c_char_p, _SZ, ctypes.POINTER(_I)], _I),
     "rtc_attention_fwd": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(AttentionArgs),
                            ctypes.c_char_p, _I, _P], _I),
 }
@@ -226,6 +228,14 @@ def attention_workspace_bytes(kernel_kind: str, args: AttentionArgs) -> int:
     n = ctypes.c_int64()
     _check(_lib.rtc_attention_workspace_bytes(_b(kernel_kind), ctypes.byref(args), ctypes.byref(n)))
     return n.value
+
+
+def attention_supports(kernel_kind: str, args: AttentionArgs, vendor: str) -> Optional[str]:
+    """None when kernel kind kernel_kind takes these runtime arguments (alignment, strides) on vendor, else why not."""
+    why, ok = ctypes.create_string_buffer(1024), ctypes.c_int()
+    _check(_lib.rtc_attention_supports(_b(kernel_kind), ctypes.byref(args), _b(vendor), why, len(why),
+                                       ctypes.byref(ok)))
+    return None if ok.value else why.value.decode(errors="replace")
 
 
 def attention_fwd(program: int, kernel_kind: str, args: AttentionArgs, vendor: str, device: int,

@@ -1,4 +1,4 @@
-"""`python -m rtcattn`: warm (fill the code-object cache without a GPU), info, clear, bench."""
+"""`python -m rtcattn`: warm (fill the code-object cache without a GPU), info, clear, bench, isa."""
 from __future__ import annotations
 
 import argparse
@@ -175,6 +175,8 @@ def parser() -> argparse.ArgumentParser:
     from . import bench
     bench.add_arguments(sub.add_parser("bench", help="GPU: rtcattn vs torch SDPA flash and cuDNN"))
     sub.choices["bench"].set_defaults(func=cmd_bench)
+    from . import isa
+    isa.add_parser(sub)
     return p
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -17,7 +17,7 @@ EMULATED_CUS = {"gfx942-emu": 304, "gfx90a-emu": 110}
 _lock = threading.Lock()
 _lib_module = None
 _programs: dict = {}     # (variant, cache_dir) -> build result; the C++ runtime caches too
-_selections: dict = {}  # (arch, D, layout, round_mode) -> Selection
+_plans: dict = {}       # (arch, D, layout, round_mode) -> _plan(): the manifest part of a selection
 _logged: set = set()
 last_selection: Optional["Selection"] = None  # what the latest call ran (bench reports it)
 
@@ -98,25 +98,67 @@ def _rejects(k: manifest.KernelSpec, arch: str, conds: dict) -> Optional[str]:
     return None
 
 
-def select(arch: str, head_dim: int, layout: str, round_mode: str, kernel: Optional[str] = None,
-           m: Optional[manifest.Manifest] = None) -> Selection:
-    """The first kernel of the manifest (in its order of preference) whose conditions the call meets."""
+def _plan(arch: str, head_dim: int, layout: str, round_mode: str, kernel: Optional[str],
+          m: Optional[manifest.Manifest]) -> tuple:
+    """Every kernel of the op in the manifest's order: (kernel, its variant, None) or (kernel, None, why not)."""
     spec = (m or manifest.load()).op(OP)
     conds = {"arch": arch, "head_dim": head_dim, "layout": layout, "round_mode": round_mode}
-    skipped = []
+    plan = []
     for k in spec.kernels:
         if kernel is not None and k.name != kernel:
             continue
         why_not = _rejects(k, arch, conds)
+        v = None if why_not else manifest.Variant(OP, k.name, arch, layout, round_mode, manifest.bucket_for(k, head_dim))
+        plan.append((k, v, why_not))
+    if not plan and kernel is not None:
+        plan.append((None, None, f"none named {kernel!r}"))
+    return tuple(plan)
+
+
+def _pick(plan: tuple, supports: Optional[Callable], what: str) -> Selection:
+    """The first planned kernel that supports (None = ask nothing) accepts; its why lists the ones skipped."""
+    skipped = []
+    for k, v, why_not in plan:
+        if why_not is None and supports is not None:
+            why_not = supports(k)
         if why_not is None:
-            v = manifest.Variant(OP, k.name, arch, layout, round_mode, manifest.bucket_for(k, head_dim))
-            why = "first match" if not skipped else "fallback; " + "; ".join(skipped)
-            return Selection(k, v, why)
-        skipped.append(f"{k.name}: {why_not}")
-    names = ", ".join(k.name for k in spec.kernels)
-    raise ValueError(f"no kernel of {OP} serves arch={arch!r}, head_dim={head_dim}, layout={layout!r}, "
-                     f"round_mode={round_mode!r} (kernel={kernel!r}); kernels: {names}; "
-                     f"why not: {'; '.join(skipped) or 'none named ' + repr(kernel)}")
+            return Selection(k, v, "first match" if not skipped else "fallback; " + "; ".join(skipped))
+        skipped.append(f"{k.name}: {why_not}" if k is not None else why_not)
+    names = ", ".join(k.name for k in manifest.load().op(OP).kernels)
+    raise ValueError(f"no kernel of {OP} serves {what}; kernels: {names}; why not: {'; '.join(skipped)}")
+
+
+def select(arch: str, head_dim: int, layout: str, round_mode: str, kernel: Optional[str] = None,
+           m: Optional[manifest.Manifest] = None, supports: Optional[Callable] = None) -> Selection:
+    """The first kernel of the manifest (in its order of preference) whose conditions the call meets.
+
+    supports(kernel) -> None or why not: asked of each kernel whose manifest conditions hold, for what
+    only the call's arguments tell (pointer alignment, strides); a kernel it declines falls back to the next.
+    """
+    plan = _plan(arch, head_dim, layout, round_mode, kernel, m)
+    what = f"arch={arch!r}, head_dim={head_dim}, layout={layout!r}, round_mode={round_mode!r} (kernel={kernel!r})"
+    return _pick(plan, supports, what)
+
+
+def runtime_check(args, vendor: str) -> Callable:
+    """A supports() for select: the runtime's per-kind check of these attention args (no device needed)."""
+    return lambda k: lib().attention_supports(k.kind, args, vendor)
+
+
+def choose(arch: str, head_dim: int, layout: str, round_mode: str, args, vendor: str) -> Selection:
+    """select() with the runtime's check of args; logs (RTCATTN_LOG=1) each distinct choice once per process."""
+    global last_selection
+    key = (arch, head_dim, layout, round_mode)
+    plan = _plans.get(key)
+    if plan is None:  # the plan reads the manifest: once per (arch, D, layout, mode) per process
+        plan = _plans.setdefault(key, _plan(arch, head_dim, layout, round_mode, None, None))
+    what = f"arch={arch!r}, head_dim={head_dim}, layout={layout!r}, round_mode={round_mode!r}"
+    sel = _pick(plan, runtime_check(args, vendor), what)
+    last_selection = sel
+    if (arch, sel.variant, sel.why) not in _logged:
+        _logged.add((arch, sel.variant, sel.why))
+        log(f"kernel {sel.kernel.name} ({manifest.variant_name(sel.variant)}, {arch}) for D={head_dim}: {sel.why}")
+    return sel
 
 
 def build(variant: manifest.Variant, cache_dir: Optional[str] = None):
@@ -146,30 +188,27 @@ def _num_cus(device: torch.device, arch: str) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def run(q, k, v, out, lse, layout: str, round_mode: str, problem: validate.Problem) -> None:
-    """Selects, builds and launches; out (and lse when not None) are written in place."""
-    global last_selection
-    device = q.device
-    arch = arch_of(device)
-    key = (arch, problem.head_dim, layout, round_mode)
-    sel = _selections.get(key)
-    if sel is None:  # selection reads the manifest: once per (arch, D, layout, mode) per process
-        sel = _selections.setdefault(key, select(arch, problem.head_dim, layout, round_mode))
-    last_selection = sel
-    if (arch, sel.variant) not in _logged:
-        _logged.add((arch, sel.variant))
-        log(f"kernel {sel.kernel.name} ({manifest.variant_name(sel.variant)}, {arch}) for D={problem.head_dim}: {sel.why}")
-    program = build(sel.variant).program
-    args = lib().attention_args(
+def attention_args(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
+    """The C ABI's argument block of a call (pointers and element strides; nothing is read through them)."""
+    return lib().attention_args(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
         strides=[_strides(t, layout) for t in (q, k, v, out)], batch=problem.batch, heads=problem.heads,
         seq_q=problem.seq_q, seq_k=problem.seq_k, head_dim=problem.head_dim, softmax_scale=problem.scale,
-        lse=lse.data_ptr() if lse is not None else 0, tail_split=-1, num_cus=_num_cus(device, arch))
+        lse=lse.data_ptr() if lse is not None else 0, tail_split=-1, num_cus=num_cus)
+
+
+def run(q, k, v, out, lse, layout: str, round_mode: str, problem: validate.Problem) -> None:
+    """Selects, builds and launches; out (and lse when not None) are written in place."""
+    device = q.device
+    arch = arch_of(device)
+    vendor = vendor_of(device)
+    args = attention_args(q, k, v, out, lse, layout, problem, _num_cus(device, arch))
+    sel = choose(arch, problem.head_dim, layout, round_mode, args, vendor)
+    program = build(sel.variant).program
     nbytes = lib().attention_workspace_bytes(sel.kernel.kind, args)
     if nbytes > 0:  # through torch's caching allocator, so repeated calls cost no device malloc
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), nbytes
-    vendor = vendor_of(device)
     index = 0 if device.type == "cpu" else (device.index if device.index is not None else torch.cuda.current_device())
     stream = torch.cuda.current_stream(device).cuda_stream if vendor != "host" else 0
     lib().attention_fwd(program, sel.kernel.kind, args, vendor, index, stream)

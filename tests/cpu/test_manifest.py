@@ -25,28 +25,33 @@ def edited(edit):
 
 
 def kern(data):
-    return data["ops"]["attention_fwd"]["kernels"][0]
+    """The baseline's entry (fast kernels come before it in the manifest's order of preference)."""
+    return next(k for k in data["ops"]["attention_fwd"]["kernels"] if k["name"] == "baseline")
+
+
+BASE = [k["name"] for k in REAL["ops"]["attention_fwd"]["kernels"]].index("baseline")
+NKERN = len(REAL["ops"]["attention_fwd"]["kernels"])
 
 
 BAD = [
     ("schema", lambda d: d.update(schema=2), "schema", "2", "1"),
     ("no kernels", lambda d: d["ops"]["attention_fwd"].pop("kernels"), "ops.attention_fwd.kernels", "null",
      "present"),
-    ("unknown arch", lambda d: kern(d)["archs"].append("gfx1100"), "kernels[0].archs[6]", '"gfx1100"', "gfx942"),
+    ("unknown arch", lambda d: kern(d)["archs"].append("gfx1100"), f"kernels[{BASE}].archs[6]", '"gfx1100"', "gfx942"),
     ("bad compiler", lambda d: d["ops"]["attention_fwd"]["arch_options"]["gfx942"].update(compiler=["gcc"]),
      "arch_options.gfx942.compiler[0]", '"gcc"', "hiprtc"),
     ("map hole", lambda d: d["ops"]["attention_fwd"]["axes"]["round_mode"]["map"].pop("rtz"),
      "axes.round_mode.map.rtz", "null", "an integer"),
-    ("head dims", lambda d: kern(d)["head_dims"].update(min=300), "kernels[0].head_dims", "300", "min <= max"),
+    ("head dims", lambda d: kern(d)["head_dims"].update(min=300), f"kernels[{BASE}].head_dims", "300", "min <= max"),
     ("bucket too small", lambda d: kern(d).update(head_dim_buckets=[64, 128]), "head_dim_buckets", "[64, 128]",
      ">= head_dims.max"),
-    ("when key", lambda d: kern(d).update(when={"seqlen": [1]}), "kernels[0].when.seqlen", "[1]", "head_dim"),
-    ("symbol", lambda d: kern(d).update(symbol="not a symbol"), "kernels[0].symbol", '"not a symbol"',
+    ("when key", lambda d: kern(d).update(when={"seqlen": [1]}), f"kernels[{BASE}].when.seqlen", "[1]", "head_dim"),
+    ("symbol", lambda d: kern(d).update(symbol="not a symbol"), f"kernels[{BASE}].symbol", '"not a symbol"',
      "C identifier"),
-    ("source path", lambda d: kern(d).update(source="../evil.hip"), "kernels[0].source", "../evil.hip",
+    ("source path", lambda d: kern(d).update(source="../evil.hip"), f"kernels[{BASE}].source", "../evil.hip",
      "inside op_sources"),
     ("duplicate", lambda d: d["ops"]["attention_fwd"]["kernels"].append(copy.deepcopy(kern(d))),
-     "kernels[1].name", "baseline", "not used by another"),
+     f"kernels[{NKERN}].name", "baseline", "not used by another"),
     ("type", lambda d: kern(d).update(head_dim_buckets="64"), "head_dim_buckets", '"64"', "list of integers"),
 ]
 
@@ -71,7 +76,7 @@ def test_not_json_and_not_evaluated(tmp_path):
 
 def test_variants_and_request():
     m = manifest.load()
-    assert len(list(m.variants(archs=["gfx942"]))) == 2 * 3 * len(kern(REAL)["head_dim_buckets"])
+    assert len(list(m.variants(archs=["gfx942"], kernels=["baseline"]))) == 2 * 3 * len(kern(REAL)["head_dim_buckets"])
     v = manifest.Variant("attention_fwd", "baseline", "gfx942", "bshd", "rtna", 128)
     req = m.request(v, "9.9")
     assert req.variant == "bshd-rtna-d128" and req.arch == "gfx942" and req.package_version == "9.9"
@@ -97,7 +102,10 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     fast = dict(copy.deepcopy(kern(REAL)), name="fast", kind="fast_gfx942", archs=["gfx942"],
                 head_dim_buckets=[128], head_dims={"min": 128, "max": 128, "step": 8},
                 when={"head_dim": [128]})
-    data = edited(lambda d: d["ops"]["attention_fwd"]["kernels"].insert(0, fast))
+    def only_fast_and_baseline(d):  # the mechanism under test, without the real fast kernels
+        ks = d["ops"]["attention_fwd"]["kernels"]
+        ks[:] = [fast] + [k for k in ks if k["name"] == "baseline"]
+    data = edited(only_fast_and_baseline)
     m = manifest.load(write(tmp_path, data), root=ROOT)
     sel = dispatch.select("gfx942", 128, "bshd", "rtne", m=m)
     assert sel.kernel.name == "fast" and sel.why == "first match"
@@ -135,10 +143,10 @@ def _tree_copy(tmp_path):
 def test_request_headers_are_the_include_closure(tmp_path):
     """Only headers the kernel can reach go into the request (and the cache key)."""
     m = _tree_copy(tmp_path)
-    v = next(iter(m.variants(archs=["gfx942"])))
+    v = next(iter(m.variants(archs=["gfx942"], kernels=["baseline"])))
     names = [n for n, _ in m.request(v, "0").headers]
     assert names == ["attn_params.h", "bf16_round.h", "platform.h"]
-    emu = next(iter(m.variants(archs=["gfx942-emu"])))
+    emu = next(iter(m.variants(archs=["gfx942-emu"], kernels=["baseline"])))
     emu_names = [n for n, _ in m.request(emu, "0").headers]
     assert "emu/prelude_host.h" in emu_names and "emu/workgroup.h" in emu_names
 

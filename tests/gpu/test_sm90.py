@@ -1,4 +1,4 @@
-"""GPU tests of the sm_90a attention kernel (H100/H200): numerics.md on the kernel text, compiled by NVRTC."""
+"""GPU tests of the sm_90a attention kernel (H100/H200) through rtcattn.forward: numerics.md on the product path."""
 import math
 import os
 import sys
@@ -20,12 +20,23 @@ def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
+def _forward(q, k, v, layout, mode, expect="sm90"):
+    """rtcattn.forward into a poisoned out (0xFFFF, a NaN nobody writes on purpose); checks which kernel ran."""
+    import rtcattn
+    from rtcattn import dispatch
+    out = torch.empty_like(q)
+    out.view(torch.int16).fill_(-1)
+    o, lse = rtcattn.forward(q, k, v, layout=layout, round_mode=mode, out=out, return_lse=True)
+    sel = dispatch.last_selection
+    assert o is out and sel is not None and sel.kernel.name == expect, (sel, expect)
+    return o, lse
+
+
 @pytest.fixture(scope="module")
 def kernels():
     if not _hopper():
         pytest.skip("the sm_90a kernel needs a Hopper GPU (compute capability 9.x)")
-    from sm90_driver import Sm90Kernel
-    return {m: Sm90Kernel(m) for m in MODES}
+    return {m: (lambda q, k, v, layout, m=m: _forward(q, k, v, layout, m)) for m in MODES}
 
 
 def _inputs(B, H, Sq, Sk, layout, seed):
@@ -113,3 +124,29 @@ def test_side_by_side_with_torch_backends(kernels, B, H, S):
     err, norm = refs.errors(o, o64)
     assert err <= 1.25 * min(t[0] for t in theirs), (err, theirs)
     assert norm <= 1.25 * min(t[1] for t in theirs), (norm, theirs)
+
+
+def test_fallback_to_baseline_with_reason(kernels, capfd, monkeypatch):
+    """Head dim 64 and a misaligned view run the baseline; the reason is logged under RTCATTN_LOG=1."""
+    import refs
+    from rtcattn import dispatch
+    monkeypatch.setenv("RTCATTN_LOG", "1")
+    monkeypatch.setattr(dispatch, "_logged", set())
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(1, 300, 2, 64, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(3))
+    o, _ = _forward(q, k, v, "bshd", "rtne", expect="baseline")
+    torch.cuda.synchronize()
+    assert "fallback; sm90: head_dim 64" in capfd.readouterr().err
+    o64, _ = refs.ref64(q, k, v, "bshd", 1 / 8)
+    err, norm = refs.errors(refs.to_bhsd(o, "bshd"), o64)
+    err_r, _ = refs.errors(refs.ref_same_precision(q, k, v, "bshd", 1 / 8, "rtne"), o64)
+    assert err <= 2 * err_r + 1e-5 and norm < 1e-2
+    base = torch.randn(1, 300, 2, 136, generator=gen, device="cuda").to(torch.bfloat16)
+    qv = base[..., 1:129]                                # 2-byte offset: TMA cannot take it
+    o, _ = _forward(qv, qv, qv, "bshd", "rtne", expect="baseline")
+    torch.cuda.synchronize()
+    assert "sm90: q pointer is not 16-byte aligned" in capfd.readouterr().err
+    o64, _ = refs.ref64(qv, qv, qv, "bshd", 1 / math.sqrt(128))
+    err, norm = refs.errors(refs.to_bhsd(o, "bshd"), o64)
+    err_r, _ = refs.errors(refs.ref_same_precision(qv, qv, qv, "bshd", 1 / math.sqrt(128), "rtne"), o64)
+    assert err <= 2 * err_r + 1e-5 and norm < 1e-2

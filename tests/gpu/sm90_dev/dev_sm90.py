@@ -80,11 +80,11 @@ def check_strided(kern, mode):
     return ok
 
 
-def check(defines=()):
+def check(defines=(), modes=refs.MODES):
     shapes = [(1, 2, 1, 1), (2, 3, 17, 17), (1, 2, 128, 128), (1, 2, 1000, 1000), (1, 3, 17, 1000),
-              (1, 2, 1000, 130), (2, 2, 4096, 4096)]
+              (1, 2, 1000, 130), (2, 2, 4096, 4096), (1, 4, 4096, 1)]
     ok = True
-    for mode in refs.MODES:
+    for mode in modes:
         kern = Sm90Kernel(mode, defines)
         gen = torch.Generator(device="cuda").manual_seed(1)
         for layout in ("bshd", "bhsd"):
@@ -108,8 +108,23 @@ def median_ms(fn, reps):
     return sorted(times)[len(times) // 2]
 
 
+def time_interleaved(fns, reps):
+    """Median ms of each callable, the reps taken round-robin so that clock drift hits all alike."""
+    for f in fns.values():
+        f()
+    torch.cuda.synchronize()
+    times = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, f in fns.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(); f(); b.record()
+            torch.cuda.synchronize()
+            times[k].append(a.elapsed_time(b))
+    return {k: sorted(t)[len(t) // 2] for k, t in times.items()}
+
+
 def bench(shapes, configs):
-    """configs: 'mode' or 'mode:DEF=1+DEF=2' strings, all timed in the same run."""
+    """configs: 'mode' or 'mode:DEF=1+DEF=2' strings, all timed in the same run, interleaved."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     F = torch.nn.functional
     kerns = {}
@@ -120,37 +135,69 @@ def bench(shapes, configs):
     mm = median_ms(lambda: a @ a, 10)
     rows = [f"matmul 8192^3: {2 * 8192 ** 3 / mm / 1e9:.0f} TFLOP/s"]
     gen = torch.Generator(device="cuda").manual_seed(5)
+    table = {}
     for (B, H, S) in shapes:
         q, k, v = make(B, H, S, S, "bhsd", gen)
         flops = 4 * B * H * S * S * 128
-        reps = max(3, min(20, int(2000 / (flops / 600e9))))
-        res = {}
-        for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            with sdpa_kernel([be]):
-                res[name] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v), reps)
+
+        def sdpa(be):
+            def f():
+                with sdpa_kernel([be]):
+                    F.scaled_dot_product_attention(q, k, v)
+            return f
+        fns = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash": sdpa(SDPBackend.FLASH_ATTENTION)}
         for c, kern in kerns.items():
             p, _, _ = kern.prepare(q, k, v, "bhsd")
-            res[c] = median_ms(lambda: kern.launch(p), reps)
+            fns[c] = (lambda kern, p: lambda: kern.launch(p))(kern, p)
+        reps = max(3, min(15, int(1500 / (flops / 600e9))))
+        res = time_interleaved(fns, reps)
         tf = lambda t: flops / t / 1e9
         line = f"({B},{H},{S}) cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) flash {res['flash']:.3f}"
         for c in configs:
             line += f" | {c} {res[c]:.3f} {tf(res[c]):.0f} x{res['cudnn'] / res[c]:.3f}"
         rows.append(line)
+        table[(B, H, S)] = res
         print(line, flush=True)
         del q, k, v
-    return rows
+    return rows, table
 
 
-def sass(defines=()):
-    kern = Sm90Kernel("rtne", defines)
-    path = os.path.join(OUT, "attn_sm90_rtne.cubin")
+def summary(table, configs):
+    """Compact ratio table (cuDNN ms / ours ms) with the geomean per config."""
+    names = [f"c{i}" for i in range(len(configs))]
+    out = ["configs: " + "; ".join(f"{n}={c}" for n, c in zip(names, configs)),
+           f"{'shape':>15} {'cudnn':>8} " + " ".join(f"{n:>6}" for n in names)]
+    logs = [0.0] * len(configs)
+    for shp, res in table.items():
+        rat = [res["cudnn"] / res[c] for c in configs]
+        logs = [l + math.log(r) for l, r in zip(logs, rat)]
+        out.append(f"{str(shp):>15} {res['cudnn']:8.3f} " + " ".join(f"{r:6.3f}" for r in rat))
+    out.append(f"{'geomean':>15} {'':>8} " + " ".join(f"{math.exp(l / len(table)):6.3f}" for l in logs))
+    return out
+
+
+def overlapped_ex2(text):
+    """MUFU.EX2 count between the steady state's wait_group 1 and its wait_group 0: the softmax that
+    runs under the in-flight P V GEMM (ptxas once hoisted the wait and left this at 0)."""
+    i = text.find("WARPGROUP.DEPBAR.LE gsb0, 0x1")
+    j = text.find("WARPGROUP.DEPBAR.LE gsb0, 0x0", i)
+    return text[i:j].count("MUFU.EX2") if i >= 0 and j >= 0 else 0
+
+
+def sass(defines=(), mode="rtne"):
+    kern = Sm90Kernel(mode, defines)
+    tag = "_".join([mode] + [d.replace("=", "") for d in defines])
+    path = os.path.join(OUT, f"attn_sm90_{tag}.cubin")
     open(path, "wb").write(kern.cubin)
     text = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
-    open(os.path.join(OUT, "attn_sm90_rtne.sass"), "w").write(text)
+    open(os.path.join(OUT, f"attn_sm90_{tag}.sass"), "w").write(text)
     n_hgmma = text.count("HGMMA")
     n_local = sum(text.count(x) for x in ("LDL", "STL"))
-    print(f"SASS: {n_hgmma} HGMMA, {n_local} LDL/STL; log: {kern.log.strip().splitlines()[-2:]}")
-    return n_hgmma > 0 and n_local == 0
+    n_ov = overlapped_ex2(text)
+    warn = [ln for ln in kern.log.splitlines() if "warning" in ln.lower()]
+    print(f"SASS {tag}: {n_hgmma} HGMMA, {n_local} LDL/STL, {n_ov} MUFU.EX2 under P V, "
+          f"{len(warn)} ptxas warnings; {kern.log.strip().splitlines()[-2:]}")
+    return n_hgmma > 0 and n_local == 0 and not warn
 
 
 if __name__ == "__main__":
@@ -159,8 +206,8 @@ if __name__ == "__main__":
     if what == "check":
         sys.exit(0 if check(defines) else 1)
     if what == "sass":
-        sys.exit(0 if sass(defines) else 1)
+        sys.exit(0 if sass(defines, os.environ.get("SM90_MODE", "rtne")) else 1)
     if what == "bench":
         sel = [int(i) for i in sys.argv[2].split(",")]
-        rows = bench([SEED_SHAPES[i] for i in sel], sys.argv[3:] or ["rtne"])
-        print("\n".join(rows))
+        rows, table = bench([SEED_SHAPES[i] for i in sel], sys.argv[3:] or ["rtne"])
+        print("\n".join(rows + summary(table, sys.argv[3:] or ["rtne"])))

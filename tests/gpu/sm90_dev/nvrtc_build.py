@@ -29,15 +29,16 @@ def find_nvrtc():
     raise OSError(f"libnvrtc.so.13 not found (tried {names} and site-packages/nvidia)")
 
 
-def compile_sm90(defines=(), extra=()):
-    """Returns (cubin bytes, log text). Raises RuntimeError with the log on failure."""
+def compile_sm90(defines=(), extra=(), src=None, name=b"attention_fwd_sm90.cu"):
+    """Returns (cubin bytes, log text). Raises RuntimeError with the log on failure.
+    src: other source text (bytes) to build with the same headers, e.g. a probe kernel."""
     lib = find_nvrtc()
-    src = open(SOURCE, "rb").read()
+    src = open(SOURCE, "rb").read() if src is None else src
     hdr_names = (ctypes.c_char_p * len(HEADERS))(*[h.encode() for h in HEADERS])
     hdr_text = (ctypes.c_char_p * len(HEADERS))(
         *[open(os.path.join(ROOT, "csrc_common", h), "rb").read() for h in HEADERS])
     prog = ctypes.c_void_p()
-    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"attention_fwd_sm90.cu",
+    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), src, name,
                                 len(HEADERS), hdr_text, hdr_names)
     assert rc == 0, rc
     opts = [b"--gpu-architecture=sm_90a", b"-std=c++17", b"--ptxas-options=-v"]

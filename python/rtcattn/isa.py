@@ -1,0 +1,249 @@
+"""Code-object report of the gfx942 fast kernel (registers, LDS, scratch, per-KV-iteration instruction mix) and its static issue model."""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SOURCE, SYMBOL = "attention_fwd_gfx942.hip", "attention_fwd_gfx942"
+LAYOUTS, MODES = ("bshd", "bhsd"), ("rtne", "rtna", "rtz")
+COMPILERS = {"gfx942": "clang", "gfx90a": "hiprtc,clang"}
+CLOCK_HZ, CUS = 2.1e9, 304
+MFMA_CYCLES, VALU_CYCLES, TRANS_CYCLES, LDS_BYTES_PER_CLK = 16, 4, 16, 128
+TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
+# Bytes one wave64 instruction moves through the LDS (reads, writes, cross-lane traffic, DMA fill).
+LDS_BYTES = {"ds_read_b32": 256, "ds_write_b32": 256, "ds_read_b64": 512, "ds_write_b64": 512,
+             "ds_read2_b64": 1024, "ds_read_b128": 1024, "ds_write_b128": 1024, "ds_swizzle_b32": 256,
+             "ds_bpermute_b32": 256}
+# MoonMath's published MI300X times (ms) for the seed shapes (B, H, S): RTNE, RTZ.
+MOONMATH_MS = {(2, 24, 8192): (3.083, 2.983), (2, 24, 16384): (11.670, 11.385), (1, 32, 16384): (8.013, 7.731),
+               (4, 16, 16384): (15.591, 15.055), (1, 64, 16384): (15.528, 15.040), (2, 24, 32768): (46.002, 44.075),
+               (2, 16, 65536): (117.612, 114.665), (2, 8, 86016): (101.071, 99.397),
+               (1, 16, 131072): (232.517, 226.152)}
+
+
+@dataclass
+class Report:
+    arch: str
+    layout: str
+    mode: str
+    compiler: str
+    notes: dict
+    loop: dict = field(default_factory=dict)   # static counts of the KV loop body
+
+    @property
+    def waves_per_simd(self) -> int:
+        """Waves per SIMD the code object allows (512-entry unified VGPR file, 64 KiB LDS, 4 SIMDs)."""
+        regs = self.notes["vgpr_count"] + self.notes["agpr_count"]
+        by_regs = 8 if regs == 0 else min(8, 512 // (math.ceil(regs / 8) * 8))
+        lds = self.notes["group_segment_fixed_size"]
+        groups = 64 * 1024 // lds if lds else 8
+        waves_per_group_per_simd = math.ceil(self.notes["max_flat_workgroup_size"] / 64 / 4)
+        return min(by_regs, groups * waves_per_group_per_simd)
+
+
+def _tool(name: str) -> str:
+    for cand in (f"{name}-19", name):
+        path = shutil.which(cand)
+        if path:
+            return path
+    raise FileNotFoundError(f"{name}-19 (or {name}) is not on PATH; tried {name}-19, {name}; install llvm-19")
+
+
+def parse_notes(text: str) -> dict:
+    keys = ("vgpr_count", "agpr_count", "sgpr_count", "group_segment_fixed_size", "private_segment_fixed_size",
+            "max_flat_workgroup_size", "vgpr_spill_count", "sgpr_spill_count")
+    out = {k: 0 for k in keys}
+    for k in keys:
+        m = re.search(rf"\.{k}:\s+(\d+)", text)
+        if m:
+            out[k] = int(m.group(1))
+    return out
+
+
+def _instructions(disasm: str) -> list:
+    """(address, mnemonic, operands) of every instruction of the disassembly."""
+    out = []
+    for line in disasm.splitlines():
+        m = re.match(r"^\s+(\S+)\s*(.*?)\s*//\s*([0-9A-Fa-f]+):", line)
+        if m:
+            out.append((int(m.group(3), 16), m.group(1), m.group(2)))
+    return out
+
+
+def kv_loop(insts: list) -> list:
+    """The KV loop: of the backward branches, the one whose range [target, branch] holds the most MFMAs."""
+    best, best_n = [], -1
+    for addr, op, args in insts:
+        if not (op.startswith("s_cbranch") or op == "s_branch") or not args.strip().isdigit():
+            continue
+        simm16 = int(args) & 0xFFFF  # SOPP: target = next instruction + 4 * signed simm16
+        target = addr + 4 + 4 * (simm16 - 0x10000 if simm16 & 0x8000 else simm16)
+        if target > addr:
+            continue
+        body = [x for x in insts if target <= x[0] <= addr]
+        n = sum(1 for x in body if x[1].startswith("v_mfma"))
+        if n > best_n:
+            best, best_n = body, n
+    return best
+
+
+def count(body: list) -> dict:
+    c = {"mfma": 0, "valu": 0, "trans": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0, "s_waitcnt": 0,
+         "s_barrier": 0, "total": len(body)}
+    for _, op, args in body:
+        if op.startswith("v_mfma"):
+            c["mfma"] += 1
+        elif op.startswith("v_"):
+            c["valu"] += 1
+            c["trans"] += bool(TRANSCENDENTAL.match(op))
+        elif op.startswith("ds_"):
+            c["lds"] += 1
+            c["lds_bytes"] += LDS_BYTES.get(op, 256)
+        elif op.startswith(("buffer_", "global_", "flat_", "scratch_")):
+            c["vmem"] += 1
+            if args.rstrip().endswith(" lds"):
+                c["lds_dma"] += 1
+                c["lds_bytes"] += 256
+        elif op.startswith("s_waitcnt"):
+            c["s_waitcnt"] += 1
+        elif op == "s_barrier":
+            c["s_barrier"] += 1
+    return c
+
+
+def analyse(code: bytes) -> tuple:
+    """(notes, instructions with addresses relative to the kernel symbol) of one code object."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.co"
+        path.write_bytes(code)
+        notes = subprocess.run([_tool("llvm-readelf"), "--notes", str(path)], capture_output=True, text=True,
+                               check=True).stdout
+        dis = subprocess.run([_tool("llvm-objdump"), "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"^([0-9a-f]+) <" + SYMBOL + ">:", dis, re.M)
+    start = int(m.group(1), 16) if m else 0
+    return parse_notes(notes), [(a - start, op, args) for a, op, args in _instructions(dis)]
+
+
+def build(arch: str, layout: str, mode: str):
+    """Compiles one variant through the runtime (its cache included) and returns the build result."""
+    from . import _lib, manifest, paths
+    root = paths.manifest_path().resolve().parent.parent
+    headers = manifest.read_headers(root / "csrc_common", False)
+    src = (root / "op_sources" / SOURCE).read_text()
+    opts = [f"-DRTC_LAYOUT={LAYOUTS.index(layout)}", f"-DRTC_ROUND={MODES.index(mode)}", "-DRTC_HEAD_DIM_MAX=128", "-O3"]
+    return _lib.build("attention_fwd", f"gfx942-{layout}-{mode}-d128", arch, SYMBOL, (SOURCE, src), headers, opts,
+                      compiler=COMPILERS[arch])
+
+
+def report(arch: str, layout: str, mode: str) -> Report:
+    res = build(arch, layout, mode)
+    notes, insts = analyse(res.code())
+    r = Report(arch, layout, mode, res.compiler_id, notes)
+    r.loop = count(kv_loop(insts))
+    r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
+    r.loop["has_mfma16_bf16"] = any(x[1] in ("v_mfma_f32_16x16x16_bf16", "v_mfma_f32_16x16x16bf16_1k") for x in insts)
+    return r
+
+
+# ---- the static issue model ------------------------------------------------------------------------
+def iteration_cycles(loop: dict) -> dict:
+    """Busy cycles per KV iteration: per SIMD (two waves, one of each group) for the matrix pipe and the
+    VALU, per CU (eight waves) for the LDS. The largest bounds the iteration."""
+    mfma = 2 * loop["mfma"] * MFMA_CYCLES
+    valu = 2 * ((loop["valu"] - loop["trans"]) * VALU_CYCLES + loop["trans"] * TRANS_CYCLES)
+    lds = 8 * loop["lds_bytes"] / LDS_BYTES_PER_CLK
+    return {"mfma": mfma, "valu": valu, "lds": lds, "bound": max(mfma, valu, lds)}
+
+
+def lower_bound_ms(shape: tuple, cycles: float, split: bool, cus: int = CUS) -> float:
+    """Rounds of one workgroup per CU, each nkb iterations; the fractional last round either waits for
+    its items whole or (split) runs them as parts, with the planner of the host (merge not counted)."""
+    b, h, s = shape
+    nqb, nkb = math.ceil(s / 384), math.ceil(s / 64)
+    items = b * h * nqb
+    full, tail = divmod(items, cus)
+    g = _planned_split(tail, cus, nkb) if split else 1
+    last = 0 if tail == 0 else (math.ceil(tail / cus) * nkb if g == 1 else math.ceil(tail * g / cus) * math.ceil(nkb / g))
+    return (full * nkb + last) * cycles / CLOCK_HZ * 1e3
+
+
+def _planned_split(tail: int, cus: int, nkb: int) -> int:
+    """jit/launch_gfx942.cpp's planner, mirrored for the model."""
+    if tail == 0 or nkb < 48 or tail * 19 > cus * 18:
+        return 1
+    best_g, best = 1, nkb
+    for g in range(2, min(2 * cus // tail, nkb // 4) + 1):
+        cost = math.ceil(tail * g / cus) * math.ceil(nkb / g) + 3
+        if cost < best:
+            best, best_g = cost, g
+    return best_g
+
+
+# ---- the command -----------------------------------------------------------------------------------
+def print_reports(reports: list) -> None:
+    cols = ("variant", "compiler", "vgpr", "agpr", "sgpr", "lds", "scratch", "wg", "waves/simd",
+            "mfma", "valu", "trans", "lds_ops", "vmem", "waitcnt", "barrier")
+    rows = [(f"{r.arch} {r.layout} {r.mode}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
+             r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
+             r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
+             r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"]) for r in reports]
+    _table(rows, cols)
+    print("per KV iteration = static counts of the KV loop body of one wave (each wave runs it once per 64-row block)")
+
+
+def print_model(reports: list) -> None:
+    print("\nSTATIC ISSUE MODEL — a lower bound from instruction counts, not a measurement "
+          f"({CUS} CUs, {CLOCK_HZ / 1e9:.1f} GHz, MFMA {MFMA_CYCLES} cyc, VALU x{VALU_CYCLES}, transcendental x{TRANS_CYCLES})")
+    for r in reports:
+        c = iteration_cycles(r.loop)
+        print(f"{r.arch} {r.layout} {r.mode}: cycles/iteration mfma {c['mfma']:.0f}, valu {c['valu']:.0f}, "
+              f"lds {c['lds']:.0f} -> bound {c['bound']:.0f} ({max(c, key=lambda k: c[k] if k != 'bound' else -1)})")
+    rows = []
+    for shape, (rtne, rtz) in MOONMATH_MS.items():
+        row = [str(shape)]
+        for mode, meas in (("rtne", rtne), ("rtz", rtz)):
+            rep = next((r for r in reports if r.mode == mode and r.layout == "bhsd"), None)
+            if rep is None:
+                row += ["-", "-", f"{meas:.3f}"]
+                continue
+            cyc = iteration_cycles(rep.loop)["bound"]
+            row += [f"{lower_bound_ms(shape, cyc, False):.3f}", f"{lower_bound_ms(shape, cyc, True):.3f}", f"{meas:.3f}"]
+            if lower_bound_ms(shape, cyc, True) > meas:
+                row[-1] += " (bound above: too much non-MFMA work)"
+        rows.append(row)
+    _table(rows, ("shape (B,H,S)", "model rtne ms", "model rtne split", "MoonMath rtne ms (measured)",
+                  "model rtz ms", "model rtz split", "MoonMath rtz ms (measured)"))
+
+
+def _table(rows, cols) -> None:
+    w = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
+    for r in (cols, ["-" * n for n in w], *rows):
+        print("  ".join(str(x).ljust(n) for x, n in zip(r, w)))
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernel (and --model: static issue model)")
+    p.add_argument("--arch", default="gfx942", choices=sorted(COMPILERS), help="gfx942 (clang) or gfx90a (hipRTC/clang)")
+    p.add_argument("--model", action="store_true", help="also print the static issue model beside MoonMath's times")
+    p.set_defaults(func=cmd_isa)
+
+
+def cmd_isa(args) -> int:
+    reports = [report(args.arch, lay, mode) for lay in LAYOUTS for mode in MODES]
+    print_reports(reports)
+    if args.model:
+        print_model(reports)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rtcattn")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,139 @@
+"""The sm_90a kernel on the product path without a GPU: NVRTC compiles from the manifest, ptxas's report, dispatch's fallback."""
+import os
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rtcattn import _lib, cli, dispatch, manifest, validate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SYMBOL = "attention_fwd_sm90"
+EM_CUDA = 190
+LAYOUTS, MODES = ("bshd", "bhsd"), ("rtne", "rtna", "rtz")
+
+
+def _sm90():
+    return manifest.load().op(dispatch.OP).kernel("sm90")
+
+
+def _build(layout, mode, cache_dir):
+    """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
+    v = manifest.Variant(dispatch.OP, "sm90", "sm_90a", layout, mode, 128)
+    req = manifest.load().request(v, dispatch.package_version())
+    try:
+        res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
+                         compiler=",".join(req.compilers), package_version=req.package_version,
+                         cache_dir=str(cache_dir))
+    except _lib.UnavailableError as e:
+        pytest.skip(f"NVRTC unavailable for sm_90a: {e}")
+    assert res.origin == "compile", f"fresh cache dir, yet origin {res.origin}"
+    return req, res
+
+
+def test_manifest_entry_precedes_baseline():
+    kernels = manifest.load().op(dispatch.OP).kernels
+    names = [k.name for k in kernels]
+    assert names.index("sm90") < names.index("baseline"), names
+    k = _sm90()
+    assert k.kind == "sm90" and k.symbol == SYMBOL and k.archs == ("sm_90a",) and k.buckets == (128,)
+    assert {"sm90/attn_sm90_params.h", "sm90/ptx.h", "sm90/wgmma.h", "sm90/softmax.h"} <= set(k.headers)
+    assert k.supports_head_dim(128) and not k.supports_head_dim(64) and not k.supports_head_dim(136)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_nvrtc_sm90a_no_spills_no_serialization(layout, mode, tmp_path):
+    req, res = _build(layout, mode, tmp_path)
+    code = res.code()
+    assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
+    assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
+    assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
+    assert res.cache_name.startswith(f"attention_fwd-sm90-{layout}-{mode}-d128-sm_90a-")
+    log = res.log()
+    assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
+    # C7510/C7514: ptxas serialized the wgmma pipeline (the warpgroup waits after every MMA).
+    assert not re.search(r"C75(10|14)", log), log
+    assert "wgmma" not in log.lower(), log
+
+
+def test_warm_lists_and_compiles_sm90(tmp_path):
+    args = cli.parser().parse_args(["warm", "--arch", "sm_90a"])
+    names = {manifest.variant_name(v) for v in cli._warm_variants(args) if v.kernel == "sm90"}
+    assert names == {f"sm90-{lay}-{mode}-d128" for lay in LAYOUTS for mode in MODES}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "sm_90a", "--kernels", "sm90",
+                          "--layouts", "bhsd", "--modes", "rtz", "--cache-dir", str(tmp_path), "--jobs", "1"],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    if "no compiler available" in run.stdout + run.stderr:
+        pytest.skip("NVRTC unavailable for sm_90a")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 ready (1 compiled), 0 failed" in run.stdout, run.stdout
+    assert list(tmp_path.glob("attention_fwd-sm90-bhsd-rtz-d128-sm_90a-*.co")), list(tmp_path.iterdir())
+
+
+# ---- selection: the sm90 kernel when its conditions hold, else the baseline with the reason logged ----
+
+def _args(q, k, v, out, layout):
+    """The C ABI argument block of CPU tensors: nothing reads through the pointers while selecting."""
+    p = validate.check_inputs(q, k, v, layout, "rtne")
+    return p, dispatch.attention_args(q, k, v, out, None, layout, p, 132)
+
+
+def _choose(q, layout, capfd, monkeypatch, view=None):
+    monkeypatch.setenv("RTCATTN_LOG", "1")
+    monkeypatch.setattr(dispatch, "_logged", set())  # each distinct choice is logged once per process
+    x = q if view is None else view
+    p, args = _args(x, x, x, torch.empty_like(q), layout)
+    sel = dispatch.choose("sm_90a", p.head_dim, layout, "rtne", args, "cuda")
+    assert dispatch.last_selection == sel
+    return sel, capfd.readouterr().err
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
+    q = torch.zeros(2, 3, 200, 128, dtype=torch.bfloat16)
+    sel, err = _choose(q, layout, capfd, monkeypatch)
+    assert sel.kernel.name == "sm90" and sel.why == "first match"
+    assert manifest.variant_name(sel.variant) == f"sm90-{layout}-rtne-d128"
+    assert f"rtcattn: kernel sm90 (sm90-{layout}-rtne-d128, sm_90a) for D=128: first match" in err, err
+
+
+def test_fallback_for_head_dim_64(capfd, monkeypatch):
+    q = torch.zeros(1, 77, 2, 64, dtype=torch.bfloat16)
+    sel, err = _choose(q, "bshd", capfd, monkeypatch)
+    assert sel.kernel.name == "baseline" and sel.why.startswith("fallback; sm90: head_dim 64")
+    assert "rtcattn: kernel baseline (bshd-rtne-d64, sm_90a) for D=64: fallback; sm90: head_dim 64" in err, err
+
+
+def test_fallback_for_misaligned_view(capfd, monkeypatch):
+    base = torch.zeros(1, 50, 2, 136, dtype=torch.bfloat16)
+    view = base[..., 1:129]            # 2-byte offset, seq/head strides not a multiple of 8 elements
+    sel, err = _choose(torch.zeros(1, 50, 2, 128, dtype=torch.bfloat16), "bshd", capfd, monkeypatch, view)
+    assert sel.kernel.name == "baseline"
+    assert "sm90: q pointer is not 16-byte aligned (address % 16 = 2)" in sel.why, sel.why
+    assert f"for D=128: {sel.why}" in err, err
+
+
+def test_fallback_for_odd_strides_and_other_vendor():
+    base = torch.zeros(1, 40, 2, 132, dtype=torch.bfloat16)
+    view = base[..., :128]             # aligned pointer, strides 264 and 132 elements: 132 % 8 != 0
+    p, args = _args(view, view, view, torch.empty_like(view), "bshd")
+    why = _lib.attention_supports("sm90", args, "cuda")
+    assert why == "q_strides[2]=132 is not accepted by the sm90 kernel; accepted: a multiple of 8 elements in [0, 2^38)"
+    sel = dispatch.select("sm_90a", 128, "bshd", "rtne", supports=dispatch.runtime_check(args, "cuda"))
+    assert sel.kernel.name == "baseline" and why in sel.why
+    q = torch.zeros(1, 40, 2, 128, dtype=torch.bfloat16)
+    p, args = _args(q, q, q, torch.empty_like(q), "bshd")
+    assert _lib.attention_supports("sm90", args, "cuda") is None
+    assert "accepted: cuda" in _lib.attention_supports("sm90", args, "hip")
+    assert _lib.attention_supports("baseline", args, "hip") is None
+    with pytest.raises(ValueError, match="kernel_kind='nope' is not accepted"):
+        _lib.attention_supports("nope", args, "cuda")
