@@ -1,4 +1,6 @@
 // Builds the info JSON by hand: a few flat objects do not justify a JSON library dependency.
+#include <sys/stat.h>
+#include <cerrno>
 #include "info.h"
 #include "common.h"
 #include "compiler.h"
@@ -65,6 +67,11 @@ static std::string loaders_json() {
 static std::string dir_json(const std::string& dir, bool system) {
   std::string why, entries;
   bool trusted = dir_trusted(dir, system, &why);
+  struct stat st {};
+  if (!trusted && !system && stat(dir.c_str(), &st) != 0 && errno == ENOENT) {
+    trusted = true;  // the user dir is made at the first compile
+    why = "";
+  }
   for (const std::string& e : list_entries(dir)) entries += (entries.empty() ? "" : ",") + json_string(e);
   return "{\"path\":" + json_string(dir) + ",\"usable\":" + (trusted ? "true" : "false") +
          ",\"reason\":" + json_string(trusted ? "" : why) + ",\"entries\":[" + entries + "]}";

@@ -123,11 +123,13 @@ class CudaLoader : public Loader {
     if (d.shared_bytes > 48 * 1024)
       check(api().func_set_attribute(fn, kMaxDynamicShared, int(d.shared_bytes)), RTC_ERR_LAUNCH,
             "cuFuncSetAttribute(max dynamic shared = " + std::to_string(d.shared_bytes) + ")");
-    // One by-value struct parameter, handed over as a raw buffer (CU_LAUNCH_PARAM_BUFFER_*).
-    void* extra[] = {reinterpret_cast<void*>(1), const_cast<void*>(params), reinterpret_cast<void*>(2),
-                     &size, reinterpret_cast<void*>(0)};
+    // Every kernel takes one by-value struct parameter: kernelParams holds its address, and the
+    // driver copies it with the size and alignment the cubin declares. (The raw-buffer form,
+    // CU_LAUNCH_PARAM_BUFFER_*, garbled the 64-byte aligned CUtensorMap block of the sm90 kernel.)
+    (void)size;
+    void* args[] = {const_cast<void*>(params)};
     check(api().launch(fn, d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2],
-                       d.shared_bytes, stream, nullptr, extra),
+                       d.shared_bytes, stream, args, nullptr),
           RTC_ERR_LAUNCH, "cuLaunchKernel");
   }
 };

@@ -142,6 +142,7 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
     float l = st.l[i];
     l += shfl_xor(l, 1);
     l += shfl_xor(l, 2);
+    l = final_row_sum(l, st.m[i], a.scale_log2);
     // l == 0: every score was -inf, the row is 0 and its LSE -inf. A NaN l keeps the row NaN.
     const float inv = (l == 0.f) ? 0.f : 1.f / l;
     const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;

@@ -114,6 +114,18 @@ RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c) {
   }
 }
 
+// Final row sum of a row with (quad-reduced) sum l and raw max m. Every p of the row carries the
+// common factor 2^r, r = m*c - ms >= 0 (ms rounded down): dividing by the max element's own p takes
+// it out, so a row whose only weight is its max gets l = 1 exactly and O = V exactly in RTZ too.
+RTC_DEVICE float final_row_sum(float l, float m, float c) {
+#if SM90_RTZ_EXACT
+  return l;
+#else
+  if (m == neg_inf()) return l;
+  return __fdiv_rn(l, ex2(fmaf(m, c, -scale_max(m, c))));
+#endif
+}
+
 // Skipped when no row of the warp changed its max (factor exactly 1): bit-identical, and for long
 // rows the max rarely moves after the first blocks.
 template <int N>

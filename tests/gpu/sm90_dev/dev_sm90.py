@@ -109,16 +109,20 @@ def median_ms(fn, reps):
 
 
 def time_interleaved(fns, reps):
-    """Median ms of each callable, the reps taken round-robin so that clock drift hits all alike."""
+    """Median ms of each callable, the reps taken round-robin so that clock drift hits all alike.
+    A round is queued without host syncs, so host launch overhead (SDPA's dispatch) is not timed."""
     for f in fns.values():
         f()
     torch.cuda.synchronize()
     times = {k: [] for k in fns}
     for _ in range(reps):
+        ev = {}
         for k, f in fns.items():
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record(); f(); b.record()
-            torch.cuda.synchronize()
+            ev[k] = (a, b)
+        torch.cuda.synchronize()
+        for k, (a, b) in ev.items():
             times[k].append(a.elapsed_time(b))
     return {k: sorted(t)[len(t) // 2] for k, t in times.items()}
 
