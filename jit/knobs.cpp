@@ -23,6 +23,8 @@ const std::vector<Knob>& knob_table() {
       {"RTCATTN_LIBRARY_PATH", KnobType::PathList, "", "",
        "extra dirs searched for libnvrtc/libhiprtc/libamdhip64/libcuda, ':'-separated"},
       {"RTCATTN_NO_TAIL", KnobType::Bool, "0", "", "disable the tail KV split of the fast kernels"},
+      {"RTCATTN_KERNEL", KnobType::Enum, "", "|baseline|sm90|gfx942",
+       "run only this kernel of the manifest (no fallback; an error if it cannot serve the call)"},
   };
   return table;
 }

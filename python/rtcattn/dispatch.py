@@ -148,11 +148,14 @@ def runtime_check(args, vendor: str) -> Callable:
 def choose(arch: str, head_dim: int, layout: str, round_mode: str, args, vendor: str) -> Selection:
     """select() with the runtime's check of args; logs (RTCATTN_LOG=1) each distinct choice once per process."""
     global last_selection
-    key = (arch, head_dim, layout, round_mode)
+    forced = lib().knob("RTCATTN_KERNEL") or None  # a named kernel, no fallback (tests, A/B runs)
+    key = (arch, head_dim, layout, round_mode, forced)
     plan = _plans.get(key)
     if plan is None:  # the plan reads the manifest: once per (arch, D, layout, mode) per process
-        plan = _plans.setdefault(key, _plan(arch, head_dim, layout, round_mode, None, None))
+        plan = _plans.setdefault(key, _plan(arch, head_dim, layout, round_mode, forced, None))
     what = f"arch={arch!r}, head_dim={head_dim}, layout={layout!r}, round_mode={round_mode!r}"
+    if forced:
+        what += f" with RTCATTN_KERNEL={forced!r}"
     sel = _pick(plan, runtime_check(args, vendor), what)
     last_selection = sel
     if (arch, sel.variant, sel.why) not in _logged:

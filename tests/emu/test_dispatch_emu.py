@@ -1,0 +1,51 @@
+"""Kernel selection through rtcattn.forward on the emulator: the fast kernel for D = 128, RTCATTN_KERNEL."""
+import pytest
+import torch
+
+import numerics_suite as suite
+import rtcattn
+from rtcattn import dispatch
+
+pytestmark = pytest.mark.emu
+
+
+def run(q, k, v, layout, mode, scale, lse):
+    return rtcattn.forward(q, k, v, layout=layout, round_mode=mode, softmax_scale=scale, return_lse=lse)
+
+
+def _qkv(sq, sk, d, layout="bshd"):
+    shape = (lambda s: (1, s, 2, d)) if layout == "bshd" else (lambda s: (1, 2, s, d))
+    g = torch.Generator().manual_seed(7)
+    return [torch.randn(shape(s), generator=g).to(torch.bfloat16) for s in (sq, sk, sk)]
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+def test_fast_kernel_is_chosen_for_d128_and_meets_the_contract(monkeypatch, arch):
+    monkeypatch.setenv("RTCATTN_EMULATE", arch)
+    monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
+    q, k, v = _qkv(100, 385, 128)
+    suite.check_accuracy(run, q, k, v, "bshd", "rtne", what="dispatch")
+    assert dispatch.last_selection.kernel.name == "gfx942"
+
+
+def test_other_head_dims_fall_back_to_the_baseline(monkeypatch):
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
+    q, k, v = _qkv(17, 17, 64)
+    run(q, k, v, "bshd", "rtne", None, False)
+    sel = dispatch.last_selection
+    assert sel.kernel.name == "baseline" and "gfx942" in sel.why and "head_dim 64" in sel.why
+
+
+def test_rtcattn_kernel_forces_one_kernel_without_fallback(monkeypatch):
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    monkeypatch.setenv("RTCATTN_KERNEL", "baseline")
+    q, k, v = _qkv(17, 17, 128)
+    run(q, k, v, "bshd", "rtne", None, False)
+    assert dispatch.last_selection.kernel.name == "baseline"
+    monkeypatch.setenv("RTCATTN_KERNEL", "sm90")  # an NVIDIA kernel cannot serve an emulated gfx942 call
+    with pytest.raises(ValueError, match="RTCATTN_KERNEL='sm90'"):
+        run(q, k, v, "bshd", "rtne", None, False)
+    monkeypatch.setenv("RTCATTN_KERNEL", "fastest")
+    with pytest.raises(ValueError, match="RTCATTN_KERNEL"):
+        run(q, k, v, "bshd", "rtne", None, False)
