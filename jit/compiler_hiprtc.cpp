@@ -2,6 +2,7 @@
 #include "common.h"
 #include "compiler.h"
 #include "dynlib.h"
+#include "rtc_program.h"
 #include <cstdio>
 #include <mutex>
 
@@ -70,11 +71,6 @@ const HiprtcApi& api() {
   return a;
 }
 
-void check(int status, const char* what) {
-  if (status != 0)
-    RTC_FAIL(RTC_ERR_COMPILE, std::string(what) + " failed: " + api().error_string(status));
-}
-
 bool rocm5_knows(const std::string& arch) {
   static const char* known[] = {"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a",
                                 "gfx90c", "gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx1031",
@@ -114,34 +110,7 @@ CompileOutput HiprtcCompiler::compile(const CompileInput& in) const {
   // serialized per process; parallel warm-ups get their speed-up from processes or from clang.
   static std::mutex compile_mu;
   std::lock_guard<std::mutex> lock(compile_mu);
-  std::vector<const char*> texts, names, opts;
-  for (const SourceText& h : in.headers) {
-    texts.push_back(h.text.c_str());
-    names.push_back(h.name.c_str());
-  }
-  hiprtcProgram prog = nullptr;
-  check(a.create(&prog, in.main.text.c_str(), in.main.name.c_str(), int(texts.size()), texts.data(),
-                 names.data()),
-        "hiprtcCreateProgram");
-  std::string arch_opt = "--offload-arch=" + in.arch;
-  opts.push_back(arch_opt.c_str());
-  opts.push_back("-O3");
-  for (const std::string& o : in.options) opts.push_back(o.c_str());
-  int rc = a.compile(prog, int(opts.size()), opts.data());
-  CompileOutput out;
-  size_t n = 0;
-  if (a.log_size(prog, &n) == 0 && n > 1) {
-    out.log.resize(n);
-    a.log(prog, &out.log[0]);
-    out.log.resize(n - 1);
-  }
-  if (rc == 0 && a.code_size(prog, &n) == 0) {
-    out.binary.resize(n);
-    rc = a.code(prog, &out.binary[0]);
-  }
-  a.destroy(&prog);
-  if (rc != 0) throw CompileFailure{std::string("hiprtcCompileProgram: ") + a.error_string(rc) + "\n" + out.log};
-  return out;
+  return compile_in_memory(a, in, {"--offload-arch=" + in.arch, "-O3"}, a.code_size, a.code, "hiprtc");
 }
 
 }  // namespace

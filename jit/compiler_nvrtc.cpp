@@ -2,6 +2,7 @@
 #include "common.h"
 #include "compiler.h"
 #include "dynlib.h"
+#include "rtc_program.h"
 #include <mutex>
 
 namespace rtc {
@@ -82,37 +83,10 @@ class NvrtcCompiler : public Compiler {
 
 CompileOutput NvrtcCompiler::compile(const CompileInput& in) const {
   const NvrtcApi& a = api();
-  std::vector<const char*> texts, names, opts;
-  for (const SourceText& h : in.headers) {
-    texts.push_back(h.text.c_str());
-    names.push_back(h.name.c_str());
-  }
-  nvrtcProgram prog = nullptr;
-  int rc = a.create(&prog, in.main.text.c_str(), in.main.name.c_str(), int(texts.size()), texts.data(),
-                    names.data());
-  RTC_CHECK(rc == 0, RTC_ERR_COMPILE, std::string("nvrtcCreateProgram failed: ") + a.error_string(rc));
   // A real sm_XX target makes NVRTC run ptxas and emit a CUBIN; -v keeps the register, spill
   // and shared-memory report in the log so tests can check it.
-  std::string arch_opt = "--gpu-architecture=" + in.arch;
-  opts.push_back(arch_opt.c_str());
-  opts.push_back("--ptxas-options=-v");
-  for (const std::string& o : in.options) opts.push_back(o.c_str());
-  rc = a.compile(prog, int(opts.size()), opts.data());
-  CompileOutput out;
-  size_t n = 0;
-  if (a.log_size(prog, &n) == 0 && n > 1) {
-    out.log.resize(n);
-    a.log(prog, &out.log[0]);
-    out.log.resize(n - 1);
-  }
-  if (rc == 0) rc = a.cubin_size(prog, &n);
-  if (rc == 0) {
-    out.binary.resize(n);
-    rc = a.cubin(prog, &out.binary[0]);
-  }
-  a.destroy(&prog);
-  if (rc != 0) throw CompileFailure{std::string("nvrtcCompileProgram: ") + a.error_string(rc) + "\n" + out.log};
-  return out;
+  return compile_in_memory(a, in, {"--gpu-architecture=" + in.arch, "--ptxas-options=-v"}, a.cubin_size, a.cubin,
+                           "nvrtc");
 }
 
 }  // namespace

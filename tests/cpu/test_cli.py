@@ -9,19 +9,11 @@ from pathlib import Path
 import pytest
 
 from rtcattn import bench, dispatch
+from rtc_testing import need_lib
 
 ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket, one layout.
 WARM = ["warm", "--arch", "gfx90a", "--layouts", "bshd", "--modes", "rtne,rtz", "--head-dims", "64", "--jobs", "2"]
-
-
-def need_lib():
-    try:
-        return dispatch.lib()
-    except (ImportError, OSError) as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the rtcattn C++ library must load in CI: {e}")
-        pytest.skip(f"rtcattn C++ library not built yet: {e}")
 
 
 def cli(*args, env_extra=None, timeout=300):

@@ -1,5 +1,4 @@
 """torch.ops.rtcattn.fwd / fwd_out: registration, fake implementation, make_fx and torch.compile(fullgraph) tracing."""
-import os
 
 import pytest
 import torch
@@ -8,17 +7,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import rtcattn
 from rtcattn import dispatch
+from rtc_testing import need_lib
 
 BF = torch.bfloat16
-
-
-def need_lib():
-    try:
-        return dispatch.lib()
-    except (ImportError, OSError) as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the rtcattn C++ library must load in CI: {e}")
-        pytest.skip(f"rtcattn C++ library not built yet: {e}")
 
 
 @pytest.fixture

@@ -1,24 +1,14 @@
 """Argument validation before launch, Sq = 0, and flash_attn_func's AITER mapping (CPU, no kernel runs)."""
 import math
-import os
 
 import pytest
 import torch
 
 import rtcattn
 from rtcattn import dispatch
+from rtc_testing import need_lib
 
 BF = torch.bfloat16
-
-
-def need_lib():
-    """The C++ runtime; CI always builds it, so there a load failure fails instead of skipping."""
-    try:
-        return dispatch.lib()
-    except (ImportError, OSError) as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the rtcattn C++ library must load in CI: {e}")
-        pytest.skip(f"rtcattn C++ library not built yet: {e}")
 
 
 def qkv(b=1, s=4, h=2, d=64, sk=None, device="cpu"):

@@ -111,17 +111,22 @@ def test_special_values(kernels, mode):
 
 
 @pytest.mark.parametrize("B,H,S", [(2, 4, 1000), (1, 8, 4096)])
-def test_side_by_side_with_torch_backends(kernels, B, H, S):
+def test_side_by_side_with_torch_backends(kernels, B, H, S, record_property):
     import refs
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from rtcattn import reference
     q, k, v = _inputs(B, H, S, S, "bhsd", seed=S)
     o, _ = kernels["rtne"](q, k, v, "bhsd")
     o64, _ = refs.ref64(q, k, v, "bhsd", 1 / math.sqrt(128))
     theirs = []
-    for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         with sdpa_kernel([be]):
-            theirs.append(refs.errors(torch.nn.functional.scaled_dot_product_attention(q, k, v), o64))
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        theirs.append(refs.errors(out, o64))
+        record_property(f"{name}_err_normwise", theirs[-1])
+        record_property(f"within_1ulp_of_{name}", reference.share_within_ulp(o, out))
     err, norm = refs.errors(o, o64)
+    record_property("ours_err_normwise", (err, norm))
     assert err <= 1.25 * min(t[0] for t in theirs), (err, theirs)
     assert norm <= 1.25 * min(t[1] for t in theirs), (norm, theirs)
 
