@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtcattn import bench, dispatch
+from rtcattn import bench
 from rtc_testing import need_lib
 
 ROOT = Path(__file__).resolve().parents[2]
