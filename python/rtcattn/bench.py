@@ -11,13 +11,20 @@ SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1
                (2, 24, 32768), (2, 16, 65536), (2, 8, 86016), (1, 16, 131072)]
 QUICK_SHAPES = [(2, 24, 8192), (1, 32, 16384), (2, 24, 16384)]
 ROTATE_BYTES = 512 << 20   # inputs smaller than this are rotated so every rep reads cold caches
+LAYOUTS = ("bshd", "bhsd")
+LEAD_CYCLES = 5_000_000    # ~3 ms of GPU sleep queued ahead of a batch of timed calls (see _queue_rounds)
 
 
 def add_arguments(p) -> None:
     p.add_argument("--shapes", help='"B,H,S[,Sk];..." (default: the seed\'s 9 shapes)')
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--modes", default="rtne,rtna,rtz", help="round modes of rtcattn, comma-separated")
-    p.add_argument("--reps", type=int, default=10, help="timed reps per measurement (fewer for slow ones)")
+    p.add_argument("--layout", default="bshd",
+                   help="tensor layout(s), comma-separated: bshd ([B,S,H,D]; SDPA gets transposed views "
+                        "of the same tensors) and/or bhsd ([B,H,S,D], SDPA's own layout)")
+    p.add_argument("--reps", type=int, default=10, help="timed rounds per shape (fewer for slow shapes)")
+    p.add_argument("--budget-s", type=float, default=12.0,
+                   help="GPU seconds of timed rounds per shape and layout at most (caps --reps)")
     p.add_argument("--quick", action="store_true", help="3 shapes, 1 mode, 3 reps")
     p.add_argument("--json", dest="json_out", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="bar chart of TFLOP/s (needs matplotlib)")
@@ -41,28 +48,48 @@ def flops(b, h, sq, sk, d) -> float:
     return 4.0 * b * h * sq * sk * d
 
 
-def time_ms(fn, inputs: list, reps: int, budget_ms: float = 3000.0) -> float:
-    """Median of per-call CUDA-event times; rotates input sets; fewer reps when one call is slow."""
+
+def _queue_rounds(fns: dict, inputs: list, reps: int) -> dict:
+    """Queues reps rounds, each calling every fn once (order rotated per round), events around each call.
+
+    A GPU sleep is queued first and every call takes longer on the GPU than on the host, so the GPU
+    never waits for the host: each pair of events brackets the kernel(s) of one call, not Python
+    dispatch, as in steady use. Interleaving the impls exposes them alike to clock and thermal drift.
+    """
     import torch
-    for i in range(2):
-        fn(*inputs[i % len(inputs)])
-    torch.cuda.synchronize()
-    probe_s, probe_e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    probe_s.record()
-    fn(*inputs[0])
-    probe_e.record()
-    torch.cuda.synchronize()
-    reps = max(3, min(reps, int(budget_ms / max(probe_s.elapsed_time(probe_e), 1e-3))))
-    # All reps are queued before one sync: the host prepares call r+1 while the GPU runs call r,
-    # so each pair of events brackets the kernel, not the caller's dispatch (as in steady use).
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for r, (s, e) in enumerate(events):
+    names = list(fns)
+    events = {n: [] for n in names}
+    torch.cuda._sleep(LEAD_CYCLES)
+    for r in range(reps):
         args = inputs[r % len(inputs)]
-        s.record()
-        fn(*args)
-        e.record()
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fns[n](*args)
+            e.record()
+            events[n].append((s, e))
+    return events
+
+
+def time_rounds(fns: dict, inputs: list, reps: int, budget_s: float) -> dict:
+    """Per-call ms of each fn: {name: [ms per round]}; fewer rounds when one round is slow."""
+    import torch
+    for fn in fns.values():  # builds, cuDNN plans, allocator warm-up
+        for i in range(2):
+            fn(*inputs[i % len(inputs)])
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+    probe = _queue_rounds(fns, inputs, 1)
+    torch.cuda.synchronize()
+    round_ms = sum(s.elapsed_time(e) for evs in probe.values() for s, e in evs)
+    reps = max(3, min(reps, int(budget_s * 1e3 / max(round_ms, 1e-3))))
+    events = _queue_rounds(fns, inputs, reps)
+    torch.cuda.synchronize()
+    return {n: [s.elapsed_time(e) for s, e in evs] for n, evs in events.items()}
+
+
+def time_ms(fn, inputs: list, reps: int, budget_ms: float = 3000.0) -> float:
+    """Median per-call CUDA-event ms of one fn (see time_rounds)."""
+    return statistics.median(time_rounds({"fn": fn}, inputs, reps, budget_ms / 1e3)["fn"])
 
 
 def matmul_ceiling(reps: int) -> float:
@@ -74,55 +101,78 @@ def matmul_ceiling(reps: int) -> float:
     return 2.0 * n ** 3 / (ms * 1e-3) / 1e12
 
 
-def _inputs(b, h, sq, sk, d):
+def _inputs(b, h, sq, sk, d, layout):
     import torch
     per_set = 2 * (2 * b * sq * h * d + 2 * b * sk * h * d)
     n = max(1, min(8, math.ceil(ROTATE_BYTES / per_set)))
-    mk = lambda s: torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    shape = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
+    mk = lambda s: torch.randn(shape(s), device="cuda", dtype=torch.bfloat16)  # noqa: E731
     return [(mk(sq), mk(sk), mk(sk)) for _ in range(n)]
 
 
-def _sdpa_fn(backend):
-    import torch
+def _sdpa_fn(backend, layout):
     from torch.nn.attention import sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    def run(q, k, v):
-        with sdpa_kernel(backend):
-            return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    if layout == "bhsd":
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v)
+    else:
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     return run
 
 
-def _try_time(fn, inputs, reps):
+def _runs(fn, inputs) -> bool:
     try:
-        return time_ms(fn, inputs, reps)
+        fn(*inputs[0])
+        return True
     except RuntimeError as e:  # a backend that does not take this shape on this GPU
         print(f"  (skipped: {str(e).splitlines()[0][:120]})", file=sys.stderr)
-        return None
+        return False
 
 
-def bench_shape(shape, d, modes, reps) -> list:
+def _impls(layout: str, modes: list, inputs: list) -> dict:
+    """(impl, mode) -> fn for every implementation that runs this shape."""
     import rtcattn
     from torch.nn.attention import SDPBackend
+    fns = {}
+    for name, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
+        fn = _sdpa_fn(backend, layout)
+        if _runs(fn, inputs):
+            fns[(name, "-")] = fn
+    for mode in modes:
+        fns[("rtcattn", mode)] = (lambda q, k, v, m=mode:  # noqa: E731
+                                  rtcattn.forward(q, k, v, layout=layout, round_mode=m))
+    return fns
+
+
+def _row(base: dict, key, times: list, cudnn: list, f: float, kernel: str) -> dict:
+    ms = statistics.median(times)
+    r = dict(base, impl=key[0], mode=key[1], kernel=kernel, ms=ms, reps=len(times),
+             spread=(max(times) - min(times)) / ms, tflops=f / (ms * 1e-3) / 1e12, vs_cudnn=None)
+    if cudnn:  # the median of per-round ratios: each pair ran back to back under the same clocks
+        r["vs_cudnn"] = statistics.median(c / t for c, t in zip(cudnn, times))
+    return r
+
+
+def bench_shape(shape, d, modes, reps, layout="bshd", budget_s=12.0) -> list:
     from . import dispatch
     b, h, sq, sk = shape
-    inputs = _inputs(b, h, sq, sk, d)
+    inputs = _inputs(b, h, sq, sk, d, layout)
+    fns = _impls(layout, modes, inputs)
+    kernels = {}
+    for key, fn in fns.items():  # which rtcattn kernel serves each mode (after its first call)
+        if key[0] == "rtcattn":
+            fn(*inputs[0])
+            kernels[key] = dispatch.last_selection.kernel.name
+    times = time_rounds(fns, inputs, reps, budget_s)
+    base = {"B": b, "H": h, "Sq": sq, "Sk": sk, "D": d, "layout": layout}
     f = flops(b, h, sq, sk, d)
-    base = {"B": b, "H": h, "Sq": sq, "Sk": sk, "D": d}
-    rows = []
-    cudnn = _try_time(_sdpa_fn(SDPBackend.CUDNN_ATTENTION), inputs, reps)
-    for name, backend, ms in (("sdpa-cudnn", None, cudnn),
-                              ("sdpa-flash", SDPBackend.FLASH_ATTENTION, None)):
-        ms = ms if backend is None else _try_time(_sdpa_fn(backend), inputs, reps)
-        rows.append(dict(base, impl=name, mode="-", kernel=name, ms=ms))
-    for mode in modes:
-        fn = lambda q, k, v, m=mode: rtcattn.forward(q, k, v, layout="bshd", round_mode=m)  # noqa: E731
-        ms = time_ms(fn, inputs, reps)
-        rows.append(dict(base, impl="rtcattn", mode=mode, kernel=dispatch.last_selection.kernel.name, ms=ms))
-    for r in rows:
-        r["tflops"] = f / (r["ms"] * 1e-3) / 1e12 if r["ms"] else None
-        r["vs_cudnn"] = cudnn / r["ms"] if (cudnn and r["ms"]) else None
-    return rows
+    cudnn = times.get(("sdpa-cudnn", "-"))
+    return [_row(base, key, t, cudnn, f, kernels.get(key, key[0])) for key, t in times.items()]
 
 
 def _fmt(x, spec) -> str:
@@ -131,22 +181,37 @@ def _fmt(x, spec) -> str:
 
 def print_table(rows: list, ceiling: float) -> None:
     print(f"bf16 matmul 8192^3 ceiling: {ceiling:.0f} TFLOP/s")
-    head = f"{'B,H,Sq,Sk,D':<24}{'impl':<12}{'mode':<6}{'kernel':<12}{'ms':>10}{'TFLOP/s':>9}{'x cuDNN':>9}"
+    head = (f"{'B,H,Sq,Sk,D':<24}{'layout':<7}{'impl':<12}{'mode':<6}{'kernel':<12}{'ms':>10}{'spread':>8}"
+            f"{'TFLOP/s':>9}{'x cuDNN':>9}")
     print(head)
     print("-" * len(head))
     for r in rows:
         shape = f"{r['B']},{r['H']},{r['Sq']},{r['Sk']},{r['D']}"
-        print(f"{shape:<24}{r['impl']:<12}{r['mode']:<6}{r['kernel']:<12}{_fmt(r['ms'], '.3f'):>10}"
-              f"{_fmt(r['tflops'], '.0f'):>9}{_fmt(r['vs_cudnn'], '.2f'):>9}")
+        spread = None if r.get("spread") is None else 100 * r["spread"]
+        print(f"{shape:<24}{r['layout']:<7}{r['impl']:<12}{r['mode']:<6}{r['kernel']:<12}"
+              f"{_fmt(r['ms'], '.3f'):>10}{_fmt(spread, '.1f'):>7}%{_fmt(r['tflops'], '.0f'):>9}"
+              f"{_fmt(r['vs_cudnn'], '.3f'):>9}")
+    for line in geomeans(rows):
+        print(line)
+
+
+def geomeans(rows: list) -> list:
+    """One line per (layout, impl, mode): geomean of x cuDNN over the shapes, and the worst shape."""
+    groups: dict = {}
+    for r in rows:
+        if r["vs_cudnn"] is not None and r["impl"] != "sdpa-cudnn":
+            groups.setdefault((r["layout"], r["impl"], r["mode"]), []).append(r["vs_cudnn"])
+    return [f"geomean x cuDNN {lay} {impl} {mode}: {math.exp(sum(map(math.log, v)) / len(v)):.3f} "
+            f"(min {min(v):.3f}, {len(v)} shapes)" for (lay, impl, mode), v in sorted(groups.items())]
 
 
 def plot(rows: list, path: str, plt) -> None:
-    labels = sorted({(r["B"], r["H"], r["Sq"], r["Sk"]) for r in rows})
+    labels = sorted({(r["B"], r["H"], r["Sq"], r["Sk"], r["layout"]) for r in rows})
     series = sorted({(r["impl"], r["mode"]) for r in rows})
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(labels)), 5))
     width = 0.8 / len(series)
     for i, (impl, mode) in enumerate(series):
-        ys = [next((r["tflops"] or 0 for r in rows if (r["B"], r["H"], r["Sq"], r["Sk"]) == lab
+        ys = [next((r["tflops"] or 0 for r in rows if (r["B"], r["H"], r["Sq"], r["Sk"], r["layout"]) == lab
                     and r["impl"] == impl and r["mode"] == mode), 0) for lab in labels]
         ax.bar([j + i * width for j in range(len(labels))], ys, width,
                label=impl if mode == "-" else f"{impl} {mode}")
@@ -169,6 +234,14 @@ def _matplotlib():
                           "pip install matplotlib or drop --plot") from e
 
 
+def _layouts(text: str) -> list:
+    from .validate import check_choice
+    layouts = [x.strip() for x in text.split(",") if x.strip()]
+    for x in layouts:
+        check_choice("--layout", x, LAYOUTS)
+    return layouts
+
+
 def main(args) -> int:
     import torch
     if not torch.cuda.is_available():
@@ -181,13 +254,15 @@ def main(args) -> int:
     from .validate import ROUND_MODES, check_choice
     for m in modes:
         check_choice("--modes", m, ROUND_MODES)
+    layouts = _layouts(args.layout)
     modes, reps = (modes[:1], 3) if args.quick else (modes, args.reps)
     ceiling = matmul_ceiling(reps)
     rows = []
     for shape in shapes:
-        print(f"shape B,H,Sq,Sk = {shape} ...", file=sys.stderr, flush=True)
-        rows += bench_shape(shape, args.head_dim, modes, reps)
-        torch.cuda.empty_cache()
+        for layout in layouts:
+            print(f"shape B,H,Sq,Sk = {shape}, {layout} ...", file=sys.stderr, flush=True)
+            rows += bench_shape(shape, args.head_dim, modes, reps, layout, args.budget_s)
+            torch.cuda.empty_cache()
     print_table(rows, ceiling)
     if args.json_out:
         with open(args.json_out, "w") as fh:

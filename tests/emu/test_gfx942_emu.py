@@ -1,9 +1,12 @@
 """The gfx942 fast kernel on the wave emulator: numerics contract, tail split forced on and off, gfx942 = gfx90a bit for bit.
 
-Subset (to stay near 2 minutes on 2 cores): every layout x mode runs all (Sq, Sk) pairs of
-{1, 17, 100, 385}; the large sizes 384 and 1000 run per layout in rtne, split off and forced on.
-Any out-of-bounds access or LDS race fails the emulated launch, so a passing test also means
-none was reported.
+Size design (a Latin square, to stay near 2 minutes on 2 cores): S = (1, 17, 100, 384, 385, 1000).
+Every layout x mode x split (off, forced on) runs the diagonal (s_i, s_i) plus one cyclic shift
+(s_i, s_(i+d) mod 6), so each size appears twice as Sq and twice as Sk in every combination, self
+and cross attention. The shift d walks 1..5 over the six (mode, split) combinations, and bhsd swaps
+the split of bshd, so per layout all 36 (Sq, Sk) pairs run, and each shift runs with the split off
+in one layout and forced on in the other. Any out-of-bounds access or LDS race fails the emulated
+launch, so a passing test also means none was reported.
 """
 import pytest
 import torch
@@ -14,8 +17,7 @@ from rtcattn import reference as ref
 
 pytestmark = pytest.mark.emu
 
-SMALL = (1, 17, 100, 385)
-LARGE = ((384, 1000), (1000, 384), (1000, 1000))
+SIZES = (1, 17, 100, 384, 385, 1000)
 SPLITS = (0, 3)  # off, forced into 3 parts (capped at the number of kv blocks)
 
 
@@ -25,18 +27,40 @@ def runner(tail_split, arch="gfx942"):
     return run
 
 
+def size_pairs(layout, mode, tail_split):
+    """The diagonal plus the cyclic shift d of this (layout, mode, split), as in the docstring."""
+    combo = 2 * suite.MODES.index(mode) + SPLITS.index(tail_split)
+    d = 1 + ((combo ^ 1) if layout == "bhsd" else combo) % 5
+    n = len(SIZES)
+    return [(s, s) for s in SIZES] + [(SIZES[i], SIZES[(i + d) % n]) for i in range(n)]
+
+
+def test_size_design_covers_every_size_and_pair():
+    for layout in suite.LAYOUTS:
+        seen = {}
+        for mode in suite.MODES:
+            for split in SPLITS:
+                pairs = size_pairs(layout, mode, split)
+                for axis in (0, 1):
+                    assert sorted(p[axis] for p in pairs) == sorted(2 * SIZES), (layout, mode, split, pairs)
+                for p in pairs:
+                    seen.setdefault(p, set()).add(split)
+        assert len(seen) == len(SIZES) ** 2, (layout, sorted(seen))
+    for layout, other in (("bshd", "bhsd"), ("bhsd", "bshd")):
+        for mode in suite.MODES:
+            for split in SPLITS:
+                shifted = set(size_pairs(layout, mode, split)[len(SIZES):])
+                assert any(shifted == set(size_pairs(other, m, s)[len(SIZES):]) for m in suite.MODES for s in SPLITS
+                           if s != split), (layout, mode, split)
+
+
 @pytest.mark.parametrize("layout", suite.LAYOUTS)
 @pytest.mark.parametrize("mode", suite.MODES)
-def test_small_sizes_cross_attention_and_lse(layout, mode):
-    suite.check_sizes(runner(0), "cpu", layout, mode, SMALL)
-
-
-@pytest.mark.parametrize("layout", suite.LAYOUTS)
 @pytest.mark.parametrize("tail_split", SPLITS)
-def test_large_sizes(layout, tail_split):
-    for i, (sq, sk) in enumerate(LARGE):
+def test_sizes_cross_attention_and_lse(layout, mode, tail_split):
+    for i, (sq, sk) in enumerate(size_pairs(layout, mode, tail_split)):
         q, k, v = suite.make_qkv(layout, 1, 2, sq, sk, 128, "cpu", seed=40 + i)
-        suite.check_accuracy(runner(tail_split), q, k, v, layout, "rtne", what=f"split={tail_split}")
+        suite.check_accuracy(runner(tail_split), q, k, v, layout, mode, what=f"split={tail_split}")
 
 
 @pytest.mark.parametrize("layout", suite.LAYOUTS)
