@@ -68,6 +68,15 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
   w.h = w.bh - w.b * p.heads;
   w.q0 = (item - w.bh * p.nqb) * GFX942_Q_ROWS;
   w.rows = p.seq_q - w.q0 < GFX942_Q_ROWS ? p.seq_q - w.q0 : GFX942_Q_ROWS;
+  // Identity except on gfx90a, whose compiler keeps these division results in VGPRs (isa_ext.h).
+  w.b = uniform_i32(w.b);
+  w.h = uniform_i32(w.h);
+  w.bh = uniform_i32(w.bh);
+  w.q0 = uniform_i32(w.q0);
+  w.rows = uniform_i32(w.rows);
+  w.kb0 = uniform_i32(w.kb0);
+  w.kb1 = uniform_i32(w.kb1);
+  w.part = uniform_i32(w.part);
   return w;
 }
 

@@ -18,11 +18,16 @@
 #ifndef SM90_V_SBO
 #define SM90_V_SBO 1024
 #endif
+// K/V ring depth. The host sizes shared memory for SM90_STAGES; a deeper ring is for A/B runs of the
+// development harness, which sizes shared memory itself (3 stages: 225 KiB of the 227 KiB).
+#ifndef SM90_KV_STAGES
+#define SM90_KV_STAGES SM90_STAGES
+#endif
 
 namespace {
 using namespace sm90;
 
-constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
+constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_KV_STAGES;
 constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
 constexpr rtc_u32 kHalfKV = kN * 128;
 constexpr int kConsumerWarps = 8;
@@ -30,6 +35,7 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
+static_assert(16 + 32 * kStages <= SM90_BAR_BYTES, "the ring's barriers must fit their slot area");
 
 // Barrier slots (8 bytes each) after the tiles.
 struct Bars {

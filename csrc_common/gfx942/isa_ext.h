@@ -1,4 +1,4 @@
-// gfx942/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1 prefetch.
+// gfx942/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1 prefetch, gfx90a register-pressure helpers.
 //
 // Wait-state rule (LLVM's hazard recognizer does not see MFMAs written as inline asm, so we own it):
 //   * an XDL MFMA result may be read or overwritten by VALU, DS or VMEM only after N+3 wait states
@@ -24,6 +24,8 @@ template <class T> RTC_ISA void sreg_fence(T&) {}
 RTC_ISA void mfma_wait_read() {}                          // wait states are a timing matter
 RTC_ISA void mfma_wait_result() {}
 template <class T> RTC_ISA void keep_alive(const T&) {}  // the L1 prefetch value is unused
+RTC_ISA int uniform_i32(int x) { return x; }
+template <class T> RTC_ISA void sreg_fence_gfx90a(T&) {}
 #else
 RTC_ISA rtc_f32x4 mfma_16x16x16_bf16_zc(rtc_bf16x4 a, rtc_bf16x4 b) {
   rtc_f32x4 d;
@@ -49,4 +51,23 @@ RTC_ISA void mfma_wait_result() { asm volatile("s_nop 6"); }
 // The loaded value is never read: the load only warms L1. Tying it to an empty asm keeps the load
 // alive without a fixed, clobbered register (an async write into a reused register would be a bug).
 template <class T> RTC_ISA void keep_alive(const T& x) { asm volatile("" ::"v"(x)); }
+// gfx90a-only register-pressure helpers, identities on gfx942 (whose code they leave unchanged).
+// gfx90a has no SGPR to spare at the kv loop's peak, so one spill there costs a VGPR, and with
+// 256 VGPRs in use that VGPR goes to scratch.
+#if defined(__gfx90a__)
+// A value the kernel knows to be wave-uniform, in an SGPR: hipRTC 5.2 (clang 15) leaves the results
+// of uniform integer divisions (expanded into VALU float ops) in VGPRs, and held them across the loop.
+RTC_ISA int uniform_i32(int x) { return (int)readfirstlane((rtc_u32)x); }
+// sreg_fence, per call: stops clang 19 sharing what is derived from x between calls (the 16
+// kv-mask compares of softmax_tile, 32 SGPRs when computed once for all three tiles). hipRTC 5.2
+// builds the masks differently and spills 2 VGPRs with the fence, none without: skipped there.
+#if __clang_major__ >= 16
+template <class T> RTC_ISA void sreg_fence_gfx90a(T& x) { sreg_fence(x); }
+#else
+template <class T> RTC_ISA void sreg_fence_gfx90a(T&) {}
+#endif
+#else
+RTC_ISA int uniform_i32(int x) { return x; }
+template <class T> RTC_ISA void sreg_fence_gfx90a(T&) {}
+#endif
 #endif

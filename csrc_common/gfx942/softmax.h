@@ -54,6 +54,7 @@ RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc
 #pragma unroll
   for (int j = 0; j < 16; ++j) t[j] = s[j >> 2][j & 3] * c;
   if (valid_kv < GFX942_KV_ROWS) {
+    sreg_fence_gfx90a(valid_kv);  // gfx90a: masks per tile, not 16 SGPR pairs shared by all three
 #pragma unroll
     for (int j = 0; j < 16; ++j) t[j] = (16 * (j >> 2) + 4 * quad + (j & 3)) < valid_kv ? t[j] : kNegInf;
   }

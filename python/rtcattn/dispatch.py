@@ -18,6 +18,7 @@ _lock = threading.Lock()
 _lib_module = None
 _programs: dict = {}     # (variant, cache_dir) -> build result; the C++ runtime caches too
 _plans: dict = {}       # (arch, D, layout, round_mode) -> _plan(): the manifest part of a selection
+_gpu_facts: dict = {}   # GPU device index -> (arch, SMs/CUs): asked of torch and the manifest once per device
 _logged: set = set()
 last_selection: Optional["Selection"] = None  # what the latest call ran (bench reports it)
 
@@ -191,6 +192,19 @@ def _num_cus(device: torch.device, arch: str) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def _device_facts(device: torch.device) -> tuple:
+    """(arch, compute units) of device; a GPU's are fixed for the process, so they are looked up once."""
+    if device.type == "cpu":  # the emulated arch follows RTCATTN_EMULATE, which may change between calls
+        arch = arch_of(device)
+        return arch, _num_cus(device, arch)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    facts = _gpu_facts.get(index)
+    if facts is None:
+        arch = arch_of(device)
+        facts = _gpu_facts.setdefault(index, (arch, _num_cus(device, arch)))
+    return facts
+
+
 def attention_args(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
     """The C ABI's argument block of a call (pointers and element strides; nothing is read through them)."""
     return lib().attention_args(
@@ -203,9 +217,9 @@ def attention_args(q, k, v, out, lse, layout: str, problem: validate.Problem, nu
 def run(q, k, v, out, lse, layout: str, round_mode: str, problem: validate.Problem) -> None:
     """Selects, builds and launches; out (and lse when not None) are written in place."""
     device = q.device
-    arch = arch_of(device)
+    arch, num_cus = _device_facts(device)
     vendor = vendor_of(device)
-    args = attention_args(q, k, v, out, lse, layout, problem, _num_cus(device, arch))
+    args = attention_args(q, k, v, out, lse, layout, problem, num_cus)
     sel = choose(arch, problem.head_dim, layout, round_mode, args, vendor)
     program = build(sel.variant).program
     nbytes = lib().attention_workspace_bytes(sel.kernel.kind, args)

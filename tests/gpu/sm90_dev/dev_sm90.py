@@ -110,14 +110,22 @@ def median_ms(fn, reps):
 
 def time_interleaved(fns, reps):
     """Median ms of each callable, the reps taken round-robin so that clock drift hits all alike.
-    A round is queued without host syncs, so host launch overhead (SDPA's dispatch) is not timed."""
+    A round is queued without host syncs. DEV_LEAD=1 also queues a GPU sleep ahead of each round and
+    rotates the order: otherwise the first callable of a round (cuDNN) starts on an idle GPU and its
+    events include its host dispatch."""
+    lead = os.environ.get("DEV_LEAD", "0") == "1"
     for f in fns.values():
         f()
     torch.cuda.synchronize()
     times = {k: [] for k in fns}
-    for _ in range(reps):
+    names = list(fns)
+    for r in range(reps):
         ev = {}
-        for k, f in fns.items():
+        order = names[r % len(names):] + names[:r % len(names)] if lead else names
+        if lead:
+            torch.cuda._sleep(5_000_000)
+        for k in order:
+            f = fns[k]
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record(); f(); b.record()
             ev[k] = (a, b)
@@ -131,32 +139,41 @@ def bench(shapes, configs):
     """configs: 'mode' or 'mode:DEF=1+DEF=2' strings, all timed in the same run, interleaved."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     F = torch.nn.functional
+    import rtcattn
     kerns = {}
     for c in configs:
         mode, _, defs = c.partition(":")
-        kerns[c] = Sm90Kernel(mode, [d for d in defs.split("+") if d])
+        kerns[c] = None if mode == "product" else Sm90Kernel(mode, [d for d in defs.split("+") if d])
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     mm = median_ms(lambda: a @ a, 10)
     rows = [f"matmul 8192^3: {2 * 8192 ** 3 / mm / 1e9:.0f} TFLOP/s"]
     gen = torch.Generator(device="cuda").manual_seed(5)
     table = {}
+    layout = os.environ.get("DEV_LAYOUT", "bhsd")
     for (B, H, S) in shapes:
-        q, k, v = make(B, H, S, S, "bhsd", gen)
+        q, k, v = make(B, H, S, S, layout, gen)
         flops = 4 * B * H * S * S * 128
 
         def sdpa(be):
+            qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v)) if layout == "bshd" else (q, k, v)
+
             def f():
                 with sdpa_kernel([be]):
-                    F.scaled_dot_product_attention(q, k, v)
+                    F.scaled_dot_product_attention(qs, ks, vs)
             return f
-        fns = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+        fns = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+        if os.environ.get("DEV_FLASH", "1") == "1":
+            fns["flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
         for c, kern in kerns.items():
-            p, _, _ = kern.prepare(q, k, v, "bhsd")
+            if kern is None:  # "product:<mode>": the same inputs through rtcattn.forward
+                fns[c] = (lambda m: lambda: rtcattn.forward(q, k, v, layout=layout, round_mode=m))(c.split(":")[1])
+                continue
+            p, _, _ = kern.prepare(q, k, v, layout)
             fns[c] = (lambda kern, p: lambda: kern.launch(p))(kern, p)
         reps = max(3, min(15, int(1500 / (flops / 600e9))))
         res = time_interleaved(fns, reps)
         tf = lambda t: flops / t / 1e9
-        line = f"({B},{H},{S}) cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) flash {res['flash']:.3f}"
+        line = f"({B},{H},{S}) {layout} cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) flash {res.get('flash', 0):.3f}"
         for c in configs:
             line += f" | {c} {res[c]:.3f} {tf(res[c]):.0f} x{res['cudnn'] / res[c]:.3f}"
         rows.append(line)

@@ -75,7 +75,8 @@ class Sm90Kernel:
         self.drv = Driver()
         self.cubin, self.log = nvrtc_build.compile_sm90([f"RTC_ROUND={ROUND[mode]}", *defines])
         self.block_n = int(dict(d.split("=") for d in defines).get("SM90_BLOCK_N", 128))
-        self.smem = BLOCK_M * 256 + 2 * STAGES * self.block_n * 256 + 256 + 1024  # SM90_SMEM_BYTES
+        stages = int(dict(d.split("=") for d in defines).get("SM90_KV_STAGES", STAGES))
+        self.smem = BLOCK_M * 256 + 2 * stages * self.block_n * 256 + 256 + 1024  # SM90_SMEM_BYTES
         self.mod = ctypes.c_void_p()
         self.drv.check(self.drv.cu.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "load")
         self.fn = ctypes.c_void_p()
