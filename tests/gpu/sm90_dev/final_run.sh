@@ -1,17 +1,15 @@
 #!/bin/bash
-# Device call closing the gap study: build, GPU tests, host time per call (this tree vs the older
-# dispatch), product bench in the default layout with more rounds. Tables last; few files under $OUT.
+# Device call closing the gap study: build, GPU tests, host time per call (this tree, optionally another), product bench in the default layout with more rounds. Tables last; few files under $OUT.
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp}
 export OUT PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 RTCATTN_CACHE_DIR=$(mktemp -d)
 log="$OUT/log.txt"
 python3 setup.py -q build_ext --inplace > "$log" 2>&1 || { tail -30 "$log"; exit 1; }
 timeout 150 python3 -m pytest -q -m gpu tests/gpu > "$OUT/pytest.txt" 2>&1; echo "pytest rc $?" >> "$OUT/pytest.txt"
-H=$(mktemp -d); mkdir -p "$H/python"; cp -r python/rtcattn "$H/python/"
-cp tests/gpu/sm90_dev/_head_dispatch.py.txt "$H/python/rtcattn/dispatch.py"
-ln -s "$PWD/configs" "$PWD/op_sources" "$PWD/csrc_common" "$H/"
+# HOST_PKG_DIR: another copy of python/ (e.g. an older one) whose host time per call is printed too.
+H=${HOST_PKG_DIR:-}
 (cd tests/gpu/sm90_dev && { echo "== host, this tree"; timeout 60 python3 host_overhead.py;
-  echo "== host, older dispatch"; timeout 60 python3 host_overhead.py "$H/python"; }) > "$OUT/host.txt" 2>&1
+  [ -n "$H" ] && { echo "== host, $H"; timeout 60 python3 host_overhead.py "$H"; }; }) > "$OUT/host.txt" 2>&1
 timeout 200 python3 -m rtcattn bench --reps 15 --budget-s 15 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>> "$log"
 echo "bench rc $?" >> "$OUT/bench.txt"
 cat "$OUT/host.txt"; tail -3 "$OUT/pytest.txt"; cat "$OUT/bench.txt"
