@@ -2,12 +2,11 @@
 #include "attn_params_host.h"
 #include "../csrc_common/sm90/attn_sm90_params.h"
 #include "common.h"
-#include "dynlib.h"
+#include "cuda_driver.h"
 #include "launch_sm90.h"
 #include "program.h"
 #include <cstddef>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 namespace rtc {
@@ -17,45 +16,6 @@ static_assert(sizeof(Sm90TensorMap) == 128 && alignof(Sm90TensorMap) == 64,
               "Sm90TensorMap must match CUtensorMap (128 bytes, 64-byte aligned)");
 static_assert(offsetof(Sm90AttnParams, a) == 384, "Sm90AttnParams: the three maps come first");
 static_assert(sizeof(Sm90AttnParams) == 640, "Sm90AttnParams size changed: update the kernel's users");
-
-// The few driver entry points this file needs beyond the loader's.
-struct TmaApi {
-  DynLib lib;
-  std::string why;
-  int (*encode_tiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
-                      const unsigned*, int, int, int, int) = nullptr;
-  int (*device_get)(int*, int) = nullptr;
-  int (*attribute)(int*, int, int) = nullptr;
-  int (*error_string)(int, const char**) = nullptr;
-};
-
-const TmaApi& api() {
-  static TmaApi a;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::string tried;
-    if (!a.lib.open({"libcuda.so.1", "libcuda.so"}, library_search_dirs(), &tried)) {
-      a.why = "no CUDA driver; tried:\n" + tried;
-      return;
-    }
-    try {
-      a.lib.bind(a.encode_tiled, "cuTensorMapEncodeTiled");
-      a.lib.bind(a.device_get, "cuDeviceGet");
-      a.lib.bind(a.attribute, "cuDeviceGetAttribute");
-      a.lib.bind(a.error_string, "cuGetErrorString");
-    } catch (const RtcError& e) {
-      a.why = e.what();
-    }
-  });
-  return a;
-}
-
-void check_cu(int rc, const std::string& what) {
-  if (rc == 0) return;
-  const char* text = "unknown error";
-  api().error_string(rc, &text);
-  RTC_FAIL(RTC_ERR_LAUNCH, what + " failed: " + text + " (CUresult " + std::to_string(rc) + ")");
-}
 
 // What TMA and the kernel's 4-byte output stores need of one tensor: "" or why not.
 std::string tensor_why_not(const char* name, const void* ptr, const int64_t (&st)[3], int64_t align_elems) {
@@ -81,18 +41,19 @@ Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], 
   unsigned elem[4] = {1, 1, 1, 1};
   Sm90TensorMap m;
   std::memset(&m, 0, sizeof m);
-  check_cu(api().encode_tiled(&m, kBf16, 4, const_cast<void*>(ptr), dims, strides, box, elem,
-                              kInterleaveNone, kSwizzle128, kL2Promote256, kOobZero),
-           std::string("cuTensorMapEncodeTiled(") + name + ")");
+  cuda_check(cuda_driver().encode_tiled(&m, kBf16, 4, const_cast<void*>(ptr), dims, strides, box, elem,
+                                        kInterleaveNone, kSwizzle128, kL2Promote256, kOobZero),
+             RTC_ERR_LAUNCH, std::string("cuTensorMapEncodeTiled(") + name + ")");
   return m;
 }
 
 int sm_count(const rtc_attention_args* a, int device) {
   if (a->num_cus > 0) return a->num_cus;
   int dev = 0, n = 0;
-  check_cu(api().device_get(&dev, device), "cuDeviceGet");
+  cuda_check(cuda_driver().device_get(&dev, device), RTC_ERR_LAUNCH, "cuDeviceGet");
   const int kMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-  check_cu(api().attribute(&n, kMultiprocessorCount, dev), "cuDeviceGetAttribute(SM count)");
+  cuda_check(cuda_driver().device_attribute(&n, kMultiprocessorCount, dev), RTC_ERR_LAUNCH,
+             "cuDeviceGetAttribute(SM count)");
   return n;
 }
 
@@ -120,7 +81,10 @@ int launch_sm90(uint64_t program, AttnParams* p, const rtc_attention_args* a, co
                 int device, void* stream) {
   const std::string why = why_not_sm90(a, vendor);
   RTC_CHECK(why.empty(), RTC_ERR_ARG, why);
-  RTC_CHECK(api().why.empty(), RTC_ERR_UNAVAILABLE, api().why);
+  const CudaDriver& cu = cuda_driver();
+  RTC_CHECK(cu.why.empty(), RTC_ERR_UNAVAILABLE, cu.why);
+  RTC_CHECK(cu.encode_tiled, RTC_ERR_UNAVAILABLE,
+            "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA >= 12), which the sm90 kernel needs");
   alignas(64) Sm90AttnParams sp;
   std::memset(&sp, 0, sizeof sp);
   sp.tmap_q = encode("q", a->q, a->q_strides, a->seq_q, a->heads, a->batch, SM90_BLOCK_M);

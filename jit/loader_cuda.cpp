@@ -1,33 +1,15 @@
 // CUDA loader: CUBINs through the dlopened driver API (libcuda.so.1), beside torch's primary context.
 #include "common.h"
+#include "cuda_driver.h"
 #include "dynlib.h"
 #include "loader.h"
 #include <map>
 #include <mutex>
 
 namespace rtc {
-namespace {
 
-struct CudaApi {
-  DynLib lib;
-  std::string why;
-  int init_rc = -1;
-  int (*init)(unsigned) = nullptr;
-  int (*device_count)(int*) = nullptr;
-  int (*device_get)(int*, int) = nullptr;
-  int (*primary_retain)(void**, int) = nullptr;
-  int (*ctx_push)(void*) = nullptr;
-  int (*ctx_pop)(void**) = nullptr;
-  int (*error_string)(int, const char**) = nullptr;
-  int (*module_load_data)(void**, const void*) = nullptr;
-  int (*module_get_function)(void**, void*, const char*) = nullptr;
-  int (*func_set_attribute)(void*, int, int) = nullptr;
-  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
-                void**, void**) = nullptr;
-};
-
-const CudaApi& api() {
-  static CudaApi a;
+const CudaDriver& cuda_driver() {
+  static CudaDriver a;
   static std::once_flag once;
   std::call_once(once, [] {
     std::string tried;
@@ -39,6 +21,7 @@ const CudaApi& api() {
       a.lib.bind(a.init, "cuInit");
       a.lib.bind(a.device_count, "cuDeviceGetCount");
       a.lib.bind(a.device_get, "cuDeviceGet");
+      a.lib.bind(a.device_attribute, "cuDeviceGetAttribute");
       a.lib.bind(a.primary_retain, "cuDevicePrimaryCtxRetain");
       a.lib.bind(a.ctx_push, "cuCtxPushCurrent_v2");
       a.lib.bind(a.ctx_pop, "cuCtxPopCurrent_v2");
@@ -47,6 +30,7 @@ const CudaApi& api() {
       a.lib.bind(a.module_get_function, "cuModuleGetFunction");
       a.lib.bind(a.func_set_attribute, "cuFuncSetAttribute");
       a.lib.bind(a.launch, "cuLaunchKernel");
+      a.encode_tiled = reinterpret_cast<decltype(a.encode_tiled)>(a.lib.symbol("cuTensorMapEncodeTiled"));
       a.init_rc = a.init(0);
       if (a.init_rc != 0) a.why = "cuInit failed (CUresult " + std::to_string(a.init_rc) + ")";
     } catch (const RtcError& e) {
@@ -56,12 +40,18 @@ const CudaApi& api() {
   return a;
 }
 
-void check(int rc, rtc_status s, const std::string& what) {
+void cuda_check(int rc, rtc_status s, const std::string& what) {
   if (rc == 0) return;
   const char* text = "unknown error";
-  api().error_string(rc, &text);
+  if (cuda_driver().error_string) cuda_driver().error_string(rc, &text);
   RTC_FAIL(s, what + " failed: " + text + " (CUresult " + std::to_string(rc) + ")");
 }
+
+namespace {
+
+const CudaDriver& api() { return cuda_driver(); }
+
+void check(int rc, rtc_status s, const std::string& what) { cuda_check(rc, s, what); }
 
 // Retained once per device and never released: modules loaded in it live as long as the process.
 void* primary_context(int device) {
@@ -89,6 +79,20 @@ class ContextGuard {
     api().ctx_pop(&ctx);
   }
 };
+
+// Above 48 KiB a kernel must opt in to its dynamic shared memory before the launch: once per
+// function and size, recorded only when the driver accepted it.
+void ensure_shared_limit(void* fn, unsigned bytes) {
+  const int kMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  static std::mutex mu;
+  static std::map<void*, unsigned> raised;
+  std::lock_guard<std::mutex> lock(mu);
+  unsigned& have = raised[fn];
+  if (bytes <= 48 * 1024 || have >= bytes) return;
+  check(api().func_set_attribute(fn, kMaxDynamicShared, int(bytes)), RTC_ERR_LAUNCH,
+        "cuFuncSetAttribute(max dynamic shared = " + std::to_string(bytes) + ")");
+  have = bytes;
+}
 
 class CudaLoader : public Loader {
  public:
@@ -118,11 +122,7 @@ class CudaLoader : public Loader {
   void launch(int device, void* fn, const LaunchDims& d, void* stream, const void* params,
               size_t size) override {
     ContextGuard g(device);
-    // Above 48 KiB a kernel must opt in to its dynamic shared memory before the launch.
-    const int kMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    if (d.shared_bytes > 48 * 1024)
-      check(api().func_set_attribute(fn, kMaxDynamicShared, int(d.shared_bytes)), RTC_ERR_LAUNCH,
-            "cuFuncSetAttribute(max dynamic shared = " + std::to_string(d.shared_bytes) + ")");
+    ensure_shared_limit(fn, d.shared_bytes);
     // Every kernel takes one by-value struct parameter: kernelParams holds its address, and the
     // driver copies it with the size and alignment the cubin declares. (The raw-buffer form,
     // CU_LAUNCH_PARAM_BUFFER_*, garbled the 64-byte aligned CUtensorMap block of the sm90 kernel.)

@@ -255,6 +255,37 @@ RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int 
   }
 }
 
+// What stage 2 needs of the workgroup: uniform loop constants and this lane's place.
+struct KvWalk {
+  rtc_buffer_rsrc kr, vt;
+  rtc_i64 k_ss;
+  int kb0, nblk, seq_k;
+  float c;  // softmax scale in log2 units
+  int wave, lane, xaddr;
+  bool group_b;
+};
+
+// Stage 2 of iteration k, then its second barrier: softmax(k); B refills the K buffer both groups
+// have finished with, A pulls V^T(k) into L1 for the PV of the next two half-steps.
+template <bool kLast>
+RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k) {
+  const int kb = kw.kb0 + k, valid = kw.seq_k - kb * GFX942_KV_ROWS;
+#pragma unroll
+  for (int g = 0; g < kTilesPerWave; ++g)
+    softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr);
+  rtc_u32 warm = 0;
+  if (kw.group_b) {
+    if (k + 2 < kw.nblk) issue_k(sm, kw.kr, kw.k_ss, kb + 2, k & 1, kw.wave - 4, kw.lane);
+  } else {
+    rtc_u32 l = (rtc_u32)kw.lane;
+    reg_fence(l);
+    warm = buffer_load_dword(kw.vt, (rtc_u32)((kw.wave * 64 + (int)l) * 64), readfirstlane((rtc_u32)kb * GFX942_VT_BLOCK_BYTES));
+  }
+  s_waitcnt_vmcnt<0>();  // the K DMA counts on vmcnt, not lgkmcnt
+  keep_alive(warm);
+  __syncthreads();
+}
+
 RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   const Work w = find_work(p);
   const int lane = (int)lane_id(), wave = (int)readfirstlane(threadIdx.x >> 6);
@@ -290,32 +321,27 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (group_b) __syncthreads();
-  for (int k = 0; k <= nblk; ++k) {
+  const KvWalk kw = {kr, vt, k_ss, w.kb0, nblk, seq_k, c, wave, lane, xaddr, group_b};
+  // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an
+  // iteration: MFMA step 0 (QK only) before it, softmax(nblk-1) and the PV-only step after it.
+  // So the loop body has neither the PV/QK switches nor the kv mask, which only the last block
+  // needs (see softmax_tile).
+  // soffsets through readfirstlane: clang 15 (hipRTC 5.2) does not legalise a VGPR soffset.
+  mfma_step(a, sm, vt, 0u, 0, false, true, wave, lane);
+  __syncthreads();
+  for (int k = 1; k < nblk; ++k) {
+    softmax_step<false>(kw, a, st, sm, k - 1);
     // Stage 1: matrix core (the other group is in stage 2).
-    // soffsets through readfirstlane: clang 15 (hipRTC 5.2) does not legalise a VGPR soffset.
     const rtc_u32 vt_prev = readfirstlane((rtc_u32)(w.kb0 + k - 1) * GFX942_VT_BLOCK_BYTES);
-    mfma_step(a, sm, vt, vt_prev, k & 1, k > 0, k < nblk, wave, lane);
-    __syncthreads();
-    // Stage 2: softmax(k); B refills the K buffer both groups have finished with, A pulls V^T(k)
-    // into L1 for the PV of the next two half-steps.
-    rtc_u32 warm = 0;
-    if (k < nblk) {
-      const int kb = w.kb0 + k, valid = seq_k - kb * GFX942_KV_ROWS;
-#pragma unroll
-      for (int g = 0; g < kTilesPerWave; ++g)
-        softmax_tile(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], c, lane >> 4, valid, xaddr);
-      if (group_b) {
-        if (k + 2 < nblk) issue_k(sm, kr, k_ss, kb + 2, k & 1, wave - 4, lane);
-      } else {
-        rtc_u32 l = (rtc_u32)lane;
-        reg_fence(l);
-        warm = buffer_load_dword(vt, (rtc_u32)((wave * 64 + (int)l) * 64), readfirstlane((rtc_u32)kb * GFX942_VT_BLOCK_BYTES));
-      }
-    }
-    s_waitcnt_vmcnt<0>();  // the K DMA counts on vmcnt, not lgkmcnt
-    keep_alive(warm);
+    mfma_step(a, sm, vt, vt_prev, k & 1, true, true, wave, lane);
     __syncthreads();
   }
+  softmax_step<true>(kw, a, st, sm, nblk - 1);
+  // The PV of the last block, alone: the same half-step as every other MFMA step.
+  mfma_step(a, sm, vt, readfirstlane((rtc_u32)(w.kb1 - 1) * GFX942_VT_BLOCK_BYTES), 0, true, false, wave, lane);
+  __syncthreads();
+  s_waitcnt_vmcnt<0>();
+  __syncthreads();
   if (!group_b) __syncthreads();  // matches group B's stagger barrier
   epilogue(op, a, st, wave, lane);
 }

@@ -44,16 +44,19 @@ struct RowState {
 };
 
 // One tile's softmax step on its 16 scores: new max, optional O rescale, P (bf16x4 per sub-tile).
-// valid_kv < 64 only in the last kv block: kv rows past Sk get -Inf (a select, so whatever the
-// zero-filled K row gave cannot leak in). Not -FLT_MAX: the running max starts at -FLT_MAX, so a
-// row whose real scores are all -Inf would see exp2(-FLT_MAX - -FLT_MAX) = 1 for masked rows.
-// With -Inf, p = exp2(-Inf - m) = 0 for every m >= -FLT_MAX, and m never becomes -Inf.
+// kLast: the last kv block of the workgroup, the only one where valid_kv < 64 can hold. Its kv rows
+// past Sk get -Inf (a select, so whatever the zero-filled K row gave cannot leak in). Not -FLT_MAX:
+// the running max starts at -FLT_MAX, so a row whose real scores are all -Inf would see
+// exp2(-FLT_MAX - -FLT_MAX) = 1 for masked rows. With -Inf, p = exp2(-Inf - m) = 0 for every
+// m >= -FLT_MAX, and m never becomes -Inf. A template flag, not a runtime test: clang 19 turns
+// the uniform branch into selects, which cost every iteration 16 compares and 96 v_cndmask.
+template <bool kLast>
 RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub],
                              float& m, float& l, float c, int quad, int valid_kv, int xor32_addr) {
   float t[16];
 #pragma unroll
   for (int j = 0; j < 16; ++j) t[j] = s[j >> 2][j & 3] * c;
-  if (valid_kv < GFX942_KV_ROWS) {
+  if (kLast && valid_kv < GFX942_KV_ROWS) {
     sreg_fence_gfx90a(valid_kv);  // gfx90a: masks per tile, not 16 SGPR pairs shared by all three
 #pragma unroll
     for (int j = 0; j < 16; ++j) t[j] = (16 * (j >> 2) + 4 * quad + (j & 3)) < valid_kv ? t[j] : kNegInf;
