@@ -53,17 +53,20 @@ struct RowState {
 template <bool kLast>
 RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub],
                              float& m, float& l, float c, int quad, int valid_kv, int xor32_addr) {
-  float t[16];
+  // Kept as vectors up to the subtraction of the max: clang then issues v_pk_mul_f32 / v_pk_add_f32,
+  // half the instructions (it scalarises vector math whose only uses are element reads).
+  rtc_f32x4 t[kSub];
 #pragma unroll
-  for (int j = 0; j < 16; ++j) t[j] = s[j >> 2][j & 3] * c;
+  for (int sub = 0; sub < kSub; ++sub) t[sub] = s[sub] * c;
   if (kLast && valid_kv < GFX942_KV_ROWS) {
     sreg_fence_gfx90a(valid_kv);  // gfx90a: masks per tile, not 16 SGPR pairs shared by all three
 #pragma unroll
-    for (int j = 0; j < 16; ++j) t[j] = (16 * (j >> 2) + 4 * quad + (j & 3)) < valid_kv ? t[j] : kNegInf;
+    for (int j = 0; j < 16; ++j)
+      t[j >> 2][j & 3] = (16 * (j >> 2) + 4 * quad + (j & 3)) < valid_kv ? t[j >> 2][j & 3] : kNegInf;
   }
-  float mx = t[0];
+  float mx = t[0][0];
 #pragma unroll
-  for (int j = 1; j < 16; ++j) mx = __builtin_fmaxf(mx, t[j]);
+  for (int j = 1; j < 16; ++j) mx = __builtin_fmaxf(mx, t[j >> 2][j & 3]);
   const float m_new = __builtin_fmaxf(m, row_max4(mx, xor32_addr));
   // Skipping is exact: with an unchanged max the factor would be exp2(0) = 1.
   if (!wave_all(m_new == m)) {
@@ -79,9 +82,10 @@ RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc
 #pragma unroll
   for (int sub = 0; sub < kSub; ++sub) {
     rtc_u32 b[4];
+    const rtc_f32x4 d = t[sub] - m_new;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float e = exp2_f32(t[4 * sub + i] - m_new);
+      const float e = exp2_f32(d[i]);
       sum += e;
       b[i] = p_biased(e);
     }

@@ -76,17 +76,59 @@ def _instructions(disasm: str) -> list:
     return out
 
 
+def _branch_target(addr: int, op: str, args: str):
+    """Target address of an SOPP branch with an immediate, else None."""
+    if not (op.startswith("s_cbranch") or op == "s_branch") or not args.strip().isdigit():
+        return None
+    simm16 = int(args) & 0xFFFF  # SOPP: target = next instruction + 4 * signed simm16
+    return addr + 4 + 4 * (simm16 - 0x10000 if simm16 & 0x8000 else simm16)
+
+
+def _successors(insts: list) -> dict:
+    """Control-flow successors of every instruction address (straight-line, branch target, or both)."""
+    succ = {}
+    for i, (addr, op, args) in enumerate(insts):
+        nxt = [insts[i + 1][0]] if i + 1 < len(insts) else []
+        target = _branch_target(addr, op, args)
+        if op == "s_branch" and target is not None:
+            succ[addr] = [target]
+        elif op.startswith(("s_endpgm", "s_setpc", "s_branch")):
+            succ[addr] = []
+        else:
+            succ[addr] = nxt + ([target] if target is not None else [])
+    return succ
+
+
+def _walk(start: int, edges: dict, stop: int = None) -> set:
+    seen, todo = {start}, [start]
+    while todo:
+        for n in edges.get(todo.pop(), ()):
+            if n not in seen and n != stop:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
 def kv_loop(insts: list) -> list:
-    """The KV loop: of the backward branches, the one whose range [target, branch] holds the most MFMAs."""
+    """The KV loop: of the loops (back edges whose target reaches the branch again, so that block
+    placement's backward jumps between straight-line code do not count), the one whose body holds
+    the most MFMAs. The body is the natural loop: what lies on a path from the loop head back to the
+    branch, wherever the compiler placed it, and nothing peeled before or after the loop."""
+    succ = _successors(insts)
+    pred = {}
+    for a, ns in succ.items():
+        for n in ns:
+            pred.setdefault(n, []).append(a)
     best, best_n = [], -1
     for addr, op, args in insts:
-        if not (op.startswith("s_cbranch") or op == "s_branch") or not args.strip().isdigit():
+        target = _branch_target(addr, op, args)
+        if target is None or target > addr:
             continue
-        simm16 = int(args) & 0xFFFF  # SOPP: target = next instruction + 4 * signed simm16
-        target = addr + 4 + 4 * (simm16 - 0x10000 if simm16 & 0x8000 else simm16)
-        if target > addr:
+        ahead = _walk(target, succ)
+        if addr not in ahead:
             continue
-        body = [x for x in insts if target <= x[0] <= addr]
+        body_addrs = (_walk(addr, pred, stop=target) & ahead) | {target}
+        body = [x for x in insts if x[0] in body_addrs]
         n = sum(1 for x in body if x[1].startswith("v_mfma"))
         if n > best_n:
             best, best_n = body, n
