@@ -206,7 +206,8 @@ def geomeans(rows: list) -> list:
 
 
 def plot(rows: list, path: str, plt) -> None:
-    labels = sorted({(r["B"], r["H"], r["Sq"], r["Sk"], r["layout"]) for r in rows})
+    """Grouped bars of TFLOP/s per shape (in the order measured), one bar per implementation and mode."""
+    labels = list(dict.fromkeys((r["B"], r["H"], r["Sq"], r["Sk"], r["layout"]) for r in rows))
     series = sorted({(r["impl"], r["mode"]) for r in rows})
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(labels)), 5))
     width = 0.8 / len(series)
@@ -216,9 +217,9 @@ def plot(rows: list, path: str, plt) -> None:
         ax.bar([j + i * width for j in range(len(labels))], ys, width,
                label=impl if mode == "-" else f"{impl} {mode}")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
-    ax.set_xticklabels([",".join(map(str, lab)) for lab in labels], rotation=30, ha="right")
+    ax.set_xticklabels(["B{} H{} S{}x{} {}".format(*lab) for lab in labels], rotation=30, ha="right")
     ax.set_ylabel("TFLOP/s")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path)
 

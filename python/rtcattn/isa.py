@@ -136,7 +136,7 @@ def kv_loop(insts: list) -> list:
 
 
 def count(body: list) -> dict:
-    c = {"mfma": 0, "valu": 0, "trans": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0, "s_waitcnt": 0,
+    c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0, "s_waitcnt": 0,
          "s_barrier": 0, "total": len(body)}
     for _, op, args in body:
         if op.startswith("v_mfma"):
@@ -144,6 +144,7 @@ def count(body: list) -> dict:
         elif op.startswith("v_"):
             c["valu"] += 1
             c["trans"] += bool(TRANSCENDENTAL.match(op))
+            c["cndmask"] += op.startswith("v_cndmask")
         elif op.startswith("ds_"):
             c["lds"] += 1
             c["lds_bytes"] += LDS_BYTES.get(op, 256)
@@ -230,13 +231,15 @@ def _planned_split(tail: int, cus: int, nkb: int) -> int:
 # ---- the command -----------------------------------------------------------------------------------
 def print_reports(reports: list) -> None:
     cols = ("variant", "compiler", "vgpr", "agpr", "sgpr", "lds", "scratch", "wg", "waves/simd",
-            "mfma", "valu", "trans", "lds_ops", "vmem", "waitcnt", "barrier")
+            "mfma", "valu", "trans", "cndmask", "lds_ops", "vmem", "waitcnt", "barrier")
     rows = [(f"{r.arch} {r.layout} {r.mode}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
              r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
              r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
-             r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"]) for r in reports]
+             r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"]) for r in reports]
     _table(rows, cols)
-    print("per KV iteration = static counts of the KV loop body of one wave (each wave runs it once per 64-row block)")
+    print("per KV iteration = static counts of the KV loop body of one wave (each wave runs it once per 64-row block);\n"
+          "the loop is the steady state: MFMA step 0 (QK only) before it, the last block's softmax (with the kv\n"
+          "mask) and PV after it are peeled and not counted")
 
 
 def print_model(reports: list) -> None:

@@ -90,3 +90,14 @@ def test_bench_shapes_parsing():
         with pytest.raises(ValueError, match="B,H,S or B,H,S,Sk"):
             bench.parse_shapes(bad)
     assert bench.flops(1, 1, 2, 3, 4) == 4 * 2 * 3 * 4
+
+
+def test_bench_plot_writes_a_png(tmp_path):
+    """--plot's chart from rows of the bench's own JSON shape (no GPU needed to draw)."""
+    rows = [dict(B=2, H=24, Sq=s, Sk=s, D=128, layout="bshd", impl=impl, mode=mode, kernel=impl,
+                 ms=1.0, reps=3, spread=0.01, tflops=tf, vs_cudnn=1.0)
+            for s in (8192, 16384) for impl, mode, tf in
+            (("sdpa-cudnn", "-", 620.0), ("sdpa-flash", "-", 350.0), ("rtcattn", "rtne", 650.0))]
+    path = tmp_path / "bench.png"
+    bench.plot(rows, str(path), bench._matplotlib())
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000

@@ -21,6 +21,8 @@ def test_code_object(arch, layout, mode):
     assert r.loop["has_mfma16_bf16"], tag
     # The KV loop holds one wave's 96 QK + 96 PV MFMAs and the two barriers of the schedule.
     assert r.loop["mfma"] == 192 and r.loop["s_barrier"] == 2, (tag, r.loop)
+    # Only the last kv block masks scores, and it is peeled: the steady-state loop selects nothing.
+    assert r.loop["cndmask"] == 0, (tag, r.loop)
     # SGPR spills into VGPR lanes (hipRTC 5.2 for gfx90a keeps a few) touch no memory: not counted.
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
 
