@@ -112,26 +112,30 @@ def _walk(start: int, edges: dict, stop: int = None) -> set:
 def kv_loop(insts: list) -> list:
     """The KV loop: of the loops (back edges whose target reaches the branch again, so that block
     placement's backward jumps between straight-line code do not count), the one whose body holds
-    the most MFMAs. The body is the natural loop: what lies on a path from the loop head back to the
-    branch, wherever the compiler placed it, and nothing peeled before or after the loop."""
+    the most MFMAs. The body is the natural loop of the head, over all its back edges: what lies on
+    a path from the head back to it, wherever the compiler placed it, and nothing peeled before or
+    after the loop. Ties go to the larger body: clang may give one loop a second latch that jumps
+    to an instruction before the first latch's target (group B's K refill, placed after the loop,
+    does); that is the same loop, since the kernel has no loop around the KV loop."""
     succ = _successors(insts)
     pred = {}
     for a, ns in succ.items():
         for n in ns:
             pred.setdefault(n, []).append(a)
-    best, best_n = [], -1
+    bodies = {}  # loop head -> addresses of its body
     for addr, op, args in insts:
         target = _branch_target(addr, op, args)
         if target is None or target > addr:
             continue
         ahead = _walk(target, succ)
-        if addr not in ahead:
-            continue
-        body_addrs = (_walk(addr, pred, stop=target) & ahead) | {target}
-        body = [x for x in insts if x[0] in body_addrs]
-        n = sum(1 for x in body if x[1].startswith("v_mfma"))
-        if n > best_n:
-            best, best_n = body, n
+        if addr in ahead:
+            bodies.setdefault(target, {target}).update(_walk(addr, pred, stop=target) & ahead)
+    best, best_key = [], (-1, -1)
+    for addrs in bodies.values():
+        body = [x for x in insts if x[0] in addrs]
+        key = (sum(1 for x in body if x[1].startswith("v_mfma")), len(body))
+        if key > best_key:
+            best, best_key = body, key
     return best
 
 

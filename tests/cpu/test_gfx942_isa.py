@@ -35,3 +35,31 @@ def test_model_bound_is_the_larger_pipe():
     # One round of 304 items of 2 kv blocks each; a split can only shorten the fractional round.
     assert isa.lower_bound_ms((1, 304, 128), 1000.0, False) == pytest.approx(2 * 1000 / 2.1e9 * 1e3)
     assert isa.lower_bound_ms((4, 16, 16384), 1000.0, True) <= isa.lower_bound_ms((4, 16, 16384), 1000.0, False)
+
+
+def _branch(addr, op, target):
+    return (addr, op, str(((target - addr - 4) // 4) & 0xFFFF))
+
+
+def test_kv_loop_is_the_natural_loop_not_a_layout_jump():
+    # Entry jumps to a block placed last, which jumps back into straight-line code: a backward branch
+    # that is no loop, and whose address range holds more MFMAs (the peeled ones) than the loop.
+    insts = [_branch(0x00, "s_branch", 0x24), (0x04, "v_mfma_f32_16x16x16_bf16", "v[0:3]"),
+             (0x08, "v_mfma_f32_16x16x16_bf16", "v[4:7]"), (0x0C, "v_exp_f32_e32", "v8, v8"),
+             _branch(0x10, "s_cbranch_scc1", 0x08), (0x14, "v_mfma_f32_16x16x16_bf16", "v[0:3]"),
+             (0x18, "v_mfma_f32_16x16x16_bf16", "v[0:3]"), (0x1C, "s_endpgm", ""), (0x20, "v_mov_b32_e32", "v1, 0"),
+             (0x24, "v_mov_b32_e32", "v2, 0"), _branch(0x28, "s_branch", 0x04)]
+    body = isa.kv_loop(insts)
+    assert [a for a, _, _ in body] == [0x08, 0x0C, 0x10]
+    c = isa.count(body)
+    assert c["mfma"] == 1 and c["trans"] == 1 and c["cndmask"] == 0
+
+
+def test_kv_loop_includes_a_second_latch_placed_after_the_loop():
+    # The refill block sits past the first latch and jumps back one instruction before its target.
+    insts = [(0x00, "s_nop", "0"), (0x04, "v_mfma_f32_16x16x16_bf16", "v[0:3]"), _branch(0x08, "s_cbranch_scc0", 0x14),
+             _branch(0x0C, "s_cbranch_scc1", 0x04), (0x10, "s_endpgm", ""),
+             (0x14, "buffer_load_dword", "v1, s[0:3], s4 offen lds"), _branch(0x18, "s_branch", 0x00)]
+    body = isa.kv_loop(insts)
+    assert [a for a, _, _ in body] == [0x00, 0x04, 0x08, 0x0C, 0x14, 0x18]
+    assert isa.count(body)["lds_dma"] == 1
