@@ -12,7 +12,7 @@ def rows(path):
 
 
 def main(path):
-    print(f"{'test':58} {'impl':6} {'max err':>9} {'normwise':>9} {'1-ULP share':>11}")
+    print(f"{'test':72} {'impl':6} {'max err':>9} {'normwise':>9} {'1-ULP share':>11}")
     for name, props in rows(path):
         for impl in ("ours", "flash", "cudnn"):
             if f"{impl}_err_normwise" not in props:
@@ -20,7 +20,7 @@ def main(path):
             err, nrm = ast.literal_eval(props[f"{impl}_err_normwise"])
             share = props.get(f"within_1ulp_of_{impl}")
             share = f"{float(share):.1%}" if share else "-"
-            print(f"{name[:58]:58} {impl:6} {err:9.3g} {nrm:9.3g} {share:>11}")
+            print(f"{name[:72]:72} {impl:6} {err:9.3g} {nrm:9.3g} {share:>11}")
     return 0
 
 
