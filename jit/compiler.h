@@ -42,7 +42,7 @@ struct CompileFailure {
 std::unique_ptr<Compiler> make_clang_compiler();
 std::unique_ptr<Compiler> make_hiprtc_compiler();
 std::unique_ptr<Compiler> make_nvrtc_compiler();
-std::unique_ptr<Compiler> make_host_compiler();  // jit/compiler_host.cpp (weak fallback otherwise)
+std::unique_ptr<Compiler> make_host_compiler();  // jit/compiler_host.cpp
 
 // The compiler for arch: spec is "auto" (the default order for the arch: gfx* hiprtc then clang,
 // sm_* nvrtc, *-emu host), one name, or a ','-separated order such as the manifest's

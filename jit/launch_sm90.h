@@ -11,7 +11,7 @@ namespace rtc {
 // Launches the sm90 kernel of `program` for the filled parameter block p (op_attention.cpp fills
 // every field from a; tail_split there is the caller's request: -1 plan, 0 off, >1 forced).
 // Launch through rtc_launch(program, ...). Returns RTC_OK or throws RtcError; a non-zero return
-// is reported as RTC_ERR_LAUNCH. Without launch_sm90.cpp a weak fallback reports RTC_ERR_UNAVAILABLE.
+// is reported as RTC_ERR_LAUNCH.
 int launch_sm90(uint64_t program, AttnParams* p, const rtc_attention_args* a, const char* vendor,
                 int device, void* stream);
 // Why the sm90 kernel cannot take these runtime arguments (vendor, head dim, pointer alignment,

@@ -27,7 +27,7 @@ class Loader {
 
 std::unique_ptr<Loader> make_hip_loader();
 std::unique_ptr<Loader> make_cuda_loader();
-std::unique_ptr<Loader> make_host_loader();  // jit/loader_host.cpp (weak fallback otherwise)
+std::unique_ptr<Loader> make_host_loader();  // jit/loader_host.cpp
 
 // The process-wide loader of a vendor; throws RTC_ERR_ARG for an unknown vendor.
 Loader& get_loader(const std::string& vendor);
