@@ -15,6 +15,12 @@
 #ifndef SM90_PIN_WAIT
 #define SM90_PIN_WAIT 1
 #endif
+// SM90_P_DOUBLE: two P buffers, so P_n is packed while P_{n-1} V_{n-1} still reads the other one,
+// and the pack leaves the path from that GEMM's end to the next issue (the loop is unrolled by 2).
+// It pays where the pack is long: RTNA's three integer ops per pair (NOTES step 10).
+#ifndef SM90_P_DOUBLE
+#define SM90_P_DOUBLE (RTC_ROUND == 1)
+#endif
 #ifndef SM90_V_SBO
 #define SM90_V_SBO 1024
 #endif
@@ -166,15 +172,19 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
 }
 
 // ---------------------------------------------------------------- consumer main loop
-// Registers of one consumer warpgroup for one tile: scores, output, packed P, row state.
+// Registers of one consumer warpgroup for one tile: scores, output, packed P (two buffers with
+// SM90_P_DOUBLE), row state.
 struct ConsumerRegs {
   float s[kAccS];
   float o[64];
   rtc_u32 pk[kN / 4];
+#if SM90_P_DOUBLE
+  rtc_u32 pk2[kN / 4];
+#endif
   RowState st;
 };
 
-// S_n = Q K_n^T finished: free K_n (and Q after the last block), then softmax in place.
+// S_n = Q K^T finished: free K_n (and Q after the last block), then softmax in place.
 RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, bool last,
                             int last_valid, float c) {
   fence_regs(r.s);
@@ -186,17 +196,56 @@ RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeStat
   online_softmax(r.s, r.st, c);
 }
 
-// Per block n (steady state): [sync own] issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}
-// [arrive other]; wait S_n -> softmax(S_n) runs under PV_{n-1} and the other warpgroup's GEMMs;
-// wait PV -> rescale O, pack P_n. Straight-line code (no role flags around the waits) so ptxas
-// can prove no accumulator is read while its wgmma is in flight.
+// What one consumer warpgroup carries from block to block of a tile.
+struct TileLoop {
+  const SmemTiles& sm;
+  rtc_u32 q_rows;    // this warpgroup's 64 rows of the Q tile
+  PipeState& ps;     // the K/V ring slot of the next block
+  PipeState pv;      // the slot of the block whose P V is next
+  int own_bar, other_bar, n_blocks, last_valid;
+  float c;
+  int never[2];      // 0 at run time, from two fields ptxas cannot relate: pins (wgmma_wait_pinned)
+};
+
+// Steady-state block n: [sync own] issue S_n = Q K_n^T and O += P_{n-1} V_{n-1} [arrive other];
+// wait S_n -> softmax(S_n) runs under PV_{n-1} and the other warpgroup's GEMMs; wait PV -> rescale
+// O. P_n is packed into p_out: before the PV wait when it is another buffer than p_in (kEarlyPack,
+// SM90_P_DOUBLE), after it otherwise. Straight-line code (no role flags around the waits) so ptxas
+// can prove no accumulator is read while its wgmma is in flight. kPin picks which never-flag pins
+// the PV wait: two pins in one loop body need flags ptxas cannot relate.
+template <int kPin, bool kEarlyPack>
+RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, bool last, rtc_u32 (&p_in)[kN / 4],
+                             rtc_u32 (&p_out)[kN / 4]) {
+  const SmemTiles& sm = L.sm;
+  mbar_wait(sm.bars.k_full(L.ps.stage), L.ps.phase);
+  named_sync(L.own_bar, kPingPongThreads);
+  issue_qk(r.s, L.q_rows, sm.k_stage(L.ps.stage));
+  mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
+  issue_pv(r.o, p_in, sm.v_stage(L.pv.stage));
+  named_arrive(L.other_bar, kPingPongThreads);
+  wgmma_wait<1>();
+  scores_done(sm, r, L.ps, last, L.last_valid, L.c);
+  if (kEarlyPack) pack_p(r.s, p_out);
+#if SM90_PIN_WAIT
+  wgmma_wait_pinned<0>(L.never[kPin]);
+#else
+  wgmma_wait<0>();
+#endif
+  fence_regs(r.o);
+  fence_regs(p_in);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
+  release(sm.bars.v_empty(L.pv.stage));
+  rescale_rows(r.o, r.st);
+  if (!kEarlyPack) pack_p(r.s, p_out);
+  L.pv = L.ps;
+  L.ps.advance();
+}
+
 RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t,
                              int wg, PipeState& ps, rtc_u32& q_phase) {
-  const int own_bar = 1 + wg, other_bar = 2 - wg;
   const int n_blocks = (p.a.seq_k + kN - 1) / kN;
   const int last_valid = p.a.seq_k - (n_blocks - 1) * kN;
-  const float c = p.a.scale_log2;
-  const rtc_u32 q_rows = sm.q + wg * 64 * 128;
+  TileLoop L{sm, sm.q + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
+             p.a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}};
   ConsumerRegs r;
   r.st.init();
 #pragma unroll
@@ -206,44 +255,38 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
   q_phase ^= 1;
   // 1. first block: scores only.
   mbar_wait(sm.bars.k_full(ps.stage), ps.phase);
-  named_sync(own_bar, kPingPongThreads);
-  issue_qk(r.s, q_rows, sm.k_stage(ps.stage));
-  named_arrive(other_bar, kPingPongThreads);
+  named_sync(L.own_bar, kPingPongThreads);
+  issue_qk(r.s, L.q_rows, sm.k_stage(ps.stage));
+  named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<0>();
-  scores_done(sm, r, ps, n_blocks == 1, last_valid, c);
+  scores_done(sm, r, ps, n_blocks == 1, L.last_valid, L.c);
   pack_p(r.s, r.pk);
-  PipeState pv = ps;
+  L.pv = ps;
   ps.advance();
   // 2. steady state.
-  for (int n = 1; n < n_blocks; ++n) {
-    mbar_wait(sm.bars.k_full(ps.stage), ps.phase);
-    named_sync(own_bar, kPingPongThreads);
-    issue_qk(r.s, q_rows, sm.k_stage(ps.stage));
-    mbar_wait(sm.bars.v_full(pv.stage), pv.phase);
-    issue_pv(r.o, r.pk, sm.v_stage(pv.stage));
-    named_arrive(other_bar, kPingPongThreads);
-    wgmma_wait<1>();
-    scores_done(sm, r, ps, n == n_blocks - 1, last_valid, c);
-#if SM90_PIN_WAIT
-    wgmma_wait_pinned<0>(p.a.seq_k < 0);
-#else
-    wgmma_wait<0>();
-#endif
-    fence_regs(r.o);
-    release(sm.bars.v_empty(pv.stage));
-    rescale_rows(r.o, r.st);
-    pack_p(r.s, r.pk);
-    pv = ps;
-    ps.advance();
+#if SM90_P_DOUBLE
+  int n = 1;
+  for (; n + 1 < n_blocks; n += 2) {
+    steady_block<0, true>(L, r, n == n_blocks - 1, r.pk, r.pk2);
+    steady_block<1, true>(L, r, n + 1 == n_blocks - 1, r.pk2, r.pk);
   }
+  if (n < n_blocks) {
+    steady_block<0, true>(L, r, true, r.pk, r.pk2);
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) r.pk[i] = r.pk2[i];
+  }
+#else
+  for (int n = 1; n < n_blocks; ++n)
+    steady_block<0, false>(L, r, n == n_blocks - 1, r.pk, r.pk);
+#endif
   // 3. last block: P V only.
-  mbar_wait(sm.bars.v_full(pv.stage), pv.phase);
-  named_sync(own_bar, kPingPongThreads);
-  issue_pv(r.o, r.pk, sm.v_stage(pv.stage));
-  named_arrive(other_bar, kPingPongThreads);
+  mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
+  named_sync(L.own_bar, kPingPongThreads);
+  issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
+  named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<0>();
   fence_regs(r.o);
-  release(sm.bars.v_empty(pv.stage));
+  release(sm.bars.v_empty(L.pv.stage));
   store_tile(p, t, wg, r.o, r.st);
 }
 

@@ -85,28 +85,48 @@ RTC_DEVICE float scaled_diff(float s, float c, float ms) {
 #endif
 }
 
+// Max of row i's scores in this thread's columns and m_old: four independent chains and a pairwise
+// combine. The row max sits on the softmax's critical path; one chain of N/2 dependent FMNMX was its
+// longest part (NOTES step 10). fmaxf skips NaN in any order, so the result is the set maximum.
+template <int N>
+RTC_DEVICE float row_max(const float (&s)[N], int i, float m_old) {
+  float part[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) part[k] = fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]);
+#pragma unroll
+  for (int j = 4; j < N / 4; ++j)
+    part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+  return fmaxf(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])), m_old);
+}
+
 // s (scores of one block) -> p = 2^(s*c - m*c) in place; updates m, l and the rescale factor
 // of the previous O. A row max of -inf (all scores -inf so far) is treated as 0 so exp2 sees
 // -inf, never -inf - -inf; NaN scores are skipped by fmaxf and propagate through p and l.
+// Both rows' maxima (and their quad shuffles) come first, so their latencies overlap.
 template <int N>
 RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c) {
+  float mx[2], ms[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = row_max(s, i, st.m[i]);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = fmaxf(mx[i], shfl_xor(mx[i], 1));
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = fmaxf(mx[i], shfl_xor(mx[i], 2));
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float mx = st.m[i];
-#pragma unroll
-    for (int j = 0; j < N / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-    mx = fmaxf(mx, shfl_xor(mx, 1));
-    mx = fmaxf(mx, shfl_xor(mx, 2));
-    const float ms = (mx == neg_inf()) ? 0.f : scale_max(mx, c);
+    ms[i] = (mx[i] == neg_inf()) ? 0.f : scale_max(mx[i], c);
     // Same rounding as ms: an unchanged max gives exactly 2^0 = 1.
-    st.rescale[i] = ex2(scale_max(st.m[i], c) - ms);
-    st.m[i] = mx;
+    st.rescale[i] = ex2(scale_max(st.m[i], c) - ms[i]);
+    st.m[i] = mx[i];
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < N / 4; ++j)
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        const float p = ex2(scaled_diff(s[4 * j + 2 * i + k], c, ms));
+        const float p = ex2(scaled_diff(s[4 * j + 2 * i + k], c, ms[i]));
         s[4 * j + 2 * i + k] = p;
         sum += p;
       }

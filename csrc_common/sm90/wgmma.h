@@ -60,8 +60,11 @@ template <int N> RTC_DEVICE void wgmma_wait() {
 
 // ptxas schedules a wait as if it cost nothing and hoists it to the top of its basic block, which
 // put the whole softmax behind the in-flight P V GEMM (seen in the SASS). A one-trip loop on a
-// condition ptxas cannot evaluate (`never` is false at run time) gives the wait a block of its own.
-template <int N> RTC_DEVICE void wgmma_wait_pinned(bool never) {
+// condition ptxas cannot evaluate (`never` is 0 at run time) gives the wait a block of its own.
+// The empty asm launders `never` at each use: otherwise, after a first pinned wait, the compiler
+// knows it is 0 and dissolves the next one.
+template <int N> RTC_DEVICE void wgmma_wait_pinned(int never) {
+  asm volatile("" : "+r"(never));
   do { wgmma_wait<N>(); } while (never);
 }
 

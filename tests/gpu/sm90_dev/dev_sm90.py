@@ -139,7 +139,6 @@ def bench(shapes, configs):
     """configs: 'mode' or 'mode:DEF=1+DEF=2' strings, all timed in the same run, interleaved."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     F = torch.nn.functional
-    import rtcattn
     kerns = {}
     for c in configs:
         mode, _, defs = c.partition(":")
@@ -166,6 +165,7 @@ def bench(shapes, configs):
             fns["flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
         for c, kern in kerns.items():
             if kern is None:  # "product:<mode>": the same inputs through rtcattn.forward
+                import rtcattn
                 fns[c] = (lambda m: lambda: rtcattn.forward(q, k, v, layout=layout, round_mode=m))(c.split(":")[1])
                 continue
             p, _, _ = kern.prepare(q, k, v, layout)
@@ -211,7 +211,7 @@ def sass(defines=(), mode="rtne"):
     path = os.path.join(OUT, f"attn_sm90_{tag}.cubin")
     open(path, "wb").write(kern.cubin)
     text = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
-    open(os.path.join(OUT, f"attn_sm90_{tag}.sass"), "w").write(text)
+    os.remove(path)
     n_hgmma = text.count("HGMMA")
     n_local = sum(text.count(x) for x in ("LDL", "STL"))
     n_ov = overlapped_ex2(text)

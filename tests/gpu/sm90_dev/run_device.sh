@@ -1,22 +1,35 @@
 #!/bin/bash
-# One device call: ex2 probe, SASS checks, correctness of the defaults and of BLOCK_N=176, then all
-# variants timed interleaved against cuDNN on the seed shapes. Full log under $OUT; table last.
+# One device call for A/B work on the sm_90a kernel: SASS checks and correctness of each variant, then
+# all CONFIGS timed interleaved against cuDNN on the seed shapes, with SM clock and power sampled
+# alongside. Full log under $OUT; table last.
+#   VARIANTS  define sets to check ("-" = defaults), e.g. "- SM90_Q_REGS=1 SM90_P_DOUBLE=1"
+#   CONFIGS   bench configs ('mode' or 'mode:DEF=1+DEF=2'); SHAPES: seed shape indices
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp}
-export OUT
+export OUT DEV_LEAD=${DEV_LEAD:-1} DEV_LAYOUT=${DEV_LAYOUT:-bshd} DEV_FLASH=${DEV_FLASH:-0}
 log="$OUT/device.log"
 status=0
 run() { echo "== $*" | tee -a "$log"; "$@" 2>&1 | tee -a "$log" | grep -v "^ok " ; [ "${PIPESTATUS[0]}" = 0 ] || status=1; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee -a "$log"
-run python3 probe_ex2.py
-run python3 dev_sm90.py sass
-SM90_MODE=rtz run python3 dev_sm90.py sass
-run python3 dev_sm90.py sass SM90_BLOCK_N=176
-run python3 dev_sm90.py check
-run python3 dev_sm90.py check SM90_BLOCK_N=176
-CONFIGS=${CONFIGS:-"rtne:SM90_PIN_WAIT=0 rtne rtz:SM90_PIN_WAIT=0+SM90_RTZ_EXACT=1 rtz:SM90_RTZ_EXACT=1 rtz rtna:SM90_PIN_WAIT=0 rtna rtne:SM90_BLOCK_N=176"}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv | tee -a "$log"
+for v in ${VARIANTS:--}; do
+  defs=$([ "$v" = "-" ] || echo "$v" | tr '+' ' ')
+  for m in rtne rtna rtz; do SM90_MODE=$m run python3 dev_sm90.py sass $defs; done
+  run python3 dev_sm90.py check $defs
+done
+CONFIGS=${CONFIGS:-"rtne rtna rtz"}
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 250 > "$OUT/smi.csv" &
+smi=$!
 python3 dev_sm90.py bench ${SHAPES:-0,1,2,3,4,5,6,7,8} $CONFIGS > "$OUT/bench.log" 2>&1 || status=1
+kill $smi
 cat "$OUT/bench.log" >> "$log"
+python3 - "$OUT/smi.csv" <<'PY'
+import sys
+rows = [l.split(", ") for l in open(sys.argv[1]) if l.count(",") == 3]
+busy = [(int(r[1].split()[0]), float(r[2].split()[0])) for r in rows if float(r[2].split()[0]) > 300]
+if busy:
+    c = sorted(x[0] for x in busy); p = sorted(x[1] for x in busy)
+    print(f"under load ({len(busy)} samples > 300 W): SM clock median {c[len(c)//2]} MHz (min {c[0]}, max {c[-1]}), power median {p[len(p)//2]:.0f} W (max {p[-1]:.0f})")
+PY
 grep -v "^(" "$OUT/bench.log" | tail -40
 echo "overall status $status"
 exit $status
