@@ -11,20 +11,37 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-LIB_NAME = "librtcattn_jit.so"
+PRODUCT = "rtcattn"
+LIB_NAME = f"lib{PRODUCT}_jit.so"
 DATA_DIRS = ("op_sources", "csrc_common", "configs")  # kernel text read at run time
 CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"]
 
 
 def package_version():
-    text = open(os.path.join(ROOT, "python", "rtcattn", "__init__.py")).read()
+    text = open(os.path.join(ROOT, "python", PRODUCT, "__init__.py")).read()
     return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
 
 
 def newest_header_mtime():
-    headers = glob.glob(os.path.join(ROOT, "jit", "*.h"))
-    headers += glob.glob(os.path.join(ROOT, "csrc_common", "**", "*.h"), recursive=True)
+    headers = []
+    for top in ("jit", "csrc_common", "op_sources"):
+        headers += glob.glob(os.path.join(ROOT, top, "**", "*.h"), recursive=True)
     return max((os.path.getmtime(h) for h in headers), default=0.0)
+
+
+def runtime_sources():
+    """jit/runtime/*.cpp (op-agnostic) and jit/ops/<op>/*.cpp (each op's host code)."""
+    return sorted(glob.glob(os.path.join("jit", "runtime", "*.cpp")) + glob.glob(os.path.join("jit", "ops", "*", "*.cpp")))
+
+
+def include_dirs(src):
+    """The runtime sees its own headers and csrc_common; an op's host code also sees its kernels'
+    folder, op_sources/<op>/, so host and kernels include the same parameter headers by the same names."""
+    dirs = [os.path.join(ROOT, "jit", "runtime"), os.path.join(ROOT, "csrc_common")]
+    parts = os.path.normpath(src).split(os.sep)
+    if parts[:2] == ["jit", "ops"]:
+        dirs.append(os.path.join(ROOT, "op_sources", parts[2]))
+    return dirs
 
 
 class BuildRuntime(build_ext):
@@ -44,11 +61,16 @@ class BuildRuntime(build_ext):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         headers_mtime = newest_header_mtime()
 
+        # The product's name and version reach the runtime as defines: one definition, in the package.
+        defines = [f'-DRTC_PRODUCT="{PRODUCT}"', f'-DRTC_VERSION="{package_version()}"']
+
         def compile_one(src):
-            obj = os.path.join(obj_dir, os.path.basename(src)[:-4] + ".o")
-            fresh = os.path.exists(obj) and os.path.getmtime(obj) >= max(os.path.getmtime(src), headers_mtime)
+            obj = os.path.join(obj_dir, os.path.normpath(src).replace(os.sep, "_")[:-4] + ".o")
+            fresh = os.path.exists(obj) and os.path.getmtime(obj) >= max(os.path.getmtime(src), headers_mtime,
+                                                                         os.path.getmtime(__file__))
             if not fresh:
-                cmd = [cxx, *CXXFLAGS, "-I", os.path.join(ROOT, "jit"), "-c", src, "-o", obj]
+                incs = [arg for d in include_dirs(src) for arg in ("-I", d)]
+                cmd = [cxx, *CXXFLAGS, *defines, *incs, "-c", src, "-o", obj]
                 print(" ".join(cmd), flush=True)
                 subprocess.run(cmd, check=True)
             return obj
@@ -79,7 +101,7 @@ setup(
     packages=find_packages("python"),
     python_requires=">=3.10",
     ext_modules=[Extension("rtcattn.librtcattn_jit",
-                           sources=sorted(glob.glob(os.path.join("jit", "*.cpp"))))],
+                           sources=runtime_sources())],
     cmdclass={"build_ext": BuildRuntime, "build_py": BuildPyWithData},
     entry_points={"console_scripts": ["rtcattn = rtcattn.cli:main"]},
     zip_safe=False,

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 #include "launch_abi.h"
-#include "param_ranges.h"
+#include "global_ranges.h"
 #include "workgroup.h"
 
 namespace rtc_emu {
@@ -146,7 +146,6 @@ int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, c
   job.params = params;
   job.grid = Dim3{l->grid[0], l->grid[1], l->grid[2]};
   job.block = Dim3{l->block[0], l->block[1], l->block[2]};
-  param_ranges(*static_cast<const P*>(params), job.ranges, 0);
   for (int i = 0; i < l->n_ranges; ++i)
     add_range(job.ranges, l->ranges[i].base, (unsigned long long)l->ranges[i].bytes);
   long workers = l->host_threads > 0 ? l->host_threads : (long)std::thread::hardware_concurrency();

@@ -3,7 +3,7 @@
 #include <string.h>
 #include "isa_host.h"
 #include "lds_check.h"
-#include "param_ranges.h"
+#include "global_ranges.h"
 
 // ---- matrix core -------------------------------------------------------------------------------
 struct rtc_emu_mfma16_in {

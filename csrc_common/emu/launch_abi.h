@@ -22,7 +22,7 @@ typedef struct rtc_emu_launch {
   unsigned block[3];
   unsigned shared_bytes;           // dynamic LDS; the emulator's LDS is one 64 KiB buffer anyway
   int host_threads;                // workgroups run on this many host threads (0 = one per core)
-  const rtc_emu_range* ranges;     // extra valid global ranges (besides those the params name)
+  const rtc_emu_range* ranges;     // the global ranges of the launch (its tensors, from the launcher)
   int n_ranges;
   unsigned long long stats[4];     // out: fiber switches, barriers, collectives, workgroups
 } rtc_emu_launch;

@@ -1,4 +1,8 @@
-"""ctypes binding of the C ABI of the JIT runtime (jit/rtcattn_c.h): library loading, status codes -> exceptions."""
+"""ctypes binding of the C ABI of the JIT runtime (jit/runtime/rtc_abi.h): library loading, status codes -> exceptions.
+
+Each op's argument block is built from the runtime's own description of it (rtc_ops_json), never
+declared here: the C++ list in jit/ops/<op>/args.h is its one definition.
+"""
 from __future__ import annotations
 
 import ctypes
@@ -10,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-LIB_NAME = "librtcattn_jit.so"
+from . import __version__
+
+LIB_NAME = f"lib{__package__}_jit.so"
 LIB_PATH = Path(__file__).resolve().parent / LIB_NAME
 
 
@@ -52,19 +58,14 @@ class BuildResultC(ctypes.Structure):
                 ("origin", ctypes.c_int), ("size", ctypes.c_uint64)]
 
 
+class MemRange(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("bytes", ctypes.c_uint64)]
+
+
 class LaunchConfig(ctypes.Structure):
     _fields_ = [("vendor", ctypes.c_char_p), ("device", ctypes.c_int), ("stream", ctypes.c_void_p),
-                ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint)]
-
-
-class AttentionArgs(ctypes.Structure):
-    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-                ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", ctypes.c_int64), ("q_strides", ctypes.c_int64 * 3),
-                ("k_strides", ctypes.c_int64 * 3), ("v_strides", ctypes.c_int64 * 3),
-                ("o_strides", ctypes.c_int64 * 3), ("batch", ctypes.c_int), ("heads", ctypes.c_int),
-                ("seq_q", ctypes.c_int), ("seq_k", ctypes.c_int), ("head_dim", ctypes.c_int),
-                ("softmax_scale", ctypes.c_float), ("tail_split", ctypes.c_int), ("num_cus", ctypes.c_int)]
+                ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
+                ("ranges", ctypes.POINTER(MemRange)), ("n_ranges", ctypes.c_int)]
 
 
 def _load() -> ctypes.CDLL:
@@ -94,12 +95,12 @@ _SIGNATURES = {
     "rtc_cache_clear": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
     "rtc_device_count": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
     "rtc_launch": ([ctypes.c_uint64, ctypes.POINTER(LaunchConfig), _P, _SZ], _I),
-    "rtc_attention_workspace_bytes": ([ctypes.c_char_p, ctypes.POINTER(AttentionArgs),
-                                       ctypes.POINTER(ctypes.c_int64)], _I),
-    "rtc_attention_supports": ([ctypes.c_char_p, ctypes.POINTER(AttentionArgs), ctypes.c_char_p,
-                                ctypes.c_char_p, _SZ, ctypes.POINTER(_I)], _I),
-    "rtc_attention_fwd": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(AttentionArgs),
-                           ctypes.c_char_p, _I, _P], _I),
+    "rtc_ops_json": ([ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
+    "rtc_op_supports": ([ctypes.c_char_p, ctypes.c_char_p, _P, _SZ, ctypes.c_char_p, ctypes.c_char_p, _SZ,
+                         ctypes.POINTER(_I)], _I),
+    "rtc_op_workspace_bytes": ([ctypes.c_char_p, ctypes.c_char_p, _P, _SZ, ctypes.POINTER(ctypes.c_int64)], _I),
+    "rtc_op_plan_json": ([ctypes.c_char_p, ctypes.c_char_p, _P, _SZ, ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
+    "rtc_op_launch": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_char_p, _P, _SZ, ctypes.c_char_p, _I, _P], _I),
 }
 for _name, (_args, _res) in _SIGNATURES.items():
     _fn = getattr(_lib, _name)
@@ -187,12 +188,17 @@ def program_log(program: int) -> str:
     return ctypes.string_at(text, size.value).decode(errors="replace") if size.value else ""
 
 
-def info() -> dict:
+def _json(fn, *args) -> dict:
+    """Calls a runtime function of the form f(..., buf, n, *len) that writes JSON: once for the size, once to fill."""
     n = ctypes.c_size_t()
-    _check(_lib.rtc_info_json(None, 0, ctypes.byref(n)))
-    buf = ctypes.create_string_buffer(n.value + 4096)  # room for a dir that grew meanwhile
-    _check(_lib.rtc_info_json(buf, len(buf), ctypes.byref(n)))
+    _check(fn(*args, None, 0, ctypes.byref(n)))
+    buf = ctypes.create_string_buffer(n.value + 4096)  # room for a dir that grew meanwhile (info)
+    _check(fn(*args, buf, len(buf), ctypes.byref(n)))
     return json.loads(buf.value.decode())
+
+
+def info() -> dict:
+    return _json(_lib.rtc_info_json)
 
 
 def clear_cache(cache_dir: Optional[str] = None) -> int:
@@ -208,40 +214,86 @@ def device_count(vendor: str) -> int:
 
 
 def launch(program: int, vendor: str, device: int, grid: Sequence[int], block: Sequence[int],
-           params: bytes, *, stream: int = 0, shared_bytes: int = 0) -> None:
+           params: bytes, *, stream: int = 0, shared_bytes: int = 0, ranges: Sequence[tuple] = ()) -> None:
+    """ranges: (address, bytes) of the buffers the kernel may touch (the emulator checks every access)."""
+    mem = (MemRange * max(1, len(ranges)))(*[MemRange(a, n) for a, n in ranges])
     cfg = LaunchConfig(_b(vendor), device, stream or None, (ctypes.c_uint * 3)(*grid),
-                       (ctypes.c_uint * 3)(*block), shared_bytes)
+                       (ctypes.c_uint * 3)(*block), shared_bytes, mem, len(ranges))
     _check(_lib.rtc_launch(program, ctypes.byref(cfg), params, len(params)))
 
 
-def attention_args(q: int, k: int, v: int, o: int, *, strides: Sequence[Sequence[int]], batch: int,
-                   heads: int, seq_q: int, seq_k: int, head_dim: int, softmax_scale: float,
-                   lse: int = 0, workspace: int = 0, workspace_bytes: int = 0, tail_split: int = -1,
-                   num_cus: int = 0) -> AttentionArgs:
-    """strides: four (batch, seq, head) element-stride triples for q, k, v, o."""
-    s = [(ctypes.c_int64 * 3)(*t) for t in strides]
-    return AttentionArgs(q, k, v, o, lse or None, workspace or None, workspace_bytes, s[0], s[1], s[2], s[3],
-                         batch, heads, seq_q, seq_k, head_dim, softmax_scale, tail_split, num_cus)
+# ---- ops: argument blocks described by the runtime --------------------------------------------------
+
+_KINDS = {"ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
+_ARG_TYPES: dict = {}
 
 
-def attention_workspace_bytes(kernel_kind: str, args: AttentionArgs) -> int:
-    n = ctypes.c_int64()
-    _check(_lib.rtc_attention_workspace_bytes(_b(kernel_kind), ctypes.byref(args), ctypes.byref(n)))
-    return n.value
+def ops_description() -> dict:
+    """{op: {"args_size", "fields", "kernels"}} as the runtime registered them."""
+    return _json(_lib.rtc_ops_json)
 
 
-def attention_supports(kernel_kind: str, args: AttentionArgs, vendor: str) -> Optional[str]:
-    """None when kernel kind kernel_kind takes these runtime arguments (alignment, strides) on vendor, else why not."""
+def _args_type(op: str, desc: dict) -> type:
+    """A ctypes Structure with the runtime's fields of op's argument block, checked field by field."""
+    fields = []
+    for f in desc["fields"]:
+        t = _KINDS[f["kind"]]
+        fields.append((f["name"], t * f["count"] if f["count"] > 1 else t))
+    cls = type(f"{op}_args", (ctypes.Structure,), {"_fields_": fields})
+    got = [(f["name"], getattr(cls, f["name"]).offset) for f in desc["fields"]]
+    want = [(f["name"], f["offset"]) for f in desc["fields"]]
+    if got != want or ctypes.sizeof(cls) != desc["args_size"]:
+        raise ImportError(f"the argument block of {op} does not lay out in ctypes as the runtime declares it "
+                          f"(size {ctypes.sizeof(cls)} vs {desc['args_size']}, offsets {got} vs {want}); "
+                          "rebuild the runtime")
+    return cls
+
+
+def op_args(op: str, **values) -> ctypes.Structure:
+    """A zeroed argument block of op with the given fields set (sequences fill array fields)."""
+    cls = _ARG_TYPES.get(op)
+    if cls is None:
+        ops = ops_description()
+        if op not in ops:
+            raise ValueError(f"op={op!r} is not registered in the runtime; registered: {', '.join(ops)}")
+        cls = _ARG_TYPES.setdefault(op, _args_type(op, ops[op]))
+    args = cls()
+    for name, value in values.items():
+        if not hasattr(cls, name):
+            raise ValueError(f"{name!r} is not a field of {op}'s argument block; fields: "
+                             f"{', '.join(n for n, _ in cls._fields_)}")
+        if isinstance(value, (list, tuple)):
+            getattr(args, name)[:] = value
+        else:
+            setattr(args, name, value)
+    return args
+
+
+def _block(args: ctypes.Structure):
+    return ctypes.byref(args), ctypes.sizeof(args)
+
+
+def op_supports(op: str, kernel: str, args: ctypes.Structure, vendor: str) -> Optional[str]:
+    """None when the kernel takes these runtime arguments (alignment, strides) on vendor, else why not."""
     why, ok = ctypes.create_string_buffer(1024), ctypes.c_int()
-    _check(_lib.rtc_attention_supports(_b(kernel_kind), ctypes.byref(args), _b(vendor), why, len(why),
-                                       ctypes.byref(ok)))
+    _check(_lib.rtc_op_supports(_b(op), _b(kernel), *_block(args), _b(vendor), why, len(why), ctypes.byref(ok)))
     return None if ok.value else why.value.decode(errors="replace")
 
 
-def attention_fwd(program: int, kernel_kind: str, args: AttentionArgs, vendor: str, device: int,
-                  stream: int = 0) -> None:
-    _check(_lib.rtc_attention_fwd(program, _b(kernel_kind), ctypes.byref(args), _b(vendor), device,
-                                  stream or None))
+def op_workspace_bytes(op: str, kernel: str, args: ctypes.Structure) -> int:
+    n = ctypes.c_int64()
+    _check(_lib.rtc_op_workspace_bytes(_b(op), _b(kernel), *_block(args), ctypes.byref(n)))
+    return n.value
+
+
+def op_plan(op: str, kernel: str, args: ctypes.Structure) -> dict:
+    """The kernel's launch plan for these arguments (grids, splits, workspace), knobs applied."""
+    return _json(_lib.rtc_op_plan_json, _b(op), _b(kernel), *_block(args))
+
+
+def op_launch(program: int, op: str, kernel: str, args: ctypes.Structure, vendor: str, device: int,
+              stream: int = 0) -> None:
+    _check(_lib.rtc_op_launch(program, _b(op), _b(kernel), *_block(args), _b(vendor), device, stream or None))
 
 
 def _register_wheel_library_dirs() -> None:
@@ -259,3 +311,6 @@ def _register_wheel_library_dirs() -> None:
 
 
 _register_wheel_library_dirs()
+if version() != __version__:
+    raise ImportError(f"the runtime library {LIB_PATH} is version {version()} but the package is {__version__}; "
+                      "rebuild it with `python setup.py build_ext --inplace` or reinstall")

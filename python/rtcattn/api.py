@@ -9,6 +9,19 @@ from . import ops  # noqa: F401  (registers torch.ops.rtcattn.*)
 from . import validate
 
 
+def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
+    """Type guards for what the op's schema takes, so a wrong type gets our message, not the dispatcher's.
+    The values are checked once, inside the op (and its fake while tracing)."""
+    for name, t in (("q", q), ("k", k), ("v", v)) + ((("out", out),) if out is not None else ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    for name, value in (("layout", layout), ("round_mode", round_mode)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name}={value!r} ({type(value).__name__}) is not supported; accepted: a str")
+    if softmax_scale is not None:
+        validate.check_scale(softmax_scale, 1)
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             round_mode: str = "rtne", softmax_scale: Optional[float] = None,
             out: Optional[torch.Tensor] = None, return_lse: bool = False):
@@ -17,13 +30,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     round_mode ("rtne", "rtna", "rtz") rounds every fp32 -> bf16 conversion (P and O).
     Returns out, or (out, lse) with lse fp32 [B, H, Sq] (natural log) when return_lse.
     """
-    if torch.compiler.is_compiling():
-        # Dynamo traces this body: the full checks (which read the manifest) run in the op's fake
-        # implementation instead, with the same messages; only the scale is needed here.
-        validate.check_tensor("q", q)
-        scale = validate.check_scale(softmax_scale, q.shape[-1])
-    else:
-        scale = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out).scale
+    _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
+    scale = None if softmax_scale is None else float(softmax_scale)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, bool(return_lse))
     else:

@@ -11,7 +11,6 @@ SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1
                (2, 24, 32768), (2, 16, 65536), (2, 8, 86016), (1, 16, 131072)]
 QUICK_SHAPES = [(2, 24, 8192), (1, 32, 16384), (2, 24, 16384)]
 ROTATE_BYTES = 512 << 20   # inputs smaller than this are rotated so every rep reads cold caches
-LAYOUTS = ("bshd", "bhsd")
 LEAD_CYCLES = 5_000_000    # ~3 ms of GPU sleep queued ahead of a batch of timed calls (see _queue_rounds)
 
 
@@ -159,15 +158,13 @@ def _row(base: dict, key, times: list, cudnn: list, f: float, kernel: str) -> di
 
 
 def bench_shape(shape, d, modes, reps, layout="bshd", budget_s=12.0) -> list:
-    from . import dispatch
+    from .ops import attention_fwd
     b, h, sq, sk = shape
     inputs = _inputs(b, h, sq, sk, d, layout)
     fns = _impls(layout, modes, inputs)
-    kernels = {}
-    for key, fn in fns.items():  # which rtcattn kernel serves each mode (after its first call)
-        if key[0] == "rtcattn":
-            fn(*inputs[0])
-            kernels[key] = dispatch.last_selection.kernel.name
+    # Which rtcattn kernel serves each mode: the op's own selection for these inputs, launching nothing.
+    kernels = {key: attention_fwd.selection(*inputs[0][:3], layout=layout, round_mode=key[1]).kernel.name
+               for key in fns if key[0] == "rtcattn"}
     times = time_rounds(fns, inputs, reps, budget_s)
     base = {"B": b, "H": h, "Sq": sq, "Sk": sk, "D": d, "layout": layout}
     f = flops(b, h, sq, sk, d)
@@ -236,10 +233,10 @@ def _matplotlib():
 
 
 def _layouts(text: str) -> list:
-    from .validate import check_choice
+    from .validate import axis_values, check_choice
     layouts = [x.strip() for x in text.split(",") if x.strip()]
     for x in layouts:
-        check_choice("--layout", x, LAYOUTS)
+        check_choice("--layout", x, axis_values("layout"))
     return layouts
 
 
@@ -252,9 +249,9 @@ def main(args) -> int:
     shapes = parse_shapes(args.shapes) if args.shapes else [(b, h, s, s) for b, h, s in
                                                             (QUICK_SHAPES if args.quick else SEED_SHAPES)]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    from .validate import ROUND_MODES, check_choice
+    from .validate import axis_values, check_choice
     for m in modes:
-        check_choice("--modes", m, ROUND_MODES)
+        check_choice("--modes", m, axis_values("round_mode"))
     layouts = _layouts(args.layout)
     modes, reps = (modes[:1], 3) if args.quick else (modes, args.reps)
     ceiling = matmul_ceiling(reps)

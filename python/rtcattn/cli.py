@@ -18,7 +18,7 @@ def _ints(text: str) -> list:
     try:
         return [int(x) for x in _csv(text)]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers")
+        raise SystemExit(f"rtcattn: {text!r} is not a comma-separated list of integers")
 
 
 def _origin(result) -> str:
@@ -32,21 +32,48 @@ def _check_subset(name: str, chosen, accepted) -> None:
                          f"accepted: {', '.join(map(str, accepted))}")
 
 
+def _axis_flag(axis: str) -> str:
+    return "--" + axis.replace("_", "-")
+
+
 def _warm_variants(args):
-    from . import dispatch, manifest
+    """The variants `warm` builds: every op's kernels x archs x axis values, narrowed by the filters."""
+    from . import manifest
     m = manifest.load()
-    spec = m.op(dispatch.OP)
+    ops = _csv(args.op) if args.op else list(m.ops)
+    _check_subset("--op", ops, list(m.ops))
     archs = _csv(args.arch)
-    _check_subset("--arch", archs, m.archs(dispatch.OP))
-    filters = dict(kernels=_csv(args.kernels) if args.kernels else None,
-                   layouts=_csv(args.layouts) if args.layouts else None,
-                   round_modes=_csv(args.modes) if args.modes else None,
-                   buckets=args.head_dims)
-    _check_subset("--kernels", filters["kernels"] or [], [k.name for k in spec.kernels])
-    _check_subset("--layouts", filters["layouts"] or [], spec.axis_values("layout"))
-    _check_subset("--modes", filters["round_modes"] or [], spec.axis_values("round_mode"))
-    _check_subset("--head-dims", filters["buckets"] or [], sorted({b for k in spec.kernels for b in k.buckets}))
-    return list(m.variants(dispatch.OP, archs=archs, **filters))
+    _check_subset("--arch", archs, m.archs())
+    kernels = _csv(args.kernels) if args.kernels else None
+    _check_subset("--kernels", kernels or [], sorted({k.name for o in ops for k in m.op(o).kernels}))
+    variants = []
+    for op in ops:
+        spec = m.op(op)
+        filters = {}
+        for axis in spec.axes:
+            text = getattr(args, "axis_" + axis.name, None)
+            if text is None:
+                continue
+            accepted = spec.axis_values(axis.name)
+            chosen = _ints(text) if axis.buckets else _csv(text)
+            _check_subset(_axis_flag(axis.name), chosen, accepted)
+            filters[axis.name] = chosen
+        variants += m.variants(op, archs=archs, kernels=kernels, **filters)
+    return variants
+
+
+def _add_axis_filters(w) -> None:
+    """One --<axis> filter per axis of the manifest's ops: adding an axis to ops.json adds its flag."""
+    from . import manifest
+    seen = set()
+    for spec in manifest.load().ops.values():
+        for axis in spec.axes:
+            if axis.name in seen:
+                continue
+            seen.add(axis.name)
+            shown = "buckets" if axis.buckets else ",".join(axis.value_names())
+            w.add_argument(_axis_flag(axis.name), dest="axis_" + axis.name, metavar="V[,V...]",
+                           help=f"only these values of axis {axis.name} ({shown})")
 
 
 def _print_table(rows: list, headers: tuple) -> None:
@@ -59,10 +86,10 @@ def _print_table(rows: list, headers: tuple) -> None:
 
 
 def cmd_warm(args) -> int:
-    from . import dispatch, manifest
+    from . import dispatch
     variants = _warm_variants(args)
     if not variants:
-        raise SystemExit("rtcattn: no variant matches the given --arch/--kernels/--layouts/--modes/--head-dims")
+        raise SystemExit("rtcattn: no variant matches the given --op/--arch/--kernels and axis filters")
     cache_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None
     dispatch.lib()
     print(f"rtcattn warm: {len(variants)} variants, {args.jobs} jobs, cache "
@@ -72,14 +99,14 @@ def cmd_warm(args) -> int:
         futures = {pool.submit(dispatch.build, v, cache_dir): v for v in variants}
         for i, fut in enumerate(as_completed(futures), 1):
             v = futures[fut]
-            name = f"{v.arch} {manifest.variant_name(v)}"
+            name = f"{v.arch} {v.op}/{v.name}"
             try:
                 r = fut.result()
             except Exception as e:  # report every failure, keep warming the rest
                 failures.append((name, e))
                 print(f"[{i}/{len(variants)}] {name}: FAILED ({type(e).__name__})", flush=True)
                 continue
-            rows.append((v.arch, manifest.variant_name(v), r.size, f"{r.compile_ms:.0f}", _origin(r), r.path))
+            rows.append((v.arch, f"{v.op}/{v.name}", r.size, f"{r.compile_ms:.0f}", _origin(r), r.path))
             print(f"[{i}/{len(variants)}] {name}: {_origin(r)} {r.compile_ms:.0f} ms", flush=True)
     rows.sort()
     if rows:
@@ -161,10 +188,9 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--arch", required=True, help="comma-separated, e.g. gfx942,gfx90a,sm_90a")
     w.add_argument("--cache-dir", help="write here instead of the user cache (e.g. the package's _cache)")
     w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
+    w.add_argument("--op", help="only these ops (comma-separated; default: every op of the manifest)")
     w.add_argument("--kernels", help="only these kernels (comma-separated)")
-    w.add_argument("--layouts", help="only these layouts, e.g. bshd")
-    w.add_argument("--modes", help="only these round modes, e.g. rtne,rtz")
-    w.add_argument("--head-dims", type=_ints, help="only these head-dim buckets, e.g. 64,128")
+    _add_axis_filters(w)
     w.set_defaults(func=cmd_warm)
     i = sub.add_parser("info", help="GPUs, archs, compilers (with versions), cache dirs and entries")
     i.add_argument("--json", action="store_true", help="print the runtime's JSON as is")

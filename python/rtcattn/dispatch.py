@@ -1,6 +1,12 @@
-"""Chooses arch, kernel and variant for a call, builds it (once per process) and launches it on the caller's stream."""
+"""For any op of the manifest: chooses arch, kernel and variant for a call, builds it (once per process) and launches it.
+
+An op's Python stub fills its argument block (from the runtime's description of it) and says which
+axis values the call has; everything else here is the same for every op.
+"""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import threading
 from dataclasses import dataclass
@@ -8,19 +14,40 @@ from typing import Callable, Optional
 
 import torch
 
-from . import manifest, paths, validate
+from . import manifest, paths
 
-OP = "attention_fwd"
-# Compute units of the emulated parts: the planner's input when the "device" is the CPU emulator.
+# Compute units of the emulated parts: the planners' input when the "device" is the CPU emulator.
 EMULATED_CUS = {"gfx942-emu": 304, "gfx90a-emu": 110}
 
 _lock = threading.Lock()
 _lib_module = None
-_programs: dict = {}     # (variant, cache_dir) -> build result; the C++ runtime caches too
-_plans: dict = {}       # (arch, D, layout, round_mode) -> _plan(): the manifest part of a selection
-_gpu_facts: dict = {}   # GPU device index -> (arch, SMs/CUs): asked of torch and the manifest once per device
+_programs: dict = {}     # (variant, cache_dir, extra options) -> build result; the C++ runtime caches too
+_plans: dict = {}        # (op, arch, call values, pinned kernel) -> _plan(): the manifest part of a selection
+_gpu_facts: dict = {}    # GPU device index -> (arch, SMs/CUs): asked of torch and the manifest once per device
 _logged: set = set()
-last_selection: Optional["Selection"] = None  # what the latest call ran (bench reports it)
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What a lab tool or a test pins for the calls inside `pinned(...)`: a kernel (no fallback), extra
+    compile options (a separate cache entry), argument-block fields set before every launch."""
+    kernel: Optional[str] = None
+    options: tuple = ()
+    args: tuple = ()  # ((field, value), ...)
+
+
+_pins: contextvars.ContextVar = contextvars.ContextVar("rtcattn_pins", default=Pins())
+
+
+@contextlib.contextmanager
+def pinned(kernel: Optional[str] = None, options=(), **args):
+    """Within the block, every call runs `kernel` (as the KERNEL knob does), built with `options`
+    appended to the manifest's, with argument fields `args` (e.g. tail_split=4) set before launch."""
+    token = _pins.set(Pins(kernel, tuple(options), tuple(sorted(args.items()))))
+    try:
+        yield
+    finally:
+        _pins.reset(token)
 
 
 def lib():
@@ -33,8 +60,19 @@ def lib():
                 cache = paths.package_cache_dir()
                 if cache.is_dir():  # absent unless `warm --cache-dir` filled it at image build
                     _lib.set_package_cache_dir(str(cache))
+                _check_runtime_knows_manifest(_lib)
                 _lib_module = _lib
     return _lib_module
+
+
+def _check_runtime_knows_manifest(_lib) -> None:
+    """Every kernel of the manifest has host code registered in the runtime (one list, checked at load)."""
+    registered = _lib.ops_description()
+    for name, spec in manifest.load().ops.items():
+        missing = [k.name for k in spec.kernels if k.name not in registered.get(name, {}).get("kernels", [])]
+        if missing:
+            raise ImportError(f"the runtime has no host code for {name} kernels {missing} of the manifest; "
+                              f"registered: {registered.get(name, {}).get('kernels', [])}; rebuild the runtime")
 
 
 def package_version() -> str:
@@ -57,6 +95,17 @@ def vendor_of(device: torch.device) -> str:
     return "hip" if torch.version.hip else "cuda"
 
 
+def check_runnable(device: torch.device, emulate: str) -> None:
+    """CPU tensors run only on the wave emulator; anything else needs a GPU of the matching vendor."""
+    if device.type == "cpu" and not emulate:
+        raise ValueError(f"q.device={device} is not supported: CPU tensors run only on the emulator and "
+                         "RTCATTN_EMULATE is unset; accepted: CUDA/ROCm tensors, or CPU tensors with "
+                         "RTCATTN_EMULATE=gfx942 or gfx90a")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q.device={device} is not supported; accepted: cuda (CUDA or ROCm) or cpu "
+                         "(with RTCATTN_EMULATE)")
+
+
 def _cuda_arch(major: int, minor: int, known: list) -> str:
     exact = "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
     if exact in known:
@@ -71,119 +120,13 @@ def arch_of(device: torch.device) -> str:
     """sm_XX on CUDA (sm_90 -> sm_90a), gfxNNN on ROCm (features stripped), <arch>-emu on the CPU emulator."""
     if device.type == "cpu":
         emulate = knob("RTCATTN_EMULATE")
-        validate.check_runnable(device, emulate)
+        check_runnable(device, emulate)
         return f"{emulate}-emu"
-    validate.check_runnable(device, "")
+    check_runnable(device, "")
     if torch.version.hip:
         return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
     major, minor = torch.cuda.get_device_capability(device)
-    return _cuda_arch(major, minor, manifest.load().archs(OP))
-
-
-@dataclass(frozen=True)
-class Selection:
-    kernel: manifest.KernelSpec
-    variant: manifest.Variant
-    why: str   # why this kernel and not an earlier one in the manifest's order
-
-
-def _rejects(k: manifest.KernelSpec, arch: str, conds: dict) -> Optional[str]:
-    """Why kernel k cannot serve the call, or None. Conditions are data: the manifest's "when"."""
-    if arch not in k.archs:
-        return f"arch {arch} not in {list(k.archs)}"
-    if not k.supports_head_dim(conds["head_dim"]):
-        return f"head_dim {conds['head_dim']} outside {k.head_dim_min}..{k.head_dim_max} step {k.head_dim_step}"
-    for key, accepted in k.when.items():
-        if conds.get(key) not in accepted:
-            return f"{key} {conds.get(key)!r} not in {accepted}"
-    return None
-
-
-def _plan(arch: str, head_dim: int, layout: str, round_mode: str, kernel: Optional[str],
-          m: Optional[manifest.Manifest]) -> tuple:
-    """Every kernel of the op in the manifest's order: (kernel, its variant, None) or (kernel, None, why not)."""
-    spec = (m or manifest.load()).op(OP)
-    conds = {"arch": arch, "head_dim": head_dim, "layout": layout, "round_mode": round_mode}
-    plan = []
-    for k in spec.kernels:
-        if kernel is not None and k.name != kernel:
-            continue
-        why_not = _rejects(k, arch, conds)
-        v = None if why_not else manifest.Variant(OP, k.name, arch, layout, round_mode, manifest.bucket_for(k, head_dim))
-        plan.append((k, v, why_not))
-    if not plan and kernel is not None:
-        plan.append((None, None, f"none named {kernel!r}"))
-    return tuple(plan)
-
-
-def _pick(plan: tuple, supports: Optional[Callable], what: str) -> Selection:
-    """The first planned kernel that supports (None = ask nothing) accepts; its why lists the ones skipped."""
-    skipped = []
-    for k, v, why_not in plan:
-        if why_not is None and supports is not None:
-            why_not = supports(k)
-        if why_not is None:
-            return Selection(k, v, "first match" if not skipped else "fallback; " + "; ".join(skipped))
-        skipped.append(f"{k.name}: {why_not}" if k is not None else why_not)
-    names = ", ".join(k.name for k in manifest.load().op(OP).kernels)
-    raise ValueError(f"no kernel of {OP} serves {what}; kernels: {names}; why not: {'; '.join(skipped)}")
-
-
-def select(arch: str, head_dim: int, layout: str, round_mode: str, kernel: Optional[str] = None,
-           m: Optional[manifest.Manifest] = None, supports: Optional[Callable] = None) -> Selection:
-    """The first kernel of the manifest (in its order of preference) whose conditions the call meets.
-
-    supports(kernel) -> None or why not: asked of each kernel whose manifest conditions hold, for what
-    only the call's arguments tell (pointer alignment, strides); a kernel it declines falls back to the next.
-    """
-    plan = _plan(arch, head_dim, layout, round_mode, kernel, m)
-    what = f"arch={arch!r}, head_dim={head_dim}, layout={layout!r}, round_mode={round_mode!r} (kernel={kernel!r})"
-    return _pick(plan, supports, what)
-
-
-def runtime_check(args, vendor: str) -> Callable:
-    """A supports() for select: the runtime's per-kind check of these attention args (no device needed)."""
-    return lambda k: lib().attention_supports(k.kind, args, vendor)
-
-
-def choose(arch: str, head_dim: int, layout: str, round_mode: str, args, vendor: str) -> Selection:
-    """select() with the runtime's check of args; logs (RTCATTN_LOG=1) each distinct choice once per process."""
-    global last_selection
-    forced = lib().knob("RTCATTN_KERNEL") or None  # a named kernel, no fallback (tests, A/B runs)
-    key = (arch, head_dim, layout, round_mode, forced)
-    plan = _plans.get(key)
-    if plan is None:  # the plan reads the manifest: once per (arch, D, layout, mode) per process
-        plan = _plans.setdefault(key, _plan(arch, head_dim, layout, round_mode, forced, None))
-    what = f"arch={arch!r}, head_dim={head_dim}, layout={layout!r}, round_mode={round_mode!r}"
-    if forced:
-        what += f" with RTCATTN_KERNEL={forced!r}"
-    sel = _pick(plan, runtime_check(args, vendor), what)
-    last_selection = sel
-    if (arch, sel.variant, sel.why) not in _logged:
-        _logged.add((arch, sel.variant, sel.why))
-        log(f"kernel {sel.kernel.name} ({manifest.variant_name(sel.variant)}, {arch}) for D={head_dim}: {sel.why}")
-    return sel
-
-
-def build(variant: manifest.Variant, cache_dir: Optional[str] = None):
-    """The built program of a variant: from this process's map, else through the C++ cache/compilers."""
-    key = (variant, cache_dir)
-    hit = _programs.get(key)
-    if hit is not None:
-        return hit
-    req = manifest.load().request(variant, package_version())
-    result = lib().build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
-                         compiler=",".join(req.compilers), package_version=req.package_version,
-                         cache_dir=cache_dir)
-    with _lock:
-        _programs.setdefault(key, result)
-    return result
-
-
-def _strides(t: torch.Tensor, layout: str):
-    """Element strides in (batch, seq, head) order, as AttnParams wants them."""
-    s = t.stride()
-    return (s[0], s[1], s[2]) if layout == "bshd" else (s[0], s[2], s[1])
+    return _cuda_arch(major, minor, manifest.load().archs())
 
 
 def _num_cus(device: torch.device, arch: str) -> int:
@@ -192,7 +135,7 @@ def _num_cus(device: torch.device, arch: str) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _device_facts(device: torch.device) -> tuple:
+def device_facts(device: torch.device) -> tuple:
     """(arch, compute units) of device; a GPU's are fixed for the process, so they are looked up once."""
     if device.type == "cpu":  # the emulated arch follows RTCATTN_EMULATE, which may change between calls
         arch = arch_of(device)
@@ -205,27 +148,121 @@ def _device_facts(device: torch.device) -> tuple:
     return facts
 
 
-def attention_args(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
-    """The C ABI's argument block of a call (pointers and element strides; nothing is read through them)."""
-    return lib().attention_args(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-        strides=[_strides(t, layout) for t in (q, k, v, out)], batch=problem.batch, heads=problem.heads,
-        seq_q=problem.seq_q, seq_k=problem.seq_k, head_dim=problem.head_dim, softmax_scale=problem.scale,
-        lse=lse.data_ptr() if lse is not None else 0, tail_split=-1, num_cus=num_cus)
+@dataclass(frozen=True)
+class Selection:
+    kernel: manifest.KernelSpec
+    variant: manifest.Variant
+    why: str   # why this kernel and not an earlier one in the manifest's order
 
 
-def run(q, k, v, out, lse, layout: str, round_mode: str, problem: validate.Problem) -> None:
-    """Selects, builds and launches; out (and lse when not None) are written in place."""
-    device = q.device
-    arch, num_cus = _device_facts(device)
+def _rejects(spec: manifest.OpSpec, k: manifest.KernelSpec, arch: str, call: dict) -> Optional[str]:
+    """Why kernel k cannot serve the call, or None: its archs and the axis values it takes (the manifest's data)."""
+    if arch not in k.archs:
+        return f"arch {arch} not in {list(k.archs)}"
+    for axis in spec.axes:
+        why = k.why_not(axis, call[axis.name])
+        if why:
+            return why
+    return None
+
+
+def _plan(op: str, arch: str, call: dict, kernel: Optional[str], m: Optional[manifest.Manifest]) -> tuple:
+    """Every kernel of the op in the manifest's order: (kernel, its variant, None) or (kernel, None, why not)."""
+    m = m or manifest.load()
+    spec = m.op(op)
+    if kernel is not None and kernel not in [k.name for k in spec.kernels]:
+        raise ValueError(f"RTCATTN_KERNEL={kernel!r} is not accepted for op {op!r}; accepted: "
+                         f"{', '.join(k.name for k in spec.kernels)}")
+    plan = []
+    for k in spec.kernels:
+        if kernel is not None and k.name != kernel:
+            continue
+        why_not = _rejects(spec, k, arch, call)
+        v = None if why_not else m.variant_for(op, k.name, arch, call)
+        plan.append((k, v, why_not))
+    return tuple(plan)
+
+
+def _pick(op: str, plan: tuple, supports: Optional[Callable], what: str) -> Selection:
+    """The first planned kernel that supports (None = ask nothing) accepts; its why lists the ones skipped."""
+    skipped = []
+    for k, v, why_not in plan:
+        if why_not is None and supports is not None:
+            why_not = supports(k)
+        if why_not is None:
+            return Selection(k, v, "first match" if not skipped else "fallback; " + "; ".join(skipped))
+        skipped.append(f"{k.name}: {why_not}")
+    raise ValueError(f"no kernel of {op} serves {what}; why not: {'; '.join(skipped)}")
+
+
+def _describe(arch: str, call: dict) -> str:
+    return ", ".join([f"arch={arch!r}"] + [f"{a}={v!r}" for a, v in call.items()])
+
+
+def select(op: str, arch: str, call: dict, kernel: Optional[str] = None, m: Optional[manifest.Manifest] = None,
+           supports: Optional[Callable] = None) -> Selection:
+    """The first kernel of the manifest (in its order of preference) whose conditions the call meets.
+
+    call: the call's value for every axis of the op (bucketed axes: the integer, e.g. the head dim).
+    supports(kernel) -> None or why not: asked of each kernel whose manifest conditions hold, for what
+    only the call's arguments tell (pointer alignment, strides); a kernel it declines falls back to the next.
+    """
+    return _pick(op, _plan(op, arch, call, kernel, m), supports, _describe(arch, call) + f" (kernel={kernel!r})")
+
+
+def runtime_check(op: str, args, vendor: str) -> Callable:
+    """A supports() for select: the runtime's check of these arguments for each kernel (no device needed)."""
+    return lambda k: lib().op_supports(op, k.name, args, vendor)
+
+
+def choose(op: str, arch: str, call: dict, args, vendor: str) -> Selection:
+    """select() with the runtime's check of args and the pins; logs (RTCATTN_LOG=1) each distinct choice once."""
+    forced = _pins.get().kernel or lib().knob("RTCATTN_KERNEL") or None  # a named kernel, no fallback
+    key = (op, arch, tuple(call.items()), forced)
+    plan = _plans.get(key)
+    if plan is None:  # the plan reads the manifest: once per (op, arch, axis values) per process
+        plan = _plans.setdefault(key, _plan(op, arch, call, forced, None))
+    what = _describe(arch, call) + (f" with kernel {forced!r} pinned" if forced else "")
+    sel = _pick(op, plan, runtime_check(op, args, vendor), what)
+    if (arch, sel.variant, sel.why) not in _logged:
+        _logged.add((arch, sel.variant, sel.why))
+        log(f"{op}: kernel {sel.kernel.name} ({sel.variant.name}, {arch}): {sel.why}")
+    return sel
+
+
+def build(variant: manifest.Variant, cache_dir: Optional[str] = None, extra_options=()):
+    """The built program of a variant: from this process's map, else through the C++ cache/compilers."""
+    key = (variant, cache_dir, tuple(extra_options))
+    hit = _programs.get(key)
+    if hit is not None:
+        return hit
+    req = manifest.load().request(variant, package_version(), extra_options)
+    result = lib().build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
+                         compiler=",".join(req.compilers), package_version=req.package_version,
+                         cache_dir=cache_dir)
+    with _lock:
+        _programs.setdefault(key, result)
+    return result
+
+
+def run(op: str, device: torch.device, call: dict, args) -> Selection:
+    """Selects, builds and launches op on device for args (its argument block, filled by the op's stub).
+
+    An op whose kernels need scratch memory has the fields workspace / workspace_bytes: dispatch
+    allocates it through torch's caching allocator (repeated calls cost no device malloc).
+    """
+    arch, _ = device_facts(device)
     vendor = vendor_of(device)
-    args = attention_args(q, k, v, out, lse, layout, problem, num_cus)
-    sel = choose(arch, problem.head_dim, layout, round_mode, args, vendor)
-    program = build(sel.variant).program
-    nbytes = lib().attention_workspace_bytes(sel.kernel.kind, args)
-    if nbytes > 0:  # through torch's caching allocator, so repeated calls cost no device malloc
+    pins = _pins.get()
+    for name, value in pins.args:
+        setattr(args, name, value)
+    sel = choose(op, arch, call, args, vendor)
+    program = build(sel.variant, extra_options=pins.options).program
+    nbytes = lib().op_workspace_bytes(op, sel.kernel.name, args)
+    if nbytes > 0:
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), nbytes
     index = 0 if device.type == "cpu" else (device.index if device.index is not None else torch.cuda.current_device())
     stream = torch.cuda.current_stream(device).cuda_stream if vendor != "host" else 0
-    lib().attention_fwd(program, sel.kernel.kind, args, vendor, index, stream)
+    lib().op_launch(program, op, sel.kernel.name, args, vendor, index, stream)
+    return sel

@@ -10,9 +10,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SOURCE, SYMBOL = "attention_fwd_gfx942.hip", "attention_fwd_gfx942"
-LAYOUTS, MODES = ("bshd", "bhsd"), ("rtne", "rtna", "rtz")
-COMPILERS = {"gfx942": "clang", "gfx90a": "hiprtc,clang"}
+OP, KERNEL = "attention_fwd", "gfx942"
+ARCHS = ("gfx942", "gfx90a")
 CLOCK_HZ, CUS = 2.1e9, 304
 MFMA_CYCLES, VALU_CYCLES, TRANS_CYCLES, LDS_BYTES_PER_CLK = 16, 4, 16, 128
 TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
@@ -172,20 +171,26 @@ def analyse(code: bytes) -> tuple:
         notes = subprocess.run([_tool("llvm-readelf"), "--notes", str(path)], capture_output=True, text=True,
                                check=True).stdout
         dis = subprocess.run([_tool("llvm-objdump"), "-d", str(path)], capture_output=True, text=True, check=True).stdout
-    m = re.search(r"^([0-9a-f]+) <" + SYMBOL + ">:", dis, re.M)
+    m = re.search(r"^([0-9a-f]+) <" + _spec().kernel(KERNEL).symbol + ">:", dis, re.M)
     start = int(m.group(1), 16) if m else 0
     return parse_notes(notes), [(a - start, op, args) for a, op, args in _instructions(dis)]
 
 
+def _spec():
+    from . import manifest
+    return manifest.load().op(OP)
+
+
+def axis_values(axis: str) -> list:
+    return _spec().axis_values(axis)
+
+
 def build(arch: str, layout: str, mode: str):
-    """Compiles one variant through the runtime (its cache included) and returns the build result."""
-    from . import _lib, manifest, paths
-    root = paths.manifest_path().resolve().parent.parent
-    headers = manifest.read_headers(root / "csrc_common", False)
-    src = (root / "op_sources" / SOURCE).read_text()
-    opts = [f"-DRTC_LAYOUT={LAYOUTS.index(layout)}", f"-DRTC_ROUND={MODES.index(mode)}", "-DRTC_HEAD_DIM_MAX=128", "-O3"]
-    return _lib.build("attention_fwd", f"gfx942-{layout}-{mode}-d128", arch, SYMBOL, (SOURCE, src), headers, opts,
-                      compiler=COMPILERS[arch])
+    """The product's build of one variant (manifest request, runtime cache, compiler order): the very
+    code object a call would load."""
+    from . import dispatch, manifest
+    v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "head_dim": 128})
+    return dispatch.build(v)
 
 
 def report(arch: str, layout: str, mode: str) -> Report:
@@ -208,28 +213,29 @@ def iteration_cycles(loop: dict) -> dict:
     return {"mfma": mfma, "valu": valu, "lds": lds, "bound": max(mfma, valu, lds)}
 
 
+def plan(shape: tuple, cus: int = CUS, split: bool = True) -> dict:
+    """The runtime's launch plan of the gfx942 kernel for a (B, H, S) problem: the planner of a real call."""
+    from . import dispatch
+    b, h, s = shape
+    strides = (s * h * 128, h * 128, 128)
+    args = dispatch.lib().op_args(OP, q=1, k=1, v=1, o=1, q_strides=strides, k_strides=strides, v_strides=strides,
+                                  o_strides=strides, batch=b, heads=h, seq_q=s, seq_k=s, head_dim=128,
+                                  softmax_scale=1.0, tail_split=-1 if split else 0, num_cus=cus)
+    return dispatch.lib().op_plan(OP, KERNEL, args)
+
+
 def lower_bound_ms(shape: tuple, cycles: float, split: bool, cus: int = CUS) -> float:
     """Rounds of one workgroup per CU, each nkb iterations; the fractional last round either waits for
-    its items whole or (split) runs them as parts, with the planner of the host (merge not counted)."""
-    b, h, s = shape
-    nqb, nkb = math.ceil(s / 384), math.ceil(s / 64)
-    items = b * h * nqb
-    full, tail = divmod(items, cus)
-    g = _planned_split(tail, cus, nkb) if split else 1
-    last = 0 if tail == 0 else (math.ceil(tail / cus) * nkb if g == 1 else math.ceil(tail * g / cus) * math.ceil(nkb / g))
+    its items whole or (split) runs them as parts, as the runtime plans them (merge not counted)."""
+    p = plan(shape, cus, split)
+    nkb, g, tail = p["nkb"], p["split_g"], p["tail"]
+    full, rest = divmod(p["items"], cus)
+    if tail:  # the planner split the last round's `tail` items into g parts
+        full, rest = divmod(p["items"] - tail, cus)
+        last = math.ceil(rest / cus) * nkb + math.ceil(tail * g / cus) * math.ceil(nkb / g)
+    else:
+        last = math.ceil(rest / cus) * nkb
     return (full * nkb + last) * cycles / CLOCK_HZ * 1e3
-
-
-def _planned_split(tail: int, cus: int, nkb: int) -> int:
-    """jit/launch_gfx942.cpp's planner, mirrored for the model."""
-    if tail == 0 or nkb < 48 or tail * 19 > cus * 18:
-        return 1
-    best_g, best = 1, nkb
-    for g in range(2, min(2 * cus // tail, nkb // 4) + 1):
-        cost = math.ceil(tail * g / cus) * math.ceil(nkb / g) + 3
-        if cost < best:
-            best, best_g = cost, g
-    return best_g
 
 
 # ---- the command -----------------------------------------------------------------------------------
@@ -278,13 +284,13 @@ def _table(rows, cols) -> None:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernel (and --model: static issue model)")
-    p.add_argument("--arch", default="gfx942", choices=sorted(COMPILERS), help="gfx942 (clang) or gfx90a (hipRTC/clang)")
+    p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
     p.add_argument("--model", action="store_true", help="also print the static issue model beside MoonMath's times")
     p.set_defaults(func=cmd_isa)
 
 
 def cmd_isa(args) -> int:
-    reports = [report(args.arch, lay, mode) for lay in LAYOUTS for mode in MODES]
+    reports = [report(args.arch, lay, mode) for lay in axis_values("layout") for mode in axis_values("round_mode")]
     print_reports(reports)
     if args.model:
         print_model(reports)

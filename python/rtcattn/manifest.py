@@ -1,45 +1,85 @@
-"""The op manifest (configs/ops.json): parsed as JSON, validated against its schema, enumerated into build requests."""
+"""The op manifest (configs/ops.json): parsed as JSON, validated, enumerated into variants and build requests.
+
+Nothing here knows an op: each op declares its axes (a name, a -D define, and either enumerated
+values or head-dim style buckets) and each kernel its archs and the axis values it takes. Variants,
+their names, the defines of a build, `warm`'s enumeration and dispatch's conditions all come from that.
+"""
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from . import paths
 
-__all__ = ["ManifestError", "Manifest", "KernelSpec", "OpSpec", "Variant", "BuildRequest", "load",
-           "bucket_for", "variant_name"]
+__all__ = ["ManifestError", "Manifest", "Axis", "KernelSpec", "OpSpec", "Variant", "BuildRequest", "load"]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One compile-time axis of an op: enumerated (values -> define value) or bucketed (an integer
+    argument rounded up to the smallest bucket of the kernel that holds it)."""
+    name: str
+    define: str
+    values: tuple = ()        # enumerated axes: ((value, define integer), ...) in the manifest's order
+    buckets: bool = False
+    prefix: str = ""          # bucketed axes: name part prefix, e.g. "d" -> "d128"
+
+    def value_names(self) -> list:
+        return [v for v, _ in self.values]
+
+    def define_value(self, value) -> int:
+        return value if self.buckets else dict(self.values)[value]
+
+    def name_part(self, value) -> str:
+        return f"{self.prefix}{value}" if self.buckets else str(value)
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    lo: int
+    hi: int
+    step: int
+    buckets: tuple
+
+    def accepts(self, n: int) -> bool:
+        return self.lo <= n <= self.hi and (n - self.lo) % self.step == 0
+
+    def bucket_for(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    def describe(self) -> str:
+        return f"{self.lo}..{self.hi} in steps of {self.step}"
 
 
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    kind: str
     symbol: str
-    source: str
-    headers: tuple
+    source: str             # file name inside op_sources/<op>/
     archs: tuple
-    head_dim_min: int
-    head_dim_max: int
-    head_dim_step: int
-    buckets: tuple
-    when: dict = field(default_factory=dict)  # condition name -> accepted values (see dispatch)
+    axes: dict              # axis name -> tuple of accepted values (enumerated) or BucketSpec (bucketed)
 
-    def supports_head_dim(self, d: int) -> bool:
-        return self.head_dim_min <= d <= self.head_dim_max and (d - self.head_dim_min) % self.head_dim_step == 0
+    def accepted(self, axis: Axis):
+        return self.axes[axis.name]
 
-    def head_dims(self) -> list:
-        return list(range(self.head_dim_min, self.head_dim_max + 1, self.head_dim_step))
+    def why_not(self, axis: Axis, value) -> Optional[str]:
+        """Why this kernel does not take value on axis (a call's value: the integer for a bucketed axis)."""
+        spec = self.axes[axis.name]
+        if axis.buckets:
+            return None if spec.accepts(value) else f"{axis.name} {value} outside {spec.describe()}"
+        return None if value in spec else f"{axis.name} {value!r} not in {list(spec)}"
 
 
 @dataclass(frozen=True)
 class OpSpec:
     name: str
-    kernels: tuple          # in order of preference: dispatch takes the first that fits
-    axes: dict              # axis name -> {"values": [...], "define": str, "map": {...}}
-    arch_options: dict      # arch -> {"compiler": [...], "flags": [...]}
+    description: str
+    axes: tuple             # Axis, in the manifest's order (the order of variant names and defines)
+    kernels: tuple          # KernelSpec, in order of preference: dispatch takes the first that fits
 
     def kernel(self, name: str) -> KernelSpec:
         for k in self.kernels:
@@ -48,18 +88,37 @@ class OpSpec:
         raise ValueError(f"kernel={name!r} is not a kernel of op {self.name!r}; "
                          f"accepted: {', '.join(k.name for k in self.kernels)}")
 
-    def axis_values(self, axis: str) -> list:
-        return list(self.axes[axis]["values"])
+    def axis(self, name: str) -> Axis:
+        for a in self.axes:
+            if a.name == name:
+                return a
+        raise ValueError(f"axis={name!r} is not an axis of op {self.name!r}; "
+                         f"accepted: {', '.join(a.name for a in self.axes)}")
+
+    def axis_values(self, name: str) -> list:
+        """Every value of an axis any kernel takes: the enumerated values, or the union of the buckets."""
+        axis = self.axis(name)
+        if not axis.buckets:
+            return axis.value_names()
+        return sorted({b for k in self.kernels for b in k.axes[name].buckets})
 
 
 @dataclass(frozen=True)
 class Variant:
+    """One compiled code object: a kernel of an op for an arch, with one value per axis."""
     op: str
     kernel: str
     arch: str
-    layout: str
-    round_mode: str
-    head_dim_bucket: int
+    values: tuple           # ((axis name, value), ...) in the op's axis order
+    name: str               # readable, e.g. "gfx942-bshd-rtne-d128": the kernel, then each axis value
+
+    def __getitem__(self, axis: str):
+        return dict(self.values)[axis]
+
+
+def _variant(spec: OpSpec, kernel: str, arch: str, values: tuple) -> Variant:
+    name = "-".join([kernel] + [spec.axis(a).name_part(v) for a, v in values])
+    return Variant(spec.name, kernel, arch, values, name)
 
 
 @dataclass(frozen=True)
@@ -70,80 +129,69 @@ class BuildRequest:
     arch: str
     compilers: tuple
     kernel_symbol: str
-    kernel_kind: str
     main: tuple             # (include name, text)
     headers: tuple          # ((include name, text), ...)
     options: tuple
     package_version: str
 
 
-def bucket_for(kernel: KernelSpec, head_dim: int) -> int:
-    """The smallest compiled head-dim bucket that holds head_dim (kernels loop to the runtime D)."""
-    for b in sorted(kernel.buckets):
-        if b >= head_dim:
-            return b
-    raise ValueError(f"head_dim={head_dim} exceeds every bucket of kernel {kernel.name!r}; "
-                     f"accepted: {kernel.head_dim_min}..{kernel.head_dim_max}")
-
-
-def variant_name(v: Variant) -> str:
-    """Readable name, e.g. "bshd-rtne-d128"; kernels other than the baseline prefix their name."""
-    base = f"{v.layout}-{v.round_mode}-d{v.head_dim_bucket}"
-    return base if v.kernel == "baseline" else f"{v.kernel}-{base}"
-
-
 class Manifest:
     def __init__(self, data: dict, path: Path, root: Path):
         self.path, self.root, self.schema = path, root, data["schema"]
+        self.arch_options = data["archs"]
         self.ops = {name: _op_spec(name, op) for name, op in data["ops"].items()}
 
-    def op(self, name: str = "attention_fwd") -> OpSpec:
+    def op(self, name: str) -> OpSpec:
         if name not in self.ops:
             raise ValueError(f"op={name!r} is not in {self.path}; accepted: {', '.join(self.ops)}")
         return self.ops[name]
 
-    def archs(self, op: str = "attention_fwd") -> list:
+    def archs(self, op: Optional[str] = None) -> list:
         seen: list = []
-        for k in self.op(op).kernels:
-            seen += [a for a in k.archs if a not in seen]
+        for spec in ([self.op(op)] if op else self.ops.values()):
+            for k in spec.kernels:
+                seen += [a for a in k.archs if a not in seen]
         return seen
 
-    def variants(self, op: str = "attention_fwd", archs=None, kernels=None, layouts=None,
-                 round_modes=None, buckets=None) -> Iterator[Variant]:
-        """Every variant, optionally filtered on each axis (None = all)."""
+    def variants(self, op: str, archs=None, kernels=None, **axis_filters) -> Iterator[Variant]:
+        """Every variant of op, optionally filtered: archs, kernels and any axis by name (None = all)."""
         spec = self.op(op)
+        for name in axis_filters:
+            spec.axis(name)  # an unknown axis name is an error, not an empty result
         for k in spec.kernels:
             if kernels is not None and k.name not in kernels:
                 continue
+            per_axis = []
+            for axis in spec.axes:
+                accepted = k.axes[axis.name].buckets if axis.buckets else k.axes[axis.name]
+                wanted = axis_filters.get(axis.name)
+                per_axis.append([v for v in accepted if wanted is None or v in wanted])
             for arch in k.archs:
                 if archs is not None and arch not in archs:
                     continue
-                for layout in spec.axis_values("layout"):
-                    if layouts is not None and layout not in layouts:
-                        continue
-                    for mode in spec.axis_values("round_mode"):
-                        if round_modes is not None and mode not in round_modes:
-                            continue
-                        for b in k.buckets:
-                            if buckets is None or b in buckets:
-                                yield Variant(op, k.name, arch, layout, mode, b)
+                for combo in itertools.product(*per_axis):
+                    yield _variant(spec, k.name, arch, tuple(zip((a.name for a in spec.axes), combo)))
 
-    def request(self, v: Variant, package_version: str) -> BuildRequest:
+    def variant_for(self, op: str, kernel: str, arch: str, call: dict) -> Variant:
+        """The variant of kernel that serves a call's axis values (bucketed axes rounded up to their bucket)."""
+        spec = self.op(op)
+        k = spec.kernel(kernel)
+        values = tuple((a.name, k.axes[a.name].bucket_for(call[a.name]) if a.buckets else call[a.name])
+                       for a in spec.axes)
+        return _variant(spec, kernel, arch, values)
+
+    def request(self, v: Variant, package_version: str, extra_options=()) -> BuildRequest:
         spec = self.op(v.op)
         kernel = spec.kernel(v.kernel)
-        arch_opt = spec.arch_options[v.arch]
-        defines = [_define(spec.axes["layout"], v.layout), _define(spec.axes["round_mode"], v.round_mode),
-                   f"-D{spec.axes['head_dim_bucket']['define']}={v.head_dim_bucket}"]
+        arch_opt = self.arch_options[v.arch]
+        defines = [f"-D{spec.axis(a).define}={spec.axis(a).define_value(value)}" for a, value in v.values]
+        op_dir = self.root / "op_sources" / v.op
         return BuildRequest(
-            op=v.op, variant=variant_name(v), arch=v.arch, compilers=tuple(arch_opt["compiler"]),
-            kernel_symbol=kernel.symbol, kernel_kind=kernel.kind,
-            main=(kernel.source, _read_text(self.root / "op_sources" / kernel.source)),
-            headers=tuple(_headers_for(kernel, self.root, v.arch.endswith("-emu"))),
-            options=tuple(defines + list(arch_opt["flags"])), package_version=package_version)
-
-
-def _define(axis: dict, value: str) -> str:
-    return f"-D{axis['define']}={axis['map'][value]}"
+            op=v.op, variant=v.name, arch=v.arch, compilers=tuple(arch_opt["compiler"]),
+            kernel_symbol=kernel.symbol, main=(kernel.source, _read_text(op_dir / kernel.source)),
+            headers=tuple(include_closure(op_dir / kernel.source, [op_dir, self.root / "csrc_common"],
+                                          v.arch.endswith("-emu"))),
+            options=tuple(defines + list(arch_opt["flags"]) + list(extra_options)), package_version=package_version)
 
 
 def _read_text(path: Path) -> str:
@@ -153,33 +201,43 @@ def _read_text(path: Path) -> str:
         raise FileNotFoundError(f"kernel text {path} cannot be read ({e.strerror})") from e
 
 
-def _headers_for(kernel: KernelSpec, root: Path, emulated: bool) -> list:
-    """The headers the kernel can see: the #include closure of its source, by include name.
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
 
-    Only these go into the request (and so into the cache key): editing an unrelated header leaves
-    this kernel's cached code objects valid. emu/ headers are reached only for emulated archs.
+
+def include_closure(source: Path, roots: list, emulated: bool) -> list:
+    """The headers a kernel source reaches through its #includes, as (include name, text).
+
+    Include names are relative to one of the roots (the op's folder, then csrc_common), as the
+    compilers see them; only these go into the request and so into the cache key, so editing an
+    unrelated header leaves a kernel's cached code objects valid. emu/ headers count only for
+    emulated archs. A name found under two roots is an error (which one the compiler took would
+    depend on the search order).
     """
-    common = root / "csrc_common"
-    missing = [h for h in kernel.headers if not (common / h).is_file()]
-    if missing:
-        raise FileNotFoundError(f"kernel {kernel.name!r} lists headers {missing} that are not in {common}")
+    roots = [r.resolve() for r in roots]
     found: dict = {}
-    pending = [(root / "op_sources" / kernel.source).resolve()]
-    seen = set()
+    pending, seen = [source.resolve()], set()
     while pending:
         path = pending.pop()
         if path in seen:
             continue
         seen.add(path)
-        for name in _INCLUDE.findall(_read_text(path)):
-            hit = _resolve_include(name, path.parent, common)
-            if hit is None:
-                continue  # a system header, or a fallback spelling for builds outside the JIT
-            rel = hit.relative_to(common).as_posix()
-            if rel.split("/")[0] == "emu" and not emulated:
+        for spelled in _INCLUDE.findall(_read_text(path)):
+            beside = (path.parent / spelled).resolve()
+            if beside.is_file() and any(r in beside.parents for r in roots):
+                hits = [beside]  # as the compilers do: beside the including file first
+            else:
+                hits = [(r / spelled).resolve() for r in roots if (r / spelled).is_file()]
+            if not hits:
+                continue  # a system header
+            if len(hits) > 1:
+                raise FileNotFoundError(f"#include \"{spelled}\" in {path} is found under two roots: "
+                                        f"{hits[0]} and {hits[1]}; rename one")
+            root = next(r for r in roots if r in hits[0].parents)
+            name = hits[0].relative_to(root).as_posix()
+            if name.split("/")[0] == "emu" and not emulated:
                 continue
-            found.setdefault(rel, _read_text(hit))
-            pending.append(hit)
+            found.setdefault(name, _read_text(hits[0]))
+            pending.append(hits[0])
     return sorted(found.items())
 
 
@@ -196,28 +254,22 @@ def read_headers(common: Path, emulated: bool) -> list:
     return out
 
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
-
-
-def _resolve_include(name: str, here: Path, common: Path) -> Optional[Path]:
-    """An include as the compilers resolve it: beside the including file, then from csrc_common."""
-    common = common.resolve()
-    for base in (here, common):
-        cand = (base / name).resolve()
-        if cand.is_file() and common in cand.parents:
-            return cand
-    return None
-
-
 def _op_spec(name: str, op: dict) -> OpSpec:
-    kernels = tuple(
-        KernelSpec(name=k["name"], kind=k["kind"], symbol=k["symbol"], source=k["source"],
-                   headers=tuple(k["headers"]), archs=tuple(k["archs"]),
-                   head_dim_min=k["head_dims"]["min"], head_dim_max=k["head_dims"]["max"],
-                   head_dim_step=k["head_dims"]["step"], buckets=tuple(sorted(k["head_dim_buckets"])),
-                   when=dict(k.get("when", {})))
-        for k in op["kernels"])
-    return OpSpec(name=name, kernels=kernels, axes=op["axes"], arch_options=op["arch_options"])
+    axes = tuple(Axis(name=a["name"], define=a["define"], values=tuple(a.get("values", {}).items()),
+                      buckets=bool(a.get("buckets", False)), prefix=a.get("prefix", "")) for a in op["axes"])
+    kernels = []
+    for k in op["kernels"]:
+        given = k.get("axes", {})
+        per_axis = {}
+        for a in axes:
+            spec = given.get(a.name)
+            if a.buckets:
+                per_axis[a.name] = BucketSpec(spec["min"], spec["max"], spec["step"], tuple(sorted(spec["buckets"])))
+            else:
+                per_axis[a.name] = tuple(spec) if spec is not None else tuple(a.value_names())
+        kernels.append(KernelSpec(name=k["name"], symbol=k["symbol"], source=k["source"], archs=tuple(k["archs"]),
+                                  axes=per_axis))
+    return OpSpec(name=name, description=op.get("description", ""), axes=axes, kernels=tuple(kernels))
 
 
 _CACHE: dict = {}
@@ -247,7 +299,6 @@ def load(path: Optional[Path] = None, root: Optional[Path] = None) -> Manifest:
 # ---- schema ------------------------------------------------------------------------------------
 
 COMPILERS = ("auto", "clang", "hiprtc", "nvrtc", "host")
-WHEN_KEYS = ("head_dim", "layout", "round_mode", "arch")
 
 
 class ManifestError(ValueError):
@@ -303,38 +354,63 @@ class _Checker:
             self.fail(f"{where}.{key}", value, "a C identifier")
         return value
 
+    def name(self, obj, key, where):
+        value = self.get(obj, key, where, str, "a non-empty name of letters, digits and '_'")
+        if not re.fullmatch(r"[A-Za-z0-9_]+", value):
+            self.fail(f"{where}.{key}", value, "a non-empty name of letters, digits and '_'")
+        return value
+
 
 def check_manifest(data, path, root=None) -> None:
     """Raises ManifestError on the first deviation from the schema."""
     c = _Checker(path)
     if not isinstance(data, dict):
-        c.fail("", data, "a JSON object with keys 'schema' and 'ops'")
-    schema = c.get(data, "schema", "", int, "the integer 1")
-    if schema != 1:
-        c.fail("schema", schema, "1")
-    ops = c.get(data, "ops", "", dict, "an object mapping op name to its spec")
-    if not ops:
-        c.fail("ops", ops, "at least one op")
-    for name, op in ops.items():
-        if not isinstance(op, dict):
-            c.fail(f"ops.{name}", op, "an object with keys kernels, axes, arch_options")
-        _check_op(c, op, f"ops.{name}")
-
-
-def _check_op(c: _Checker, op: dict, where: str) -> None:
-    c.get(op, "description", where, str, "a string", optional=True)
-    axes = c.get(op, "axes", where, dict, "an object with axes layout, round_mode, head_dim_bucket")
-    for axis in ("layout", "round_mode"):
-        _check_axis(c, c.get(axes, axis, f"{where}.axes", dict, "an object"), f"{where}.axes.{axis}")
-    hd = c.get(axes, "head_dim_bucket", f"{where}.axes", dict, "an object with key 'define'")
-    c.identifier(hd, "define", f"{where}.axes.head_dim_bucket")
-    arch_options = c.get(op, "arch_options", where, dict, "an object mapping arch to its options")
-    for arch, opt in arch_options.items():
-        w = f"{where}.arch_options.{arch}"
+        c.fail("", data, "a JSON object with keys 'schema', 'archs' and 'ops'")
+    schema = c.get(data, "schema", "", int, "the integer 2")
+    if schema != 2:
+        c.fail("schema", schema, "2")
+    archs = c.get(data, "archs", "", dict, "an object mapping arch to its compilers and flags")
+    for arch, opt in archs.items():
+        w = f"archs.{arch}"
         if not isinstance(opt, dict):
             c.fail(w, opt, "an object with keys compiler, flags")
         c.str_list(opt, "compiler", w, choices=COMPILERS)
         c.str_list(opt, "flags", w, nonempty=False)
+    ops = c.get(data, "ops", "", dict, "an object mapping op name to its spec")
+    if not ops:
+        c.fail("ops", ops, "at least one op")
+    for name, op in ops.items():
+        if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            c.fail(f"ops.{name}", name, "an op name of letters, digits and '_'")
+        if not isinstance(op, dict):
+            c.fail(f"ops.{name}", op, "an object with keys axes, kernels")
+        _check_op(c, op, f"ops.{name}", list(archs), Path(root) / "op_sources" / name if root else None)
+
+
+def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Optional[Path]) -> None:
+    c.get(op, "description", where, str, "a string", optional=True)
+    axes = c.get(op, "axes", where, list, "a list of axis objects {name, define, values | buckets}")
+    seen_axes: dict = {}
+    for i, a in enumerate(axes):
+        w = f"{where}.axes[{i}]"
+        if not isinstance(a, dict):
+            c.fail(w, a, "an axis object {name, define, values | buckets}")
+        name = c.name(a, "name", w)
+        if name in seen_axes:
+            c.fail(f"{w}.name", name, "a name not used by another axis of the op")
+        c.identifier(a, "define", w)
+        if a.get("buckets", False) is True:
+            c.get(a, "prefix", w, str, "a string", optional=True)
+            if "values" in a:
+                c.fail(f"{w}.values", a["values"], "no values on a bucketed axis (kernels give their buckets)")
+        else:
+            values = c.get(a, "values", w, dict, "an object mapping each value name to its define integer")
+            if not values:
+                c.fail(f"{w}.values", values, "at least one value")
+            for v, n in values.items():
+                if not re.fullmatch(r"[A-Za-z0-9_]+", v) or not isinstance(n, int) or isinstance(n, bool):
+                    c.fail(f"{w}.values.{v}", n, "value names of letters, digits and '_' mapped to integers")
+        seen_axes[name] = a
     kernels = c.get(op, "kernels", where, list, "a non-empty list of kernel objects")
     if not kernels:
         c.fail(f"{where}.kernels", kernels, "a non-empty list of kernel objects")
@@ -343,45 +419,37 @@ def _check_op(c: _Checker, op: dict, where: str) -> None:
         w = f"{where}.kernels[{i}]"
         if not isinstance(k, dict):
             c.fail(w, k, "a kernel object")
-        _check_kernel(c, k, w, list(arch_options), axes)
+        _check_kernel(c, k, w, archs, seen_axes, op_dir)
         if k["name"] in seen:
             c.fail(f"{w}.name", k["name"], "a name not used by another kernel of the op")
         seen.add(k["name"])
 
 
-def _check_axis(c: _Checker, axis: dict, where: str) -> None:
-    values = c.str_list(axis, "values", where)
-    c.identifier(axis, "define", where)
-    mapping = c.get(axis, "map", where, dict, "an object mapping each value to an integer")
-    for v in values:
-        if not isinstance(mapping.get(v), int) or isinstance(mapping.get(v), bool):
-            c.fail(f"{where}.map.{v}", mapping.get(v), "an integer for every listed value")
-
-
-def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict) -> None:
-    name = c.get(k, "name", w, str, "a non-empty string")
-    if not name or not all(ch.isalnum() or ch == "_" for ch in name):
-        c.fail(f"{w}.name", name, "a non-empty name of letters, digits and '_'")
-    c.get(k, "kind", w, str, "a kernel kind known to the runtime, e.g. 'baseline'")
+def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict, op_dir: Optional[Path]) -> None:
+    c.name(k, "name", w)
     c.identifier(k, "symbol", w)
-    source = c.get(k, "source", w, str, "a file name inside op_sources/")
+    source = c.get(k, "source", w, str, "a file name inside op_sources/<op>/")
     if not source or "/" in source or source.startswith("."):
-        c.fail(f"{w}.source", source, "a file name inside op_sources/")
-    c.str_list(k, "headers", w, nonempty=False)
+        c.fail(f"{w}.source", source, "a file name inside op_sources/<op>/")
+    if op_dir is not None and not (op_dir / source).is_file():
+        c.fail(f"{w}.source", source, f"a file that exists in {op_dir}")
     c.str_list(k, "archs", w, choices=archs)
-    hd = c.get(k, "head_dims", w, dict, "an object {min, max, step}")
-    lo, hi, step = (c.get(hd, key, f"{w}.head_dims", int, "a positive integer") for key in ("min", "max", "step"))
-    if lo <= 0 or step <= 0 or hi < lo:
-        c.fail(f"{w}.head_dims", hd, "0 < min <= max and step > 0")
-    buckets = c.get(k, "head_dim_buckets", w, list, "a non-empty list of integers")
-    if not buckets or not all(isinstance(b, int) and not isinstance(b, bool) for b in buckets):
-        c.fail(f"{w}.head_dim_buckets", buckets, "a non-empty list of integers")
-    if max(buckets) < hi:
-        c.fail(f"{w}.head_dim_buckets", buckets, f"a bucket >= head_dims.max ({hi})")
-    when = c.get(k, "when", w, dict, f"an object with keys among {', '.join(WHEN_KEYS)}", optional=True)
-    for key, accepted in (when or {}).items():
-        if key not in WHEN_KEYS:
-            c.fail(f"{w}.when.{key}", accepted, f"a condition among {', '.join(WHEN_KEYS)}")
-        if not isinstance(accepted, list) or not accepted:
-            c.fail(f"{w}.when.{key}", accepted, "a non-empty list of accepted values")
-
+    given = c.get(k, "axes", w, dict, "an object: axis name -> accepted values or buckets", optional=True) or {}
+    for name in given:
+        if name not in axes:
+            c.fail(f"{w}.axes.{name}", given[name], f"an axis of the op ({', '.join(axes)})")
+    for name, axis in axes.items():
+        spec, ws = given.get(name), f"{w}.axes.{name}"
+        if axis.get("buckets", False) is True:
+            if not isinstance(spec, dict):
+                c.fail(ws, spec, "an object {min, max, step, buckets} (required for a bucketed axis)")
+            lo, hi, step = (c.get(spec, key, ws, int, "a positive integer") for key in ("min", "max", "step"))
+            if lo <= 0 or step <= 0 or hi < lo:
+                c.fail(ws, spec, "0 < min <= max and step > 0")
+            buckets = c.get(spec, "buckets", ws, list, "a non-empty list of integers")
+            if not buckets or not all(isinstance(b, int) and not isinstance(b, bool) for b in buckets):
+                c.fail(f"{ws}.buckets", buckets, "a non-empty list of integers")
+            if max(buckets) < hi:
+                c.fail(f"{ws}.buckets", buckets, f"a bucket >= max ({hi})")
+        elif spec is not None:
+            c.str_list(given, name, f"{w}.axes", choices=list(axis["values"]))

@@ -7,9 +7,14 @@ from typing import Optional
 
 import torch
 
-LAYOUTS = ("bshd", "bhsd")
-ROUND_MODES = ("rtne", "rtna", "rtz")
-HOW_V3_BF16_CVT = {0: "rtne", 1: "rtna", 2: "rtz"}   # AITER's encoding of the rounding mode
+OP = "attention_fwd"
+HOW_V3_BF16_CVT = {0: "rtne", 1: "rtna", 2: "rtz"}   # AITER's encoding of the rounding mode (AITER's fact)
+
+
+def axis_values(axis: str) -> tuple:
+    """The values of one of the op's axes, as the manifest declares them (layout, round_mode)."""
+    from . import manifest
+    return tuple(manifest.load().op(OP).axis_values(axis))
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,11 @@ def head_dim_rule():
     global _head_dim_rule
     if _head_dim_rule is None:  # read once per process: every call checks the head dim
         from . import manifest
-        kernels = manifest.load().op("attention_fwd").kernels
-        text = "; ".join(f"{k.head_dim_min}..{k.head_dim_max} in steps of {k.head_dim_step}" for k in kernels
-                         if k.kind == "baseline") or "see configs/ops.json"
-        _head_dim_rule = (lambda d: any(k.supports_head_dim(d) for k in kernels)), text
+        specs = {k.axes["head_dim"] for k in manifest.load().op(OP).kernels}
+        widest = [s for s in specs if not any(o != s and o.lo <= s.lo and s.hi <= o.hi and o.step <= s.step
+                                                for o in specs)]
+        text = "; ".join(s.describe() for s in sorted(widest, key=lambda s: s.lo))
+        _head_dim_rule = (lambda d: any(s.accepts(d) for s in specs)), text
     return _head_dim_rule
 
 
@@ -83,8 +89,8 @@ def _check_same(what: str, names, values) -> None:
 def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
                  out: Optional[torch.Tensor] = None) -> Problem:
     """Every check that needs no device: types, shapes, strides, devices, out. Returns the problem sizes."""
-    check_choice("layout", layout, LAYOUTS)
-    check_choice("round_mode", round_mode, ROUND_MODES)
+    check_choice("layout", layout, axis_values("layout"))
+    check_choice("round_mode", round_mode, axis_values("round_mode"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t)
     devices = (q.device, k.device, v.device)
@@ -124,14 +130,3 @@ def check_how_v3_bf16_cvt(how_v3_bf16_cvt) -> str:
         raise ValueError(f"how_v3_bf16_cvt={how_v3_bf16_cvt!r} is not supported; accepted: "
                          "0 (RTNE), 1 (RTNA), 2 (RTZ)")
     return HOW_V3_BF16_CVT[how_v3_bf16_cvt]
-
-
-def check_runnable(device: torch.device, emulate: str) -> None:
-    """CPU tensors run only on the wave emulator; anything else needs a GPU of the matching vendor."""
-    if device.type == "cpu" and not emulate:
-        raise ValueError(f"q.device={device} is not supported: CPU tensors run only on the emulator and "
-                         "RTCATTN_EMULATE is unset; accepted: CUDA/ROCm tensors, or CPU tensors with "
-                         "RTCATTN_EMULATE=gfx942 or gfx90a")
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"q.device={device} is not supported; accepted: cuda (CUDA or ROCm) or cpu "
-                         "(with RTCATTN_EMULATE)")

@@ -1,0 +1,26 @@
+// The global-memory ranges a launch may touch (given by the launcher) and the check of every global access.
+#pragma once
+#include <stdint.h>
+#include <vector>
+#include "workgroup.h"
+
+namespace rtc_emu {
+
+inline void add_range(std::vector<Range>& out, const void* base, unsigned long long bytes) {
+  if (!base || bytes == 0) return;
+  const uintptr_t lo = (uintptr_t)base;
+  out.push_back(Range{lo, lo + (uintptr_t)bytes});
+}
+
+// Raw global accesses through the ISA wrappers must fall inside a registered range (when the
+// launch has any); an error names the kernel, lane and address.
+inline void check_global(const void* p, size_t bytes, const char* what) {
+  const Workgroup* wg = t_cur->wg;
+  if (wg->n_ranges == 0) return;
+  const uintptr_t a = (uintptr_t)p;
+  for (int i = 0; i < wg->n_ranges; ++i)
+    if (a >= wg->ranges[i].lo && a + bytes <= wg->ranges[i].hi && a + bytes >= a) return;
+  fail("%s of %zu bytes at global address %p is outside every tensor of the launch", what, bytes, p);
+}
+
+}  // namespace rtc_emu

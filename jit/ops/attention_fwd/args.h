@@ -1,0 +1,32 @@
+// The argument block of attention_fwd: what the Python layer fills (pointers, strides, sizes) for one call.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include "op_registry.h"
+
+// X(name, C type, ArgKind, count). Strides are in elements, in (batch, seq, head) order whatever the
+// layout. The runtime describes this list to Python (rtc_ops_json): it is the only definition.
+#define ATTENTION_FWD_ARGS(X)                                                                  \
+  X(q, const void*, Ptr, 1)                                                                    \
+  X(k, const void*, Ptr, 1)                                                                    \
+  X(v, const void*, Ptr, 1)                                                                    \
+  X(o, void*, Ptr, 1)                                                                          \
+  X(lse, float*, Ptr, 1)            /* null when not requested; else [B, H, Sq] contiguous */  \
+  X(workspace, void*, Ptr, 1)                                                                  \
+  X(workspace_bytes, int64_t, I64, 1)                                                          \
+  X(q_strides, int64_t, I64, 3)                                                                \
+  X(k_strides, int64_t, I64, 3)                                                                \
+  X(v_strides, int64_t, I64, 3)                                                                \
+  X(o_strides, int64_t, I64, 3)                                                                \
+  X(batch, int32_t, I32, 1)                                                                    \
+  X(heads, int32_t, I32, 1)                                                                    \
+  X(seq_q, int32_t, I32, 1)                                                                    \
+  X(seq_k, int32_t, I32, 1)                                                                    \
+  X(head_dim, int32_t, I32, 1)                                                                 \
+  X(softmax_scale, float, F32, 1)                                                              \
+  X(tail_split, int32_t, I32, 1)    /* -1 = the planner decides, 0 = off, >1 = forced parts */ \
+  X(num_cus, int32_t, I32, 1)       /* CUs / SMs of the device (planner input; <= 0 unknown) */
+
+struct AttentionFwdArgs {
+  ATTENTION_FWD_ARGS(RTC_ARG_MEMBER)
+};

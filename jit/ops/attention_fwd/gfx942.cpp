@@ -1,0 +1,149 @@
+// Host side of the gfx942 fast kernel: the tail-split planner, workspace sizing, three launches per call.
+#include "op.h"
+#include "common.h"
+#include "gfx942/params.h"
+#include "knobs.h"
+#include <cstring>
+#include <string>
+
+namespace attention_fwd {
+namespace {
+
+// AttnParams is trivial, so the derived fields start right after it on the host and on the GPU.
+static_assert(sizeof(Gfx942Params) == sizeof(AttnParams) + 40, "Gfx942Params size changed: check the kernel");
+
+const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The tail-split plan of one call: a pure function of the problem, num_cus, tail_split and the
+// NO_TAIL knob.
+struct Plan {
+  int nqb = 0, nkb = 0;      // q blocks (384 rows) and kv blocks (64 rows) per (b, h)
+  int64_t items = 0;         // B*H*nqb workgroup-sized work items
+  int n_prefix = 0;          // items run whole
+  int tail = 0;              // items split (0: none)
+  int split_g = 1;           // parts per split item
+  int n_swz = 0;             // prefix workgroups under the XCD swizzle
+  int64_t vt_bytes = 0, workspace_bytes = 0;
+};
+
+// Cost of the last round in kv blocks: unsplit, every tail item streams all nkb blocks; split in
+// g parts, ceil(tail*g / cus) waves of ceil(nkb/g) blocks plus the merge (about 3 blocks' time).
+int pick_split(int64_t tail, int cus, int nkb) {
+  if (tail == 0 || nkb < 48 || tail * 19 > int64_t(cus) * 18) return 1;  // nothing stranded, or too little to win
+  int best_g = 1;
+  int64_t best = nkb;
+  for (int g = 2; g <= 2 * cus / tail && g <= nkb / 4; ++g) {
+    const int64_t cost = ceil_div(tail * g, cus) * ceil_div(nkb, g) + 3;
+    if (cost < best) best = cost, best_g = g;
+  }
+  return best_g;
+}
+
+std::string span_why_not(const char* name, int64_t rows, int64_t row_stride) {
+  const int64_t bytes = rows <= 0 ? 0 : ((rows - 1) * row_stride + GFX942_HEAD_DIM) * 2;
+  if (row_stride >= 0 && bytes < (int64_t(1) << 32)) return "";
+  return std::string(name) + "_strides[1]=" + std::to_string(row_stride) + " over " + std::to_string(rows) +
+         " rows spans " + std::to_string(bytes) + " bytes; the gfx942 kernel rebases its buffer resources per "
+         "(batch, head) and accepts a non-negative row stride with a span below 4 GiB per (batch, head)";
+}
+
+std::string why_not(const void* p, const char* vendor) {
+  const AttentionFwdArgs& a = args_of(p);
+  const std::string v = vendor;
+  if (v != "hip" && v != "host")
+    return "vendor=" + rtc::quote(v) + " is not accepted by the gfx942 kernel; accepted: hip, host";
+  if (a.head_dim != GFX942_HEAD_DIM)
+    return "head_dim=" + std::to_string(a.head_dim) + " is not accepted by the gfx942 kernel; accepted: 128";
+  for (const std::string& why : {span_why_not("q", GFX942_Q_ROWS, a.q_strides[1]),
+                                 span_why_not("o", GFX942_Q_ROWS, a.o_strides[1]),
+                                 span_why_not("k", a.seq_k, a.k_strides[1]),
+                                 span_why_not("v", a.seq_k, a.v_strides[1])})
+    if (!why.empty()) return why;
+  return "";
+}
+
+Plan make_plan(const AttentionFwdArgs& a) {
+  Plan pl;
+  pl.nqb = int(ceil_div(a.seq_q, GFX942_Q_ROWS));
+  pl.nkb = int(ceil_div(a.seq_k, GFX942_KV_ROWS));
+  pl.items = int64_t(a.batch) * a.heads * pl.nqb;
+  const int cus = a.num_cus;
+  // NO_TAIL turns off a planned split; an explicit request still wins.
+  const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
+  int64_t tail = cus > 0 ? pl.items % cus : 0;
+  int g = 1;
+  if (request > 1) {  // forced: the last (possibly full) round's items, as many parts as asked
+    if (tail == 0) tail = cus > 0 && cus < pl.items ? cus : pl.items;
+    g = request < pl.nkb ? request : pl.nkb;
+  } else if (request == -1 && cus > 0) {
+    g = pick_split(tail, cus, pl.nkb);
+  }
+  if (g < 2) tail = 0, g = 1;
+  pl.tail = int(tail);
+  pl.split_g = g;
+  pl.n_prefix = int(pl.items - tail);
+  pl.n_swz = pl.n_prefix / 8 * 8;
+  pl.vt_bytes = int64_t(a.batch) * a.heads * pl.nkb * GFX942_VT_BLOCK_BYTES;
+  pl.workspace_bytes = pl.vt_bytes + int64_t(pl.tail) * pl.split_g * GFX942_PART_BYTES;
+  return pl;
+}
+
+// Workgroups of each stage, in launch order: V^T, then whole items and split parts in one grid,
+// then (when split) the merge.
+std::vector<std::pair<int, int64_t>> stages(const AttentionFwdArgs& a, const Plan& pl) {
+  std::vector<std::pair<int, int64_t>> s = {
+      {GFX942_STAGE_VT, int64_t(a.batch) * a.heads * pl.nkb},
+      {GFX942_STAGE_ATTN, pl.n_prefix + int64_t(pl.tail) * pl.split_g}};
+  if (pl.tail > 0) s.push_back({GFX942_STAGE_MERGE, int64_t(pl.tail) * (GFX942_Q_ROWS / GFX942_MERGE_ROWS)});
+  return s;
+}
+
+int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
+
+std::string plan_json(const void* p) {
+  const AttentionFwdArgs& a = args_of(p);
+  const Plan pl = make_plan(a);
+  std::vector<std::pair<std::string, int64_t>> f = {
+      {"nqb", pl.nqb}, {"nkb", pl.nkb}, {"items", pl.items}, {"n_prefix", pl.n_prefix}, {"tail", pl.tail},
+      {"split_g", pl.split_g}, {"n_swz", pl.n_swz}, {"vt_bytes", pl.vt_bytes},
+      {"workspace_bytes", pl.workspace_bytes}, {"block", GFX942_THREADS}};
+  const char* names[] = {"grid_vt", "grid_attn", "grid_merge"};
+  for (const auto& s : stages(a, pl)) f.push_back({names[s.first], s.second});
+  return json_object(f);
+}
+
+void launch_gfx942(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
+  const AttentionFwdArgs& a = args_of(p);
+  const Plan pl = make_plan(a);
+  RTC_CHECK(a.workspace && a.workspace_bytes >= pl.workspace_bytes, RTC_ERR_ARG,
+            "workspace_bytes=" + std::to_string(a.workspace_bytes) + " is too small for the gfx942 kernel; accepted: >= " +
+                std::to_string(pl.workspace_bytes) + " (rtc_op_workspace_bytes with the same args)");
+  Gfx942Params gp;
+  std::memset(&gp, 0, sizeof gp);
+  static_cast<AttnParams&>(gp) = fill_params(a);
+  gp.tail_split = pl.split_g;
+  gp.nqb = pl.nqb;
+  gp.nkb = pl.nkb;
+  gp.n_prefix = pl.n_prefix;
+  gp.tail = pl.tail;
+  gp.split_g = pl.split_g;
+  gp.n_swz = pl.n_swz;
+  gp.vt_bytes = pl.vt_bytes;
+  // Same stream, in order, so each stage sees the previous one's writes.
+  for (const auto& s : stages(a, pl)) {
+    RTC_CHECK(s.second > 0 && s.second < (int64_t(1) << 31), RTC_ERR_ARG,
+              "the gfx942 kernel needs " + std::to_string(s.second) + " workgroups for stage " +
+                  std::to_string(s.first) + "; accepted: fewer than 2^31 (reduce batch*heads*seq)");
+    gp.stage = s.first;
+    const unsigned grid[3] = {unsigned(s.second), 1, 1};
+    launch(program, t, a, grid, GFX942_THREADS, 0, &gp, sizeof gp);  // static LDS only
+  }
+}
+
+}  // namespace
+
+rtc::KernelHost gfx942_host() { return {"gfx942", why_not, workspace_bytes, plan_json, launch_gfx942}; }
+
+}  // namespace attention_fwd

@@ -1,0 +1,106 @@
+// attention_fwd's registration: its argument block, the checks every kernel relies on, its knob and kernels.
+#include "op.h"
+#include "common.h"
+#include "knobs.h"
+#include "program.h"
+#include <cmath>
+#include <cstring>
+
+namespace attention_fwd {
+namespace {
+
+using rtc::quote;
+
+void validate(const void* p) {
+  const AttentionFwdArgs* a = static_cast<const AttentionFwdArgs*>(p);
+  RTC_CHECK(a->q && a->k && a->v && a->o, RTC_ERR_ARG, "q, k, v and o pointers must all be non-null");
+  auto at_least = [](int v, const char* name, int min) {
+    RTC_CHECK(v >= min, RTC_ERR_ARG,
+              std::string(name) + "=" + std::to_string(v) + " is not accepted; accepted: >= " + std::to_string(min));
+  };
+  at_least(a->batch, "batch", 1);
+  at_least(a->heads, "heads", 1);
+  at_least(a->seq_q, "seq_q", 1);
+  at_least(a->seq_k, "seq_k", 1);
+  at_least(a->head_dim, "head_dim", 1);
+  RTC_CHECK(std::isfinite(a->softmax_scale), RTC_ERR_ARG,
+            "softmax_scale=" + std::to_string(a->softmax_scale) + " is not accepted; accepted: a finite float");
+  RTC_CHECK(a->tail_split >= -1, RTC_ERR_ARG,
+            "tail_split=" + std::to_string(a->tail_split) + " is not accepted; accepted: -1 (plan), 0 (off), >1");
+}
+
+// The elements a strided [B, S, H, D] view reaches (strides may be zero or negative).
+void add_view(std::vector<rtc_mem_range>& out, const void* base, size_t elem, int64_t b, int64_t s, int64_t h,
+              int64_t d, const int64_t (&st)[3]) {
+  if (!base) return;
+  int64_t lo = 0, hi = d - 1;
+  const int64_t ext[3][2] = {{b, st[0]}, {s, st[1]}, {h, st[2]}};
+  for (const auto& e : ext) (e[1] < 0 ? lo : hi) += (e[0] - 1) * e[1];
+  out.push_back(rtc_mem_range{static_cast<const char*>(base) + lo * int64_t(elem), uint64_t(hi - lo + 1) * elem});
+}
+
+const rtc::KnobRegistration kNoTail({"NO_TAIL", rtc::KnobType::Bool, "0", "",
+                                     "turn off the tail KV split the fast attention kernels plan (a forced split stays)"});
+
+#define ATTENTION_FWD_FIELD(name, type, kind, count) RTC_ARG_FIELD(AttentionFwdArgs, name, kind, count),
+const rtc::OpRegistration kOp({"attention_fwd", sizeof(AttentionFwdArgs), {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
+                               validate, {sm90_host(), gfx942_host(), baseline_host()}});
+
+}  // namespace
+
+AttnParams fill_params(const AttentionFwdArgs& a) {
+  AttnParams p;
+  std::memset(&p, 0, sizeof p);
+  p.q = static_cast<const rtc_bf16_t*>(a.q);
+  p.k = static_cast<const rtc_bf16_t*>(a.k);
+  p.v = static_cast<const rtc_bf16_t*>(a.v);
+  p.o = static_cast<rtc_bf16_t*>(a.o);
+  p.lse = a.lse;
+  p.workspace = a.workspace;
+  p.workspace_bytes = a.workspace_bytes;
+  p.q_sb = a.q_strides[0]; p.q_ss = a.q_strides[1]; p.q_sh = a.q_strides[2];
+  p.k_sb = a.k_strides[0]; p.k_ss = a.k_strides[1]; p.k_sh = a.k_strides[2];
+  p.v_sb = a.v_strides[0]; p.v_ss = a.v_strides[1]; p.v_sh = a.v_strides[2];
+  p.o_sb = a.o_strides[0]; p.o_ss = a.o_strides[1]; p.o_sh = a.o_strides[2];
+  p.batch = a.batch; p.heads = a.heads; p.seq_q = a.seq_q; p.seq_k = a.seq_k;
+  p.head_dim = a.head_dim;
+  p.scale = a.softmax_scale;
+  p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
+  p.tail_split = 0;  // the fast kernels' planners set it
+  return p;
+}
+
+std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
+  std::vector<rtc_mem_range> r;
+  add_view(r, a.q, 2, a.batch, a.seq_q, a.heads, a.head_dim, a.q_strides);
+  add_view(r, a.k, 2, a.batch, a.seq_k, a.heads, a.head_dim, a.k_strides);
+  add_view(r, a.v, 2, a.batch, a.seq_k, a.heads, a.head_dim, a.v_strides);
+  add_view(r, a.o, 2, a.batch, a.seq_q, a.heads, a.head_dim, a.o_strides);
+  if (a.lse) r.push_back(rtc_mem_range{a.lse, uint64_t(a.batch) * a.heads * a.seq_q * sizeof(float)});
+  if (a.workspace && a.workspace_bytes > 0) r.push_back(rtc_mem_range{a.workspace, uint64_t(a.workspace_bytes)});
+  return r;
+}
+
+void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs& a, const unsigned (&grid)[3],
+            unsigned block, unsigned shared_bytes, const void* params, size_t size) {
+  const std::vector<rtc_mem_range> ranges = tensor_ranges(a);
+  rtc_launch_config cfg{};
+  cfg.vendor = t.vendor;
+  cfg.device = t.device;
+  cfg.stream = t.stream;
+  for (int i = 0; i < 3; ++i) cfg.grid[i] = grid[i];
+  cfg.block[0] = block;
+  cfg.block[1] = cfg.block[2] = 1;
+  cfg.shared_bytes = shared_bytes;
+  cfg.ranges = ranges.data();
+  cfg.n_ranges = int(ranges.size());
+  rtc::launch_program(program, &cfg, params, size);
+}
+
+std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fields) {
+  std::string out = "{";
+  for (const auto& f : fields) out += (out.size() > 1 ? ",\"" : "\"") + f.first + "\":" + std::to_string(f.second);
+  return out + "}";
+}
+
+}  // namespace attention_fwd

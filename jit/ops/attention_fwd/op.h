@@ -1,0 +1,28 @@
+// Host pieces the attention_fwd kernels share: the parameter block from the arguments, launch ranges, one launch.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "args.h"
+#include "attn_params.h"
+#include "op_registry.h"
+#include "rtc_abi.h"
+
+namespace attention_fwd {
+
+// The kernels' common parameter block, filled from checked arguments.
+AttnParams fill_params(const AttentionFwdArgs& a);
+// The global memory a launch of these arguments may touch: q, k, v, o views, lse, workspace.
+std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a);
+// Launches program once with the by-value parameter block (params, size).
+void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs& a, const unsigned (&grid)[3],
+            unsigned block, unsigned shared_bytes, const void* params, size_t size);
+// {"key": value, ...} from (key, integer) pairs.
+std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fields);
+
+// The kernels' host descriptors (baseline.cpp, gfx942.cpp, sm90.cpp), registered by op.cpp.
+rtc::KernelHost baseline_host();
+rtc::KernelHost gfx942_host();
+rtc::KernelHost sm90_host();
+
+}  // namespace attention_fwd

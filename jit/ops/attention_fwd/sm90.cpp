@@ -1,0 +1,122 @@
+// Host side of the sm_90a attention kernel: TMA tensor maps through the dlopened driver, persistent grid, launch.
+#include "op.h"
+#include "common.h"
+#include "cuda_driver.h"
+#include "sm90/params.h"
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+namespace attention_fwd {
+namespace {
+
+using rtc::cuda_check;
+using rtc::cuda_driver;
+using rtc::CudaDriver;
+
+const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
+
+static_assert(sizeof(Sm90TensorMap) == 128 && alignof(Sm90TensorMap) == 64,
+              "Sm90TensorMap must match CUtensorMap (128 bytes, 64-byte aligned)");
+static_assert(offsetof(Sm90AttnParams, a) == 384, "Sm90AttnParams: the three maps come first");
+static_assert(sizeof(Sm90AttnParams) == 640, "Sm90AttnParams size changed: update the kernel's users");
+
+// What TMA and the kernel's 4-byte output stores need of one tensor: "" or why not.
+std::string tensor_why_not(const char* name, const void* ptr, const int64_t (&st)[3], int64_t align_elems) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
+  if (addr % 16 != 0)
+    return std::string(name) + " pointer is not 16-byte aligned (address % 16 = " + std::to_string(addr % 16) +
+           "); the sm90 kernel accepts 16-byte aligned tensors";
+  for (int i = 0; i < 3; ++i)
+    if (st[i] < 0 || st[i] % align_elems != 0 || st[i] >= (int64_t(1) << 38))
+      return std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) +
+             " is not accepted by the sm90 kernel; accepted: a multiple of " + std::to_string(align_elems) +
+             " elements in [0, 2^38)";
+  return "";
+}
+
+// 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order).
+Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], int seq, int heads,
+                     int batch, unsigned box_rows) {
+  const int kBf16 = 9, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote256 = 3, kOobZero = 0;
+  uint64_t dims[4] = {SM90_HEAD_DIM, uint64_t(seq), uint64_t(heads), uint64_t(batch)};
+  uint64_t strides[3] = {uint64_t(st[1]) * 2, uint64_t(st[2]) * 2, uint64_t(st[0]) * 2};
+  unsigned box[4] = {SM90_BOX_D, box_rows, 1, 1};
+  unsigned elem[4] = {1, 1, 1, 1};
+  Sm90TensorMap m;
+  std::memset(&m, 0, sizeof m);
+  cuda_check(cuda_driver().encode_tiled(&m, kBf16, 4, const_cast<void*>(ptr), dims, strides, box, elem,
+                                        kInterleaveNone, kSwizzle128, kL2Promote256, kOobZero),
+             RTC_ERR_LAUNCH, std::string("cuTensorMapEncodeTiled(") + name + ")");
+  return m;
+}
+
+int sm_count(const AttentionFwdArgs& a, int device) {
+  if (a.num_cus > 0) return a.num_cus;
+  int dev = 0, n = 0;
+  cuda_check(cuda_driver().device_get(&dev, device), RTC_ERR_LAUNCH, "cuDeviceGet");
+  const int kMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  cuda_check(cuda_driver().device_attribute(&n, kMultiprocessorCount, dev), RTC_ERR_LAUNCH,
+             "cuDeviceGetAttribute(SM count)");
+  return n;
+}
+
+int64_t tile_count(const AttentionFwdArgs& a) {
+  return int64_t((a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M) * a.heads * a.batch;
+}
+
+std::string why_not(const void* p, const char* vendor) {
+  const AttentionFwdArgs* a = &args_of(p);
+  if (!vendor || std::string(vendor) != "cuda")
+    return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") + " is not accepted by the sm90 kernel; accepted: cuda";
+  if (a->head_dim != SM90_HEAD_DIM)
+    return "head_dim=" + std::to_string(a->head_dim) + " is not accepted by the sm90 kernel; accepted: 128";
+  const struct { const char* name; const void* ptr; const int64_t (&st)[3]; int64_t align; } tensors[] = {
+      {"q", a->q, a->q_strides, 8}, {"k", a->k, a->k_strides, 8}, {"v", a->v, a->v_strides, 8},
+      {"o", a->o, a->o_strides, 2}};
+  for (const auto& t : tensors) {
+    std::string why = tensor_why_not(t.name, t.ptr, t.st, t.align);
+    if (!why.empty()) return why;
+  }
+  const int64_t tiles = tile_count(*a);
+  if (tiles >= (int64_t(1) << 31))
+    return "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) + " is too large for the sm90 kernel; accepted: < 2^31";
+  return "";
+}
+
+int64_t workspace_bytes(const void*) { return 0; }
+
+std::string plan_json(const void* p) {
+  const AttentionFwdArgs& a = args_of(p);
+  const int64_t tiles = tile_count(a);
+  // The grid is min(tiles, SMs); with num_cus unknown here, the plan shows the tile count.
+  const int64_t grid = a.num_cus > 0 && a.num_cus < tiles ? a.num_cus : tiles;
+  return json_object({{"num_tiles", tiles}, {"grid_x", grid}, {"block", SM90_THREADS},
+                      {"shared_bytes", SM90_SMEM_BYTES}, {"workspace_bytes", 0}});
+}
+
+void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
+  const AttentionFwdArgs& a = args_of(p);
+  const CudaDriver& cu = cuda_driver();
+  RTC_CHECK(cu.why.empty(), RTC_ERR_UNAVAILABLE, cu.why);
+  RTC_CHECK(cu.encode_tiled, RTC_ERR_UNAVAILABLE,
+            "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA >= 12), which the sm90 kernel needs");
+  alignas(64) Sm90AttnParams sp;
+  std::memset(&sp, 0, sizeof sp);
+  sp.tmap_q = encode("q", a.q, a.q_strides, a.seq_q, a.heads, a.batch, SM90_BLOCK_M);
+  sp.tmap_k = encode("k", a.k, a.k_strides, a.seq_k, a.heads, a.batch, SM90_BLOCK_N);
+  sp.tmap_v = encode("v", a.v, a.v_strides, a.seq_k, a.heads, a.batch, SM90_BLOCK_N);
+  sp.a = fill_params(a);
+  sp.num_m_blocks = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
+  const int64_t tiles = tile_count(a);
+  sp.num_tiles = int(tiles);
+  const int sms = sm_count(a, t.device);
+  const unsigned grid[3] = {unsigned(tiles < sms ? tiles : sms), 1, 1};
+  launch(program, t, a, grid, SM90_THREADS, SM90_SMEM_BYTES, &sp, sizeof sp);
+}
+
+}  // namespace
+
+rtc::KernelHost sm90_host() { return {"sm90", why_not, workspace_bytes, plan_json, launch_sm90}; }
+
+}  // namespace attention_fwd

@@ -1,0 +1,93 @@
+// Library loading with a readable failure: every candidate path and its dlerror.
+#include "dynlib.h"
+#include "common.h"
+#include "knobs.h"
+#include <dirent.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+
+namespace rtc {
+
+bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs,
+                  std::string* tried, bool global) {
+  std::vector<std::string> paths = names;
+  for (const std::string& d : dirs)
+    for (const std::string& n : names) paths.push_back(d + "/" + n);
+  for (const std::string& p : paths) {
+    void* h = dlopen(p.c_str(), RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
+    if (h) {
+      handle_ = h;
+      path_ = p;
+      return true;
+    }
+    const char* err = dlerror();
+    if (tried) *tried += "  " + p + ": " + (err ? err : "not found") + "\n";
+  }
+  return false;
+}
+
+std::string DynLib::real_path() const {
+  char buf[4096];
+  link_map* map = nullptr;
+  if (!handle_ || dlinfo(handle_, RTLD_DI_LINKMAP, &map) != 0 || !map || !map->l_name) return path_;
+  return realpath(map->l_name, buf) ? std::string(buf) : std::string(map->l_name);
+}
+
+void* DynLib::symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
+
+void* DynLib::require(const char* name) const {
+  void* s = symbol(name);
+  RTC_CHECK(s, RTC_ERR_UNAVAILABLE, "symbol " + quote(name) + " not found in " + path_);
+  return s;
+}
+
+static std::mutex g_dirs_mu;
+static std::vector<std::string> g_added_dirs;
+
+void add_library_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(g_dirs_mu);
+  for (const std::string& d : g_added_dirs)
+    if (d == dir) return;
+  g_added_dirs.push_back(dir);
+}
+
+std::string own_library_dir() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&own_library_dir), &info) || !info.dli_fname) return "";
+  std::string p = info.dli_fname;
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+// pip's CUDA wheels put their libraries in site-packages/nvidia/<component>/lib.
+static void add_nvidia_wheel_dirs(const std::string& site, std::vector<std::string>* out) {
+  std::string root = site + "/nvidia";
+  DIR* d = opendir(root.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    out->push_back(root + "/" + name + "/lib");
+  }
+  closedir(d);
+}
+
+std::vector<std::string> library_search_dirs() {
+  std::vector<std::string> dirs = knob_paths("LIBRARY_PATH");
+  {
+    std::lock_guard<std::mutex> lock(g_dirs_mu);
+    for (const std::string& d : g_added_dirs) {
+      dirs.push_back(d);
+      add_nvidia_wheel_dirs(d, &dirs);  // an added site-packages dir brings its wheel dirs
+    }
+  }
+  std::string own = own_library_dir();  // .../site-packages/<product> when installed
+  size_t slash = own.rfind('/');
+  if (slash != std::string::npos) add_nvidia_wheel_dirs(own.substr(0, slash), &dirs);
+  return dirs;
+}
+
+}  // namespace rtc

@@ -1,0 +1,29 @@
+// The gfx942 fast kernel's parameter block: AttnParams plus the launch plan (stage, split), shared by host and kernel.
+#pragma once
+#include "attn_params.h"
+
+#define GFX942_THREADS 512
+#define GFX942_HEAD_DIM 128
+#define GFX942_Q_ROWS 384      // q rows per workgroup: 8 waves x 3 tiles x 16
+#define GFX942_KV_ROWS 64      // kv rows per block: 4 sub-tiles of 16
+#define GFX942_VT_BLOCK_BYTES (GFX942_KV_ROWS * GFX942_HEAD_DIM * 2)
+#define GFX942_MERGE_ROWS 16   // q rows per merge workgroup
+// One tail-split part's partial result: unnormalised fp32 O [384][128], then m [384], l [384].
+#define GFX942_PART_BYTES ((long long)GFX942_Q_ROWS * (GFX942_HEAD_DIM + 2) * 4)
+
+enum Gfx942Stage { GFX942_STAGE_VT = 0, GFX942_STAGE_ATTN = 1, GFX942_STAGE_MERGE = 2 };
+
+// Work item = one 384-row q block of one (batch, head), numbered head-first: item = bh*nqb + qb.
+// Workgroups [0, n_prefix) run whole items (ids XCD-swizzled below n_swz); the last `tail`
+// items run as split_g KV parts each, workgroups n_prefix + j*split_g + part.
+// Everything a launch needs is here: no device-side table, so two streams can run at once.
+struct Gfx942Params : AttnParams {
+  int stage;         // Gfx942Stage
+  int nqb, nkb;      // q blocks per (b, h), kv blocks per (b, h)
+  int n_prefix;      // items run whole
+  int tail;          // items run split (0 = no split)
+  int split_g;       // parts per split item (1 when tail == 0)
+  int n_swz;         // prefix workgroups remapped so each XCD gets consecutive items (multiple of 8)
+  int reserved2;
+  rtc_i64 vt_bytes;  // V^T occupies workspace [0, vt_bytes); the partials follow
+};

@@ -1,0 +1,322 @@
+// Fast bf16 attention forward for sm_90a (H100/H200): a TMA producer warpgroup feeds a K/V ring in
+// shared memory; two consumer warpgroups run wgmma in ping-pong, P stays in registers; persistent.
+// The alternatives measured for this kernel, and why they lost, are described in docs/NOTES.md.
+#include "platform.h"
+#include "attn_params.h"
+#include "sm90/params.h"
+#include "ptx_sm90.h"
+#include "wgmma_sm90.h"
+#include "sm90/softmax.h"
+
+// Two P buffers in RTNA: P_n is packed while P_{n-1} V_{n-1} still reads the other one, and the
+// pack leaves the path from that GEMM's end to the next issue (the loop is unrolled by 2). It pays
+// where the pack is long: RTNA's three integer ops per pair (NOTES step 10).
+#define SM90_P_DOUBLE (RTC_ROUND == 1)
+
+namespace {
+using namespace sm90;
+
+constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
+constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
+constexpr rtc_u32 kHalfKV = kN * 128;
+constexpr int kConsumerWarps = 8;
+constexpr int kPingPongThreads = 256;
+constexpr int kAccS = kN / 2;         // score accumulators per thread
+static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
+static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
+static_assert(16 + 32 * kStages <= SM90_BAR_BYTES, "the ring's barriers must fit their slot area");
+
+// Barrier slots (8 bytes each) after the tiles.
+struct Bars {
+  rtc_u32 base;
+  RTC_DEVICE rtc_u32 q_full() const { return base; }
+  RTC_DEVICE rtc_u32 q_empty() const { return base + 8; }
+  RTC_DEVICE rtc_u32 k_full(int s) const { return base + 16 + 8 * s; }
+  RTC_DEVICE rtc_u32 k_empty(int s) const { return base + 16 + 8 * (kStages + s); }
+  RTC_DEVICE rtc_u32 v_full(int s) const { return base + 16 + 8 * (2 * kStages + s); }
+  RTC_DEVICE rtc_u32 v_empty(int s) const { return base + 16 + 8 * (3 * kStages + s); }
+};
+
+struct SmemTiles {
+  rtc_u32 q, k, v;
+  Bars bars;
+  RTC_DEVICE rtc_u32 k_stage(int s) const { return k + s * SM90_KV_BYTES; }
+  RTC_DEVICE rtc_u32 v_stage(int s) const { return v + s * SM90_KV_BYTES; }
+};
+
+struct Tile {
+  int m_block, head, batch;
+};
+// m-block fastest, then head, then batch: CTAs running together share one head's K/V in L2.
+RTC_DEVICE Tile decode_tile(int t, int num_m_blocks, int heads) {
+  Tile r;
+  r.m_block = t % num_m_blocks;
+  const int bh = t / num_m_blocks;
+  r.head = bh % heads;
+  r.batch = bh / heads;
+  return r;
+}
+
+// Position in the K/V ring; the parity flips each time the ring wraps.
+struct PipeState {
+  int stage = 0;
+  rtc_u32 phase = 0;
+  RTC_DEVICE void advance() {
+    if (++stage == kStages) { stage = 0; phase ^= 1; }
+  }
+};
+
+// ---------------------------------------------------------------- producer (one thread)
+RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 bytes,
+                          int row, const Tile& t, rtc_u32 half_bytes) {
+  mbar_expect_tx(bar, bytes);
+  tma_load_4d(dst, &map, bar, 0, row, t.head, t.batch);
+  tma_load_4d(dst + half_bytes, &map, bar, SM90_BOX_D, row, t.head, t.batch);
+}
+
+RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
+  const int n_blocks = (p.a.seq_k + kN - 1) / kN;
+  PipeState ps;
+  rtc_u32 q_phase = 0;
+  for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x) {
+    const Tile t = decode_tile(ti, p.num_m_blocks, p.a.heads);
+    mbar_wait(sm.bars.q_empty(), q_phase ^ 1);
+    load_tile(p.tmap_q, sm.q, sm.bars.q_full(), SM90_Q_BYTES, t.m_block * kM, t, kHalfQ);
+    q_phase ^= 1;
+    for (int n = 0; n < n_blocks; ++n) {
+      mbar_wait(sm.bars.k_empty(ps.stage), ps.phase ^ 1);
+      load_tile(p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), SM90_KV_BYTES, n * kN,
+                t, kHalfKV);
+      mbar_wait(sm.bars.v_empty(ps.stage), ps.phase ^ 1);
+      load_tile(p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), SM90_KV_BYTES, n * kN,
+                t, kHalfKV);
+      ps.advance();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- consumer GEMMs
+// S = Q K^T over d = 128: 8 k-steps of 16; each step moves 32 bytes inside the 128-byte rows
+// and jumps to the second column half after 4 steps.
+RTC_DEVICE void issue_qk(float (&s)[kAccS], rtc_u32 q_rows, rtc_u32 k_tile) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const rtc_u32 off = (kk & 3) * 32;
+    const rtc_u64 da = smem_desc(q_rows + (kk >> 2) * kHalfQ + off, 16, 1024);
+    const rtc_u64 db = smem_desc(k_tile + (kk >> 2) * kHalfKV + off, 16, 1024);
+    WgmmaSS<kN>::k16(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+}
+
+// O += P V: k-steps of 16 kv rows (2048 bytes of the V tile each), P from registers. V is read
+// "MN-major" (head dim contiguous): LBO steps between the two 64-column halves, SBO between groups
+// of 8 kv rows (CUTLASS's canonical SW128 MN-major layout).
+RTC_DEVICE void issue_pv(float (&o)[64], const rtc_u32 (&pk)[kN / 4], rtc_u32 v_tile) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) {
+    const rtc_u64 db = smem_desc(v_tile + kk * 2048, kHalfKV, 1024);
+    wgmma_rs_k16_tb(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], db, 1);
+  }
+  wgmma_commit();
+}
+
+// One arrival per consumer warp frees a ring slot (barrier counts are kConsumerWarps).
+RTC_DEVICE void release(rtc_u32 bar) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+}
+
+// ---------------------------------------------------------------- consumer epilogue
+RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float (&o)[64],
+                           RowState& st) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const AttnParams& a = p.a;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = st.l[i];
+    l += shfl_xor(l, 1);
+    l += shfl_xor(l, 2);
+    l = final_row_sum(l, st.m[i], a.scale_log2);
+    // l == 0: every score was -inf, the row is 0 and its LSE -inf. A NaN l keeps the row NaN.
+    const float inv = (l == 0.f) ? 0.f : 1.f / l;
+    const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
+    if (row >= a.seq_q) continue;
+    rtc_bf16_t* dst = a.o + (rtc_i64)t.batch * a.o_sb + (rtc_i64)row * a.o_ss +
+                      (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
+          pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+    if (a.lse != nullptr && lane % 4 == 0)
+      a.lse[((rtc_i64)t.batch * a.heads + t.head) * a.seq_q + row] =
+          (l == 0.f) ? neg_inf() : st.m[i] * a.scale + logf(l);
+  }
+}
+
+// ---------------------------------------------------------------- consumer main loop
+// Registers of one consumer warpgroup for one tile: scores, output, packed P (two buffers with
+// SM90_P_DOUBLE), row state.
+struct ConsumerRegs {
+  float s[kAccS];
+  float o[64];
+  rtc_u32 pk[kN / 4];
+#if SM90_P_DOUBLE
+  rtc_u32 pk2[kN / 4];
+#endif
+  RowState st;
+};
+
+// S_n = Q K^T finished: free K_n (and Q after the last block), then softmax in place.
+RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, bool last,
+                            int last_valid, float c) {
+  fence_regs(r.s);
+  release(sm.bars.k_empty(ps.stage));
+  if (last) {
+    release(sm.bars.q_empty());
+    if (last_valid < kN) mask_cols(r.s, last_valid);
+  }
+  online_softmax(r.s, r.st, c);
+}
+
+// What one consumer warpgroup carries from block to block of a tile.
+struct TileLoop {
+  const SmemTiles& sm;
+  rtc_u32 q_rows;    // this warpgroup's 64 rows of the Q tile
+  PipeState& ps;     // the K/V ring slot of the next block
+  PipeState pv;      // the slot of the block whose P V is next
+  int own_bar, other_bar, n_blocks, last_valid;
+  float c;
+  int never[2];      // 0 at run time, from two fields ptxas cannot relate: pins (wgmma_wait_pinned)
+};
+
+// Steady-state block n: [sync own] issue S_n = Q K_n^T and O += P_{n-1} V_{n-1} [arrive other];
+// wait S_n -> softmax(S_n) runs under PV_{n-1} and the other warpgroup's GEMMs; wait PV -> rescale
+// O. P_n is packed into p_out: before the PV wait when it is another buffer than p_in (kEarlyPack,
+// SM90_P_DOUBLE), after it otherwise. Straight-line code (no role flags around the waits) so ptxas
+// can prove no accumulator is read while its wgmma is in flight. kPin picks which never-flag pins
+// the PV wait: two pins in one loop body need flags ptxas cannot relate.
+template <int kPin, bool kEarlyPack>
+RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, bool last, rtc_u32 (&p_in)[kN / 4],
+                             rtc_u32 (&p_out)[kN / 4]) {
+  const SmemTiles& sm = L.sm;
+  mbar_wait(sm.bars.k_full(L.ps.stage), L.ps.phase);
+  named_sync(L.own_bar, kPingPongThreads);
+  issue_qk(r.s, L.q_rows, sm.k_stage(L.ps.stage));
+  mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
+  issue_pv(r.o, p_in, sm.v_stage(L.pv.stage));
+  named_arrive(L.other_bar, kPingPongThreads);
+  wgmma_wait<1>();
+  scores_done(sm, r, L.ps, last, L.last_valid, L.c);
+  if (kEarlyPack) pack_p(r.s, p_out);
+  wgmma_wait_pinned<0>(L.never[kPin]);
+  fence_regs(r.o);
+  fence_regs(p_in);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
+  release(sm.bars.v_empty(L.pv.stage));
+  rescale_rows(r.o, r.st);
+  if (!kEarlyPack) pack_p(r.s, p_out);
+  L.pv = L.ps;
+  L.ps.advance();
+}
+
+RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t,
+                             int wg, PipeState& ps, rtc_u32& q_phase) {
+  const int n_blocks = (p.a.seq_k + kN - 1) / kN;
+  const int last_valid = p.a.seq_k - (n_blocks - 1) * kN;
+  TileLoop L{sm, sm.q + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
+             p.a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}};
+  ConsumerRegs r;
+  r.st.init();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
+
+  mbar_wait(sm.bars.q_full(), q_phase);
+  q_phase ^= 1;
+  // 1. first block: scores only.
+  mbar_wait(sm.bars.k_full(ps.stage), ps.phase);
+  named_sync(L.own_bar, kPingPongThreads);
+  issue_qk(r.s, L.q_rows, sm.k_stage(ps.stage));
+  named_arrive(L.other_bar, kPingPongThreads);
+  wgmma_wait<0>();
+  scores_done(sm, r, ps, n_blocks == 1, L.last_valid, L.c);
+  pack_p(r.s, r.pk);
+  L.pv = ps;
+  ps.advance();
+  // 2. steady state.
+#if SM90_P_DOUBLE
+  int n = 1;
+  for (; n + 1 < n_blocks; n += 2) {
+    steady_block<0, true>(L, r, n == n_blocks - 1, r.pk, r.pk2);
+    steady_block<1, true>(L, r, n + 1 == n_blocks - 1, r.pk2, r.pk);
+  }
+  if (n < n_blocks) {
+    steady_block<0, true>(L, r, true, r.pk, r.pk2);
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) r.pk[i] = r.pk2[i];
+  }
+#else
+  for (int n = 1; n < n_blocks; ++n)
+    steady_block<0, false>(L, r, n == n_blocks - 1, r.pk, r.pk);
+#endif
+  // 3. last block: P V only.
+  mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
+  named_sync(L.own_bar, kPingPongThreads);
+  issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
+  named_arrive(L.other_bar, kPingPongThreads);
+  wgmma_wait<0>();
+  fence_regs(r.o);
+  release(sm.bars.v_empty(L.pv.stage));
+  store_tile(p, t, wg, r.o, r.st);
+}
+
+RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
+  PipeState ps;
+  rtc_u32 q_phase = 0;
+  // Warpgroup 0 issues first: warpgroup 1 pre-arrives on its barrier.
+  if (wg == 1) named_arrive(1, kPingPongThreads);
+  for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x)
+    consume_tile(p, sm, decode_tile(ti, p.num_m_blocks, p.a.heads), wg, ps, q_phase);
+  // Balance the pre-arrival so the barrier is idle when the block exits.
+  if (wg == 0) named_sync(1, kPingPongThreads);
+}
+
+RTC_DEVICE void init_barriers(const Sm90AttnParams& p, const Bars& b) {
+  mbar_init(b.q_full(), 1);
+  mbar_init(b.q_empty(), kConsumerWarps);
+  for (int s = 0; s < kStages; ++s) {
+    mbar_init(b.k_full(s), 1);
+    mbar_init(b.k_empty(s), kConsumerWarps);
+    mbar_init(b.v_full(s), 1);
+    mbar_init(b.v_empty(s), kConsumerWarps);
+  }
+  mbar_init_fence();
+  tma_prefetch_desc(&p.tmap_q);
+  tma_prefetch_desc(&p.tmap_k);
+  tma_prefetch_desc(&p.tmap_v);
+}
+
+}  // namespace
+
+// The (threads, 1) bound gives the register cap at entry that setmaxnreg needs.
+extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
+    attention_fwd_sm90(const __grid_constant__ Sm90AttnParams p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const rtc_u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  SmemTiles sm;
+  sm.q = base;
+  sm.k = sm.q + SM90_Q_BYTES;
+  sm.v = sm.k + kStages * SM90_KV_BYTES;
+  sm.bars.base = sm.v + kStages * SM90_KV_BYTES;
+  if (threadIdx.x == 0) init_barriers(p, sm.bars);
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    regs_shrink<24>();
+    if (threadIdx.x == 0) produce(p, sm);
+  } else {
+    regs_grow<240>();
+    consume(p, sm, wg - 1);
+  }
+}

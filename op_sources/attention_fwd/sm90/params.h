@@ -1,0 +1,36 @@
+// Parameter block and tile constants of the sm_90a attention kernel, shared by host and kernel.
+#pragma once
+#include "attn_params.h"
+
+// Tile shape and pipeline depth. The host sizes shared memory and the tensor-map boxes from these.
+#define SM90_BLOCK_M 128        // q rows per tile: 2 consumer warpgroups x 64 rows
+#define SM90_BLOCK_N 128        // kv rows per pipeline stage
+#define SM90_HEAD_DIM 128
+#define SM90_STAGES 2
+#define SM90_THREADS 384        // producer warpgroup + 2 consumer warpgroups
+// A TMA box is at most 128 bytes wide under the 128-byte swizzle: each tile is loaded as two
+// column halves of 64 bf16, stored one after the other ([half][rows][64]).
+#define SM90_BOX_D 64
+#define SM90_Q_BYTES (SM90_BLOCK_M * SM90_HEAD_DIM * 2)
+#define SM90_KV_BYTES (SM90_BLOCK_N * SM90_HEAD_DIM * 2)
+#define SM90_BAR_BYTES 256
+// +1024: the kernel rounds the dynamic shared-memory base up to the 1024-byte swizzle period.
+#define SM90_SMEM_BYTES \
+  (SM90_Q_BYTES + 2 * SM90_STAGES * SM90_KV_BYTES + SM90_BAR_BYTES + 1024)
+
+// A CUtensorMap: 128 opaque bytes, 64-byte aligned (cuTensorMapEncodeTiled fills it).
+struct alignas(64) Sm90TensorMap {
+  rtc_u64 opaque[16];
+};
+
+// Tensor maps are 4-D over (d, s, h, b), element bf16, strides in bytes from AttnParams,
+// box (SM90_BOX_D, SM90_BLOCK_M or SM90_BLOCK_N, 1, 1), 128-byte swizzle, zero fill out of bounds.
+// The same map serves bshd and bhsd: the layout lives in the strides.
+struct alignas(64) Sm90AttnParams {
+  Sm90TensorMap tmap_q;
+  Sm90TensorMap tmap_k;
+  Sm90TensorMap tmap_v;
+  AttnParams a;
+  int num_m_blocks;   // ceil(seq_q / SM90_BLOCK_M)
+  int num_tiles;      // num_m_blocks * heads * batch; the grid is min(num_tiles, SMs)
+};

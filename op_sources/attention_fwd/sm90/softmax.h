@@ -1,0 +1,144 @@
+// Online softmax and bf16 packing on wgmma accumulator fragments (sm_90a attention consumers).
+#pragma once
+#include "platform.h"
+#include "ptx_sm90.h"
+
+#ifndef RTC_ROUND
+#define RTC_ROUND 0   // 0 rtne, 1 rtna, 2 rtz (numerics.md)
+#endif
+
+namespace sm90 {
+
+RTC_DEVICE float neg_inf() { return __int_as_float(0xff800000); }
+
+// Two fp32 -> packed bf16x2 (lo in bits 0..15) in the selected mode. cvt has .rn and .rz forms;
+// round-to-nearest-away has none, so it is the integer bias trick.
+RTC_DEVICE rtc_u32 pack_bf16(float lo, float hi) {
+#if RTC_ROUND == 0
+  rtc_u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#elif RTC_ROUND == 2
+  rtc_u32 r;
+  asm("cvt.rz.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return __byte_perm(__float_as_uint(lo) + 0x8000u, __float_as_uint(hi) + 0x8000u, 0x7632);
+#endif
+}
+
+// Output packing: every NaN becomes the canonical 0x7FFF (the bias trick could carry a NaN
+// payload into the sign bit, and cvt's NaN pattern is not part of our contract).
+RTC_DEVICE rtc_u32 pack_out(float lo, float hi) {
+  rtc_u32 r = pack_bf16(lo, hi);
+  if (lo != lo) r = (r & 0xFFFF0000u) | 0x7FFFu;
+  if (hi != hi) r = (r & 0x0000FFFFu) | 0x7FFF0000u;
+  return r;
+}
+
+// Row state of the two rows a thread owns in a 64-row fragment: raw-score max m, partial sum l
+// of unrounded p over this thread's columns (reduced across the quad only at the end).
+struct RowState {
+  float m[2];
+  float l[2];
+  float rescale[2];
+  RTC_DEVICE void init() {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) { m[i] = neg_inf(); l[i] = 0.f; rescale[i] = 0.f; }
+  }
+};
+
+// Columns >= valid of this block get -inf; the row-max guard below keeps -inf - -inf away.
+template <int N>
+RTC_DEVICE void mask_cols(float (&s)[N], int valid) {
+  const int c0 = 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (8 * j + c0 + (k & 1) >= valid) s[4 * j + k] = neg_inf();
+}
+
+// The row max m is scaled rounding DOWN (ms = m*c rounded toward -inf), so the single FFMA
+// s*c - ms is exact-or-above zero for the max element: p = 2^x with x >= 0 is >= 1 and every mode
+// (RTZ included) turns it into exactly 1.0 in bf16. With ms rounded to nearest, the residual
+// could be negative and RTZ truncated p = 1 - eps to 0.996 (the GPU test at Sq=4096, Sk=1).
+RTC_DEVICE float scale_max(float m, float c) { return __fmul_rd(m, c); }
+RTC_DEVICE float scaled_diff(float s, float c, float ms) { return fmaf(s, c, -ms); }
+
+// Max of row i's scores in this thread's columns and m_old: four independent chains and a pairwise
+// combine. The row max sits on the softmax's critical path; one chain of N/2 dependent FMNMX was its
+// longest part (NOTES step 10). fmaxf skips NaN in any order, so the result is the set maximum.
+template <int N>
+RTC_DEVICE float row_max(const float (&s)[N], int i, float m_old) {
+  float part[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) part[k] = fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]);
+#pragma unroll
+  for (int j = 4; j < N / 4; ++j)
+    part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+  return fmaxf(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])), m_old);
+}
+
+// s (scores of one block) -> p = 2^(s*c - m*c) in place; updates m, l and the rescale factor
+// of the previous O. A row max of -inf (all scores -inf so far) is treated as 0 so exp2 sees
+// -inf, never -inf - -inf; NaN scores are skipped by fmaxf and propagate through p and l.
+// Both rows' maxima (and their quad shuffles) come first, so their latencies overlap.
+template <int N>
+RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c) {
+  float mx[2], ms[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = row_max(s, i, st.m[i]);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = fmaxf(mx[i], shfl_xor(mx[i], 1));
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = fmaxf(mx[i], shfl_xor(mx[i], 2));
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    ms[i] = (mx[i] == neg_inf()) ? 0.f : scale_max(mx[i], c);
+    // Same rounding as ms: an unchanged max gives exactly 2^0 = 1.
+    st.rescale[i] = ex2(scale_max(st.m[i], c) - ms[i]);
+    st.m[i] = mx[i];
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float p = ex2(scaled_diff(s[4 * j + 2 * i + k], c, ms[i]));
+        s[4 * j + 2 * i + k] = p;
+        sum += p;
+      }
+    st.l[i] = st.l[i] * st.rescale[i] + sum;
+  }
+}
+
+// Final row sum of a row with (quad-reduced) sum l and raw max m. Every p of the row carries the
+// common factor 2^r, r = m*c - ms >= 0 (ms rounded down): dividing by the max element's own p takes
+// it out, so a row whose only weight is its max gets l = 1 exactly and O = V exactly in RTZ too.
+RTC_DEVICE float final_row_sum(float l, float m, float c) {
+  if (m == neg_inf()) return l;
+  return __fdiv_rn(l, ex2(fmaf(m, c, -scale_max(m, c))));
+}
+
+// O *= its row's rescale factor, always: skipping it when no row max moved was ~3% slower (the
+// warp vote sits on the critical path; the FMULs are hidden anyway; NOTES step 5).
+template <int N>
+RTC_DEVICE void rescale_rows(float (&o)[N], const RowState& st) {
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[4 * j + k] *= st.rescale[k >> 1];
+}
+
+// Accumulator layout of p (pairs of adjacent columns) is already the register A-fragment
+// layout of the next wgmma: packing pairs in order is the whole conversion.
+template <int N>
+RTC_DEVICE void pack_p(const float (&s)[N], rtc_u32 (&p)[N / 2]) {
+#pragma unroll
+  for (int q = 0; q < N / 2; ++q) p[q] = pack_bf16(s[2 * q], s[2 * q + 1]);
+}
+
+}  // namespace sm90

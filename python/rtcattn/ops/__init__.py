@@ -1,0 +1,2 @@
+"""The op stubs: one module per op of configs/ops.json, each a torch custom op with a fake implementation."""
+from . import attention_fwd  # noqa: F401  (registers torch.ops.rtcattn.fwd / fwd_out)
