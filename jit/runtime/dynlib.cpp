@@ -7,15 +7,23 @@
 #include <link.h>
 #include <climits>
 #include <cstdlib>
+#include <algorithm>
 #include <mutex>
 
 namespace rtc {
 
 bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs,
                   std::string* tried, bool global) {
-  std::vector<std::string> paths = names;
-  for (const std::string& d : dirs)
+  // The LIBRARY_PATH knob's dirs come first, so a user (or a test's stand-in library) overrides what
+  // the system's loader path would find; then the loader's own search; then the other dirs.
+  std::vector<std::string> paths;
+  const std::vector<std::string> preferred = knob_paths("LIBRARY_PATH");
+  for (const std::string& d : preferred)
     for (const std::string& n : names) paths.push_back(d + "/" + n);
+  paths.insert(paths.end(), names.begin(), names.end());
+  for (const std::string& d : dirs)
+    for (const std::string& n : names)
+      if (std::find(paths.begin(), paths.end(), d + "/" + n) == paths.end()) paths.push_back(d + "/" + n);
   for (const std::string& p : paths) {
     void* h = dlopen(p.c_str(), RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
     if (h) {
