@@ -50,7 +50,7 @@ const HiprtcApi& api() {
     std::string tried;
     if (!a.lib.open({"libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5", "libamdhip64.so.5",
                      "libamdhip64.so"},
-                    library_search_dirs(), &tried)) {
+                    library_search_dirs(), &tried, false, "hiprtcCreateProgram")) {
       a.why = "no hipRTC library; tried:\n" + tried;
       return;
     }

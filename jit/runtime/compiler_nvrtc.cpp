@@ -42,7 +42,8 @@ const NvrtcApi& api() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::string tried;
-    if (!a.lib.open({"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}, library_search_dirs(), &tried)) {
+    if (!a.lib.open({"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}, library_search_dirs(), &tried, false,
+                    "nvrtcCreateProgram")) {
       a.why = "no NVRTC library; tried:\n" + tried;
       return;
     }

@@ -13,7 +13,7 @@
 namespace rtc {
 
 bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs,
-                  std::string* tried, bool global) {
+                  std::string* tried, bool global, const char* needs) {
   // The LIBRARY_PATH knob's dirs come first, so a user (or a test's stand-in library) overrides what
   // the system's loader path would find; then the loader's own search; then the other dirs.
   std::vector<std::string> paths;
@@ -26,6 +26,11 @@ bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::
       if (std::find(paths.begin(), paths.end(), d + "/" + n) == paths.end()) paths.push_back(d + "/" + n);
   for (const std::string& p : paths) {
     void* h = dlopen(p.c_str(), RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
+    if (h && needs && !dlsym(h, needs)) {
+      if (tried) *tried += "  " + p + ": loads but has no " + needs + "\n";
+      dlclose(h);
+      continue;
+    }
     if (h) {
       handle_ = h;
       path_ = p;

@@ -13,7 +13,7 @@ const CudaDriver& cuda_driver() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::string tried;
-    if (!a.lib.open({"libcuda.so.1", "libcuda.so"}, library_search_dirs(), &tried)) {
+    if (!a.lib.open({"libcuda.so.1", "libcuda.so"}, library_search_dirs(), &tried, false, "cuLaunchKernel")) {
       a.why = "no CUDA driver; tried:\n" + tried;
       return;
     }

@@ -27,7 +27,7 @@ const HipApi& api() {
   std::call_once(once, [] {
     std::string tried;
     if (!a.lib.open({"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"},
-                    library_search_dirs(), &tried)) {
+                    library_search_dirs(), &tried, false, "hipModuleLaunchKernel")) {
       a.why = "no HIP runtime; tried:\n" + tried;
       return;
     }

@@ -57,6 +57,10 @@ def lib():
         with _lock:
             if _lib_module is None:
                 from . import _lib
+                if _lib.version() != package_version():
+                    raise ImportError(f"the runtime library {_lib.LIB_PATH} is version {_lib.version()} but the "
+                                      f"package is {package_version()}; rebuild it with `python setup.py "
+                                      "build_ext --inplace` or reinstall")
                 cache = paths.package_cache_dir()
                 if cache.is_dir():  # absent unless `warm --cache-dir` filled it at image build
                     _lib.set_package_cache_dir(str(cache))
@@ -217,12 +221,15 @@ def runtime_check(op: str, args, vendor: str) -> Callable:
 
 def choose(op: str, arch: str, call: dict, args, vendor: str) -> Selection:
     """select() with the runtime's check of args and the pins; logs (RTCATTN_LOG=1) each distinct choice once."""
-    forced = _pins.get().kernel or lib().knob("RTCATTN_KERNEL") or None  # a named kernel, no fallback
+    pinned_kernel = _pins.get().kernel
+    forced = pinned_kernel or lib().knob("RTCATTN_KERNEL") or None  # a named kernel, no fallback
     key = (op, arch, tuple(call.items()), forced)
     plan = _plans.get(key)
     if plan is None:  # the plan reads the manifest: once per (op, arch, axis values) per process
         plan = _plans.setdefault(key, _plan(op, arch, call, forced, None))
-    what = _describe(arch, call) + (f" with kernel {forced!r} pinned" if forced else "")
+    what = _describe(arch, call)
+    if forced:
+        what += f" with kernel {forced!r} pinned" if pinned_kernel else f" with RTCATTN_KERNEL={forced!r}"
     sel = _pick(op, plan, runtime_check(op, args, vendor), what)
     if (arch, sel.variant, sel.why) not in _logged:
         _logged.add((arch, sel.variant, sel.why))
@@ -261,6 +268,8 @@ def run(op: str, device: torch.device, call: dict, args) -> Selection:
     nbytes = lib().op_workspace_bytes(op, sel.kernel.name, args)
     if nbytes > 0:
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        if vendor == "host":  # poisoned on the emulator, as its LDS is: a read of unwritten scratch shows up
+            workspace.fill_(0xFF)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), nbytes
     index = 0 if device.type == "cpu" else (device.index if device.index is not None else torch.cuda.current_device())
     stream = torch.cuda.current_stream(device).cuda_stream if vendor != "host" else 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import rtcattn
-from rtcattn import dispatch
+from rtcattn.ops import attention_fwd
 
 BF = torch.bfloat16
 _standin_lib = None
@@ -40,7 +40,7 @@ def fake_launch(monkeypatch):
         out.copy_(v)
         if lse is not None:
             lse.fill_(3.0)
-    monkeypatch.setattr(dispatch, "run", run)
+    monkeypatch.setattr(attention_fwd, "launch", run)
     return calls
 
 

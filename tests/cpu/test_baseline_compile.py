@@ -1,41 +1,24 @@
 """Real compiles of the baseline kernel through the runtime (clang-19, hipRTC 5.2, NVRTC), checking the code objects."""
-import ctypes
-import glob
-import json
-import os
 import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
 from rtcattn import _lib, dispatch, manifest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MANIFEST = json.load(open(os.path.join(ROOT, "configs", "ops.json")))
-KERNEL = next(k for k in MANIFEST["ops"]["attention_fwd"]["kernels"] if k["kind"] == "baseline")
-SYMBOL = KERNEL["symbol"]
-BUCKETS = KERNEL["head_dim_buckets"]
+SPEC = manifest.load().op("attention_fwd")
+KERNEL = SPEC.kernel("baseline")
+SYMBOL = KERNEL.symbol
+BUCKETS = list(KERNEL.axes["head_dim"].buckets)
 EM_AMDGPU, EM_CUDA = 224, 190
 AMD_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C}  # EF_AMDGPU_MACH values (low byte of e_flags)
+LAYOUTS, MODES = SPEC.axis_values("layout"), SPEC.axis_values("round_mode")
 
 # Every layout x mode at head-dim bucket 128; every bucket for bshd/rtne.
-VARIANTS = sorted({(lay, mode, 128) for lay in (0, 1) for mode in (0, 1, 2)} |
-                  {(0, 0, d) for d in BUCKETS})
-
-
-def _sources():
-    src = open(os.path.join(ROOT, "op_sources", KERNEL["source"])).read()
-    hdrs = {h: open(os.path.join(ROOT, "csrc_common", h)).read() for h in KERNEL["headers"]}
-    return src, hdrs
-
-
-def _defines(variant):
-    lay, mode, d = variant
-    return [f"-DRTC_LAYOUT={lay}", f"-DRTC_ROUND={mode}", f"-DRTC_HEAD_DIM_MAX={d}"]
+VARIANTS = sorted({(lay, mode, 128) for lay in LAYOUTS for mode in MODES} | {(LAYOUTS[0], MODES[0], d) for d in BUCKETS})
 
 
 def _tool(*names):
@@ -45,18 +28,14 @@ def _tool(*names):
     return None
 
 
-CLANG = os.environ.get("RTCATTN_CLANG") or _tool("clang++-19", "clang++")
 READELF = _tool("llvm-readelf-19", "llvm-readelf")
 OBJDUMP = _tool("llvm-objdump-19", "llvm-objdump")
-
-
-LAYOUT_NAMES, MODE_NAMES = ("bshd", "bhsd"), ("rtne", "rtna", "rtz")
 
 
 def _product_build(arch, compiler, variant, cache_dir):
     """The product path: manifest -> build request -> C++ runtime -> compiler, into a fresh cache dir."""
     lay, mode, d = variant
-    v = manifest.Variant("attention_fwd", KERNEL["name"], arch, LAYOUT_NAMES[lay], MODE_NAMES[mode], d)
+    v = manifest.load().variant_for("attention_fwd", "baseline", arch, {"layout": lay, "round_mode": mode, "head_dim": d})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers,
@@ -65,70 +44,7 @@ def _product_build(arch, compiler, variant, cache_dir):
     except _lib.UnavailableError as e:
         pytest.skip(f"{compiler} unavailable for {arch}: {e}")
     assert res.origin == "compile", f"fresh cache dir, yet origin {res.origin}"
-    return res.code()
-
-
-def _clang_compile(arch, variant):
-    """The headers are copied into a scratch dir, as the runtime hands them over from memory."""
-    src, hdrs = _sources()
-    with tempfile.TemporaryDirectory() as d:
-        for name, text in list(hdrs.items()) + [("k.hip", src)]:
-            open(os.path.join(d, name), "w").write(text)
-        out = os.path.join(d, "k.co")
-        cmd = [CLANG, "-x", "hip", f"--offload-arch={arch}", "-nogpulib", "-nogpuinc", "-O3",
-               "--cuda-device-only", "--no-gpu-bundle-output", "-I", d, *_defines(variant),
-               "-c", os.path.join(d, "k.hip"), "-o", out]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        assert r.returncode == 0, f"clang {arch} {variant} failed:\n{r.stderr}"
-        return open(out, "rb").read(), r.stderr
-
-
-def _cstrs(items):
-    return (ctypes.c_char_p * max(1, len(items)))(*[s.encode() for s in items])
-
-
-def _rtc_compile(lib, prefix, options, get_code):
-    """Drives hipRTC or NVRTC (same API shape): create with in-memory headers, compile, log, code."""
-    src, hdrs = _sources()
-    names = list(hdrs)
-    prog = ctypes.c_void_p()
-    rc = getattr(lib, prefix + "CreateProgram")(ctypes.byref(prog), src.encode(), b"k.hip", len(names),
-                                               _cstrs([hdrs[n] for n in names]), _cstrs(names))
-    assert rc == 0, f"{prefix}CreateProgram returned {rc}"
-    try:
-        rc = getattr(lib, prefix + "CompileProgram")(prog, len(options), _cstrs(options))
-        n = ctypes.c_size_t()
-        getattr(lib, prefix + "GetProgramLogSize")(prog, ctypes.byref(n))
-        log = ctypes.create_string_buffer(n.value + 1)
-        getattr(lib, prefix + "GetProgramLog")(prog, log)
-        log = log.value.decode(errors="replace")
-        assert rc == 0, f"{prefix} compile {options} failed ({rc}):\n{log}"
-        getattr(lib, prefix + get_code + "Size")(prog, ctypes.byref(n))
-        code = ctypes.create_string_buffer(n.value)
-        getattr(lib, prefix + get_code)(prog, code)
-        return code.raw, log
-    finally:
-        getattr(lib, prefix + "DestroyProgram")(ctypes.byref(prog))
-
-
-def _nvrtc_candidates():
-    dirs = [os.path.join(p, "nvidia") for p in sys.path if os.path.isdir(os.path.join(p, "nvidia"))]
-    found = []
-    for d in dirs:
-        found += sorted(glob.glob(os.path.join(d, "*", "lib", "libnvrtc.so.1[0-9]")))
-    return found + ["libnvrtc.so.13", "libnvrtc.so.12"]
-
-
-def _load_nvrtc():
-    for path in _nvrtc_candidates():
-        try:
-            # The builtins library sits next to NVRTC and is found only if already loaded.
-            for b in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*")):
-                ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
+    return res
 
 
 def _elf_header(code):
@@ -170,34 +86,29 @@ def _check_cuda(code, sm):
 @pytest.mark.parametrize("arch,compiler", [("gfx942", "clang"), ("gfx90a", "clang"), ("gfx90a", "hiprtc")])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_amd(arch, compiler, variant, tmp_path):
-    _check_amd(_product_build(arch, compiler, variant, tmp_path), arch)
+    _check_amd(_product_build(arch, compiler, variant, tmp_path).code(), arch)
 
 
-@pytest.mark.parametrize("sm,variant", [("sm_90a", v) for v in VARIANTS] + [("sm_80", (1, 1, 256))])
+@pytest.mark.parametrize("sm,variant", [("sm_90a", v) for v in VARIANTS] + [("sm_80", ("bhsd", "rtna", 256))])
 def test_nvrtc(sm, variant, tmp_path):
-    if _load_nvrtc() is None:
-        pytest.skip("no NVRTC library (libnvrtc.so.*) found")
-    _check_cuda(_product_build(sm, "nvrtc", variant, tmp_path), int(re.sub(r"\D", "", sm)))
+    _check_cuda(_product_build(sm, "nvrtc", variant, tmp_path).code(), int(re.sub(r"\D", "", sm)))
 
 
-@pytest.mark.parametrize("sm,variant", [("sm_90a", (0, 0, 256)), ("sm_90a", (1, 2, 192)), ("sm_80", (0, 1, 256))])
-def test_nvrtc_no_spills(sm, variant):
-    """ptxas's own report (the runtime keeps no log of a good compile), with the manifest's options."""
-    lib = _load_nvrtc()
-    if lib is None:
-        pytest.skip("no NVRTC library (libnvrtc.so.*) found")
-    opts = [f"--gpu-architecture={sm}", "-std=c++17", "--ptxas-options=-v", *_defines(variant)]
-    _, log = _rtc_compile(lib, "nvrtc", opts, "GetCUBIN")
+@pytest.mark.parametrize("sm,variant", [("sm_90a", ("bshd", "rtne", 256)), ("sm_90a", ("bhsd", "rtz", 192)),
+                                        ("sm_80", ("bshd", "rtna", 256))])
+def test_nvrtc_no_spills(sm, variant, tmp_path):
+    """ptxas's own report, which the runtime keeps beside a product build (NVRTC runs ptxas -v)."""
+    log = _product_build(sm, "nvrtc", variant, tmp_path).log()
     assert re.search(r"0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
     smem = int(re.search(r"(\d+) bytes smem", log).group(1))
     assert smem <= 48 * 1024, f"static shared memory {smem} bytes exceeds 48 KiB"
 
 
-def test_plain_simt():
+def test_plain_simt(tmp_path):
     """The baseline uses no matrix instructions (it is the fallback where those are not wanted)."""
-    if CLANG is None or OBJDUMP is None:
-        pytest.skip("clang++ / llvm-objdump not found")
-    code, _ = _clang_compile("gfx942", (0, 0, 256))
+    if OBJDUMP is None:
+        pytest.skip("llvm-objdump not found")
+    code = _product_build("gfx942", "clang", ("bshd", "rtne", 256), tmp_path).code()
     with tempfile.NamedTemporaryFile(suffix=".co") as f:
         f.write(code)
         f.flush()

@@ -13,7 +13,7 @@ from rtc_testing import need_lib
 
 ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket, one layout.
-WARM = ["warm", "--arch", "gfx90a", "--layouts", "bshd", "--modes", "rtne,rtz", "--head-dims", "64", "--jobs", "2"]
+WARM = ["warm", "--arch", "gfx90a", "--layout", "bshd", "--round-mode", "rtne,rtz", "--head-dim", "64", "--jobs", "2"]
 
 
 def cli(*args, env_extra=None, timeout=300):
@@ -38,7 +38,7 @@ def test_warm_then_no_compile_then_clear(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "[2/2]" in first.stdout and "2 ready (2 compiled), 0 failed" in first.stdout
     rows = table_rows(first.stdout)
-    assert sorted(r[1] for r in rows) == ["bshd-rtne-d64", "bshd-rtz-d64"]
+    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-bshd-rtne-d64", "attention_fwd/baseline-bshd-rtz-d64"]
     assert all(r[4] == "compile" and int(r[2]) > 0 and Path(r[5]).is_file() for r in rows)
     assert all(Path(r[5]).parent == cache for r in rows)
 
@@ -49,7 +49,7 @@ def test_warm_then_no_compile_then_clear(tmp_path):
     assert [r[4] for r in rows2] == ["user_cache", "user_cache"] and "(0 compiled)" in again.stdout
     assert sorted(r[5] for r in rows2) == sorted(r[5] for r in rows)
 
-    missing = cli(*WARM[:-4], "--head-dims", "128", "--cache-dir", str(cache), env_extra={"RTCATTN_NO_COMPILE": "1"})
+    missing = cli(*WARM[:-4], "--head-dim", "128", "--cache-dir", str(cache), env_extra={"RTCATTN_NO_COMPILE": "1"})
     assert missing.returncode == 1 and "0 ready" in missing.stdout and "NoCompileError" in missing.stdout
 
     cleared = cli("clear", "--cache-dir", str(cache))
@@ -72,8 +72,12 @@ def test_warm_rejects_unknown_arch_and_axis():
     need_lib()
     res = cli("warm", "--arch", "gfx000")
     assert res.returncode != 0 and "--arch=gfx000" in res.stderr and "gfx942" in res.stderr
-    res = cli("warm", "--arch", "gfx942", "--modes", "rnd")
-    assert res.returncode != 0 and "--modes=rnd" in res.stderr and "rtne" in res.stderr
+    res = cli("warm", "--arch", "gfx942", "--round-mode", "rnd")
+    assert res.returncode != 0 and "--round-mode=rnd" in res.stderr and "rtne" in res.stderr
+    res = cli("warm", "--arch", "gfx942", "--head-dim", "100")
+    assert res.returncode != 0 and "--head-dim=100" in res.stderr and "64, 96, 128, 192, 256" in res.stderr
+    res = cli("warm", "--arch", "gfx942", "--op", "attention_bwd")
+    assert res.returncode != 0 and "--op=attention_bwd" in res.stderr and "attention_fwd" in res.stderr
     res = cli("warm", "--arch", "gfx942", "--jobs", "0")
     assert res.returncode != 0 and "--jobs=0" in res.stderr
 

@@ -9,8 +9,8 @@ ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19")) i
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("layout", isa.LAYOUTS)
-@pytest.mark.parametrize("mode", isa.MODES)
+@pytest.mark.parametrize("layout", isa.axis_values("layout"))
+@pytest.mark.parametrize("mode", isa.axis_values("round_mode"))
 def test_code_object(arch, layout, mode):
     r = isa.report(arch, layout, mode)
     n = r.notes

@@ -1,4 +1,5 @@
 """JIT runtime through its C ABI: knobs, info, device counts, errors as exceptions, compile errors, SHA-256."""
+import ctypes
 import hashlib
 import os
 import random
@@ -89,20 +90,44 @@ def test_errors_become_python_exceptions(tmp_path):
         _lib.build("op", "v", "sm_90a", "k", main, compiler="clang", cache_dir=str(tmp_path))
     with pytest.raises(ValueError, match="program handle 123456"):
         _lib.program_bytes(123456)
-    with pytest.raises(ValueError, match="kernel_kind='fancy'"):
-        args = _lib.attention_args(1, 1, 1, 1, strides=[(1, 1, 1)] * 4, batch=1, heads=1, seq_q=1, seq_k=1,
-                                   head_dim=64, softmax_scale=0.125)
-        _lib.attention_workspace_bytes("fancy", args)
+    args = _args(batch=1, heads=1, seq_q=1, seq_k=1)
+    with pytest.raises(ValueError, match="kernel='fancy' is not a kernel of op 'attention_fwd'.*baseline"):
+        _lib.op_workspace_bytes("attention_fwd", "fancy", args)
+    with pytest.raises(ValueError, match="op='nope' is not registered"):
+        _lib.op_args("nope")
+    with pytest.raises(ValueError, match="'q_stride' is not a field of attention_fwd"):
+        _lib.op_args("attention_fwd", q_stride=1)
 
 
-def test_attention_args_checked_and_baseline_needs_no_workspace():
-    args = _lib.attention_args(1, 1, 1, 1, strides=[(1, 1, 1)] * 4, batch=2, heads=3, seq_q=5, seq_k=7,
-                               head_dim=64, softmax_scale=0.125)
-    assert _lib.attention_workspace_bytes("baseline", args) == 0
-    bad = _lib.attention_args(1, 1, 1, 1, strides=[(1, 1, 1)] * 4, batch=2, heads=3, seq_q=5, seq_k=0,
-                              head_dim=64, softmax_scale=0.125)
+def _args(**sizes):
+    return _lib.op_args("attention_fwd", q=1, k=1, v=1, o=1, q_strides=(1, 1, 1), k_strides=(1, 1, 1),
+                        v_strides=(1, 1, 1), o_strides=(1, 1, 1), head_dim=64, softmax_scale=0.125, **sizes)
+
+
+def test_op_args_checked_and_baseline_needs_no_workspace():
+    args = _args(batch=2, heads=3, seq_q=5, seq_k=7)
+    assert _lib.op_workspace_bytes("attention_fwd", "baseline", args) == 0
+    assert _lib.op_plan("attention_fwd", "baseline", args) == {"grid_x": 1, "grid_y": 3, "grid_z": 2, "block": 128,
+                                                               "workspace_bytes": 0}
     with pytest.raises(ValueError, match="seq_k=0"):
-        _lib.attention_workspace_bytes("baseline", bad)
+        _lib.op_workspace_bytes("attention_fwd", "baseline", _args(batch=2, heads=3, seq_q=5, seq_k=0))
+
+
+def test_argument_block_layout_comes_from_the_runtime():
+    """Python declares no field of the block: names, offsets and size are the C++ struct's, checked in ctypes."""
+    desc = _lib.ops_description()["attention_fwd"]
+    cls = type(_lib.op_args("attention_fwd"))
+    assert [n for n, _ in cls._fields_] == [f["name"] for f in desc["fields"]]
+    assert all(getattr(cls, f["name"]).offset == f["offset"] for f in desc["fields"])
+    assert ctypes.sizeof(cls) == desc["args_size"] and desc["kernels"] == ["sm90", "gfx942", "baseline"]
+    with pytest.raises(ValueError, match="args_size=8 does not match the argument block of attention_fwd"):
+        _lib._check(_lib._lib.rtc_op_workspace_bytes(b"attention_fwd", b"baseline", ctypes.byref(ctypes.c_int64()),
+                                                     8, ctypes.byref(ctypes.c_int64())))
+
+
+def test_runtime_and_package_versions_are_one_fact():
+    import rtcattn
+    assert _lib.version() == rtcattn.__version__ == _lib.info()["version"]
 
 
 @pytest.mark.skipif(not HAVE_CLANG, reason="needs clang++ (the CI installs clang-19)")

@@ -11,20 +11,22 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rtcattn import _lib, cli, dispatch, manifest, validate  # noqa: E402
+from rtcattn.ops import attention_fwd  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SYMBOL = "attention_fwd_sm90"
 EM_CUDA = 190
-LAYOUTS, MODES = ("bshd", "bhsd"), ("rtne", "rtna", "rtz")
+OP = "attention_fwd"
+LAYOUTS, MODES = validate.axis_values("layout"), validate.axis_values("round_mode")
 
 
 def _sm90():
-    return manifest.load().op(dispatch.OP).kernel("sm90")
+    return manifest.load().op(OP).kernel("sm90")
 
 
 def _build(layout, mode, cache_dir):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
-    v = manifest.Variant(dispatch.OP, "sm90", "sm_90a", layout, mode, 128)
+    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"layout": layout, "round_mode": mode, "head_dim": 128})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -37,13 +39,16 @@ def _build(layout, mode, cache_dir):
 
 
 def test_manifest_entry_precedes_baseline():
-    kernels = manifest.load().op(dispatch.OP).kernels
-    names = [k.name for k in kernels]
+    m = manifest.load()
+    names = [k.name for k in m.op(OP).kernels]
     assert names.index("sm90") < names.index("baseline"), names
     k = _sm90()
-    assert k.kind == "sm90" and k.symbol == SYMBOL and k.archs == ("sm_90a",) and k.buckets == (128,)
-    assert {"sm90/attn_sm90_params.h", "sm90/ptx.h", "sm90/wgmma.h", "sm90/softmax.h"} <= set(k.headers)
-    assert k.supports_head_dim(128) and not k.supports_head_dim(64) and not k.supports_head_dim(136)
+    hd = k.axes["head_dim"]
+    assert k.symbol == SYMBOL and k.archs == ("sm_90a",) and hd.buckets == (128,)
+    v = m.variant_for(OP, "sm90", "sm_90a", {"layout": "bshd", "round_mode": "rtne", "head_dim": 128})
+    headers = {n for n, _ in m.request(v, "0").headers}
+    assert {"sm90/params.h", "ptx_sm90.h", "wgmma_sm90.h", "sm90/softmax.h", "attn_params.h"} <= headers, headers
+    assert hd.accepts(128) and not hd.accepts(64) and not hd.accepts(136)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -65,12 +70,12 @@ def test_nvrtc_sm90a_no_spills_no_serialization(layout, mode, tmp_path):
 
 def test_warm_lists_and_compiles_sm90(tmp_path):
     args = cli.parser().parse_args(["warm", "--arch", "sm_90a"])
-    names = {manifest.variant_name(v) for v in cli._warm_variants(args) if v.kernel == "sm90"}
+    names = {v.name for v in cli._warm_variants(args) if v.kernel == "sm90"}
     assert names == {f"sm90-{lay}-{mode}-d128" for lay in LAYOUTS for mode in MODES}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "sm_90a", "--kernels", "sm90",
-                          "--layouts", "bhsd", "--modes", "rtz", "--cache-dir", str(tmp_path), "--jobs", "1"],
+                          "--layout", "bhsd", "--round-mode", "rtz", "--cache-dir", str(tmp_path), "--jobs", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     if "no compiler available" in run.stdout + run.stderr:
         pytest.skip("NVRTC unavailable for sm_90a")
@@ -84,7 +89,11 @@ def test_warm_lists_and_compiles_sm90(tmp_path):
 def _args(q, k, v, out, layout):
     """The C ABI argument block of CPU tensors: nothing reads through the pointers while selecting."""
     p = validate.check_inputs(q, k, v, layout, "rtne")
-    return p, dispatch.attention_args(q, k, v, out, None, layout, p, 132)
+    return p, attention_fwd.args_block(q, k, v, out, None, layout, p, 132)
+
+
+def _call(p, layout):
+    return {"layout": layout, "round_mode": "rtne", "head_dim": p.head_dim}
 
 
 def _choose(q, layout, capfd, monkeypatch, view=None):
@@ -92,8 +101,7 @@ def _choose(q, layout, capfd, monkeypatch, view=None):
     monkeypatch.setattr(dispatch, "_logged", set())  # each distinct choice is logged once per process
     x = q if view is None else view
     p, args = _args(x, x, x, torch.empty_like(q), layout)
-    sel = dispatch.choose("sm_90a", p.head_dim, layout, "rtne", args, "cuda")
-    assert dispatch.last_selection == sel
+    sel = dispatch.choose(OP, "sm_90a", _call(p, layout), args, "cuda")
     return sel, capfd.readouterr().err
 
 
@@ -102,15 +110,16 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     q = torch.zeros(2, 3, 200, 128, dtype=torch.bfloat16)
     sel, err = _choose(q, layout, capfd, monkeypatch)
     assert sel.kernel.name == "sm90" and sel.why == "first match"
-    assert manifest.variant_name(sel.variant) == f"sm90-{layout}-rtne-d128"
-    assert f"rtcattn: kernel sm90 (sm90-{layout}-rtne-d128, sm_90a) for D=128: first match" in err, err
+    assert sel.variant.name == f"sm90-{layout}-rtne-d128"
+    assert f"rtcattn: attention_fwd: kernel sm90 (sm90-{layout}-rtne-d128, sm_90a): first match" in err, err
 
 
 def test_fallback_for_head_dim_64(capfd, monkeypatch):
     q = torch.zeros(1, 77, 2, 64, dtype=torch.bfloat16)
     sel, err = _choose(q, "bshd", capfd, monkeypatch)
     assert sel.kernel.name == "baseline" and sel.why.startswith("fallback; sm90: head_dim 64")
-    assert "rtcattn: kernel baseline (bshd-rtne-d64, sm_90a) for D=64: fallback; sm90: head_dim 64" in err, err
+    assert ("rtcattn: attention_fwd: kernel baseline (baseline-bshd-rtne-d64, sm_90a): fallback; sm90: head_dim 64"
+            in err), err
 
 
 def test_fallback_for_misaligned_view(capfd, monkeypatch):
@@ -119,21 +128,21 @@ def test_fallback_for_misaligned_view(capfd, monkeypatch):
     sel, err = _choose(torch.zeros(1, 50, 2, 128, dtype=torch.bfloat16), "bshd", capfd, monkeypatch, view)
     assert sel.kernel.name == "baseline"
     assert "sm90: q pointer is not 16-byte aligned (address % 16 = 2)" in sel.why, sel.why
-    assert f"for D=128: {sel.why}" in err, err
+    assert f"sm_90a): {sel.why}" in err, err
 
 
 def test_fallback_for_odd_strides_and_other_vendor():
     base = torch.zeros(1, 40, 2, 132, dtype=torch.bfloat16)
     view = base[..., :128]             # aligned pointer, strides 264 and 132 elements: 132 % 8 != 0
     p, args = _args(view, view, view, torch.empty_like(view), "bshd")
-    why = _lib.attention_supports("sm90", args, "cuda")
+    why = _lib.op_supports(OP, "sm90", args, "cuda")
     assert why == "q_strides[2]=132 is not accepted by the sm90 kernel; accepted: a multiple of 8 elements in [0, 2^38)"
-    sel = dispatch.select("sm_90a", 128, "bshd", "rtne", supports=dispatch.runtime_check(args, "cuda"))
+    sel = dispatch.select(OP, "sm_90a", _call(p, "bshd"), supports=dispatch.runtime_check(OP, args, "cuda"))
     assert sel.kernel.name == "baseline" and why in sel.why
     q = torch.zeros(1, 40, 2, 128, dtype=torch.bfloat16)
     p, args = _args(q, q, q, torch.empty_like(q), "bshd")
-    assert _lib.attention_supports("sm90", args, "cuda") is None
-    assert "accepted: cuda" in _lib.attention_supports("sm90", args, "hip")
-    assert _lib.attention_supports("baseline", args, "hip") is None
-    with pytest.raises(ValueError, match="kernel_kind='nope' is not accepted"):
-        _lib.attention_supports("nope", args, "cuda")
+    assert _lib.op_supports(OP, "sm90", args, "cuda") is None
+    assert "accepted: cuda" in _lib.op_supports(OP, "sm90", args, "hip")
+    assert _lib.op_supports(OP, "baseline", args, "hip") is None
+    with pytest.raises(ValueError, match="kernel='nope' is not a kernel of op 'attention_fwd'"):
+        _lib.op_supports(OP, "nope", args, "cuda")

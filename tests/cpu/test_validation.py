@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import rtcattn
-from rtcattn import dispatch
+from rtcattn.ops import attention_fwd
 from rtc_testing import need_lib
 
 BF = torch.bfloat16
@@ -27,7 +27,7 @@ def fake_launch(monkeypatch):
         out.fill_(0.5)
         if lse is not None:
             lse.fill_(-1.0)
-    monkeypatch.setattr(dispatch, "run", run)
+    monkeypatch.setattr(attention_fwd, "launch", run)
     return calls
 
 
@@ -130,7 +130,7 @@ def test_cpu_tensors_without_emulator(monkeypatch):
 def test_seq_q_zero_launches_nothing(monkeypatch):
     def no_launch(*a, **kw):
         raise AssertionError("Sq = 0 must not launch")
-    monkeypatch.setattr(dispatch, "run", no_launch)
+    monkeypatch.setattr(attention_fwd, "launch", no_launch)
     q, k, v = qkv(s=0, sk=5)
     out, lse = rtcattn.forward(q, k, v, return_lse=True)
     assert out.shape == (1, 0, 2, 64) and out.dtype == BF

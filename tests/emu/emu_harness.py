@@ -23,8 +23,9 @@ def build(kernel_file: str, symbol: str, arch: str, cache_dir: str, options=()) 
     return res.program
 
 
-def launch(program: int, grid, block, params: bytes) -> None:
-    _lib.launch(program, "host", 0, tuple(grid), tuple(block), params)
+def launch(program: int, grid, block, params: bytes, ranges=()) -> None:
+    """ranges: (address, bytes) of the buffers the kernel may touch; the emulator checks accesses against them."""
+    _lib.launch(program, "host", 0, tuple(grid), tuple(block), params, ranges=ranges)
 
 
 def run_isolated(code: str, timeout: float = 120.0) -> subprocess.CompletedProcess:

@@ -19,14 +19,15 @@ CHILD = textwrap.dedent("""
     kernel, arch, cache, block, grid, params_kind = sys.argv[1:7]
     prog = h.build(kernel + ".hip", kernel, arch, cache)
     out = np.zeros(4096, dtype=np.float32)
-    if params_kind == "attn":
-        q = np.zeros(2 * 3 * 64, dtype=np.uint16)   # [B=1, S=3, H=2, D=64] bshd
-        params = struct.pack("6Qq12q5i2f2i4x", q.ctypes.data, q.ctypes.data, q.ctypes.data, out.ctypes.data,
-                             0, 0, 0, *([3 * 2 * 64, 2 * 64, 64] * 4), 1, 2, 3, 3, 64, 0.125, 0.18, 0, 0)
+    ranges = []
+    if params_kind == "ranges":  # a buffer of 3 x 64 bf16 and the output, both given to the launch
+        x = np.zeros(3 * 64, dtype=np.uint16)
+        params = struct.pack("QQi4x", x.ctypes.data, out.ctypes.data, x.size)
+        ranges = [(x.ctypes.data, x.nbytes), (out.ctypes.data, out.nbytes)]
     else:
         params = struct.pack("Q", out.ctypes.data)
     try:
-        h.launch(prog, (int(grid), 1, 1), (int(block), 1, 1), params)
+        h.launch(prog, (int(grid), 1, 1), (int(block), 1, 1), params, ranges)
     except Exception as e:
         print("ERROR:", type(e).__name__, e)
         sys.exit(3)
@@ -47,7 +48,7 @@ def run_case(kernel, cache, block, grid=1, params="out", arch="gfx942-emu"):
 
 
 def test_out_of_bounds_read_is_reported(cache):
-    out = run_case("oob_read", cache, 64, params="attn")
+    out = run_case("oob_read", cache, 64, params="ranges")
     assert "kernel oob_read" in out and "lane 5" in out and "global load" in out
     assert "outside every tensor" in out and "0x" in out   # the address
 

@@ -4,7 +4,7 @@ import torch
 
 import numerics_suite as suite
 import rtcattn
-from rtcattn import dispatch
+from rtcattn.ops import attention_fwd
 
 pytestmark = pytest.mark.emu
 
@@ -25,7 +25,7 @@ def test_fast_kernel_is_chosen_for_d128_and_meets_the_contract(monkeypatch, arch
     monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
     q, k, v = _qkv(100, 385, 128)
     suite.check_accuracy(run, q, k, v, "bshd", "rtne", what="dispatch")
-    assert dispatch.last_selection.kernel.name == "gfx942"
+    assert attention_fwd.selection(q, k, v).kernel.name == "gfx942"
 
 
 def test_other_head_dims_fall_back_to_the_baseline(monkeypatch):
@@ -33,7 +33,7 @@ def test_other_head_dims_fall_back_to_the_baseline(monkeypatch):
     monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
     q, k, v = _qkv(17, 17, 64)
     run(q, k, v, "bshd", "rtne", None, False)
-    sel = dispatch.last_selection
+    sel = attention_fwd.selection(q, k, v)
     assert sel.kernel.name == "baseline" and "gfx942" in sel.why and "head_dim 64" in sel.why
 
 
@@ -42,7 +42,7 @@ def test_rtcattn_kernel_forces_one_kernel_without_fallback(monkeypatch):
     monkeypatch.setenv("RTCATTN_KERNEL", "baseline")
     q, k, v = _qkv(17, 17, 128)
     run(q, k, v, "bshd", "rtne", None, False)
-    assert dispatch.last_selection.kernel.name == "baseline"
+    assert attention_fwd.selection(q, k, v).kernel.name == "baseline"
     monkeypatch.setenv("RTCATTN_KERNEL", "sm90")  # an NVIDIA kernel cannot serve an emulated gfx942 call
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='sm90'"):
         run(q, k, v, "bshd", "rtne", None, False)

@@ -96,15 +96,19 @@ def test_gfx942_and_gfx90a_agree_bit_for_bit(tail_split):
 
 
 def test_small_workspace_is_refused():
-    from rtcattn import _lib
+    from rtcattn import _lib, dispatch, manifest
     q, k, v = suite.make_qkv("bshd", 1, 1, 10, 10, 128, "cpu")
     out = torch.empty_like(q)
     strides = [(t.stride(0), t.stride(1), t.stride(2)) for t in (q, k, v, out)]
-    args = _lib.attention_args(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), strides=strides, batch=1,
-                               heads=1, seq_q=10, seq_k=10, head_dim=128, softmax_scale=0.1, tail_split=0, num_cus=304)
-    need = _lib.attention_workspace_bytes("gfx942", args)
+    args = _lib.op_args("attention_fwd", q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
+                        q_strides=strides[0], k_strides=strides[1], v_strides=strides[2], o_strides=strides[3],
+                        batch=1, heads=1, seq_q=10, seq_k=10, head_dim=128, softmax_scale=0.1, tail_split=0,
+                        num_cus=304)
+    need = _lib.op_workspace_bytes("attention_fwd", "gfx942", args)
     assert need == 16384  # one 64-row V^T block, no split
     ws = torch.empty(need - 1, dtype=torch.uint8)
     args.workspace, args.workspace_bytes = ws.data_ptr(), need - 1
+    v128 = manifest.load().variant_for("attention_fwd", "gfx942", "gfx942-emu",
+                                       {"layout": "bshd", "round_mode": "rtne", "head_dim": 128})
     with pytest.raises(ValueError, match="workspace_bytes"):
-        _lib.attention_fwd(drv.program("gfx942", "bshd", "rtne"), "gfx942", args, "host", 0)
+        _lib.op_launch(dispatch.build(v128).program, "attention_fwd", "gfx942", args, "host", 0)

@@ -53,11 +53,16 @@ def _run(q, k, v, out, layout, round_mode, softmax_scale, return_lse, check_out:
     lse = torch.empty(_lse_shape(q, layout, return_lse), dtype=torch.float32, device=q.device)
     if out.numel() == 0:
         return lse  # Sq = 0 (or B = 0 / H = 0): nothing to compute, nothing launched
+    launch(q, k, v, out, lse if return_lse else None, layout, round_mode, problem)
+    return lse
+
+
+def launch(q, k, v, out, lse, layout: str, round_mode: str, problem: validate.Problem) -> None:
+    """Selects, builds and launches for checked inputs; out (and lse when not None) are written in place."""
     from .. import dispatch  # loads the C++ runtime only when something really runs
     _, num_cus = dispatch.device_facts(q.device)
-    args = args_block(q, k, v, out, lse if return_lse else None, layout, problem, num_cus)
+    args = args_block(q, k, v, out, lse, layout, problem, num_cus)
     dispatch.run(OP, q.device, _call(layout, round_mode, problem), args)
-    return lse
 
 
 @torch.library.custom_op("rtcattn::fwd", mutates_args=())

@@ -1,11 +1,15 @@
-// Negative test: reads one row past the end of q through a checked global load.
+// Negative test: lane 5 reads one element past the end of x through a checked global load.
 #include "platform.h"
-#include "attn_params.h"
 #include "isa_gfx9.h"
 
-RTC_KERNEL(64) oob_read(AttnParams p) {
-  const rtc_i64 row = threadIdx.x == 5 ? p.seq_q : 0;  // lane 5 reads row seq_q: past the tensor
-  const rtc_bf16_t v = global_load(p.q + row * p.q_ss);
-  global_store(p.o + threadIdx.x, v);
+struct OobParams {
+  const rtc_bf16_t* x;  // n elements
+  rtc_bf16_t* out;      // 64 elements
+  int n;
+};
+
+RTC_KERNEL(64) oob_read(OobParams p) {
+  const int i = threadIdx.x == 5 ? p.n : 0;  // lane 5 reads x[n]: past the tensor
+  global_store(p.out + threadIdx.x, global_load(p.x + i));
 }
-RTC_EXPORT_KERNEL(oob_read, AttnParams)
+RTC_EXPORT_KERNEL(oob_read, OobParams)

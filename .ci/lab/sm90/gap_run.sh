@@ -1,6 +1,7 @@
 #!/bin/bash
-# One device call for the harness-vs-product gap: build, GPU tests, product bench in both layouts,
-# harness rounds with and without a GPU lead (cuDNN-first bias), host time per call. Tables last.
+# One device call comparing the two ways of timing the product: `rtcattn bench` in both layouts vs the lab's
+# interleaved rounds (dev_sm90.py bench, CONFIGS default rtne) with and without a GPU lead (cuDNN-first bias);
+# plus build, GPU tests, host time per call. Tables last.
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp}
 export OUT PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 RTCATTN_CACHE_DIR=$(mktemp -d)
@@ -14,17 +15,17 @@ timeout 200 python3 -m rtcattn bench --layout bshd,bhsd --json "$OUT/bench.json"
 stamp "bench rc $?"
 # HOST_PKG_DIR: another copy of python/ (e.g. an older one) whose host time per call is printed too.
 H=${HOST_PKG_DIR:-}
-cd tests/gpu/sm90_dev
+lab=.ci/lab/sm90
 for run in bhsd:0 bhsd:1 bshd:1; do
-  DEV_FLASH=0 DEV_LAYOUT=${run%:*} DEV_LEAD=${run#*:} timeout 90 python3 dev_sm90.py bench 0,1,2,3,4,5 \
-    rtne product:rtne rtne:SM90_KV_STAGES=3 > "$OUT/harness_${run%:*}_lead${run#*:}.log" 2>&1
-  stamp "harness $run rc $?"
+  DEV_FLASH=0 DEV_LAYOUT=${run%:*} DEV_LEAD=${run#*:} timeout 90 python3 $lab/dev_sm90.py bench 0,1,2,3,4,5 \
+    ${CONFIGS:-rtne} > "$OUT/lab_${run%:*}_lead${run#*:}.log" 2>&1
+  stamp "lab $run rc $?"
 done
-timeout 60 python3 host_overhead.py > "$OUT/host_new.txt" 2>&1
-[ -n "$H" ] && timeout 60 python3 host_overhead.py "$H" > "$OUT/host_head.txt" 2>&1
+timeout 60 python3 $lab/host_overhead.py > "$OUT/host_new.txt" 2>&1
+[ -n "$H" ] && timeout 60 python3 $lab/host_overhead.py "$H" > "$OUT/host_other.txt" 2>&1
 stamp host
 cd "$OUT"
-cat steps.txt smi.txt; echo "== host (this tree)"; cat host_new.txt; echo "== host (HEAD dispatch)"; cat host_head.txt 2>/dev/null
-for f in harness_*.log; do echo "== $f"; grep -v "^(" "$f" | tail -12; done
+cat steps.txt smi.txt; echo "== host (this tree)"; cat host_new.txt; echo "== host ($H)"; cat host_other.txt 2>/dev/null
+for f in lab_*.log; do echo "== $f"; grep -v "^(" "$f" | tail -12; done
 echo "== pytest"; tail -4 pytest.txt
 echo "== bench"; tail -4 bench.err; cat bench.txt

@@ -1,25 +1,30 @@
 #!/bin/bash
-# One device call for A/B work on the sm_90a kernel: SASS checks and correctness of each variant, then
-# all CONFIGS timed interleaved against cuDNN on the seed shapes, with SM clock and power sampled
-# alongside. Full log under $OUT; table last.
-#   VARIANTS  define sets to check ("-" = defaults), e.g. "- SM90_Q_REGS=1 SM90_P_DOUBLE=1"
+# One device call for A/B work on the sm_90a kernel, all through the product (dev_sm90.py: rtcattn.forward with
+# the sm90 kernel pinned, extra defines as compile options): builds rtcattn, then the SASS checks and
+# correctness of each define set, then all CONFIGS timed interleaved against cuDNN on the seed shapes, with SM
+# clock and power sampled alongside. Full log under $OUT; table last.
+#   VARIANTS  define sets to check ("-" = none), e.g. "- LAB_X=1 LAB_X=1+LAB_Y=2": switches you added to a
+#             working copy of op_sources/attention_fwd/sm90.cu (the committed kernel has none)
 #   CONFIGS   bench configs ('mode' or 'mode:DEF=1+DEF=2'); SHAPES: seed shape indices
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp}
-export OUT DEV_LEAD=${DEV_LEAD:-1} DEV_LAYOUT=${DEV_LAYOUT:-bshd} DEV_FLASH=${DEV_FLASH:-0}
+export OUT PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 RTCATTN_CACHE_DIR=${RTCATTN_CACHE_DIR:-$(mktemp -d)}
+export DEV_LEAD=${DEV_LEAD:-1} DEV_LAYOUT=${DEV_LAYOUT:-bshd} DEV_FLASH=${DEV_FLASH:-0}
+lab=.ci/lab/sm90/dev_sm90.py
 log="$OUT/device.log"
 status=0
 run() { echo "== $*" | tee -a "$log"; "$@" 2>&1 | tee -a "$log" | grep -v "^ok " ; [ "${PIPESTATUS[0]}" = 0 ] || status=1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv | tee -a "$log"
+python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 for v in ${VARIANTS:--}; do
   defs=$([ "$v" = "-" ] || echo "$v" | tr '+' ' ')
-  for m in rtne rtna rtz; do SM90_MODE=$m run python3 dev_sm90.py sass $defs; done
-  run python3 dev_sm90.py check $defs
+  run python3 $lab sass $defs
+  run python3 $lab check $defs
 done
 CONFIGS=${CONFIGS:-"rtne rtna rtz"}
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 250 > "$OUT/smi.csv" &
 smi=$!
-python3 dev_sm90.py bench ${SHAPES:-0,1,2,3,4,5,6,7,8} $CONFIGS > "$OUT/bench.log" 2>&1 || status=1
+python3 $lab bench ${SHAPES:-0,1,2,3,4,5,6,7,8} $CONFIGS > "$OUT/bench.log" 2>&1 || status=1
 kill $smi
 cat "$OUT/bench.log" >> "$log"
 python3 - "$OUT/smi.csv" <<'PY'

@@ -1,0 +1,351 @@
+"""The HIP launch path without an AMD GPU: the bytes the HIP loader passes are the bytes the code object reads.
+
+A stand-in libamdhip64 (hip_standin/libamdhip64.c, built here with gcc) exports what
+jit/runtime/loader_hip.cpp binds and records every module load (the image), function lookup and
+launch (grid, block, shared bytes, stream, the kernarg buffer from `extra`). A child process (this
+file run as a script, so the stand-in never enters the pytest process) builds every gfx942 and
+gfx90a variant that `python -m rtcattn warm --arch gfx942,gfx90a` builds, through dispatch.build,
+and launches each once through rtc_op_launch on vendor "hip". Each recorded launch is then checked
+against the code object's own AMDGPU metadata (llvm-readelf --notes) and its kernarg bytes decoded
+with the layout of the kernels' parameter structs (parsed from their headers, offsets from g++,
+the same offsets asserted for the amdgcn targets with clang) to the values of the call.
+"""
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rtcattn import manifest  # pure Python: no runtime library is loaded in the pytest process
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+pytestmark = pytest.mark.slow
+
+ARCHS = ("gfx942", "gfx90a")
+STANDIN_SRC = os.path.join(HERE, "hip_standin", "libamdhip64.c")
+OP_DIR = os.path.join(ROOT, "op_sources", "attention_fwd")
+COMMON = os.path.join(ROOT, "csrc_common")
+# The struct each kernel takes by value, and the headers declaring them (include names under OP_DIR).
+PARAM_STRUCT = {"baseline": "AttnParams", "gfx942": "Gfx942Params"}
+PARAM_HEADERS = ("attn_params.h", "gfx942/params.h")
+# Fake device addresses above 2^32 (a pointer truncated to 32 bits shows) and a fake stream.
+ADDR = {"q": 0x7F1200010000, "k": 0x7F1300020000, "v": 0x7F1400030000, "o": 0x7F1500040000,
+        "lse": 0x7F1600050000}
+WORKSPACE = 0x7F1A00000000
+STREAM = 0x5EED0000
+NUM_CUS = 304
+LDS_LIMIT = 65536
+LOG2E = 1.4426950408889634
+
+
+def _variants():
+    """What `warm --arch gfx942,gfx90a` builds: every op's variants for those archs."""
+    m = manifest.load()
+    return [v for op in m.ops for v in m.variants(op, archs=list(ARCHS))]
+
+
+VARIANTS = _variants()
+
+
+def _problem(v) -> dict:
+    """The op_args values of the one call made for variant v (fake addresses: the stand-in runs nothing)."""
+    if v.op != "attention_fwd":
+        raise NotImplementedError(f"no launch problem for op {v.op!r}; add one to {__file__}")
+    d = v["head_dim"]
+    # gfx942: 2*50*22 = 2200 q blocks on 304 CUs leave a tail of 72, which the planner splits
+    # (V^T, attention, merge); Sq != Sk and B != H so a swapped field shows.
+    b, h, sq, sk = (2, 50, 8192, 8000) if v.kernel == "gfx942" else (2, 3, 40, 50)
+
+    def strides(s):  # contiguous, in (batch, seq, head) order whatever the layout
+        return [s * h * d, h * d, d] if v["layout"] == "bshd" else [h * s * d, d, s * d]
+
+    return dict(ADDR, q_strides=strides(sq), k_strides=strides(sk), v_strides=strides(sk), o_strides=strides(sq),
+                batch=b, heads=h, seq_q=sq, seq_k=sk, head_dim=d, softmax_scale=1 / math.sqrt(d), tail_split=-1,
+                num_cus=NUM_CUS)
+
+
+# ---- the child: builds every variant, then launches each through the stand-in ---------------------
+
+def _child(cfg_path: str) -> None:
+    cfg = json.load(open(cfg_path))
+    from rtcattn import dispatch
+    lib = dispatch.lib()
+    m = manifest.load()
+    # Archs taken in turn: each arch's compiler may be serialized (hipRTC is, per process), so a
+    # pool of two keeps both cores busy only while the archs alternate.
+    by_arch = [[v for v in VARIANTS if v.arch == a] for a in ARCHS]
+    order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:  # ctypes drops the GIL in rtc_build
+        built = dict(zip(order, pool.map(dispatch.build, order)))
+    results = [built[v] for v in VARIANTS]
+    t_build = time.perf_counter() - t0
+    # Only now does the stand-in go on the library path: from the start, the hipRTC compiler would
+    # open it too (it tries libamdhip64.so after libhiprtc.so*), find no hiprtc symbols and leave
+    # gfx90a to clang, i.e. other code objects than `warm` builds on this machine.
+    os.environ["RTCATTN_LIBRARY_PATH"] = cfg["standin_dir"]
+    assert lib.device_count("hip") == 1, "the stand-in libamdhip64 was not the one loaded"
+    out, t1 = [], time.perf_counter()
+    for i, (v, r) in enumerate(zip(VARIANTS, results)):
+        values = _problem(v)
+        args = lib.op_args(v.op, **values)
+        ws = lib.op_workspace_bytes(v.op, v.kernel, args)
+        if ws > 0:
+            values.update(workspace=WORKSPACE, workspace_bytes=ws)
+            args.workspace, args.workspace_bytes = WORKSPACE, ws
+        plan = lib.op_plan(v.op, v.kernel, args)
+        with open(os.path.join(cfg["log_dir"], f"expected{i}.co"), "wb") as f:
+            f.write(r.code())
+        lib.op_launch(r.program, v.op, v.kernel, args, "hip", 0, STREAM)
+        out.append(dict(op=v.op, kernel=v.kernel, arch=v.arch, name=v.name, symbol=m.op(v.op).kernel(v.kernel).symbol,
+                        values=values, plan=plan, compiler=r.compiler_id, origin=r.origin, code=f"expected{i}.co"))
+    with open(cfg["result"], "w") as f:
+        json.dump({"variants": out, "build_s": t_build, "launch_s": time.perf_counter() - t1}, f)
+
+
+# ---- the parent: tools, the stand-in, the parameter layout, the child's records ---------------------
+
+def _tool(*names):
+    for n in names:
+        if n and shutil.which(n):
+            return shutil.which(n)
+    return None
+
+
+GCC, GXX = _tool("gcc", "cc"), _tool("g++", "c++")
+CLANG = _tool(os.environ.get("RTCATTN_CLANG"), "clang++-19", "clang++")
+READELF = _tool("llvm-readelf-19", "llvm-readelf")
+
+
+def _need_tools():
+    missing = [n for n, t in (("gcc", GCC), ("g++", GXX), ("clang++", CLANG), ("llvm-readelf", READELF)) if not t]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+
+
+def _struct_fields(text: str, name: str):
+    """(base struct or None, member names in order) of `struct name [: base] { ... };` in a header."""
+    m = re.search(rf"struct\s+{name}\s*(?::\s*(\w+)\s*)?\{{(.*?)\}};", text, re.S)
+    assert m, f"struct {name} not found"
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group(2), flags=re.S)
+    names = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        assert not re.search(r"[\[\(\{=]", decl), f"struct {name}: cannot read the member declaration {decl!r}"
+        first, *rest = decl.split(",")
+        names += [re.findall(r"\w+", first)[-1]] + [r.strip() for r in rest]
+    return m.group(1), names
+
+
+def _param_members() -> dict:
+    """{struct: [member, ...]} with a derived struct's base members first, read from the headers."""
+    text = "\n".join(open(os.path.join(OP_DIR, h)).read() for h in PARAM_HEADERS)
+    own = {s: _struct_fields(text, s) for s in PARAM_STRUCT.values()}
+    return {s: (own[base][1] if base else []) + names for s, (base, names) in own.items()}
+
+
+@pytest.fixture(scope="session")
+def param_layout(tmp_path_factory):
+    """{struct: {"size", "fields": [[name, offset, size, kind], ...]}}: offsets from g++ on the host,
+    then asserted (static_assert) for the amdgcn targets by clang, so host and kernel agree."""
+    _need_tools()
+    work = tmp_path_factory.mktemp("kernarg_layout")
+    members = _param_members()
+    lines = ["#include <cstdio>", "#include <type_traits>", '#include "gfx942/params.h"',
+             "template <class T> const char* kind() { return std::is_pointer<T>::value ? \"ptr\" : "
+             "std::is_floating_point<T>::value ? \"f\" : std::is_signed<T>::value ? \"i\" : \"u\"; }",
+             "int main() {", 'std::printf("{");']
+    for si, (s, names) in enumerate(members.items()):
+        lines.append(f'std::printf("%s\\"{s}\\":{{\\"size\\":%zu,\\"fields\\":[", "{"," if si else ""}", sizeof({s}));')
+        for fi, f in enumerate(names):
+            lines.append(f'std::printf("%s[\\"{f}\\",%zu,%zu,\\"%s\\"]", "{"," if fi else ""}", '
+                         f"(size_t)__builtin_offsetof({s}, {f}), sizeof((({s}*)0)->{f}), "
+                         f"kind<decltype((({s}*)0)->{f})>());")
+        lines.append('std::printf("]}");')
+    lines += ['std::printf("}\\n");', "return 0; }"]
+    src, exe = work / "layout.cpp", work / "layout"
+    src.write_text("\n".join(lines) + "\n")
+    inc = ["-I", OP_DIR, "-I", COMMON]
+    subprocess.run([GXX, "-std=c++17", "-Wno-invalid-offsetof", *inc, str(src), "-o", str(exe)], check=True)
+    layout = json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
+    checks = ['#include "gfx942/params.h"']
+    for s, lay in layout.items():
+        checks.append(f'static_assert(sizeof({s}) == {lay["size"]}, "sizeof {s}");')
+        checks += [f"static_assert(__builtin_offsetof({s}, {f}) == {off} && sizeof((({s}*)0)->{f}) == {n}, "
+                   f'"{s}.{f}");' for f, off, n, _ in lay["fields"]]
+    dev = work / "layout_check.hip"
+    dev.write_text("\n".join(checks) + "\n")
+    p = subprocess.run([CLANG, "-x", "hip", "--cuda-device-only", *[f"--offload-arch={a}" for a in ARCHS],
+                        "-nogpulib", "-nogpuinc", "-fsyntax-only", "-Wno-invalid-offsetof", *inc, str(dev)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, f"the parameter structs lay out differently for {ARCHS} than on the host:\n{p.stderr}"
+    return layout
+
+
+@pytest.fixture(scope="session")
+def hip_cache_dir(tmp_path_factory):
+    """One code-object cache for the whole run (RTCATTN_CACHE_DIR of the child)."""
+    return tmp_path_factory.mktemp("rtcattn_cache")
+
+
+@pytest.fixture(scope="session")
+def hip_run(tmp_path_factory, hip_cache_dir):
+    """Runs the child once; returns its result and the stand-in's records."""
+    _need_tools()
+    work = tmp_path_factory.mktemp("hip_launch")
+    standin, log = work / "standin", work / "log"
+    standin.mkdir()
+    log.mkdir()
+    subprocess.run([GCC, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(standin / "libamdhip64.so"),
+                    STANDIN_SRC, "-lpthread"], check=True)
+    cfg = work / "cfg.json"
+    cfg.write_text(json.dumps({"standin_dir": str(standin), "log_dir": str(log), "result": str(work / "result.json")}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}  # no knob of the caller's
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH"))
+                                          if p),
+               RTCATTN_CACHE_DIR=str(hip_cache_dir), STANDIN_HIP_LOG=str(log))
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), str(cfg)], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    assert p.returncode == 0, f"child failed (rc {p.returncode}):\n{p.stdout}\n{p.stderr}"
+    result = json.loads((work / "result.json").read_text())
+    calls = [json.loads(line) for line in (log / "calls.jsonl").read_text().splitlines()]
+    compilers = sorted({(r["arch"], r["compiler"]) for r in result["variants"]})
+    print(f"\nhip launch child: {wall:.1f} s ({result['build_s']:.1f} s building {len(VARIANTS)} variants with "
+          f"{', '.join(f'{a}: {c}' for a, c in compilers)}; {result['launch_s']:.2f} s launching)")
+    return {"result": result, "calls": calls, "log": log, "wall_s": wall}
+
+
+def _by_call(calls, name):
+    return [c for c in calls if c["call"] == name]
+
+
+def _kernel_notes(path: str, symbol: str) -> dict:
+    """The amdhsa.kernels entry named symbol in the code object's AMDGPU metadata note."""
+    import yaml
+    text = subprocess.run([READELF, "--notes", path], check=True, capture_output=True, text=True).stdout
+    m = re.search(r"^\s*---\s*$(.*?)^\.\.\.\s*$", text, re.S | re.M)
+    assert m, f"no AMDGPU metadata in {path}:\n{text}"
+    kernels = yaml.safe_load(m.group(1))["amdhsa.kernels"]
+    hits = [k for k in kernels if k[".name"] == symbol]
+    assert len(hits) == 1, f"{path}: kernel {symbol!r} among {[k['.name'] for k in kernels]}"
+    assert hits[0][".symbol"] == symbol + ".kd"
+    return hits[0]
+
+
+_FORMATS = {("ptr", 8): "<Q", ("i", 4): "<i", ("i", 8): "<q", ("u", 4): "<I", ("u", 8): "<Q", ("f", 4): "<f"}
+
+
+def _decode(blob: bytes, layout: dict) -> dict:
+    return {f: struct.unpack_from(_FORMATS[(kind, n)], blob, off)[0] for f, off, n, kind in layout["fields"]}
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _expected_params(rec: dict, stage: int) -> dict:
+    """Every field of the kernel's parameter struct, from the call's arguments (and, for the fast kernel, its plan)."""
+    a, plan = rec["values"], rec["plan"]
+    scale = _f32(a["softmax_scale"])
+    want = {f: a[f] for f in ("q", "k", "v", "o", "lse", "batch", "heads", "seq_q", "seq_k", "head_dim")}
+    want.update(workspace=a.get("workspace", 0), workspace_bytes=a.get("workspace_bytes", 0), scale=scale,
+                scale_log2=_f32(scale * LOG2E), tail_split=0, reserved=0)
+    for t in "qkvo":
+        want.update(zip((f"{t}_sb", f"{t}_ss", f"{t}_sh"), a[f"{t}_strides"]))
+    if rec["kernel"] == "gfx942":
+        want.update({f: plan[f] for f in ("nqb", "nkb", "n_prefix", "tail", "split_g", "n_swz", "vt_bytes")})
+        want.update(tail_split=plan["split_g"], stage=stage, reserved2=0)
+    return want
+
+
+def test_every_variant_loaded_once_through_the_standin(hip_run):
+    calls, res = hip_run["calls"], hip_run["result"]
+    assert calls[0]["call"] == "hipInit", calls[:3]
+    assert [r["name"] for r in res["variants"]] == [v.name for v in VARIANTS]
+    assert [r["arch"] for r in res["variants"]] == [v.arch for v in VARIANTS]
+    assert not [c for c in calls if "error" in c], [c for c in calls if "error" in c]
+    loads, fns = _by_call(calls, "hipModuleLoadData"), _by_call(calls, "hipModuleGetFunction")
+    assert len(loads) == len(fns) == len(VARIANTS)
+    assert {c["device"] for c in _by_call(calls, "hipSetDevice") + _by_call(calls, "hipGetDevice")} <= {0}
+    n_launches = sum(3 if r["kernel"] == "gfx942" else 1 for r in res["variants"])
+    assert len(_by_call(calls, "hipModuleLaunchKernel")) == n_launches
+
+
+@pytest.mark.parametrize("index", range(len(VARIANTS)), ids=[f"{v.arch}-{v.name}" for v in VARIANTS])
+def test_launch_matches_code_object(hip_run, param_layout, index):
+    calls, log = hip_run["calls"], hip_run["log"]
+    rec = hip_run["result"]["variants"][index]
+    tag = f"{rec['arch']} {rec['name']}"
+    load = _by_call(calls, "hipModuleLoadData")[index]
+    fn = _by_call(calls, "hipModuleGetFunction")[index]
+    launches = [c for c in _by_call(calls, "hipModuleLaunchKernel") if c["function"] == fn["function"]]
+
+    # The image the loader handed over is the built code object, whole (its ELF size is its length).
+    image = (log / load["file"]).read_bytes()
+    assert image == (log / rec["code"]).read_bytes(), f"{tag}: loaded image differs from the built code object"
+    assert fn["module"] == load["module"] and fn["symbol"] == rec["symbol"], (tag, fn)
+    notes = _kernel_notes(str(log / load["file"]), fn["symbol"])
+    assert notes[".wavefront_size"] == 64, (tag, notes)
+
+    plan, a = rec["plan"], rec["values"]
+    if rec["kernel"] == "gfx942":
+        assert plan["split_g"] > 1 and plan["tail"] > 0, f"{tag}: the problem must split the tail: {plan}"
+        assert plan["nqb"] == math.ceil(a["seq_q"] / 384) and plan["nkb"] == math.ceil(a["seq_k"] / 64), plan
+        assert plan["n_prefix"] + plan["tail"] == a["batch"] * a["heads"] * plan["nqb"], plan
+        assert a["workspace_bytes"] == plan["workspace_bytes"] > plan["vt_bytes"], (a, plan)
+        grids = [plan["grid_vt"], plan["grid_attn"], plan["grid_merge"]]
+        assert grids == [a["batch"] * a["heads"] * plan["nkb"], plan["n_prefix"] + plan["tail"] * plan["split_g"],
+                         plan["tail"] * 384 // 16], plan
+        want = [((g, 1, 1), (plan["block"], 1, 1)) for g in grids]
+        assert plan["block"] == 512
+    else:
+        assert (plan["grid_x"], plan["grid_y"], plan["grid_z"]) == (math.ceil(a["seq_q"] / 16), a["heads"],
+                                                                   a["batch"]), plan
+        want = [((plan["grid_x"], plan["grid_y"], plan["grid_z"]), (plan["block"], 1, 1))]
+    assert [(tuple(c["grid"]), tuple(c["block"])) for c in launches] == want, f"{tag}: launches {launches}"
+
+    layout = param_layout[PARAM_STRUCT[rec["kernel"]]]
+    for stage, c in enumerate(launches):
+        size, what = c["size"], f"{tag} launch {stage}"
+        assert c["stream"] == STREAM and c["shared_bytes"] == 0, (what, c)
+        # The kernel's arguments: the one by-value block at offset 0, exactly the bytes passed;
+        # hidden arguments (if any) come after it and are the HIP runtime's to fill.
+        explicit = [x for x in notes[".args"] if not x[".value_kind"].startswith("hidden_")]
+        hidden = [x for x in notes[".args"] if x[".value_kind"].startswith("hidden_")]
+        assert explicit[0][".offset"] == 0 and explicit[0][".value_kind"] == "by_value", (what, notes[".args"])
+        assert max(x[".offset"] + x[".size"] for x in explicit) == size == explicit[0][".size"], \
+            f"{what}: kernarg block of {size} bytes passed, the kernel's explicit args {explicit}"
+        assert all(x[".offset"] >= size for x in hidden), (what, notes[".args"])
+        assert notes[".kernarg_segment_size"] >= size, (what, notes[".kernarg_segment_size"], size)
+        assert size == layout["size"], f"{what}: {size} bytes passed, sizeof {PARAM_STRUCT[rec['kernel']]} " \
+                                       f"= {layout['size']}"
+        threads = c["block"][0] * c["block"][1] * c["block"][2]
+        assert threads <= notes[".max_flat_workgroup_size"], (what, threads, notes[".max_flat_workgroup_size"])
+        if rec["kernel"] == "gfx942":
+            assert threads == notes[".max_flat_workgroup_size"] == 512, (what, threads)
+        assert notes[".group_segment_fixed_size"] + c["shared_bytes"] <= LDS_LIMIT, (what, notes)
+        # The bytes decode, field by field of the kernel's struct, to the call's values.
+        blob = (log / c["file"]).read_bytes()
+        assert len(blob) == size
+        got, expected = _decode(blob, layout), _expected_params(rec, stage)
+        assert got.keys() == expected.keys(), f"{what}: fields {sorted(got)} vs expected {sorted(expected)}"
+        bad = {f: (got[f], expected[f]) for f in got if got[f] != expected[f]}
+        assert not bad, f"{what}: kernarg fields (got, expected): {bad}"
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])

@@ -1,0 +1,151 @@
+"""Every knob has a test of its effect: the ones here, and the ones named in EFFECT_TESTS for knobs tested elsewhere."""
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rtcattn import _lib
+
+ROOT = Path(__file__).resolve().parents[2]
+P = "RTCATTN_"
+B, H, S = 1, 100, 8192   # 100 (b, h) x 22 q blocks = 2200 items on 304 CUs: a tail of 72 items the planner splits
+
+# knob -> the test that shows its effect ("module::function", under tests/).
+EFFECT_TESTS = {
+    P + "CACHE_DIR": "cpu.test_knobs::test_cache_dir_is_where_entries_go",
+    P + "SYSTEM_CACHE": "cpu.test_cache::test_system_cache_is_searched_after_user_dir",
+    P + "REBUILD": "cpu.test_cache::test_rebuild_ignores_cached_entries",
+    P + "LOG": "cpu.test_knobs::test_log_reports_lookups_and_the_kernel_chosen",
+    P + "NO_COMPILE": "cpu.test_cache::test_no_compile_fails_cold_and_passes_warm",
+    P + "CLANG": "cpu.test_knobs::test_clang_names_the_compiler_used_for_amd",
+    P + "HOST_CXX": "cpu.test_knobs::test_host_cxx_names_the_emulator_compiler",
+    P + "EMULATE": "cpu.test_knobs::test_emulate_selects_the_emulated_arch",
+    P + "LIBRARY_PATH": "cpu.test_knobs::test_library_path_dirs_are_searched_first",
+    P + "NO_TAIL": "cpu.test_knobs::test_no_tail_turns_off_the_planned_split",
+    P + "KERNEL": "emu.test_dispatch_emu::test_rtcattn_kernel_forces_one_kernel_without_fallback",
+}
+
+
+def test_every_declared_knob_has_an_effect_test():
+    declared = set(_lib.info()["knobs"])
+    assert declared == set(EFFECT_TESTS), f"knobs without an effect test: {declared - set(EFFECT_TESTS)}"
+    sys.path.insert(0, str(ROOT / "tests"))
+    for knob, ref in EFFECT_TESTS.items():
+        module, fn = ref.split("::")
+        assert callable(getattr(importlib.import_module(module), fn, None)), f"{knob}: {ref} does not exist"
+
+
+def _child(code, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith(P)}
+    full.update(PYTHONPATH=str(ROOT / "python"), **{k: str(v) for k, v in env.items()})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300)
+
+
+def _plan(monkeypatch, no_tail, tail_split=-1):
+    if no_tail is None:
+        monkeypatch.delenv(P + "NO_TAIL", raising=False)
+    else:
+        monkeypatch.setenv(P + "NO_TAIL", no_tail)
+    st = (S * H * 128, H * 128, 128)
+    args = _lib.op_args("attention_fwd", q=1, k=1, v=1, o=1, q_strides=st, k_strides=st, v_strides=st, o_strides=st,
+                        batch=B, heads=H, seq_q=S, seq_k=S, head_dim=128, softmax_scale=0.1, tail_split=tail_split,
+                        num_cus=304)
+    return _lib.op_plan("attention_fwd", "gfx942", args), _lib.op_workspace_bytes("attention_fwd", "gfx942", args)
+
+
+def test_no_tail_turns_off_the_planned_split(monkeypatch):
+    planned, ws_planned = _plan(monkeypatch, None)
+    assert planned["split_g"] > 1 and planned["tail"] == 72 and planned["grid_merge"] > 0
+    off, ws_off = _plan(monkeypatch, "1")
+    assert off["split_g"] == 1 and off["tail"] == 0 and "grid_merge" not in off
+    assert ws_off == off["vt_bytes"] < ws_planned == planned["workspace_bytes"]
+    forced, _ = _plan(monkeypatch, "1", tail_split=4)  # an explicit request still wins over the knob
+    assert forced["split_g"] == 4
+    assert _plan(monkeypatch, "0")[0] == planned
+
+
+def test_cache_dir_is_where_entries_go(tmp_path):
+    code = ("from rtcattn import dispatch, manifest\n"
+            "v = manifest.load().variant_for('attention_fwd', 'baseline', 'sm_90a', "
+            "{'layout': 'bshd', 'round_mode': 'rtz', 'head_dim': 64})\n"
+            "print(dispatch.build(v).path)")
+    r = _child(code, RTCATTN_CACHE_DIR=tmp_path / "here")
+    assert r.returncode == 0, r.stderr
+    path = Path(r.stdout.strip())
+    assert path.parent == tmp_path / "here" and path.is_file() and path.name.startswith("attention_fwd-baseline-")
+
+
+def test_log_reports_lookups_and_the_kernel_chosen(tmp_path):
+    code = ("import torch, rtcattn\n"
+            "q = torch.randn(1, 3, 1, 64).to(torch.bfloat16)\n"
+            "rtcattn.forward(q, q, q)")
+    quiet = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path)
+    loud = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path, RTCATTN_LOG=1)
+    assert quiet.returncode == 0 and loud.returncode == 0, (quiet.stderr, loud.stderr)
+    assert "[rtcattn] lookup attention_fwd-baseline-bshd-rtne-d64-gfx942-emu" not in quiet.stderr
+    assert "[rtcattn] lookup attention_fwd-baseline-bshd-rtne-d64-gfx942-emu" in loud.stderr
+    assert "attention_fwd: kernel baseline (baseline-bshd-rtne-d64, gfx942-emu)" in loud.stderr
+
+
+def test_clang_names_the_compiler_used_for_amd(tmp_path):
+    code = ("from rtcattn import _lib\n"
+            "src = '#include \"platform.h\"\\nRTC_KERNEL(64) k(int) {}\\n'\n"
+            "plat = open('csrc_common/platform.h').read()\n"
+            "try:\n"
+            "    r = _lib.build('t', 'v', 'gfx942', 'k', ('k.hip', src), [('platform.h', plat)], compiler='clang', "
+            "cache_dir=%r)\n"
+            "    print('ID', r.compiler_id)\n"
+            "except Exception as e:\n"
+            "    print('ERR', type(e).__name__, e)\n") % str(tmp_path)
+    missing = _child(code, RTCATTN_CLANG=tmp_path / "no-clang")
+    assert "ERR UnavailableError" in missing.stdout and "RTCATTN_CLANG=" in missing.stdout, missing.stdout
+    clang = next((c for c in ("clang++-19", "clang++") if __import__("shutil").which(c)), None)
+    if clang:
+        found = _child(code, RTCATTN_CLANG=clang)
+        assert "ID clang" in found.stdout, found.stdout + found.stderr
+
+
+def test_host_cxx_names_the_emulator_compiler(tmp_path):
+    code = ("import torch, rtcattn\n"
+            "q = torch.randn(1, 3, 1, 64).to(torch.bfloat16)\n"
+            "try:\n"
+            "    rtcattn.forward(q, q, q)\n"
+            "    print('RAN')\n"
+            "except Exception as e:\n"
+            "    print('ERR', type(e).__name__, e)\n")
+    r = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path, RTCATTN_HOST_CXX=tmp_path / "no-cxx")
+    assert "ERR UnavailableError" in r.stdout and "no host C++ compiler" in r.stdout, r.stdout + r.stderr
+
+
+def test_emulate_selects_the_emulated_arch(monkeypatch):
+    import torch
+    from rtcattn import dispatch
+    monkeypatch.setenv(P + "EMULATE", "gfx90a")
+    assert dispatch.arch_of(torch.device("cpu")) == "gfx90a-emu"
+    monkeypatch.setenv(P + "EMULATE", "gfx942")
+    assert dispatch.arch_of(torch.device("cpu")) == "gfx942-emu"
+    monkeypatch.delenv(P + "EMULATE")
+    with pytest.raises(ValueError, match="RTCATTN_EMULATE is unset"):
+        dispatch.arch_of(torch.device("cpu"))
+
+
+def test_library_path_dirs_are_searched_first(tmp_path):
+    """A stand-in libamdhip64 (one device) in a LIBRARY_PATH dir wins over the system's; hipRTC, which the
+    stand-in lacks, is still found past it."""
+    gcc = __import__("shutil").which("gcc") or __import__("shutil").which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(tmp_path / "libamdhip64.so"),
+                    str(ROOT / "tests" / "cpu" / "hip_standin" / "libamdhip64.c")], check=True)
+    code = ("from rtcattn import _lib\n"
+            "hiprtc = next(c for c in _lib.info()['compilers'] if c['name'] == 'hiprtc')\n"
+            "print(_lib.device_count('hip'), hiprtc['available'])")
+    without = _child(code)
+    with_dir = _child(code, RTCATTN_LIBRARY_PATH=tmp_path, STANDIN_HIP_LOG=tmp_path / "log")
+    assert without.returncode == 0 and with_dir.returncode == 0, (without.stderr, with_dir.stderr)
+    devices, hiprtc = without.stdout.split()
+    assert devices == "0"                                   # no GPU: the system's HIP finds none
+    assert with_dir.stdout.split() == ["1", hiprtc]         # the stand-in's one device; hipRTC unchanged
