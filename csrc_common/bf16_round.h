@@ -1,4 +1,4 @@
-// fp32 <-> bf16 bit conversions with the three rounding modes of numerics.md, for host and device code.
+// fp32 <-> bf16 bit conversions with the three rounding modes of docs/numerics.md, for host and device code.
 #pragma once
 
 // Usable without the prelude (host tests compile this header alone with g++).

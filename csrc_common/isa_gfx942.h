@@ -5,9 +5,9 @@
 //     (N = passes): 7 for 16x16x16 bf16 on gfx942, 11 on gfx90a;
 //   * a VALU write of a VGPR that an MFMA then reads needs 2 wait states;
 //   * MFMAs chaining the same accumulator need none.
-// The kernel brackets every run of MFMAs with mfma_section_begin / mfma_section_end below: the
-// fences take the operand registers as "+v", so no consumer or producer can be scheduled across
-// them, and they issue the s_nop the rule asks for. Nothing else touches MFMA operands.
+// The kernel pins the operands of every run of MFMAs with reg_fence below (an empty asm taking the
+// registers as "+v", so no producer or consumer can be scheduled across it) and issues the s_nop the
+// rule asks for with mfma_wait_read / mfma_wait_result. Nothing else touches MFMA operands.
 #pragma once
 #include "platform.h"
 #include "isa_gfx9.h"

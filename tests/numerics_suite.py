@@ -1,4 +1,4 @@
-"""The numerics contract (shared/docs numerics.md) as reusable checks, for any `run` callable and device.
+"""The numerics contract (docs/numerics.md) as reusable checks, for any `run` callable and device.
 
 `run(q, k, v, layout, round_mode, softmax_scale, return_lse)` returns O, or (O, LSE [B, H, Sq] fp32)
 when return_lse is true. The GPU tests pass rtcattn.forward on "cuda"; the emulator tests pass the

@@ -174,6 +174,10 @@ def _plan(op: str, arch: str, call: dict, kernel: Optional[str], m: Optional[man
     """Every kernel of the op in the manifest's order: (kernel, its variant, None) or (kernel, None, why not)."""
     m = m or manifest.load()
     spec = m.op(op)
+    missing = [a.name for a in spec.axes if a.name not in call]
+    if missing:  # an op stub that does not say its value on an axis of the manifest: a bug in the stub
+        raise ValueError(f"the call of {op} gives no value for axes {missing} of the manifest; "
+                         f"the op's stub must pass one value per axis ({', '.join(a.name for a in spec.axes)})")
     if kernel is not None and kernel not in [k.name for k in spec.kernels]:
         raise ValueError(f"RTCATTN_KERNEL={kernel!r} is not accepted for op {op!r}; accepted: "
                          f"{', '.join(k.name for k in spec.kernels)}")

@@ -1,4 +1,4 @@
-"""Host references of numerics.md: bf16 rounding bit for bit, the fp64 output, the "R" algorithm, error metrics."""
+"""Host references of the numerics contract (docs/numerics.md): bf16 rounding bit for bit, the fp64 output, the "R" algorithm, error metrics."""
 from __future__ import annotations
 
 import math

@@ -11,7 +11,7 @@ from rtcattn import reference as ref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# fp32 bits -> expected bf16 bits (rtne, rtna, rtz), worked out by hand from numerics.md.
+# fp32 bits -> expected bf16 bits (rtne, rtna, rtz), worked out by hand from docs/numerics.md.
 EDGE = [
     (0x00000000, 0x0000, 0x0000, 0x0000),  # +0
     (0x80000000, 0x8000, 0x8000, 0x8000),  # -0

@@ -4,7 +4,7 @@
 #include "ptx_sm90.h"
 
 #ifndef RTC_ROUND
-#define RTC_ROUND 0   // 0 rtne, 1 rtna, 2 rtz (numerics.md)
+#define RTC_ROUND 0   // 0 rtne, 1 rtna, 2 rtz (docs/numerics.md)
 #endif
 
 namespace sm90 {

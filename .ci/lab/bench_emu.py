@@ -1,13 +1,13 @@
 """Emulator benchmark (not a test): wall time of the baseline kernel at (B=1, H=2, Sq=Sk=512, D=128)
 on the wave emulator, and fiber switches per second.
-Usage: python tests/emu/bench_emu.py [gfx942|gfx90a] [kernel: baseline (default) | gfx942]"""
+Usage: python .ci/lab/bench_emu.py [gfx942|gfx90a] [kernel: baseline (default) | gfx942]"""
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import time, torch, rtcattn
