@@ -11,9 +11,10 @@ import math
 import torch
 
 from rtcattn import reference as ref
+from rtcattn import validate
 
-LAYOUTS = ("bshd", "bhsd")
-MODES = ("rtne", "rtna", "rtz")
+LAYOUTS = validate.axis_values("layout")      # the manifest's values: one definition
+MODES = validate.axis_values("round_mode")
 NAN_BITS = ref.BF16_NAN
 
 

@@ -6,19 +6,19 @@ import math
 import numpy as np
 import torch
 
-MODES = {"rtne": 0, "rtna": 1, "rtz": 2}
-LAYOUTS = ("bshd", "bhsd")
+from .validate import axis_values  # the manifest's axes: one list of layouts and round modes
+
 BF16_NAN = 0x7FFF
 
 
 def _check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"round_mode={mode!r} is not one of {sorted(MODES)}")
+    if mode not in axis_values("round_mode"):
+        raise ValueError(f"round_mode={mode!r} is not one of {list(axis_values('round_mode'))}")
 
 
 def _check_layout(layout: str) -> None:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} is not one of {list(LAYOUTS)}")
+    if layout not in axis_values("layout"):
+        raise ValueError(f"layout={layout!r} is not one of {list(axis_values('layout'))}")
 
 
 def _round_int_bits(x, mode: str):
