@@ -22,6 +22,10 @@ std::vector<Knob>& registry() {
       {"EMULATE", KnobType::Enum, "", "|gfx942|gfx90a", "run CPU tensors on the wave emulator of this arch"},
       {"LIBRARY_PATH", KnobType::PathList, "", "",
        "extra dirs searched for libnvrtc/libhiprtc/libamdhip64/libcuda, ':'-separated"},
+      {"COMPILE_TIMEOUT", KnobType::Int, "600", "",
+       "seconds a compile may take before it is stopped and reported (hipRTC/NVRTC in a child process, clang, g++)"},
+      {"LOCK_TIMEOUT", KnobType::Int, "900", "",
+       "seconds to wait for another process compiling the same key before giving up with its pid"},
       {"KERNEL", KnobType::Name, "", "",
        "run only the kernel of this name from each op's manifest entry (no fallback; an error if it cannot serve)"},
   };
