@@ -26,6 +26,8 @@ EFFECT_TESTS = {
     P + "LIBRARY_PATH": "cpu.test_knobs::test_library_path_dirs_are_searched_first",
     P + "NO_TAIL": "cpu.test_knobs::test_no_tail_turns_off_the_planned_split",
     P + "KERNEL": "emu.test_dispatch_emu::test_rtcattn_kernel_forces_one_kernel_without_fallback",
+    P + "COMPILE_TIMEOUT": "cpu.test_cache_hardening::test_compile_timeout_stops_a_hanging_compiler",
+    P + "LOCK_TIMEOUT": "cpu.test_cache_hardening::test_lock_wait_names_the_holder_and_times_out",
 }
 
 
