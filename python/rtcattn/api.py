@@ -31,11 +31,12 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     Returns out, or (out, lse) with lse fp32 [B, H, Sq] (natural log) when return_lse.
     """
     _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
+    validate.check_bool("return_lse", return_lse)
     scale = None if softmax_scale is None else float(softmax_scale)
     if out is None:
-        out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, bool(return_lse))
+        out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, return_lse)
     else:
-        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, bool(return_lse))
+        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse)
     return (out, lse) if return_lse else out
 
 

@@ -91,9 +91,14 @@ def cmd_warm(args) -> int:
     if not variants:
         raise SystemExit("rtcattn: no variant matches the given --op/--arch/--kernels and axis filters")
     cache_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None
-    dispatch.lib()
-    print(f"rtcattn warm: {len(variants)} variants, {args.jobs} jobs, cache "
-          f"{cache_dir or 'user dir (RTCATTN_CACHE_DIR or default)'}", flush=True)
+    if cache_dir:  # the target is this process's user cache: the runtime's own checks of that dir apply
+        os.environ["RTCATTN_CACHE_DIR"] = cache_dir
+    target = dispatch.lib().info()["user_cache"]
+    if not target["usable"]:  # warm's job is to write: refuse before compiling anything
+        print(f"rtcattn warm: cache dir {target['path']} is not used because {target['reason']}; "
+              "nothing was written", file=sys.stderr)
+        return 2
+    print(f"rtcattn warm: {len(variants)} variants, {args.jobs} jobs, cache {target['path']}", flush=True)
     rows, failures, t0 = [], [], time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # ctypes drops the GIL in rtc_build
         futures = {pool.submit(dispatch.build, v, cache_dir): v for v in variants}
@@ -105,6 +110,11 @@ def cmd_warm(args) -> int:
             except Exception as e:  # report every failure, keep warming the rest
                 failures.append((name, e))
                 print(f"[{i}/{len(variants)}] {name}: FAILED ({type(e).__name__})", flush=True)
+                continue
+            if _origin(r) == "compile" and not r.path:  # compiled, but the runtime could not write it
+                failures.append((name, RuntimeError(f"compiled but not written to {target['path']} (the runtime's "
+                                                    "warning above says why)")))
+                print(f"[{i}/{len(variants)}] {name}: FAILED (not written)", flush=True)
                 continue
             rows.append((v.arch, f"{v.op}/{v.name}", r.size, f"{r.compile_ms:.0f}", _origin(r), r.path))
             print(f"[{i}/{len(variants)}] {name}: {_origin(r)} {r.compile_ms:.0f} ms", flush=True)
@@ -201,8 +211,9 @@ def parser() -> argparse.ArgumentParser:
     from . import bench
     bench.add_arguments(sub.add_parser("bench", help="GPU: rtcattn vs torch SDPA flash and cuDNN"))
     sub.choices["bench"].set_defaults(func=cmd_bench)
-    from . import isa
+    from . import firstcall, isa
     isa.add_parser(sub)
+    firstcall.add_parser(sub)
     return p
 
 

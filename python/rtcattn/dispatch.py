@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ctypes
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -256,21 +258,28 @@ def build(variant: manifest.Variant, cache_dir: Optional[str] = None, extra_opti
     return result
 
 
-def run(op: str, device: torch.device, call: dict, args) -> Selection:
-    """Selects, builds and launches op on device for args (its argument block, filled by the op's stub).
+def select_for(op: str, device: torch.device, call: dict, args) -> Selection:
+    """The kernel that runs op on device for args (its argument block, filled by the op's stub), with
+    the pins applied; the runtime checks the arguments (sizes, extents, alignment) here, before any
+    allocation or launch, and an error names the argument and its value."""
+    check_knobs()
+    arch, _ = device_facts(device)
+    for name, value in _pins.get().args:
+        setattr(args, name, value)
+    return choose(op, arch, call, args, vendor_of(device))
+
+
+def launch(op: str, device: torch.device, sel: Selection, args) -> None:
+    """Builds (once) and launches the selected kernel; out pointers in args must be final.
 
     An op whose kernels need scratch memory has the fields workspace / workspace_bytes: dispatch
     allocates it through torch's caching allocator (repeated calls cost no device malloc).
     """
-    arch, _ = device_facts(device)
     vendor = vendor_of(device)
-    pins = _pins.get()
-    for name, value in pins.args:
-        setattr(args, name, value)
-    sel = choose(op, arch, call, args, vendor)
-    program = build(sel.variant, extra_options=pins.options).program
+    program = build(sel.variant, extra_options=_pins.get().options).program
     nbytes = lib().op_workspace_bytes(op, sel.kernel.name, args)
     if nbytes > 0:
+        check_fits(op, f"the workspace of kernel {sel.kernel.name}", nbytes, args, device)
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
         if vendor == "host":  # poisoned on the emulator, as its LDS is: a read of unwritten scratch shows up
             workspace.fill_(0xFF)
@@ -278,4 +287,46 @@ def run(op: str, device: torch.device, call: dict, args) -> Selection:
     index = 0 if device.type == "cpu" else (device.index if device.index is not None else torch.cuda.current_device())
     stream = torch.cuda.current_stream(device).cuda_stream if vendor != "host" else 0
     lib().op_launch(program, op, sel.kernel.name, args, vendor, index, stream)
+
+
+def _memory_bytes(device: torch.device) -> int:
+    if device.type == "cpu":
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return torch.cuda.get_device_properties(device).total_memory
+
+
+def check_fits(op: str, what: str, nbytes: int, args, device: torch.device) -> None:
+    """A buffer larger than the device's memory means sizes no call can run with: say which, before asking
+    the allocator (whose out-of-memory error would not name them)."""
+    have = _memory_bytes(device)
+    if nbytes > have:
+        sizes = ", ".join(f"{name}={getattr(args, name)}" for name, t in args._fields_
+                          if t in (ctypes.c_int64, ctypes.c_int32) and not name.endswith("_bytes"))
+        raise ValueError(f"{op}: {what} of {nbytes} bytes for {sizes} is more than the {have} bytes of "
+                         f"{device}; accepted: sizes whose buffers fit the device")
+
+
+def run(op: str, device: torch.device, call: dict, args) -> Selection:
+    """select_for, then launch: for a stub whose outputs already exist."""
+    sel = select_for(op, device, call, args)
+    launch(op, device, sel, args)
     return sel
+
+
+_knob_env: dict = {}
+
+
+def check_knobs() -> None:
+    """Every RTCATTN_* variable that is set is parsed (and a bad value named) before anything compiles or
+    runs, not when the code that reads it is reached; re-checked only when the environment changed.
+    Variables the runtime does not declare (a script's own RTCATTN_ARCHS) are not ours to judge."""
+    global _knob_env
+    env = {k: v for k, v in os.environ.items() if k.startswith("RTCATTN_")}
+    if env != _knob_env:
+        for name in env:
+            try:
+                lib().knob(name)  # raises ValueError naming the variable, its value and what is accepted
+            except ValueError as e:
+                if not str(e).startswith("unknown knob"):
+                    raise
+        _knob_env = env

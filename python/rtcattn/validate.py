@@ -67,16 +67,29 @@ def head_dim_rule():
 _head_dim_rule = None
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38   # the smallest normal float32
+
+
 def check_scale(softmax_scale, head_dim: int) -> float:
+    """The scale as the kernels get it (a float32): a finite float > 0 that float32 holds as a normal
+    number, so 1e39 is refused here rather than reported later as 'inf'."""
     if softmax_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale={softmax_scale!r} ({type(softmax_scale).__name__}) is not supported; "
                         "accepted: None (1/sqrt(D)) or a finite float > 0")
-    if not math.isfinite(softmax_scale) or softmax_scale <= 0:
-        raise ValueError(f"softmax_scale={softmax_scale!r} is not supported; "
-                         "accepted: None (1/sqrt(D)) or a finite float > 0")
+    if not math.isfinite(softmax_scale) or not FLOAT32_TINY <= softmax_scale <= FLOAT32_MAX:
+        raise ValueError(f"softmax_scale={softmax_scale!r} is not supported; accepted: None (1/sqrt(D)) or a "
+                         f"finite float > 0 that float32 holds as a normal number, in [{FLOAT32_TINY:.7g}, "
+                         f"{FLOAT32_MAX:.7g}]")
     return float(softmax_scale)
+
+
+def check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}={value!r} ({type(value).__name__}) is not supported; accepted: True or False")
+    return value
 
 
 def _check_same(what: str, names, values) -> None:
@@ -107,11 +120,11 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
     if not supports(dq):
         raise ValueError(f"head dim D={dq} (q.shape={tuple(q.shape)}) is not supported; accepted: {rule}")
     if out is not None:
-        check_out(out, q)
+        check_out(out, q, (("q", q), ("k", k), ("v", v)))
     return Problem(bq, hq, sq, sk, dq, check_scale(softmax_scale, dq))
 
 
-def check_out(out, q: torch.Tensor) -> None:
+def check_out(out, q: torch.Tensor, inputs=()) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None; got {type(out).__name__}")
     if out.dtype != torch.bfloat16:
@@ -122,11 +135,54 @@ def check_out(out, q: torch.Tensor) -> None:
         raise ValueError(f"out.device={out.device} is not supported; accepted: q's device {q.device}")
     if out.shape[-1] > 1 and out.stride(-1) != 1:
         raise ValueError(f"out.stride(-1)={out.stride(-1)} is not supported; accepted: 1 (contiguous head dim)")
+    if _self_overlapping(out):
+        raise ValueError(f"out (shape {tuple(out.shape)}, strides {tuple(out.stride())}) has elements that share "
+                         "memory (e.g. an expanded view); accepted: an out whose elements are distinct")
+    if _has_storage(out):  # fake tensors (tracing) have no addresses: checked at run time
+        for name, t in inputs:
+            if _spans_overlap(out, t):
+                raise ValueError(f"out overlaps {name} in memory (out bytes {_span(out)}, {name} bytes {_span(t)}); "
+                                 f"accepted: an out that shares no memory with q, k or v")
+
+
+def _has_storage(t: torch.Tensor) -> bool:
+    """Plain tensors only: fake and other subclass tensors (tracing) have no addresses to compare."""
+    return type(t) is torch.Tensor
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two index tuples reach one element: dims sorted by stride must each step past all the
+    smaller ones (the usual non-overlap rule; a stride-0 dim of size > 1 fails it)."""
+    extent = 0
+    for size, stride in sorted(((n, abs(st)) for n, st in zip(t.shape, t.stride()) if n > 1), key=lambda x: x[1]):
+        if stride <= extent:
+            return True
+        extent += (size - 1) * stride
+    return False
+
+
+def _span(t: torch.Tensor) -> tuple:
+    """[first byte, last byte] a strided view reaches."""
+    lo = hi = t.data_ptr()
+    for n, st in zip(t.shape, t.stride()):
+        step = (n - 1) * st * t.element_size()
+        if step > 0:
+            hi += step
+        else:
+            lo += step
+    return lo, hi + t.element_size() - 1
+
+
+def _spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    (alo, ahi), (blo, bhi) = _span(a), _span(b)
+    return alo <= bhi and blo <= ahi
 
 
 def check_how_v3_bf16_cvt(how_v3_bf16_cvt) -> str:
     """AITER's rounding selector -> our round_mode name."""
-    if isinstance(how_v3_bf16_cvt, bool) or how_v3_bf16_cvt not in HOW_V3_BF16_CVT:
+    if type(how_v3_bf16_cvt) is not int or how_v3_bf16_cvt not in HOW_V3_BF16_CVT:
         raise ValueError(f"how_v3_bf16_cvt={how_v3_bf16_cvt!r} is not supported; accepted: "
                          "0 (RTNE), 1 (RTNA), 2 (RTZ)")
     return HOW_V3_BF16_CVT[how_v3_bf16_cvt]

@@ -22,11 +22,12 @@ def fake_launch(monkeypatch):
     """Replaces the launch with a recorder that writes a known value, so nothing needs a GPU."""
     calls = []
 
-    def run(q, k, v, out, lse, layout, round_mode, problem):
-        calls.append(dict(layout=layout, round_mode=round_mode, problem=problem, lse=lse is not None))
+    def run(q, k, v, out, return_lse, layout, round_mode, problem):
+        calls.append(dict(layout=layout, round_mode=round_mode, problem=problem, lse=return_lse))
+        out = torch.empty_like(q) if out is None else out
         out.fill_(0.5)
-        if lse is not None:
-            lse.fill_(-1.0)
+        lse = torch.full((problem.batch, problem.heads, problem.seq_q) if return_lse else (0,), -1.0)
+        return out, lse
     monkeypatch.setattr(attention_fwd, "launch", run)
     return calls
 

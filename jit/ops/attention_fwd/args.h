@@ -5,7 +5,8 @@
 #include "op_registry.h"
 
 // X(name, C type, ArgKind, count). Strides are in elements, in (batch, seq, head) order whatever the
-// layout. The runtime describes this list to Python (rtc_ops_json): it is the only definition.
+// layout. Sizes travel as 64-bit so the checks see (and name) the caller's true value. The runtime
+// describes this list to Python (rtc_ops_json): it is the only definition.
 #define ATTENTION_FWD_ARGS(X)                                                                  \
   X(q, const void*, Ptr, 1)                                                                    \
   X(k, const void*, Ptr, 1)                                                                    \
@@ -18,11 +19,11 @@
   X(k_strides, int64_t, I64, 3)                                                                \
   X(v_strides, int64_t, I64, 3)                                                                \
   X(o_strides, int64_t, I64, 3)                                                                \
-  X(batch, int32_t, I32, 1)                                                                    \
-  X(heads, int32_t, I32, 1)                                                                    \
-  X(seq_q, int32_t, I32, 1)                                                                    \
-  X(seq_k, int32_t, I32, 1)                                                                    \
-  X(head_dim, int32_t, I32, 1)                                                                 \
+  X(batch, int64_t, I64, 1)                                                                    \
+  X(heads, int64_t, I64, 1)                                                                    \
+  X(seq_q, int64_t, I64, 1)                                                                    \
+  X(seq_k, int64_t, I64, 1)                                                                    \
+  X(head_dim, int64_t, I64, 1)                                                                 \
   X(softmax_scale, float, F32, 1)                                                              \
   X(tail_split, int32_t, I32, 1)    /* -1 = the planner decides, 0 = off, >1 = forced parts */ \
   X(num_cus, int32_t, I32, 1)       /* CUs / SMs of the device (planner input; <= 0 unknown) */

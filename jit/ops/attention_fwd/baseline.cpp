@@ -12,7 +12,17 @@ void grid_of(const AttentionFwdArgs& a, unsigned (&grid)[3]) {
   grid[2] = unsigned(a.batch);
 }
 
-std::string why_not(const void*, const char*) { return ""; }  // whatever validate accepts, on every vendor
+// One workgroup per 16 query rows of one (head, batch): heads and batch are the grid's y and z,
+// which CUDA and HIP limit to 65535; x (the row blocks) to 2^31 - 1.
+std::string why_not(const void* p, const char*) {
+  const AttentionFwdArgs& a = args_of(p);
+  const int64_t kMaxYZ = 65535;
+  if (a.heads > kMaxYZ)
+    return "heads=" + std::to_string(a.heads) + " is not accepted by the baseline kernel; accepted: <= 65535 (grid y)";
+  if (a.batch > kMaxYZ)
+    return "batch=" + std::to_string(a.batch) + " is not accepted by the baseline kernel; accepted: <= 65535 (grid z)";
+  return "";
+}
 
 int64_t workspace_bytes(const void*) { return 0; }
 

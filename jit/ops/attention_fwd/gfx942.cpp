@@ -61,6 +61,13 @@ std::string why_not(const void* p, const char* vendor) {
                                  span_why_not("k", a.seq_k, a.k_strides[1]),
                                  span_why_not("v", a.seq_k, a.v_strides[1])})
     if (!why.empty()) return why;
+  // Every stage's grid is one dimension of < 2^31 workgroups, and the work counters are ints.
+  const int64_t nkb = ceil_div(a.seq_k, GFX942_KV_ROWS), nqb = ceil_div(a.seq_q, GFX942_Q_ROWS);
+  int64_t vt = 0, items = 0;
+  if (__builtin_mul_overflow(a.batch * a.heads, nkb, &vt) || vt >= (int64_t(1) << 31) ||
+      __builtin_mul_overflow(a.batch * a.heads, nqb, &items) || items >= (int64_t(1) << 31))
+    return "batch*heads*ceil(seq_k/64)=" + std::to_string(vt) + " V^T blocks or batch*heads*ceil(seq_q/384)=" +
+           std::to_string(items) + " work items is too many for the gfx942 kernel; accepted: < 2^31 each";
   return "";
 }
 

@@ -3,7 +3,9 @@
 #include "common.h"
 #include "knobs.h"
 #include "program.h"
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace attention_fwd {
@@ -11,20 +13,46 @@ namespace {
 
 using rtc::quote;
 
+// The kernels index rows and heads with 32-bit integers and offsets in 64 bits: every size must fit
+// an int, and every tensor's byte extent must fit in 63 bits.
+constexpr int64_t kMaxSize = INT32_MAX;
+
+void check_size(int64_t v, const char* name, int64_t max) {
+  RTC_CHECK(v >= 1 && v <= max, RTC_ERR_ARG,
+            std::string(name) + "=" + std::to_string(v) + " is not accepted; accepted: 1.." + std::to_string(max) +
+                " (the kernels index with 32-bit sizes)");
+}
+
+// Bytes a strided [B, S, H, D] bf16 view spans, or -1 when that overflows 63 bits.
+int64_t view_bytes(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t (&st)[3]) {
+  int64_t span = d, term = 0;
+  const int64_t ext[3][2] = {{b, st[0]}, {s, st[1]}, {h, st[2]}};
+  for (const auto& e : ext) {
+    const int64_t stride = e[1] < 0 ? -e[1] : e[1];
+    if (__builtin_mul_overflow(e[0] - 1, stride, &term) || __builtin_add_overflow(span, term, &span)) return -1;
+  }
+  return __builtin_mul_overflow(span, int64_t(2), &span) ? -1 : span;
+}
+
 void validate(const void* p) {
   const AttentionFwdArgs* a = static_cast<const AttentionFwdArgs*>(p);
   RTC_CHECK(a->q && a->k && a->v && a->o, RTC_ERR_ARG, "q, k, v and o pointers must all be non-null");
-  auto at_least = [](int v, const char* name, int min) {
-    RTC_CHECK(v >= min, RTC_ERR_ARG,
-              std::string(name) + "=" + std::to_string(v) + " is not accepted; accepted: >= " + std::to_string(min));
-  };
-  at_least(a->batch, "batch", 1);
-  at_least(a->heads, "heads", 1);
-  at_least(a->seq_q, "seq_q", 1);
-  at_least(a->seq_k, "seq_k", 1);
-  at_least(a->head_dim, "head_dim", 1);
-  RTC_CHECK(std::isfinite(a->softmax_scale), RTC_ERR_ARG,
-            "softmax_scale=" + std::to_string(a->softmax_scale) + " is not accepted; accepted: a finite float");
+  check_size(a->batch, "batch", kMaxSize);
+  check_size(a->heads, "heads", kMaxSize);
+  check_size(a->seq_q, "seq_q", kMaxSize);
+  check_size(a->seq_k, "seq_k", kMaxSize);
+  check_size(a->head_dim, "head_dim", 256);
+  const struct { const char* name; int64_t rows; const int64_t (&st)[3]; } views[] = {
+      {"q", a->seq_q, a->q_strides}, {"k", a->seq_k, a->k_strides}, {"v", a->seq_k, a->v_strides},
+      {"o", a->seq_q, a->o_strides}};
+  for (const auto& t : views)
+    RTC_CHECK(view_bytes(a->batch, t.rows, a->heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
+              std::string(t.name) + "_strides=(" + std::to_string(t.st[0]) + ", " + std::to_string(t.st[1]) + ", " +
+                  std::to_string(t.st[2]) + ") over batch=" + std::to_string(a->batch) + ", rows=" +
+                  std::to_string(t.rows) + ", heads=" + std::to_string(a->heads) +
+                  " span more than 2^63 bytes; accepted: a view of addressable size");
+  RTC_CHECK(std::isfinite(a->softmax_scale) && a->softmax_scale > 0, RTC_ERR_ARG,
+            "softmax_scale=" + std::to_string(a->softmax_scale) + " is not accepted; accepted: a finite float > 0");
   RTC_CHECK(a->tail_split >= -1, RTC_ERR_ARG,
             "tail_split=" + std::to_string(a->tail_split) + " is not accepted; accepted: -1 (plan), 0 (off), >1");
 }
@@ -62,8 +90,9 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
   p.k_sb = a.k_strides[0]; p.k_ss = a.k_strides[1]; p.k_sh = a.k_strides[2];
   p.v_sb = a.v_strides[0]; p.v_ss = a.v_strides[1]; p.v_sh = a.v_strides[2];
   p.o_sb = a.o_strides[0]; p.o_ss = a.o_strides[1]; p.o_sh = a.o_strides[2];
-  p.batch = a.batch; p.heads = a.heads; p.seq_q = a.seq_q; p.seq_k = a.seq_k;
-  p.head_dim = a.head_dim;
+  // validate() bounded every size by INT32_MAX.
+  p.batch = int(a.batch); p.heads = int(a.heads); p.seq_q = int(a.seq_q); p.seq_k = int(a.seq_k);
+  p.head_dim = int(a.head_dim);
   p.scale = a.softmax_scale;
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
   p.tail_split = 0;  // the fast kernels' planners set it

@@ -3,7 +3,9 @@
 #include "common.h"
 #include "cuda_driver.h"
 #include "sm90/params.h"
+#include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -36,8 +38,8 @@ std::string tensor_why_not(const char* name, const void* ptr, const int64_t (&st
 }
 
 // 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order).
-Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], int seq, int heads,
-                     int batch, unsigned box_rows) {
+Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], int64_t seq, int64_t heads,
+                     int64_t batch, unsigned box_rows) {
   const int kBf16 = 9, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote256 = 3, kOobZero = 0;
   uint64_t dims[4] = {SM90_HEAD_DIM, uint64_t(seq), uint64_t(heads), uint64_t(batch)};
   uint64_t strides[3] = {uint64_t(st[1]) * 2, uint64_t(st[2]) * 2, uint64_t(st[0]) * 2};
@@ -61,8 +63,11 @@ int sm_count(const AttentionFwdArgs& a, int device) {
   return n;
 }
 
+// Tiles of 128 query rows over (head, batch); INT64_MAX when that overflows (why_not refuses it).
 int64_t tile_count(const AttentionFwdArgs& a) {
-  return int64_t((a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M) * a.heads * a.batch;
+  int64_t tiles = 0;
+  if (__builtin_mul_overflow((a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M, a.heads * a.batch, &tiles)) return INT64_MAX;
+  return tiles;
 }
 
 std::string why_not(const void* p, const char* vendor) {
