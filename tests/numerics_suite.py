@@ -26,10 +26,11 @@ def randn(layout, b, h, s, d, device, gen):
     return torch.randn(shape(layout, b, h, s, d), generator=gen).to(torch.bfloat16).to(device)
 
 
-def make_qkv(layout, b, h, sq, sk, d, device, seed=0):
-    """Random normal q, k, v (never zeros), contiguous, in `layout`."""
+def make_qkv(layout, b, h, sq, sk, d, device, seed=0, hk=None):
+    """Random normal q, k, v (never zeros), contiguous, in `layout`; k and v with hk heads (default h)."""
     gen = torch.Generator().manual_seed(seed)
-    return tuple(randn(layout, b, h, s, d, device, gen) for s in (sq, sk, sk))
+    heads = (h, hk or h, hk or h)
+    return tuple(randn(layout, b, n, s, d, device, gen) for n, s in zip(heads, (sq, sk, sk)))
 
 
 def strided_view(t: torch.Tensor, offset: int, gen) -> torch.Tensor:
@@ -44,8 +45,9 @@ def strided_view(t: torch.Tensor, offset: int, gen) -> torch.Tensor:
     return view
 
 
-def call(run, q, k, v, layout, mode, scale=None, lse=False):
-    res = run(q, k, v, layout, mode, scale, lse)
+def call(run, q, k, v, layout, mode, scale=None, lse=False, window=None):
+    """run(q, k, v, layout, mode, scale, lse[, window]): window only for the mask checks."""
+    res = run(q, k, v, layout, mode, scale, lse) if window is None else run(q, k, v, layout, mode, scale, lse, window)
     out, lse_t = (res if lse else (res, None))
     assert out.dtype == torch.bfloat16 and tuple(out.shape) == tuple(q.shape), (out.dtype, out.shape)
     if lse:
@@ -54,20 +56,43 @@ def call(run, q, k, v, layout, mode, scale=None, lse=False):
     return out, lse_t
 
 
-def check_accuracy(run, q, k, v, layout, mode, scale=None, what=""):
-    """err(ours) <= 2 err(R) + 1e-5, normwise < 1e-2, LSE within 1e-4 max(1, |lse64|)."""
-    out, lse = call(run, q, k, v, layout, mode, scale, lse=True)
-    o64, lse64 = (t.cpu() for t in ref.reference_fp64(q, k, v, layout, scale))  # on q's device: fast on GPUs
-    r = ref.reference_r(q, k, v, layout, mode, scale).cpu()
+def check_accuracy(run, q, k, v, layout, mode, scale=None, what="", window=None):
+    """err(ours) <= 2 err(R) + 1e-5, normwise < 1e-2, LSE within 1e-4 max(1, |lse64|); rows that see no
+    key (a window) give 0 and LSE -Inf."""
+    out, lse = call(run, q, k, v, layout, mode, scale, lse=True, window=window)
+    w = window or (-1, -1)
+    o64, lse64 = (t.cpu() for t in ref.reference_fp64(q, k, v, layout, scale, w))  # on q's device: fast on GPUs
+    r = ref.reference_r(q, k, v, layout, mode, scale, w).cpu()
     err, nrm = ref.errors(out.cpu(), o64)
     err_r, _ = ref.errors(r, o64)
-    tag = f"{what} layout={layout} mode={mode} q={tuple(q.shape)} k={tuple(k.shape)}"
+    tag = f"{what} layout={layout} mode={mode} window={w} q={tuple(q.shape)} k={tuple(k.shape)}"
     assert torch.isfinite(out.float()).all(), f"non-finite output from finite inputs: {tag}"
     assert err <= 2 * err_r + 1e-5, f"err {err:.3g} > 2*err(R) {err_r:.3g} + 1e-5: {tag}"
     assert nrm < 1e-2, f"normwise error {nrm:.3g} >= 1e-2: {tag}"
     close = ref.lse_close(lse.cpu(), lse64)
     assert bool(close.all()), f"LSE off at {int((~close).sum())} rows: {tag}"
+    empty = lse64 == -math.inf                                            # rows that see no key
+    assert bool((ref.bf16_bits(_bhsd(out.cpu(), layout))[empty] == 0).all()), f"a row that sees no key is not +0: {tag}"
     return err, nrm
+
+
+def check_window_special_values(run, device, layout, mode, window, sq=20, sk=40, d=64, hk=None):
+    """Under a window, a NaN in K row j or V[j, d] reaches only the rows that see key j; a row that sees
+    no key is 0 with LSE -Inf even next to NaN keys; every NaN written is 0x7FFF. Pattern = the fp64 table's."""
+    q, k, v = (t.cpu() for t in make_qkv(layout, 1, 2, sq, sk, d, "cpu", seed=5, hk=hk))
+    kb, vb = _bhsd(k, layout), _bhsd(v, layout)
+    kb[0, -1, sk // 3, 2] = float("nan")       # the last K/V head: key sk/3
+    vb[0, 0, sk - 1, 7] = float("nan")          # the first: the last key, column 7
+    q, k, v = q.to(device), k.to(device), v.to(device)
+    out, lse = call(run, q, k, v, layout, mode, lse=True, window=window)
+    o = _bhsd(out.cpu(), layout)
+    nan = torch.isnan(o.float())
+    assert bool((ref.bf16_bits(o)[nan] == NAN_BITS).all()), "a NaN output is not 0x7FFF"
+    o64, lse64 = ref.reference_fp64(q.cpu(), k.cpu(), v.cpu(), layout, None, window)
+    assert torch.equal(nan, torch.isnan(_bhsd(o64, layout))), f"NaN pattern differs from the fp64 table ({window})"
+    assert bool(ref.lse_close(lse.cpu(), lse64).all()), f"LSE differs from the fp64 reference ({window})"
+    empty = lse64 == -math.inf
+    assert bool((ref.bf16_bits(o)[empty] == 0).all()), "a row that sees no key is not +0"
 
 
 def check_sizes(run, device, layout, mode, sizes, d=128, b=1, h=2, seed=0):

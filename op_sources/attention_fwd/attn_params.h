@@ -20,5 +20,28 @@ struct AttnParams {
   float scale;                // softmax scale (default 1/sqrt(D))
   float scale_log2;           // scale * log2(e): scores go to the log2 domain with one multiply
   int tail_split;             // fast kernels: number of KV parts of the tail (0 = off); baseline ignores
-  int reserved;
+  int heads_k;                // K/V heads: query head h reads K/V head h / (heads / heads_k) (GQA/MQA)
+  int window_left;            // keys a row sees before its diagonal (-1: unbounded); read when RTC_MASK
+  int window_right;           // keys after the diagonal (-1: unbounded; causal: 0); read when RTC_MASK
 };
+
+#ifndef RTC_MASK
+#define RTC_MASK 0  // the manifest's mask axis: 0 every row sees every key, 1 the window below
+#endif
+
+// The keys query row i sees, [lo, hi] (empty when hi < lo), aligned bottom-right as in AITER and
+// FlashAttention >= 2.1: row i sits at key position i + Sk - Sq. Shared by every kernel and the host.
+struct KeyRange {
+  rtc_i64 lo, hi;
+};
+
+RTC_HD KeyRange key_range(const AttnParams& p, rtc_i64 row) {
+  const rtc_i64 diag = row + p.seq_k - p.seq_q;
+  KeyRange r = {0, (rtc_i64)p.seq_k - 1};
+  if (p.window_left >= 0 && diag - p.window_left > r.lo) r.lo = diag - p.window_left;
+  if (p.window_right >= 0 && diag + p.window_right < r.hi) r.hi = diag + p.window_right;
+  return r;
+}
+
+// The K/V head that query head h reads.
+RTC_HD int kv_head(const AttnParams& p, int h) { return h / (p.heads / p.heads_k); }

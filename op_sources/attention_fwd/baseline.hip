@@ -1,6 +1,8 @@
 // Portable SIMT attention forward (no matrix instructions): the correctness fallback on every arch.
 //
 // One block of 128 threads owns 16 query rows of one (batch, head); grid = (ceil(Sq/16), H, B).
+// Query head h reads K/V head kv_head(h) (GQA/MQA). With RTC_MASK, the block visits only the KV
+// tiles its rows' windows reach, and scores outside a row's window are -Inf.
 // Thread t serves row r = t / 8 and, inside that row, lane c = t % 8:
 //   scores:  keys c, c+8, c+16, c+24 of each 32-row KV tile
 //   P·V:     head-dim chunks (8 values each) c, c+8, c+16, c+24 (those below head_dim/8)
@@ -182,9 +184,19 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
   const int r = threadIdx.x / kLanesPerRow, c = threadIdx.x % kLanesPerRow;
   const int nch = p.head_dim / 8;
   const rtc_bf16_t* qb = p.q + (rtc_i64)b * p.q_sb + (rtc_i64)h * p.q_sh + (rtc_i64)q0 * p.q_ss;
-  const rtc_bf16_t* kb = p.k + (rtc_i64)b * p.k_sb + (rtc_i64)h * p.k_sh;
-  const rtc_bf16_t* vb = p.v + (rtc_i64)b * p.v_sb + (rtc_i64)h * p.v_sh;
+  const int hk = kv_head(p, h);
+  const rtc_bf16_t* kb = p.k + (rtc_i64)b * p.k_sb + (rtc_i64)hk * p.k_sh;
+  const rtc_bf16_t* vb = p.v + (rtc_i64)b * p.v_sb + (rtc_i64)hk * p.v_sh;
   const int q_rows = p.seq_q - q0 < kRows ? p.seq_q - q0 : kRows;
+  // The keys of this block: from the first row's window start to the last row's window end.
+  int kv_begin = 0, kv_end = p.seq_k;
+  KeyRange mine = {0, (rtc_i64)p.seq_k - 1};
+  if (RTC_MASK) {
+    const KeyRange first = key_range(p, q0), last = key_range(p, q0 + q_rows - 1);
+    kv_begin = (int)(first.lo / kTile) * kTile;
+    kv_end = last.hi < first.lo ? kv_begin : (int)last.hi + 1;  // no key for any row: no tile
+    mine = key_range(p, q0 + r);
+  }
   const bool k_al = rows_aligned(kb, p.k_ss), v_al = rows_aligned(vb, p.v_ss);
 
   stage_rows(sm.q, kPad, kRows, qb, p.q_ss, q_rows, nch, rows_aligned(qb, p.q_ss));
@@ -194,7 +206,7 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
   for (int u = 0; u < kChunksPerLane; ++u)
     for (int e = 0; e < 8; ++e) st.o[u][e] = 0.0f;
 
-  for (int kv0 = 0; kv0 < p.seq_k; kv0 += kTile) {
+  for (int kv0 = kv_begin; kv0 < kv_end; kv0 += kTile) {
     const int valid = p.seq_k - kv0 < kTile ? p.seq_k - kv0 : kTile;
     __syncthreads();  // the previous tile's K, V and scores are no longer read
     stage_rows(sm.k, kPad, kTile, kb + (rtc_i64)kv0 * p.k_ss, p.k_ss, valid, nch, k_al);
@@ -202,8 +214,11 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
     __syncthreads();
     float acc[kKeysPerLane];
     tile_scores(sm, r, c, nch, acc);
-    for (int t = 0; t < kKeysPerLane; ++t)
-      if (c + kLanesPerRow * t < valid) sm.s.st(r * kTile + c + kLanesPerRow * t, acc[t] * p.scale_log2);
+    for (int t = 0; t < kKeysPerLane; ++t) {
+      const int j = c + kLanesPerRow * t;
+      const bool seen = !RTC_MASK || (kv0 + j >= mine.lo && kv0 + j <= mine.hi);
+      if (j < valid) sm.s.st(r * kTile + j, seen ? acc[t] * p.scale_log2 : rtc_bits_f32(0xFF800000u));
+    }
     __syncthreads();
     tile_softmax_pv(sm, r, c, nch, valid, st);
   }

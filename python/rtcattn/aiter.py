@@ -9,27 +9,35 @@ import torch
 from . import api, ops  # noqa: F401  (ops registers torch.ops.rtcattn.*, which the aiter op decomposes to)
 
 OP_NAME = "rtcattn_fwd"
+# flash_attn_func's parameters in AITER's order (amd-aiter 0.1.7).
 SCHEMA = (f"{OP_NAME}(Tensor q, Tensor k, Tensor v, float dropout_p=0.0, float? softmax_scale=None, "
-          "bool causal=False, bool return_lse=False, int how_v3_bf16_cvt=1) -> (Tensor, Tensor)")
+          "bool causal=False, int[2] window_size=[-1, -1], Tensor? bias=None, Tensor? alibi_slopes=None, "
+          "bool deterministic=True, bool return_lse=False, bool return_attn_probs=False, int how_v3_bf16_cvt=1, "
+          "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_kv=None) -> (Tensor, Tensor)")
 
 _lock = threading.Lock()
 _fragment = None  # kept alive: a torch Library object unregisters its ops when collected
 
 
-def _aiter_op_impl(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, return_lse=False,
-                   how_v3_bf16_cvt=1):
+def _aiter_op_impl(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), bias=None,
+                   alibi_slopes=None, deterministic=True, return_lse=False, return_attn_probs=False,
+                   how_v3_bf16_cvt=1, cu_seqlens_q=None, cu_seqlens_kv=None):
     # Always (out, lse) so the schema has one return type; lse is empty [0] unless return_lse.
-    res = api.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, return_lse, how_v3_bf16_cvt)
+    res = api.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, tuple(window_size), bias, alibi_slopes,
+                              deterministic, return_lse, return_attn_probs, how_v3_bf16_cvt, cu_seqlens_q,
+                              cu_seqlens_kv)
     if return_lse:
         return res
     return res, res.new_empty((0,), dtype=torch.float32)
 
 
-def rtcattn_fwd(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, return_lse=False,
-                how_v3_bf16_cvt=1):
+def rtcattn_fwd(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), bias=None,
+                alibi_slopes=None, deterministic=True, return_lse=False, return_attn_probs=False,
+                how_v3_bf16_cvt=1, cu_seqlens_q=None, cu_seqlens_kv=None):
     """aiter.rtcattn_fwd: flash_attn_func's signature and return convention (out, or (out, lse))."""
-    out, lse = torch.ops.aiter.rtcattn_fwd(q, k, v, dropout_p, softmax_scale, causal, return_lse,
-                                           how_v3_bf16_cvt)
+    out, lse = torch.ops.aiter.rtcattn_fwd(q, k, v, dropout_p, softmax_scale, causal, list(window_size), bias,
+                                           alibi_slopes, deterministic, return_lse, return_attn_probs,
+                                           how_v3_bf16_cvt, cu_seqlens_q, cu_seqlens_kv)
     return (out, lse) if return_lse else out
 
 

@@ -1,7 +1,7 @@
 """The user-facing calls: rtcattn.forward (MoonMath's signature) and flash_attn_func (AITER's)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -24,33 +24,52 @@ def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             round_mode: str = "rtne", softmax_scale: Optional[float] = None,
-            out: Optional[torch.Tensor] = None, return_lse: bool = False):
+            out: Optional[torch.Tensor] = None, return_lse: bool = False, causal: bool = False,
+            window_size: Tuple[int, int] = (-1, -1)):
     """O = softmax(scale * Q K^T) V for bf16 q, k, v in layout "bshd" ([B,S,H,D]) or "bhsd" ([B,H,S,D]).
 
     round_mode ("rtne", "rtna", "rtz") rounds every fp32 -> bf16 conversion (P and O).
+    k and v may have fewer heads than q (GQA/MQA: q heads a multiple of theirs).
+    causal / window_size=(left, right) mask keys as FlashAttention >= 2.1 does, aligned bottom-right:
+    row i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right (-1: unbounded; causal: right = 0).
     Returns out, or (out, lse) with lse fp32 [B, H, Sq] (natural log) when return_lse.
     """
     _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
     validate.check_bool("return_lse", return_lse)
+    left, right = validate.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
     if out is None:
-        out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, return_lse)
+        out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, return_lse, left, right)
     else:
-        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse)
+        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse, left, right)
     return (out, lse) if return_lse else out
+
+
+def _unsupported(name: str, value, accepted: str) -> None:
+    raise NotImplementedError(f"{name}={value!r} is not supported; accepted: {accepted}")
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                     softmax_scale: Optional[float] = None, causal: bool = False,
-                    return_lse: bool = False, how_v3_bf16_cvt: int = 1):
-    """AITER's flash_attn_func forward on BSHD tensors; how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA, 2 = RTZ.
+                    window_size: Tuple[int, int] = (-1, -1), bias=None, alibi_slopes=None,
+                    deterministic: bool = True, return_lse: bool = False, return_attn_probs: bool = False,
+                    how_v3_bf16_cvt: int = 1, cu_seqlens_q=None, cu_seqlens_kv=None):
+    """AITER's flash_attn_func (amd-aiter 0.1.7's signature and order) on BSHD tensors.
 
-    Like AITER, returns out, or the tuple (out, softmax_lse) when return_lse.
+    how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ. Returns out, or (out, softmax_lse)
+    when return_lse, as AITER does. Every call is deterministic, whatever `deterministic` says.
     """
     if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout_p={dropout_p!r} is not supported yet; accepted: 0.0")
-    if causal:
-        raise NotImplementedError(f"causal={causal!r} is not supported yet; accepted: False")
+        _unsupported("dropout_p", dropout_p, "0.0 (forward without dropout)")
+    for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes)):
+        if value is not None:
+            _unsupported(name, type(value).__name__, "None")
+    if return_attn_probs:
+        _unsupported("return_attn_probs", return_attn_probs, "False")
+    for name, value in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv)):
+        if value is not None:
+            _unsupported(name, type(value).__name__, "None (packed sequences go to flash_attn_varlen_func)")
+    validate.check_bool("deterministic", deterministic)
     mode = validate.check_how_v3_bf16_cvt(how_v3_bf16_cvt)
-    return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale,
-                   return_lse=return_lse)
+    return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale, return_lse=return_lse,
+                   causal=causal, window_size=window_size)

@@ -189,7 +189,7 @@ def build(arch: str, layout: str, mode: str):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from . import dispatch, manifest
-    v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "head_dim": 128})
+    v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "mask": "none", "head_dim": 128})
     return dispatch.build(v)
 
 
@@ -219,7 +219,8 @@ def plan(shape: tuple, cus: int = CUS, split: bool = True) -> dict:
     b, h, s = shape
     strides = (s * h * 128, h * 128, 128)
     args = dispatch.lib().op_args(OP, q=1, k=1, v=1, o=1, q_strides=strides, k_strides=strides, v_strides=strides,
-                                  o_strides=strides, batch=b, heads=h, seq_q=s, seq_k=s, head_dim=128,
+                                  o_strides=strides, batch=b, heads=h, seq_q=s, seq_k=s, head_dim=128, heads_k=h,
+                                  window_left=-1, window_right=-1,
                                   softmax_scale=1.0, tail_split=-1 if split else 0, num_cus=cus)
     return dispatch.lib().op_plan(OP, KERNEL, args)
 

@@ -71,38 +71,66 @@ def default_scale(head_dim: int, softmax_scale: float | None) -> float:
     return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
 
 
-def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None):
-    """O64 (float64, in `layout`) and lse64 ([B, H, Sq] float64) with the special-value table applied."""
-    qd, kd, vd = (to_bhsd(t, layout).to(torch.float64) for t in (q, k, v))
+def visible(sq: int, sk: int, window=(-1, -1), device=None) -> torch.Tensor:
+    """[Sq, Sk] bool: which keys each query row sees, aligned bottom-right (row i sits at key i + Sk - Sq);
+    window = (left, right), -1 unbounded, causal = (-1, 0)."""
+    i = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    left, right = window
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    return keep
+
+
+def _kv_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """[B, Hk, S, D] -> [B, H, S, D]: query head h reads K/V head h // (H / Hk) (GQA/MQA)."""
+    return t.repeat_interleave(heads // t.shape[1], dim=1)
+
+
+def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, window=(-1, -1)):
+    """O64 (float64, in `layout`) and lse64 ([B, H, Sq] float64) with the special-value table applied,
+    for K/V with as many heads as q or fewer (GQA/MQA) and the key window of docs/numerics.md."""
+    qd = to_bhsd(q, layout).to(torch.float64)
+    kd, vd = (_kv_heads(to_bhsd(t, layout).to(torch.float64), qd.shape[1]) for t in (k, v))
     scale = default_scale(q.shape[-1], softmax_scale)
-    s = torch.matmul(qd, kd.transpose(-1, -2)) * scale
+    keep = visible(qd.shape[2], kd.shape[2], window, qd.device)               # [Sq,Sk]
+    s = (torch.matmul(qd, kd.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m)
     l = p.sum(dim=-1, keepdim=True)
     o = torch.matmul(p, vd) / l
     lse = (m + torch.log(l)).squeeze(-1)
     nan = float("nan")
-    # The table, applied explicitly so it holds whatever the BLAS does with 0 * NaN.
-    row_nan = torch.isnan(qd).any(-1) | torch.isposinf(s).any(-1)            # [B,H,Sq]
-    head_nan = torch.isnan(kd).flatten(-2).any(-1)                           # [B,H]
-    col_nan = torch.isnan(vd).any(-2)                                        # [B,H,D]
-    row_nan = row_nan | head_nan[..., None]
-    o = o.masked_fill(row_nan[..., None], nan).masked_fill(col_nan[..., None, :], nan)
+    # The table, applied explicitly so it holds whatever the BLAS does with 0 * NaN; a NaN in K or V
+    # reaches the rows that see its key.
+    knan = torch.isnan(kd).any(-1).to(torch.float64)                          # [B,H,Sk]
+    vnan = torch.isnan(vd).to(torch.float64)                                  # [B,H,Sk,D]
+    seen = keep.to(torch.float64)
+    row_nan = torch.isnan(qd).any(-1) | torch.isposinf(s).any(-1) | (torch.matmul(knan, seen.T) > 0)
+    col_nan = torch.matmul(seen, vnan) > 0                                    # [B,H,Sq,D]
+    o = o.masked_fill(row_nan[..., None], nan).masked_fill(col_nan, nan)
     lse = lse.masked_fill(row_nan, nan)
-    empty = (s == -math.inf).all(-1)                                          # all scores -Inf
+    empty = (s == -math.inf).all(-1)                                          # all scores -Inf or masked
     o = o.masked_fill(empty[..., None], 0.0)
     lse = lse.masked_fill(empty, -math.inf)
     return from_bhsd(o, layout), lse
 
 
-def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | None = None):
+def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | None = None, window=(-1, -1)):
     """The "R" reference: the kernels' algorithm in the same precision, plainly in torch (bf16 out)."""
-    qf, kf, vf = (to_bhsd(t, layout).to(torch.float32) for t in (q, k, v))
+    qf = to_bhsd(q, layout).to(torch.float32)
+    kf, vf = (_kv_heads(to_bhsd(t, layout).to(torch.float32), qf.shape[1]) for t in (k, v))
     scale = default_scale(q.shape[-1], softmax_scale)
-    s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
-    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    keep = visible(qf.shape[2], kf.shape[2], window, qf.device)
+    s = (torch.matmul(qf, kf.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - m.masked_fill(m == -math.inf, 0.0))                     # a row that sees nothing: p = 0
     pb = round_to_bf16(p, round_mode).to(torch.float32)
-    o = torch.matmul(pb, vf) / p.sum(dim=-1, keepdim=True)
+    l = p.sum(dim=-1, keepdim=True)
+    o = torch.matmul(pb, vf) / l.masked_fill(l == 0, 1.0)                    # ... and its output 0
     return from_bhsd(round_to_bf16(o, round_mode), layout)
 
 

@@ -25,6 +25,12 @@ class Problem:
     seq_k: int
     head_dim: int
     scale: float
+    heads_k: int = 0          # K/V heads (GQA/MQA: heads is a multiple of it); 0 = heads
+    window: tuple = (-1, -1)  # (left, right) keys around the diagonal; -1 unbounded; causal: right 0
+
+    @property
+    def masked(self) -> bool:
+        return self.window != (-1, -1)
 
 
 def _shape_of(t: torch.Tensor, layout: str):
@@ -99,8 +105,20 @@ def _check_same(what: str, names, values) -> None:
         raise ValueError(f"mismatched {what}: {shown}; accepted: equal values")
 
 
+def check_window(window_size, causal: bool = False) -> tuple:
+    """(left, right) from FlashAttention's window_size and causal (which makes right 0)."""
+    check_bool("causal", causal)
+    ok = (isinstance(window_size, (tuple, list)) and len(window_size) == 2
+          and all(type(x) is int and x >= -1 for x in window_size))
+    if not ok:
+        raise ValueError(f"window_size={window_size!r} is not supported; accepted: a pair (left, right) of "
+                         "integers >= -1 (-1: unbounded)")
+    left, right = window_size
+    return (left, 0 if causal else right)
+
+
 def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
-                 out: Optional[torch.Tensor] = None) -> Problem:
+                 out: Optional[torch.Tensor] = None, window: tuple = (-1, -1)) -> Problem:
     """Every check that needs no device: types, shapes, strides, devices, out. Returns the problem sizes."""
     check_choice("layout", layout, axis_values("layout"))
     check_choice("round_mode", round_mode, axis_values("round_mode"))
@@ -110,7 +128,10 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
     _check_same("devices", ("q.device", "k.device", "v.device"), devices)
     (bq, sq, hq, dq), (bk, sk, hk, dk), (bv, sv, hv, dv) = (_shape_of(t, layout) for t in (q, k, v))
     _check_same(f"batch size (layout {layout!r})", ("q", "k", "v"), (bq, bk, bv))
-    _check_same(f"number of heads (layout {layout!r})", ("q", "k", "v"), (hq, hk, hv))
+    _check_same(f"number of heads of k and v (layout {layout!r})", ("k", "v"), (hk, hv))
+    if (hk == 0 and hq != 0) or (hk != 0 and hq % hk != 0):
+        raise ValueError(f"mismatched number of heads (layout {layout!r}): q={hq}, k=v={hk}; accepted: q heads a "
+                         "multiple of the k/v heads (equal, GQA or MQA)")
     _check_same("head dim", ("q", "k", "v"), (dq, dk, dv))
     _check_same(f"key/value sequence length (layout {layout!r})", ("k", "v"), (sk, sv))
     if sk == 0:
@@ -121,7 +142,7 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
         raise ValueError(f"head dim D={dq} (q.shape={tuple(q.shape)}) is not supported; accepted: {rule}")
     if out is not None:
         check_out(out, q, (("q", q), ("k", k), ("v", v)))
-    return Problem(bq, hq, sq, sk, dq, check_scale(softmax_scale, dq))
+    return Problem(bq, hq, sq, sk, dq, check_scale(softmax_scale, dq), hk, tuple(window))
 
 
 def check_out(out, q: torch.Tensor, inputs=()) -> None:

@@ -36,7 +36,7 @@ def fake_launch(monkeypatch):
     calls = []
 
     def run(q, k, v, out, return_lse, layout, round_mode, problem):
-        calls.append((layout, round_mode, problem.scale))
+        calls.append((layout, round_mode, problem.scale, problem.window))
         out = torch.empty_like(q) if out is None else out
         out.copy_(v)
         lse = torch.full((problem.batch, problem.heads, problem.seq_q) if return_lse else (0,), 3.0)
@@ -66,9 +66,11 @@ def test_registered_op_runs_with_aiter_semantics(standin, fake_launch):
     out = standin.rtcattn_fwd(q, q, v, how_v3_bf16_cvt=2)
     assert torch.equal(out, v) and fake_launch[-1][:2] == ("bshd", "rtz")
     out, lse = standin.rtcattn_fwd(q, q, v, softmax_scale=0.5, return_lse=True)
-    assert lse.shape == (1, 2, 4) and bool((lse == 3.0).all()) and fake_launch[-1] == ("bshd", "rtna", 0.5)
-    with pytest.raises(NotImplementedError, match="causal=True"):
-        standin.rtcattn_fwd(q, q, v, causal=True)
+    assert lse.shape == (1, 2, 4) and bool((lse == 3.0).all()) and fake_launch[-1] == ("bshd", "rtna", 0.5, (-1, -1))
+    out = standin.rtcattn_fwd(q, q, v, 0.0, None, True, (5, -1))  # AITER's positional order: causal, window_size
+    assert fake_launch[-1][:2] == ("bshd", "rtna") and fake_launch[-1][3] == (5, 0)
+    with pytest.raises(NotImplementedError, match="dropout_p=0.5"):
+        standin.rtcattn_fwd(q, q, v, 0.5)
 
 
 def test_registered_op_traces(standin, fake_launch):

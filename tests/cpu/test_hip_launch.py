@@ -65,13 +65,15 @@ def _problem(v) -> dict:
     # gfx942: 2*50*22 = 2200 q blocks on 304 CUs leave a tail of 72, which the planner splits
     # (V^T, attention, merge); Sq != Sk and B != H so a swapped field shows.
     b, h, sq, sk = (2, 50, 8192, 8000) if v.kernel == "gfx942" else (2, 3, 40, 50)
+    # A masked variant gets a window (left 17, causal) and, where it takes one, a K/V head count below h.
+    hk, window = (h, (-1, -1)) if v["mask"] == "none" else (1 if v.kernel == "baseline" else h, (17, 0))
 
     def strides(s):  # contiguous, in (batch, seq, head) order whatever the layout
         return [s * h * d, h * d, d] if v["layout"] == "bshd" else [h * s * d, d, s * d]
 
     return dict(ADDR, q_strides=strides(sq), k_strides=strides(sk), v_strides=strides(sk), o_strides=strides(sq),
-                batch=b, heads=h, seq_q=sq, seq_k=sk, head_dim=d, softmax_scale=1 / math.sqrt(d), tail_split=-1,
-                num_cus=NUM_CUS)
+                batch=b, heads=h, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=window[0],
+                window_right=window[1], softmax_scale=1 / math.sqrt(d), tail_split=-1, num_cus=NUM_CUS)
 
 
 # ---- the child: builds every variant, then launches each through the stand-in ---------------------

@@ -22,6 +22,7 @@ EFFECT_TESTS = {
     P + "NO_COMPILE": "cpu.test_cache::test_no_compile_fails_cold_and_passes_warm",
     P + "CLANG": "cpu.test_knobs::test_clang_names_the_compiler_used_for_amd",
     P + "HOST_CXX": "cpu.test_knobs::test_host_cxx_names_the_emulator_compiler",
+    P + "EMU_SANITIZE": "cpu.test_sanitize::test_emu_sanitize_builds_kernels_under_asan_and_ubsan",
     P + "EMULATE": "cpu.test_knobs::test_emulate_selects_the_emulated_arch",
     P + "LIBRARY_PATH": "cpu.test_knobs::test_library_path_dirs_are_searched_first",
     P + "NO_TAIL": "cpu.test_knobs::test_no_tail_turns_off_the_planned_split",
@@ -53,7 +54,8 @@ def _plan(monkeypatch, no_tail, tail_split=-1):
         monkeypatch.setenv(P + "NO_TAIL", no_tail)
     st = (S * H * 128, H * 128, 128)
     args = _lib.op_args("attention_fwd", q=1, k=1, v=1, o=1, q_strides=st, k_strides=st, v_strides=st, o_strides=st,
-                        batch=B, heads=H, seq_q=S, seq_k=S, head_dim=128, softmax_scale=0.1, tail_split=tail_split,
+                        batch=B, heads=H, seq_q=S, seq_k=S, head_dim=128, heads_k=H, window_left=-1, window_right=-1,
+                        softmax_scale=0.1, tail_split=tail_split,
                         num_cus=304)
     return _lib.op_plan("attention_fwd", "gfx942", args), _lib.op_workspace_bytes("attention_fwd", "gfx942", args)
 
@@ -72,7 +74,7 @@ def test_no_tail_turns_off_the_planned_split(monkeypatch):
 def test_cache_dir_is_where_entries_go(tmp_path):
     code = ("from rtcattn import dispatch, manifest\n"
             "v = manifest.load().variant_for('attention_fwd', 'baseline', 'sm_90a', "
-            "{'layout': 'bshd', 'round_mode': 'rtz', 'head_dim': 64})\n"
+            "{'layout': 'bshd', 'round_mode': 'rtz', 'mask': 'none', 'head_dim': 64})\n"
             "print(dispatch.build(v).path)")
     r = _child(code, RTCATTN_CACHE_DIR=tmp_path / "here")
     assert r.returncode == 0, r.stderr
@@ -87,9 +89,9 @@ def test_log_reports_lookups_and_the_kernel_chosen(tmp_path):
     quiet = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path)
     loud = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path, RTCATTN_LOG=1)
     assert quiet.returncode == 0 and loud.returncode == 0, (quiet.stderr, loud.stderr)
-    assert "[rtcattn] lookup attention_fwd-baseline-bshd-rtne-d64-gfx942-emu" not in quiet.stderr
-    assert "[rtcattn] lookup attention_fwd-baseline-bshd-rtne-d64-gfx942-emu" in loud.stderr
-    assert "attention_fwd: kernel baseline (baseline-bshd-rtne-d64, gfx942-emu)" in loud.stderr
+    assert "[rtcattn] lookup attention_fwd-baseline-bshd-rtne-none-d64-gfx942-emu" not in quiet.stderr
+    assert "[rtcattn] lookup attention_fwd-baseline-bshd-rtne-none-d64-gfx942-emu" in loud.stderr
+    assert "attention_fwd: kernel baseline (baseline-bshd-rtne-none-d64, gfx942-emu)" in loud.stderr
 
 
 def test_clang_names_the_compiler_used_for_amd(tmp_path):
@@ -120,6 +122,7 @@ def test_host_cxx_names_the_emulator_compiler(tmp_path):
             "    print('ERR', type(e).__name__, e)\n")
     r = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path, RTCATTN_HOST_CXX=tmp_path / "no-cxx")
     assert "ERR UnavailableError" in r.stdout and "no host C++ compiler" in r.stdout, r.stdout + r.stderr
+    assert f"RTCATTN_HOST_CXX='{tmp_path / 'no-cxx'}' is not an executable" in r.stdout, r.stdout + r.stderr
 
 
 def test_emulate_selects_the_emulated_arch(monkeypatch):

@@ -52,7 +52,7 @@ BAD = [
      "mapped to integers"),
     ("axis define", lambda d: axis(d, "layout").update(define="RTC LAYOUT"), "axes[0].define", '"RTC LAYOUT"',
      "C identifier"),
-    ("duplicate axis", lambda d: op(d)["axes"].append(copy.deepcopy(axis(d, "layout"))), "axes[3].name", '"layout"',
+    ("duplicate axis", lambda d: op(d)["axes"].append(copy.deepcopy(axis(d, "layout"))), "axes[4].name", '"layout"',
      "not used by another axis"),
     ("head dims", lambda d: kern(d)["axes"]["head_dim"].update(min=300), HD, "300", "min <= max"),
     ("bucket too small", lambda d: kern(d)["axes"]["head_dim"].update(buckets=[64, 128]), f"{HD}.buckets",
@@ -93,25 +93,26 @@ def test_not_json_and_not_evaluated(tmp_path):
 
 
 def _variant(m, kernel, arch, layout, mode, head_dim):
-    return m.variant_for("attention_fwd", kernel, arch, {"layout": layout, "round_mode": mode, "head_dim": head_dim})
+    return m.variant_for("attention_fwd", kernel, arch, {"layout": layout, "round_mode": mode, "mask": "none",
+                                                         "head_dim": head_dim})
 
 
 def test_variants_and_request():
     m = manifest.load()
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
-    assert len(list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))) == 2 * 3 * len(buckets)
+    assert len(list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))) == 2 * 3 * 2 * len(buckets)
     v = _variant(m, "baseline", "gfx942", "bshd", "rtna", 128)
-    assert v.name == "baseline-bshd-rtna-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
+    assert v.name == "baseline-bshd-rtna-none-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
-    assert req.variant == "baseline-bshd-rtna-d128" and req.arch == "gfx942" and req.package_version == "9.9"
-    assert req.options[:3] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_HEAD_DIM_MAX=128")
+    assert req.variant == "baseline-bshd-rtna-none-d128" and req.arch == "gfx942" and req.package_version == "9.9"
+    assert req.options[:4] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_HEAD_DIM_MAX=128")
     assert "-O3" in req.options and req.compilers == ("hiprtc", "clang")
     names = [n for n, _ in req.headers]
     assert {"platform.h", "attn_params.h", "bf16_round.h"} <= set(names)
     assert not any(n.startswith("emu/") for n in names)
     assert req.main[0] == "baseline.hip" and "attention_fwd_baseline" in req.main[1]
     emu = m.request(_variant(m, "baseline", "gfx942-emu", "bhsd", "rtz", 64), "9.9")
-    assert emu.options[:3] == ("-DRTC_LAYOUT=1", "-DRTC_ROUND=2", "-DRTC_HEAD_DIM_MAX=64")
+    assert emu.options[:4] == ("-DRTC_LAYOUT=1", "-DRTC_ROUND=2", "-DRTC_MASK=0", "-DRTC_HEAD_DIM_MAX=64")
     emu_names = [n for n, _ in emu.headers]
     assert any(n.startswith("emu/") for n in emu_names) and emu.compilers == ("host",)
     assert m.request(v, "9.9", ("-DLAB=1",)).options[-1] == "-DLAB=1"
@@ -125,8 +126,8 @@ def test_buckets():
     assert _variant(m, "baseline", "gfx942", "bshd", "rtne", 72)["head_dim"] == 96
 
 
-def _call(layout, mode, head_dim):
-    return {"layout": layout, "round_mode": mode, "head_dim": head_dim}
+def _call(layout, mode, head_dim, mask="none"):
+    return {"layout": layout, "round_mode": mode, "mask": mask, "head_dim": head_dim}
 
 
 def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
@@ -139,14 +140,14 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     m = manifest.load(write(tmp_path, edited(only_fast_and_baseline)), root=ROOT)
     sel = dispatch.select("attention_fwd", "gfx942", _call("bshd", "rtne", 128), m=m)
     assert sel.kernel.name == "fast" and sel.why == "first match"
-    assert sel.variant.name == "fast-bshd-rtne-d128"
+    assert sel.variant.name == "fast-bshd-rtne-none-d128"
     sel = dispatch.select("attention_fwd", "gfx942", _call("bshd", "rtne", 64), m=m)
     assert sel.kernel.name == "baseline" and "fast" in sel.why and "head_dim 64" in sel.why
     sel = dispatch.select("attention_fwd", "gfx942", _call("bhsd", "rtne", 128), m=m)
     assert sel.kernel.name == "baseline" and "layout 'bhsd' not in ['bshd']" in sel.why
     sel = dispatch.select("attention_fwd", "gfx90a", _call("bhsd", "rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "arch gfx90a" in sel.why
-    assert len(list(m.variants("attention_fwd", kernels=["fast"]))) == 1 * 3 * 1  # bshd only
+    assert len(list(m.variants("attention_fwd", kernels=["fast"]))) == 1 * 3 * 2 * 1  # bshd only
     with pytest.raises(ValueError, match="no kernel"):
         dispatch.select("attention_fwd", "gfx1100", _call("bshd", "rtne", 128), m=m)
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='nope' is not accepted.*fast, baseline"):

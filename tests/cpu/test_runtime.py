@@ -101,7 +101,8 @@ def test_errors_become_python_exceptions(tmp_path):
 
 def _args(**sizes):
     return _lib.op_args("attention_fwd", q=1, k=1, v=1, o=1, q_strides=(1, 1, 1), k_strides=(1, 1, 1),
-                        v_strides=(1, 1, 1), o_strides=(1, 1, 1), head_dim=64, softmax_scale=0.125, **sizes)
+                        v_strides=(1, 1, 1), o_strides=(1, 1, 1), head_dim=64, softmax_scale=0.125,
+                        heads_k=sizes.get("heads", 1), window_left=-1, window_right=-1, **sizes)
 
 
 def test_op_args_checked_and_baseline_needs_no_workspace():

@@ -102,13 +102,14 @@ def test_small_workspace_is_refused():
     strides = [(t.stride(0), t.stride(1), t.stride(2)) for t in (q, k, v, out)]
     args = _lib.op_args("attention_fwd", q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
                         q_strides=strides[0], k_strides=strides[1], v_strides=strides[2], o_strides=strides[3],
-                        batch=1, heads=1, seq_q=10, seq_k=10, head_dim=128, softmax_scale=0.1, tail_split=0,
+                        batch=1, heads=1, seq_q=10, seq_k=10, head_dim=128, heads_k=1, window_left=-1, window_right=-1,
+                        softmax_scale=0.1, tail_split=0,
                         num_cus=304)
     need = _lib.op_workspace_bytes("attention_fwd", "gfx942", args)
     assert need == 16384  # one 64-row V^T block, no split
     ws = torch.empty(need - 1, dtype=torch.uint8)
     args.workspace, args.workspace_bytes = ws.data_ptr(), need - 1
     v128 = manifest.load().variant_for("attention_fwd", "gfx942", "gfx942-emu",
-                                       {"layout": "bshd", "round_mode": "rtne", "head_dim": 128})
+                                       {"layout": "bshd", "round_mode": "rtne", "mask": "none", "head_dim": 128})
     with pytest.raises(ValueError, match="workspace_bytes"):
         _lib.op_launch(dispatch.build(v128).program, "attention_fwd", "gfx942", args, "host", 0)

@@ -24,6 +24,9 @@
   X(seq_q, int64_t, I64, 1)                                                                    \
   X(seq_k, int64_t, I64, 1)                                                                    \
   X(head_dim, int64_t, I64, 1)                                                                 \
+  X(heads_k, int64_t, I64, 1)       /* K/V heads; heads % heads_k == 0 (GQA/MQA) */            \
+  X(window_left, int64_t, I64, 1)   /* -1 = unbounded (read by the masked variants) */        \
+  X(window_right, int64_t, I64, 1)  /* -1 = unbounded; causal = 0 */                          \
   X(softmax_scale, float, F32, 1)                                                              \
   X(tail_split, int32_t, I32, 1)    /* -1 = the planner decides, 0 = off, >1 = forced parts */ \
   X(num_cus, int32_t, I32, 1)       /* CUs / SMs of the device (planner input; <= 0 unknown) */

@@ -56,6 +56,10 @@ std::string why_not(const void* p, const char* vendor) {
     return "vendor=" + rtc::quote(v) + " is not accepted by the gfx942 kernel; accepted: hip, host";
   if (a.head_dim != GFX942_HEAD_DIM)
     return "head_dim=" + std::to_string(a.head_dim) + " is not accepted by the gfx942 kernel; accepted: 128";
+  if (a.heads_k != a.heads)
+    return "heads_k=" + std::to_string(a.heads_k) + " (GQA/MQA) is not accepted by the gfx942 kernel yet; accepted: heads_k == heads";
+  if (a.window_left != -1 || a.window_right != -1)
+    return "a window or causal mask is not accepted by the gfx942 kernel yet; accepted: window (-1, -1)";
   for (const std::string& why : {span_why_not("q", GFX942_Q_ROWS, a.q_strides[1]),
                                  span_why_not("o", GFX942_Q_ROWS, a.o_strides[1]),
                                  span_why_not("k", a.seq_k, a.k_strides[1]),

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace attention_fwd {
 namespace {
@@ -42,14 +43,22 @@ void validate(const void* p) {
   check_size(a->seq_q, "seq_q", kMaxSize);
   check_size(a->seq_k, "seq_k", kMaxSize);
   check_size(a->head_dim, "head_dim", 256);
-  const struct { const char* name; int64_t rows; const int64_t (&st)[3]; } views[] = {
-      {"q", a->seq_q, a->q_strides}, {"k", a->seq_k, a->k_strides}, {"v", a->seq_k, a->v_strides},
-      {"o", a->seq_q, a->o_strides}};
+  check_size(a->heads_k, "heads_k", a->heads);
+  RTC_CHECK(a->heads % a->heads_k == 0, RTC_ERR_ARG,
+            "heads=" + std::to_string(a->heads) + " is not a multiple of heads_k=" + std::to_string(a->heads_k) +
+                "; accepted: query heads a multiple of the K/V heads (GQA/MQA)");
+  for (const auto& w : {std::make_pair("window_left", a->window_left), std::make_pair("window_right", a->window_right)})
+    RTC_CHECK(w.second >= -1 && w.second <= kMaxSize, RTC_ERR_ARG,
+              std::string(w.first) + "=" + std::to_string(w.second) + " is not accepted; accepted: -1 (unbounded) "
+                  "or 0.." + std::to_string(kMaxSize));
+  const struct { const char* name; int64_t rows, heads; const int64_t (&st)[3]; } views[] = {
+      {"q", a->seq_q, a->heads, a->q_strides}, {"k", a->seq_k, a->heads_k, a->k_strides},
+      {"v", a->seq_k, a->heads_k, a->v_strides}, {"o", a->seq_q, a->heads, a->o_strides}};
   for (const auto& t : views)
-    RTC_CHECK(view_bytes(a->batch, t.rows, a->heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
+    RTC_CHECK(view_bytes(a->batch, t.rows, t.heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
               std::string(t.name) + "_strides=(" + std::to_string(t.st[0]) + ", " + std::to_string(t.st[1]) + ", " +
                   std::to_string(t.st[2]) + ") over batch=" + std::to_string(a->batch) + ", rows=" +
-                  std::to_string(t.rows) + ", heads=" + std::to_string(a->heads) +
+                  std::to_string(t.rows) + ", heads=" + std::to_string(t.heads) +
                   " span more than 2^63 bytes; accepted: a view of addressable size");
   RTC_CHECK(std::isfinite(a->softmax_scale) && a->softmax_scale > 0, RTC_ERR_ARG,
             "softmax_scale=" + std::to_string(a->softmax_scale) + " is not accepted; accepted: a finite float > 0");
@@ -96,14 +105,17 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
   p.scale = a.softmax_scale;
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
   p.tail_split = 0;  // the fast kernels' planners set it
+  p.heads_k = int(a.heads_k);
+  p.window_left = int(a.window_left);
+  p.window_right = int(a.window_right);
   return p;
 }
 
 std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
   std::vector<rtc_mem_range> r;
   add_view(r, a.q, 2, a.batch, a.seq_q, a.heads, a.head_dim, a.q_strides);
-  add_view(r, a.k, 2, a.batch, a.seq_k, a.heads, a.head_dim, a.k_strides);
-  add_view(r, a.v, 2, a.batch, a.seq_k, a.heads, a.head_dim, a.v_strides);
+  add_view(r, a.k, 2, a.batch, a.seq_k, a.heads_k, a.head_dim, a.k_strides);
+  add_view(r, a.v, 2, a.batch, a.seq_k, a.heads_k, a.head_dim, a.v_strides);
   add_view(r, a.o, 2, a.batch, a.seq_q, a.heads, a.head_dim, a.o_strides);
   if (a.lse) r.push_back(rtc_mem_range{a.lse, uint64_t(a.batch) * a.heads * a.seq_q * sizeof(float)});
   if (a.workspace && a.workspace_bytes > 0) r.push_back(rtc_mem_range{a.workspace, uint64_t(a.workspace_bytes)});

@@ -14,9 +14,9 @@ from .. import validate
 OP = validate.OP
 _LIB = torch.library.Library("rtcattn", "DEF")  # kept alive: the ops live as long as this object
 _LIB.define("fwd(Tensor q, Tensor k, Tensor v, str layout, str round_mode, float? softmax_scale, "
-            "bool return_lse) -> (Tensor, Tensor)")
+            "bool return_lse, int window_left=-1, int window_right=-1) -> (Tensor, Tensor)")
 _LIB.define("fwd_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, str layout, str round_mode, "
-            "float? softmax_scale, bool return_lse) -> Tensor")
+            "float? softmax_scale, bool return_lse, int window_left=-1, int window_right=-1) -> Tensor")
 
 
 def _lse_shape(q: torch.Tensor, layout: str, return_lse: bool):
@@ -50,19 +50,21 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
         lse=lse.data_ptr() if lse is not None else None,
         q_strides=_strides(q, layout), k_strides=_strides(k, layout), v_strides=_strides(v, layout),
         o_strides=_strides(o_strides, layout), batch=problem.batch, heads=problem.heads, seq_q=problem.seq_q,
-        seq_k=problem.seq_k, head_dim=problem.head_dim, softmax_scale=problem.scale, tail_split=-1,
+        seq_k=problem.seq_k, head_dim=problem.head_dim, heads_k=problem.heads_k or problem.heads,
+        window_left=problem.window[0], window_right=problem.window[1], softmax_scale=problem.scale, tail_split=-1,
         num_cus=num_cus)
 
 
 def _call(layout: str, round_mode: str, problem: validate.Problem) -> dict:
     """The call's value on each axis of the manifest."""
-    return {"layout": layout, "round_mode": round_mode, "head_dim": problem.head_dim}
+    return {"layout": layout, "round_mode": round_mode, "mask": "window" if problem.masked else "none",
+            "head_dim": problem.head_dim}
 
 
-def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None):
+def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1)):
     """The kernel and variant a call with these inputs runs (nothing is launched)."""
     from .. import dispatch
-    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale)
+    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window)
     args = args_block(q, k, v, None, None, layout, problem, dispatch.device_facts(q.device)[1])
     return dispatch.select_for(OP, q.device, _call(layout, round_mode, problem), args)
 
@@ -85,23 +87,23 @@ def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem
     return out, lse
 
 
-def _run(q, k, v, out, layout, round_mode, softmax_scale, return_lse):
+def _run(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window):
     # The one validation of an eager call: the Python API only checks what the op's schema needs.
-    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out)
+    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out, validate.check_window(window))
     if q.numel() == 0:  # Sq = 0 (or B = 0 / H = 0): nothing to compute, nothing launched
         empty = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
         return empty, torch.empty(_lse_shape(q, layout, return_lse), dtype=torch.float32, device=q.device)
     return launch(q, k, v, out, return_lse, layout, round_mode, problem)
 
 
-def fwd(q, k, v, layout, round_mode, softmax_scale, return_lse):
+def fwd(q, k, v, layout, round_mode, softmax_scale, return_lse, window_left=-1, window_right=-1):
     """(out, lse) for q, k, v; lse is [B, H, Sq] fp32 when return_lse, else an empty [0] tensor."""
-    return _run(q, k, v, None, layout, round_mode, softmax_scale, return_lse)
+    return _run(q, k, v, None, layout, round_mode, softmax_scale, return_lse, (window_left, window_right))
 
 
-def fwd_out(q, k, v, out, layout, round_mode, softmax_scale, return_lse):
+def fwd_out(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window_left=-1, window_right=-1):
     """Writes the attention output into out; returns lse as fwd does."""
-    return _run(q, k, v, out, layout, round_mode, softmax_scale, return_lse)[1]
+    return _run(q, k, v, out, layout, round_mode, softmax_scale, return_lse, (window_left, window_right))[1]
 
 
 for _backend in ("CPU", "CUDA"):  # ROCm tensors are "cuda" tensors to torch
@@ -110,13 +112,13 @@ for _backend in ("CPU", "CUDA"):  # ROCm tensors are "cuda" tensors to torch
 
 
 @torch.library.register_fake("rtcattn::fwd", lib=_LIB)
-def _fwd_fake(q, k, v, layout, round_mode, softmax_scale, return_lse):
+def _fwd_fake(q, k, v, layout, round_mode, softmax_scale, return_lse, window_left=-1, window_right=-1):
     # Shape checks also run while tracing, so a bad call fails at compile time with the same message.
-    validate.check_inputs(q, k, v, layout, round_mode, softmax_scale)
+    validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=(window_left, window_right))
     return q.new_empty(q.shape), q.new_empty(_lse_shape(q, layout, return_lse), dtype=torch.float32)
 
 
 @torch.library.register_fake("rtcattn::fwd_out", lib=_LIB)
-def _fwd_out_fake(q, k, v, out, layout, round_mode, softmax_scale, return_lse):
-    validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out)
+def _fwd_out_fake(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window_left=-1, window_right=-1):
+    validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out, (window_left, window_right))
     return q.new_empty(_lse_shape(q, layout, return_lse), dtype=torch.float32)
