@@ -1,5 +1,8 @@
 // Fast bf16 attention forward for sm_90a (H100/H200): a TMA producer warpgroup feeds a K/V ring in
 // shared memory; two consumer warpgroups run wgmma in ping-pong, P stays in registers; persistent.
+// With RTC_MASK (a causal or sliding window) a tile visits only the K/V blocks its rows' windows
+// reach; blocks cut by the window edge are masked, blocks fully inside run the unmasked path, and
+// tiles are taken longest-first. Query head h reads K/V head kv_head(h) (GQA/MQA).
 // The alternatives measured for this kernel, and why they lost, are described in docs/NOTES.md.
 #include "platform.h"
 #include "attn_params.h"
@@ -47,14 +50,42 @@ struct SmemTiles {
 struct Tile {
   int m_block, head, batch;
 };
-// m-block fastest, then head, then batch: CTAs running together share one head's K/V in L2.
+// m-block fastest, then head, then batch: CTAs running together share one head's K/V in L2. Under
+// a mask the last m-blocks see the most keys (bottom-right alignment): they go first, so the
+// persistent CTAs end together (longest processing time first).
 RTC_DEVICE Tile decode_tile(int t, int num_m_blocks, int heads) {
   Tile r;
   r.m_block = t % num_m_blocks;
+  if (RTC_MASK) r.m_block = num_m_blocks - 1 - r.m_block;
   const int bh = t / num_m_blocks;
   r.head = bh % heads;
   r.batch = bh / heads;
   return r;
+}
+
+// The K/V blocks of one tile: [begin, end) are visited; blocks outside [full_begin, full_end) are
+// cut by a row's window (or by the end of the keys) and get the per-element mask. Unmasked, every
+// block is visited and only a partial last block is masked.
+struct KvSpan {
+  int begin, end, full_begin, full_end;
+};
+RTC_DEVICE KvSpan kv_span(const AttnParams& a, int m_block) {
+  const int n_blocks = (a.seq_k + kN - 1) / kN;
+  KvSpan sp = {0, n_blocks, 0, a.seq_k % kN == 0 ? n_blocks : n_blocks - 1};
+  if (!RTC_MASK) return sp;
+  const rtc_i64 r0 = (rtc_i64)m_block * kM;
+  const rtc_i64 r1 = (r0 + kM < a.seq_q ? r0 + kM : a.seq_q) - 1;
+  // Windows move right with the row: the first row has the smallest lo and hi, the last the largest.
+  const KeyRange first = key_range(a, r0), last = key_range(a, r1);
+  if (last.hi < first.lo) return KvSpan{0, 0, 0, 0};  // no row of the tile sees a key
+  sp.begin = (int)(first.lo / kN);
+  sp.end = (int)(last.hi / kN) + 1;
+  sp.full_begin = (int)((last.lo + kN - 1) / kN);
+  sp.full_end = (int)((first.hi + 1) / kN);
+  if (sp.full_end > a.seq_k / kN) sp.full_end = a.seq_k / kN;
+  if (sp.full_begin < sp.begin) sp.full_begin = sp.begin;
+  if (sp.full_end < sp.full_begin) sp.full_end = sp.full_begin;
+  return sp;
 }
 
 // Position in the K/V ring; the parity flips each time the ring wraps.
@@ -68,28 +99,30 @@ struct PipeState {
 
 // ---------------------------------------------------------------- producer (one thread)
 RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 bytes,
-                          int row, const Tile& t, rtc_u32 half_bytes) {
+                          int row, int head, int batch, rtc_u32 half_bytes) {
   mbar_expect_tx(bar, bytes);
-  tma_load_4d(dst, &map, bar, 0, row, t.head, t.batch);
-  tma_load_4d(dst + half_bytes, &map, bar, SM90_BOX_D, row, t.head, t.batch);
+  tma_load_4d(dst, &map, bar, 0, row, head, batch);
+  tma_load_4d(dst + half_bytes, &map, bar, SM90_BOX_D, row, head, batch);
 }
 
 RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
-  const int n_blocks = (p.a.seq_k + kN - 1) / kN;
   PipeState ps;
   rtc_u32 q_phase = 0;
   for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x) {
     const Tile t = decode_tile(ti, p.num_m_blocks, p.a.heads);
+    const KvSpan sp = kv_span(p.a, t.m_block);
+    if (sp.begin == sp.end) continue;  // the consumers write zeros without reading Q
+    const int kvh = kv_head(p.a, t.head);
     mbar_wait(sm.bars.q_empty(), q_phase ^ 1);
-    load_tile(p.tmap_q, sm.q, sm.bars.q_full(), SM90_Q_BYTES, t.m_block * kM, t, kHalfQ);
+    load_tile(p.tmap_q, sm.q, sm.bars.q_full(), SM90_Q_BYTES, t.m_block * kM, t.head, t.batch, kHalfQ);
     q_phase ^= 1;
-    for (int n = 0; n < n_blocks; ++n) {
+    for (int n = sp.begin; n < sp.end; ++n) {
       mbar_wait(sm.bars.k_empty(ps.stage), ps.phase ^ 1);
       load_tile(p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), SM90_KV_BYTES, n * kN,
-                t, kHalfKV);
+                kvh, t.batch, kHalfKV);
       mbar_wait(sm.bars.v_empty(ps.stage), ps.phase ^ 1);
       load_tile(p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), SM90_KV_BYTES, n * kN,
-                t, kHalfKV);
+                kvh, t.batch, kHalfKV);
       ps.advance();
     }
   }
@@ -169,14 +202,24 @@ struct ConsumerRegs {
   RowState st;
 };
 
-// S_n = Q K^T finished: free K_n (and Q after the last block), then softmax in place.
+// Where this warpgroup's window mask applies: the rows' key ranges and whether block n is cut.
+struct WindowMask {
+  KeyWindow rows;   // the keys of this thread's two rows
+  int full_begin, full_end;
+  RTC_DEVICE bool cuts(int n) const { return n < full_begin || n >= full_end; }
+};
+
+// S_n = Q K^T finished: free K_n (and Q after the last block), mask it where block n is cut by the
+// window (RTC_MASK) or is the partial last block, then softmax in place.
 RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, bool last,
-                            int last_valid, float c) {
+                            int last_valid, float c, const AttnParams& a, const WindowMask& wm, int n) {
   fence_regs(r.s);
   release(sm.bars.k_empty(ps.stage));
-  if (last) {
-    release(sm.bars.q_empty());
-    if (last_valid < kN) mask_cols(r.s, last_valid);
+  if (last) release(sm.bars.q_empty());
+  if (RTC_MASK) {
+    if (wm.cuts(n)) mask_window(r.s, wm.rows, n * kN);
+  } else if (last && last_valid < kN) {
+    mask_cols(r.s, last_valid);
   }
   online_softmax(r.s, r.st, c);
 }
@@ -190,6 +233,7 @@ struct TileLoop {
   int own_bar, other_bar, n_blocks, last_valid;
   float c;
   int never[2];      // 0 at run time, from two fields ptxas cannot relate: pins (wgmma_wait_pinned)
+  WindowMask wm;     // read only when RTC_MASK
 };
 
 // Steady-state block n: [sync own] issue S_n = Q K_n^T and O += P_{n-1} V_{n-1} [arrive other];
@@ -199,8 +243,8 @@ struct TileLoop {
 // can prove no accumulator is read while its wgmma is in flight. kPin picks which never-flag pins
 // the PV wait: two pins in one loop body need flags ptxas cannot relate.
 template <int kPin, bool kEarlyPack>
-RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, bool last, rtc_u32 (&p_in)[kN / 4],
-                             rtc_u32 (&p_out)[kN / 4]) {
+RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, int n, bool last,
+                             rtc_u32 (&p_in)[kN / 4], rtc_u32 (&p_out)[kN / 4]) {
   const SmemTiles& sm = L.sm;
   mbar_wait(sm.bars.k_full(L.ps.stage), L.ps.phase);
   named_sync(L.own_bar, kPingPongThreads);
@@ -209,7 +253,7 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, bool last, rtc_u32 (&
   issue_pv(r.o, p_in, sm.v_stage(L.pv.stage));
   named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<1>();
-  scores_done(sm, r, L.ps, last, L.last_valid, L.c);
+  scores_done(sm, r, L.ps, last, L.last_valid, L.c, a, L.wm, n);
   if (kEarlyPack) pack_p(r.s, p_out);
   wgmma_wait_pinned<0>(L.never[kPin]);
   fence_regs(r.o);
@@ -223,14 +267,22 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, bool last, rtc_u32 (&
 
 RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t,
                              int wg, PipeState& ps, rtc_u32& q_phase) {
-  const int n_blocks = (p.a.seq_k + kN - 1) / kN;
-  const int last_valid = p.a.seq_k - (n_blocks - 1) * kN;
+  const KvSpan sp = kv_span(p.a, t.m_block);
+  const int n0 = sp.begin, n_blocks = sp.end - sp.begin;
+  const int last_valid = p.a.seq_k - (sp.end - 1) * kN;
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const WindowMask wm{KeyWindow::of(p.a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
+                      sp.full_end};
   TileLoop L{sm, sm.q + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
-             p.a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}};
+             p.a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}, wm};
   ConsumerRegs r;
   r.st.init();
 #pragma unroll
   for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
+  if (RTC_MASK && n_blocks == 0) {  // no row of the tile sees a key: zeros, LSE -inf, nothing read
+    store_tile(p, t, wg, r.o, r.st);
+    return;
+  }
 
   mbar_wait(sm.bars.q_full(), q_phase);
   q_phase ^= 1;
@@ -240,7 +292,7 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
   issue_qk(r.s, L.q_rows, sm.k_stage(ps.stage));
   named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<0>();
-  scores_done(sm, r, ps, n_blocks == 1, L.last_valid, L.c);
+  scores_done(sm, r, ps, n_blocks == 1, L.last_valid, L.c, p.a, L.wm, n0);
   pack_p(r.s, r.pk);
   L.pv = ps;
   ps.advance();
@@ -248,17 +300,17 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
 #if SM90_P_DOUBLE
   int n = 1;
   for (; n + 1 < n_blocks; n += 2) {
-    steady_block<0, true>(L, r, n == n_blocks - 1, r.pk, r.pk2);
-    steady_block<1, true>(L, r, n + 1 == n_blocks - 1, r.pk2, r.pk);
+    steady_block<0, true>(L, r, p.a, n0 + n, n == n_blocks - 1, r.pk, r.pk2);
+    steady_block<1, true>(L, r, p.a, n0 + n + 1, n + 1 == n_blocks - 1, r.pk2, r.pk);
   }
   if (n < n_blocks) {
-    steady_block<0, true>(L, r, true, r.pk, r.pk2);
+    steady_block<0, true>(L, r, p.a, n0 + n, true, r.pk, r.pk2);
 #pragma unroll
     for (int i = 0; i < kN / 4; ++i) r.pk[i] = r.pk2[i];
   }
 #else
   for (int n = 1; n < n_blocks; ++n)
-    steady_block<0, false>(L, r, n == n_blocks - 1, r.pk, r.pk);
+    steady_block<0, false>(L, r, p.a, n0 + n, n == n_blocks - 1, r.pk, r.pk);
 #endif
   // 3. last block: P V only.
   mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);

@@ -91,11 +91,16 @@ def test_bench_without_gpu_says_so():
 
 
 def test_bench_shapes_parsing():
-    assert bench.parse_shapes("2,24,8192;1,2,3,4") == [(2, 24, 8192, 8192), (1, 2, 3, 4)]
-    for bad in ("2,24", "1,2,x", "1,0,3"):
-        with pytest.raises(ValueError, match="B,H,S or B,H,S,Sk"):
+    C = bench.Case
+    assert bench.parse_shapes("2,24,8192;1,2,3,4") == [C(2, 24, 8192, 8192), C(1, 2, 3, 4)]
+    assert bench.parse_shapes("2,32/8,16384:causal") == [C(2, 32, 16384, 16384, 8, True)]
+    assert len(bench.parse_shapes("masks")) == 6 and all(c.causal or c.hk for c in bench.parse_shapes("masks"))
+    for bad in ("2,24", "1,2,x", "1,0,3", "2,32/5,64", "2,4,8:sliding"):
+        with pytest.raises(ValueError, match=r"B,H\[/Hk\],S\[,Sk\]\[:causal\]"):
             bench.parse_shapes(bad)
-    assert bench.flops(1, 1, 2, 3, 4) == 4 * 2 * 3 * 4
+    assert bench.flops(C(1, 1, 2, 3), 4) == 4 * 2 * 3 * 4
+    assert bench.flops(C(1, 1, 8, 8, causal=True), 4) == 4 * 8 * 8 * 4 / 2
+    assert C(2, 32, 16384, 16384, 8, True).label() == "2,32/8,16384,16384 causal"
 
 
 def test_bench_plot_writes_a_png(tmp_path):

@@ -76,10 +76,6 @@ std::string why_not(const void* p, const char* vendor) {
     return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") + " is not accepted by the sm90 kernel; accepted: cuda";
   if (a->head_dim != SM90_HEAD_DIM)
     return "head_dim=" + std::to_string(a->head_dim) + " is not accepted by the sm90 kernel; accepted: 128";
-  if (a->heads_k != a->heads)
-    return "heads_k=" + std::to_string(a->heads_k) + " (GQA/MQA) is not accepted by the sm90 kernel yet; accepted: heads_k == heads";
-  if (a->window_left != -1 || a->window_right != -1)
-    return "a window or causal mask is not accepted by the sm90 kernel yet; accepted: window (-1, -1)";
   const struct { const char* name; const void* ptr; const int64_t (&st)[3]; int64_t align; } tensors[] = {
       {"q", a->q, a->q_strides, 8}, {"k", a->k, a->k_strides, 8}, {"v", a->v, a->v_strides, 8},
       {"o", a->o, a->o_strides, 2}};
@@ -113,8 +109,8 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   alignas(64) Sm90AttnParams sp;
   std::memset(&sp, 0, sizeof sp);
   sp.tmap_q = encode("q", a.q, a.q_strides, a.seq_q, a.heads, a.batch, SM90_BLOCK_M);
-  sp.tmap_k = encode("k", a.k, a.k_strides, a.seq_k, a.heads, a.batch, SM90_BLOCK_N);
-  sp.tmap_v = encode("v", a.v, a.v_strides, a.seq_k, a.heads, a.batch, SM90_BLOCK_N);
+  sp.tmap_k = encode("k", a.k, a.k_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
+  sp.tmap_v = encode("v", a.v, a.v_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
   sp.a = fill_params(a);
   sp.num_m_blocks = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
   const int64_t tiles = tile_count(a);

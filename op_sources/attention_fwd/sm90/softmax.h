@@ -1,6 +1,7 @@
 // Online softmax and bf16 packing on wgmma accumulator fragments (sm_90a attention consumers).
 #pragma once
 #include "platform.h"
+#include "attn_params.h"
 #include "ptx_sm90.h"
 
 #ifndef RTC_ROUND
@@ -57,6 +58,38 @@ RTC_DEVICE void mask_cols(float (&s)[N], int valid) {
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       if (8 * j + c0 + (k & 1) >= valid) s[4 * j + k] = neg_inf();
+}
+
+// The keys of the two rows a thread owns (row0 and row0 + 8) as 32-bit bounds: a row that sees no
+// key gets lo > hi. Computed once per tile; the mask of a block then compares columns only.
+struct KeyWindow {
+  int lo[2], hi[2];
+  RTC_DEVICE static KeyWindow of(const AttnParams& a, rtc_i64 row0) {
+    KeyWindow w;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const KeyRange kr = key_range(a, row0 + 8 * i);
+      w.lo[i] = (int)(kr.lo < a.seq_k ? kr.lo : a.seq_k);  // past every key: clamped, still > hi
+      w.hi[i] = (int)(kr.hi > -1 ? kr.hi : -1);
+    }
+    return w;
+  }
+};
+
+// Scores outside each row's key window get -inf (RTC_MASK); col0 is the block's first key, and
+// columns past the last key fall outside too (hi <= Sk - 1).
+template <int N>
+RTC_DEVICE void mask_window(float (&s)[N], const KeyWindow& w, int col0) {
+  const int c0 = col0 + 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int col = c0 + 8 * j + k;
+        if (col < w.lo[i] || col > w.hi[i]) s[4 * j + 2 * i + k] = neg_inf();
+      }
 }
 
 // The row max m is scaled rounding DOWN (ms = m*c rounded toward -inf), so the single FFMA
