@@ -173,8 +173,10 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
     l += shfl_xor(l, 1);
     l += shfl_xor(l, 2);
     l = final_row_sum(l, st.m[i], a.scale_log2);
-    // l == 0: every score was -inf, the row is 0 and its LSE -inf. A NaN l keeps the row NaN.
-    const float inv = (l == 0.f) ? 0.f : 1.f / l;
+    // l == 0: every score was -inf (or masked), the row is 0 and its LSE -inf, even where O holds
+    // 0 * NaN from a V NaN under a zero weight. A NaN l keeps the row NaN.
+    const bool empty = l == 0.f;
+    const float inv = empty ? 0.f : 1.f / l;
     const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
     if (row >= a.seq_q) continue;
     rtc_bf16_t* dst = a.o + (rtc_i64)t.batch * a.o_sb + (rtc_i64)row * a.o_ss +
@@ -182,7 +184,7 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
-          pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+          empty ? 0u : pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     if (a.lse != nullptr && lane % 4 == 0)
       a.lse[((rtc_i64)t.batch * a.heads + t.head) * a.seq_q + row] =
           (l == 0.f) ? neg_inf() : st.m[i] * a.scale + logf(l);

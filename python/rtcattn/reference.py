@@ -101,11 +101,11 @@ def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, win
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m)
     l = p.sum(dim=-1, keepdim=True)
-    o = torch.matmul(p, vd) / l
+    o = torch.matmul(p, torch.nan_to_num(vd, nan=0.0)) / l  # V's NaN comes back through the table below
     lse = (m + torch.log(l)).squeeze(-1)
     nan = float("nan")
     # The table, applied explicitly so it holds whatever the BLAS does with 0 * NaN; a NaN in K or V
-    # reaches the rows that see its key.
+    # reaches the rows that see its key (see numerics.md for what kernels may add to that under a mask).
     knan = torch.isnan(kd).any(-1).to(torch.float64)                          # [B,H,Sk]
     vnan = torch.isnan(vd).to(torch.float64)                                  # [B,H,Sk,D]
     seen = keep.to(torch.float64)
