@@ -51,7 +51,7 @@ void copy_out(const std::string& s, char* buf, size_t n, const char* what) {
 }
 
 // Writes s into buf (truncated to n, NUL-ended) and its full length into *len: callers ask once with
-// n = 0 for the size.
+// n = 0 for the size. Also used for other text of unbounded length (a program's path).
 void json_out(const std::string& s, char* buf, size_t n, size_t* len) {
   if (len) *len = s.size();
   if (buf && n > 0) {
@@ -106,9 +106,9 @@ int rtc_program_bytes(uint64_t program, const void** data, size_t* size) {
   return guarded([&] {
     need(data, "data");
     need(size, "size");
-    const Program& p = get_program(program);
-    *data = p.binary.data();
-    *size = p.binary.size();
+    std::shared_ptr<const Code> code = program_code(program);  // replaced code stays alive: see Program
+    *data = code->binary.data();
+    *size = code->binary.size();
   });
 }
 
@@ -116,9 +116,25 @@ int rtc_program_log(uint64_t program, const char** text, size_t* size) {
   return guarded([&] {
     need(text, "text");
     need(size, "size");
-    const Program& p = get_program(program);
-    *text = p.log.c_str();
-    *size = p.log.size();
+    std::shared_ptr<const Code> code = program_code(program);
+    *text = code->log.c_str();
+    *size = code->log.size();
+  });
+}
+
+int rtc_program_path(uint64_t program, char* buf, size_t n, size_t* len) {
+  return guarded([&] { json_out(program_code(program)->path, buf, n, len); });
+}
+
+int rtc_cache_check_entry(const void* data, size_t n, const char* key_text, char* why, size_t why_n, int* valid) {
+  return guarded([&] {
+    need(key_text, "key_text");
+    need(valid, "valid");
+    RTC_CHECK(data || n == 0, RTC_ERR_ARG, "data is null with n=" + std::to_string(n));
+    std::string blob, bytes(static_cast<const char*>(data), n);
+    std::string reason = parse_entry(bytes, key_text, &blob);
+    *valid = reason.empty() ? 1 : 0;
+    json_out(reason, why, why_n, nullptr);
   });
 }
 

@@ -51,4 +51,9 @@ const Compiler& select_compiler(const std::string& spec, const std::string& arch
 // Every backend, for info.
 std::vector<const Compiler*> all_compilers();
 
+// Why bytes are not a code object for arch ("" when they are): a 64-bit little-endian ELF whose
+// e_machine is the arch's (AMDGPU 224 for gfx*, CUDA 190 for sm_*, this host's for *-emu). Checked
+// before anything is cached or loaded, so a compiler that exits 0 with garbage caches nothing.
+std::string code_object_problem(const std::string& arch, const std::string& bytes);
+
 }  // namespace rtc

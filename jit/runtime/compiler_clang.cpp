@@ -33,9 +33,17 @@ ClangInfo probe_clang() {
                             : knob_env_name("CLANG") + "=" + quote(knob) + " is not an executable";
     return info;
   }
-  std::string tmp = make_temp_dir("clang-");
-  ProcessResult r = run_process({info.path, "--version"}, tmp + "/version.txt");
-  remove_tree(tmp);
+  ProcessResult r;
+  try {
+    std::string tmp = make_temp_dir("clang-");
+    r = run_process({info.path, "--version"}, tmp + "/version.txt");
+    remove_tree(tmp);
+  } catch (const RtcError& e) {  // no temp dir: say so, and probe again next time
+    info.why = e.what();
+    info.path.clear();
+    probed_for = "\x01";
+    return info;
+  }
   size_t pos = r.output.find("version ");
   if (r.exit_code != 0 || pos == std::string::npos) {
     info.why = info.path + " --version failed: " + r.output;
@@ -74,14 +82,14 @@ void write_sources(const std::string& dir, const CompileInput& in) {
               "source name " + quote(s.name) + " must be a relative path without '..'");
     size_t slash = s.name.rfind('/');
     if (slash != std::string::npos) make_dirs(dir + "/" + s.name.substr(0, slash), 0700, &err);
-    RTC_CHECK(write_file(dir + "/" + s.name, s.text, &err), RTC_ERR_INTERNAL, err);
+    RTC_CHECK(write_file(dir + "/" + s.name, s.text, &err), RTC_ERR_UNAVAILABLE,
+              "cannot write the source for clang: " + err + " (TMPDIR=" + temp_base() + ")");
   }
 }
 
 CompileOutput ClangCompiler::compile(const CompileInput& in) const {
   ClangInfo c = probe_clang();
   std::string dir = make_temp_dir("clang-");
-  RTC_CHECK(!dir.empty(), RTC_ERR_INTERNAL, "cannot create a temp dir for clang");
   CompileOutput out;
   try {
     write_sources(dir, in);
@@ -98,7 +106,10 @@ CompileOutput ClangCompiler::compile(const CompileInput& in) const {
     for (const std::string& a : argv) cmd += a + " ";
     out.log = "$ " + cmd + "\n" + r.output;
     std::string err;
-    if (r.exit_code != 0 || !read_file(dir + "/out.co", &out.binary, &err)) throw CompileFailure{out.log};
+    // A timeout is reported as a failed compile: its log names the knob, and the saved source
+    // reproduces the hang.
+    if (r.exit_code != 0) throw CompileFailure{out.log};
+    if (!read_file(dir + "/out.co", &out.binary, &err)) throw CompileFailure{out.log + "\n" + err};
   } catch (...) {
     remove_tree(dir);
     throw;

@@ -108,9 +108,14 @@ CompileOutput HiprtcCompiler::compile(const CompileInput& in) const {
   const HiprtcApi& a = api();
   // comgr under hipRTC 5.2 crashes (SIGSEGV) when two threads compile at once, so compiles are
   // serialized per process; parallel warm-ups get their speed-up from processes or from clang.
+  // The lock is taken on the worker: a compile abandoned after a timeout still holds it until it ends.
   static std::mutex compile_mu;
-  std::lock_guard<std::mutex> lock(compile_mu);
-  return compile_in_memory(a, in, {"--offload-arch=" + in.arch, "-O3"}, a.code_size, a.code, "hiprtc");
+  return compile_on_worker(
+      [&a, in] {
+        std::lock_guard<std::mutex> lock(compile_mu);
+        return compile_in_memory(a, in, {"--offload-arch=" + in.arch, "-O3"}, a.code_size, a.code, "hiprtc");
+      },
+      id());
 }
 
 }  // namespace

@@ -86,8 +86,12 @@ CompileOutput NvrtcCompiler::compile(const CompileInput& in) const {
   const NvrtcApi& a = api();
   // A real sm_XX target makes NVRTC run ptxas and emit a CUBIN; -v keeps the register, spill
   // and shared-memory report in the log so tests can check it.
-  return compile_in_memory(a, in, {"--gpu-architecture=" + in.arch, "--ptxas-options=-v"}, a.cubin_size, a.cubin,
-                           "nvrtc");
+  return compile_on_worker(
+      [&a, in] {
+        return compile_in_memory(a, in, {"--gpu-architecture=" + in.arch, "--ptxas-options=-v"}, a.cubin_size,
+                                 a.cubin, "nvrtc");
+      },
+      id());
 }
 
 }  // namespace

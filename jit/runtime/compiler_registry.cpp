@@ -33,6 +33,43 @@ static std::vector<std::string> default_order(const std::string& arch) {
                             " is not known; accepted: gfx942, gfx90a, sm_80, sm_90a, gfx942-emu, gfx90a-emu");
 }
 
+// The arch -> ELF machine rule, kept beside the arch -> compiler rule above.
+struct ElfMachine {
+  unsigned number;
+  const char* name;
+};
+
+static ElfMachine host_machine() {
+#if defined(__x86_64__)
+  return {62, "x86-64"};
+#elif defined(__aarch64__)
+  return {183, "AArch64"};
+#else
+  return {0, "this host's"};  // unknown here: any machine is accepted for *-emu
+#endif
+}
+
+static ElfMachine elf_machine(const std::string& arch) {
+  if (arch.size() > 4 && arch.compare(arch.size() - 4, 4, "-emu") == 0) return host_machine();
+  if (arch.compare(0, 3, "sm_") == 0) return {190, "CUDA"};
+  if (arch.compare(0, 3, "gfx") == 0) return {224, "AMDGPU"};
+  return {0, "unknown"};
+}
+
+std::string code_object_problem(const std::string& arch, const std::string& bytes) {
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  if (bytes.compare(0, 4, "\x7f" "ELF") != 0)
+    return "it is not an ELF file (it starts with " + to_hex(b, bytes.size() < 4 ? bytes.size() : 4) + ")";
+  if (bytes.size() < 64) return "its " + std::to_string(bytes.size()) + " bytes are too few for an ELF header";
+  if (b[4] != 2 || b[5] != 1) return "it is not a 64-bit little-endian ELF";
+  unsigned machine = b[18] | (unsigned(b[19]) << 8);
+  ElfMachine want = elf_machine(arch);
+  if (want.number != 0 && machine != want.number)
+    return "its ELF e_machine is " + std::to_string(machine) + ", expected " + std::to_string(want.number) + " (" +
+           want.name + ") for arch " + arch;
+  return "";
+}
+
 static std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;

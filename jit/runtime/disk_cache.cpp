@@ -1,6 +1,7 @@
 // Disk cache implementation: entry format "<PRODUCT>-CODE-OBJECT 1", key text, blob checksum.
 #include "disk_cache.h"
 #include "common.h"
+#include "compiler.h"
 #include "knobs.h"
 #include "sha256.h"
 #include "fsutil.h"
@@ -9,8 +10,12 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <set>
 
 namespace rtc {
 
@@ -43,26 +48,50 @@ std::vector<std::string> system_cache_dirs() {
   return dirs;
 }
 
+static std::string mode_text(mode_t mode) {
+  char text[8];
+  snprintf(text, sizeof text, "%03o", unsigned(mode & 07777));  // all bits: 1777, not 777
+  return text;
+}
+
+// Who may have written what we load: this user, or root where allow_root.
+static std::string owner_problem(const struct stat& st, bool allow_root) {
+  uid_t me = geteuid();
+  if (st.st_uid == me || (allow_root && st.st_uid == 0)) return "";
+  return "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " + std::to_string(me) + ")" +
+         (allow_root ? " or root" : "");
+}
+
+static std::string writable_problem(const struct stat& st) {
+  if (!(st.st_mode & (S_IWGRP | S_IWOTH))) return "";
+  return std::string("it is writable by ") + ((st.st_mode & S_IWOTH) ? "other users" : "its group") + " (mode " +
+         mode_text(st.st_mode) + "; fix with chmod go-w)";
+}
+
 bool dir_trusted(const std::string& dir, bool allow_root_owner, std::string* why) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     *why = "it is not a directory";
     return false;
   }
-  uid_t me = geteuid();
-  if (st.st_uid != me && !(allow_root_owner && st.st_uid == 0)) {
-    *why = "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
-           std::to_string(me) + ")";
-    return false;
+  *why = owner_problem(st, allow_root_owner);
+  if (why->empty()) *why = writable_problem(st);
+  return why->empty();
+}
+
+static long cache_temp_pid(const std::string& name) {
+  bool ours = name.find(".co.tmp.") != std::string::npos || name.find(".co.log.tmp.") != std::string::npos;
+  return ours ? atomic_temp_pid(name) : 0;
+}
+
+static void sweep_once(const std::string& dir) {
+  static std::mutex mu;
+  static std::set<std::string> swept;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!swept.insert(dir).second) return;
   }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    char mode[8];
-    snprintf(mode, sizeof mode, "%03o", unsigned(st.st_mode & 0777));
-    *why = std::string("it is writable by ") + ((st.st_mode & S_IWOTH) ? "other users" : "its group") +
-           " (mode " + mode + "; fix with chmod go-w)";
-    return false;
-  }
-  return true;
+  sweep_stale_temps(dir, cache_temp_pid);
 }
 
 bool prepare_user_dir(const std::string& dir) {
@@ -78,44 +107,109 @@ bool prepare_user_dir(const std::string& dir) {
                                 "; code objects are kept in memory only");
     return false;
   }
+  sweep_once(dir);
   return true;
 }
 
-// Parses one entry; returns "" when valid, else the reason it was rejected.
-static std::string check_entry(const std::string& data, const CacheKey& key, std::string* blob) {
-  size_t magic_len = magic().size();
-  if (data.compare(0, magic_len, magic()) != 0) return "bad magic";
-  char sha[65] = {0};
+// ---- the entry format ------------------------------------------------------------------------
+
+std::string entry_bytes(const std::string& key_text, const std::string& blob) {
+  return magic() + "blob-sha256 " + sha256_hex(blob) + "\nblob-size " + std::to_string(blob.size()) +
+         "\nkey-size " + std::to_string(key_text.size()) + "\n" + key_text + blob;
+}
+
+// Takes text at *pos when data has it there.
+static bool take(const std::string& data, size_t* pos, const std::string& text) {
+  if (data.size() - *pos < text.size() || data.compare(*pos, text.size(), text) != 0) return false;
+  *pos += text.size();
+  return true;
+}
+
+// A size field as the writer writes it: 1 to 19 decimal digits (so it cannot overflow), no sign,
+// space or leading zero, then '\n'. Anything else is a damaged or forged header.
+static bool take_size(const std::string& data, size_t* pos, unsigned long long* value) {
+  size_t i = *pos;
+  *value = 0;
+  while (i < data.size() && i - *pos < 20 && data[i] >= '0' && data[i] <= '9') *value = *value * 10 + (data[i++] - '0');
+  size_t digits = i - *pos;
+  if (digits == 0 || digits > 19 || (digits > 1 && data[*pos] == '0') || i >= data.size() || data[i] != '\n')
+    return false;
+  *pos = i + 1;
+  return true;
+}
+
+static bool take_sha(const std::string& data, size_t* pos, std::string* sha) {
+  *sha = data.substr(*pos, 64);
+  if (sha->size() != 64 || sha->find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+  *pos += 64;
+  return true;
+}
+
+std::string parse_entry(const std::string& data, const std::string& key_text, std::string* blob) {
+  size_t pos = 0;
+  std::string sha;
   unsigned long long blob_size = 0, key_size = 0;
-  int used = 0;
-  if (sscanf(data.c_str() + magic_len, "blob-sha256 %64s\nblob-size %llu\nkey-size %llu\n%n", sha,
-             &blob_size, &key_size, &used) != 3 || used == 0)
-    return "unreadable header";
-  size_t body = magic_len + size_t(used);
-  if (data.size() != body + key_size + blob_size) return "truncated or padded entry";
-  if (data.compare(body, key_size, key.text()) != 0) return "key text differs (hash collision?)";
-  *blob = data.substr(body + key_size);
+  if (!take(data, &pos, magic())) return "bad magic";
+  if (!take(data, &pos, "blob-sha256 ") || !take_sha(data, &pos, &sha)) return "unreadable blob-sha256 line";
+  if (!take(data, &pos, "\nblob-size ") || !take_size(data, &pos, &blob_size)) return "unreadable blob-size line";
+  if (!take(data, &pos, "key-size ") || !take_size(data, &pos, &key_size)) return "unreadable key-size line";
+  // Subtractions only: the sizes are whatever the file says, and their sum could wrap past 2^64.
+  size_t rest = data.size() - pos;
+  if (key_size > rest || blob_size != rest - key_size)
+    return "its header gives key-size " + std::to_string(key_size) + " + blob-size " + std::to_string(blob_size) +
+           " but " + std::to_string(rest) + " bytes follow (truncated or padded entry)";
+  if (key_size != key_text.size() || data.compare(pos, key_size, key_text) != 0)
+    return "key text differs (hash collision?)";
+  blob->assign(data, pos + key_size, blob_size);
   if (sha256_hex(*blob) != sha) return "checksum mismatch";
   return "";
 }
 
+// ---- reading and writing entries -------------------------------------------------------------
+
+// What makes an entry file unsafe to load whatever its dir allows: we would run its code, so only
+// this user or root may have written it, and it must be a plain file of a sane size.
+static std::string entry_file_problem(const struct stat& st) {
+  if (S_ISLNK(st.st_mode)) return "it is a symbolic link";
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  std::string why = owner_problem(st, true);
+  if (why.empty()) why = writable_problem(st);
+  if (why.empty() && size_t(st.st_size) > kMaxReadBytes) why = "it is larger than " + size_text(kMaxReadBytes);
+  return why;
+}
+
+// Reads an entry file without trusting it: checked with lstat before opening; opened with
+// O_NOFOLLOW and O_NONBLOCK (a link or FIFO swapped in meanwhile is refused, never waited on);
+// checked again on the open descriptor, which is what is read, with the size cap.
+static std::string read_entry_file(const std::string& path, const struct stat& before, std::string* data) {
+  std::string why = entry_file_problem(before), err;
+  if (!why.empty()) return why;
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::string("cannot open it: ") + std::strerror(errno);
+  struct stat st {};
+  why = fstat(fd, &st) == 0 ? entry_file_problem(st) : std::string("fstat failed: ") + std::strerror(errno);
+  if (why.empty() && !read_fd(fd, path, data, &err, kMaxReadBytes)) why = err;
+  close(fd);
+  return why;
+}
+
 bool read_entry(const std::string& dir, const CacheKey& key, bool remove_bad, std::string* blob) {
-  std::string path = dir + "/" + key.file_name(), data, err;
-  if (!read_file(path, &data, &err)) return false;
-  std::string why = check_entry(data, key, blob);
+  std::string path = dir + "/" + key.file_name(), data;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return false;  // not there: a miss
+  std::string why = read_entry_file(path, st, &data);
+  if (why.empty()) why = parse_entry(data, key.text(), blob);
+  if (why.empty()) why = code_object_problem(key.arch, *blob);
   if (why.empty()) return true;
-  warn_once("entry:" + path, "cache entry " + path + " is invalid (" + why + "); discarded and rebuilt");
+  warn_once("entry:" + path, "cache entry " + path + " is invalid (" + why + "); " +
+                                 (remove_bad ? "discarded and rebuilt" : "not loaded from there"));
   if (remove_bad) unlink(path.c_str());
   return false;
 }
 
 std::string write_entry(const std::string& dir, const CacheKey& key, const std::string& blob) {
-  std::string key_text = key.text();
-  std::string data = magic() + "blob-sha256 " + sha256_hex(blob) +
-                     "\nblob-size " + std::to_string(blob.size()) + "\nkey-size " +
-                     std::to_string(key_text.size()) + "\n" + key_text + blob;
   std::string path = dir + "/" + key.file_name(), err;
-  if (!write_file_atomic(path, data, &err)) {
+  if (!write_file_atomic(path, entry_bytes(key.text(), blob), &err)) {
     warn_once("write:" + dir, "cannot write to cache dir " + dir + " (" + err +
                                   "); code objects are kept in memory only");
     return "";
@@ -123,21 +217,63 @@ std::string write_entry(const std::string& dir, const CacheKey& key, const std::
   return path;
 }
 
-KeyLock::KeyLock(const std::string& dir, const std::string& name) {
-  std::string path = dir + "/" + name + ".lock";
-  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+// ---- per-key locks ---------------------------------------------------------------------------
+
+constexpr double kLockNoticeSeconds = 2;  // a wait this long gets one message naming the holder
+constexpr useconds_t kLockPollMicros = 50 * 1000;
+
+KeyLock::KeyLock(const std::string& dir, const std::string& name) : path_(dir + "/" + name + ".lock") {
+  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd_ < 0) return;  // no lock: at worst two processes compile the same key
+  wait(name);
   if (fd_ < 0) return;
-  while (flock(fd_, LOCK_EX) != 0) {
-    if (errno != EINTR) {
+  // Who holds it, for the messages of those who wait (advisory: a failed write only loses that).
+  std::string pid = std::to_string(getpid()) + "\n";
+  bool recorded = ftruncate(fd_, 0) == 0 && pwrite(fd_, pid.data(), pid.size(), 0) == ssize_t(pid.size());
+  if (!recorded) log_line("cannot record the pid in " + path_);
+}
+
+// flock with LOCK_NB, polled: a blocking flock could neither say whom it waits for nor give up.
+void KeyLock::wait(const std::string& name) {
+  long limit = knob_int("LOCK_TIMEOUT", 900);
+  std::string knob = knob_env_name("LOCK_TIMEOUT") + "=" + std::to_string(limit) + " s";
+  double t0 = now_ms();
+  bool told = false;
+  while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
       close(fd_);
       fd_ = -1;
       return;
     }
+    double waited = (now_ms() - t0) / 1000;
+    if (!told && waited >= kLockNoticeSeconds) {
+      told = true;
+      warn("waiting for " + holder() + ", which holds " + path_ + " while it builds " + name + "; " +
+           (limit > 0 ? "giving up after " + knob : "without a limit (" + knob + ")"));
+    }
+    if (limit > 0 && waited >= limit) {
+      std::string who = holder();
+      close(fd_);
+      fd_ = -1;
+      RTC_FAIL(RTC_ERR_COMPILE, "gave up after " + knob + " waiting for the lock file " + path_ + ", held by " +
+                                    who + " (building " + name + "); end that process if it hangs, or raise " +
+                                    knob_env_name("LOCK_TIMEOUT"));
+    }
+    usleep(kLockPollMicros);
   }
 }
 
+std::string KeyLock::holder() const {
+  char text[32] = {0};
+  ssize_t n = pread(fd_, text, sizeof text - 1, 0);
+  long pid = n > 0 ? std::strtol(text, nullptr, 10) : 0;
+  return pid > 0 ? "pid " + std::to_string(pid) : "a process that has not recorded its pid";
+}
+
 KeyLock::~KeyLock() {
-  if (fd_ >= 0) close(fd_);  // closing the descriptor releases the flock
+  if (fd_ < 0) return;
+  if (ftruncate(fd_, 0) != 0) log_line("cannot clear the pid in " + path_);  // no stale pid for later waiters
+  close(fd_);  // closing the descriptor releases the flock
 }
 
 static bool ends_with(const std::string& s, const std::string& suffix) {

@@ -15,23 +15,35 @@ void set_package_cache_dir(const std::string& dir);
 // A dir we may load from: owned by us (or root for system dirs) and not writable by group or
 // others, since anyone who can write it can plant code that we would run on the GPU.
 bool dir_trusted(const std::string& dir, bool allow_root_owner, std::string* why);
-// Creates the user dir (0700) when missing; false (with a warning once) when it is unusable.
+// Creates the user dir (0700) when missing; false (with a warning once) when it is unusable. The
+// first call per dir also sweeps the temporaries that killed processes left there.
 bool prepare_user_dir(const std::string& dir);
 
-// Reads and verifies an entry; a failing entry is reported once and, when remove_bad, deleted.
+// Reads and verifies an entry: the file itself (regular, not a link, owned by us or root, not
+// group/other-writable, at most kMaxReadBytes), its header, key, checksum and code object. A
+// failing entry is reported once and, when remove_bad (the user dir), deleted.
 bool read_entry(const std::string& dir, const CacheKey& key, bool remove_bad, std::string* blob);
 // Atomic write; returns the final path or "" (warned once per dir) when the dir is unwritable.
 std::string write_entry(const std::string& dir, const CacheKey& key, const std::string& blob);
+// The entry format, for the writer, the reader and the parser's test hook: parse_entry returns ""
+// when data is the entry of key_text, else why not (never throws, whatever the bytes).
+std::string entry_bytes(const std::string& key_text, const std::string& blob);
+std::string parse_entry(const std::string& data, const std::string& key_text, std::string* blob);
 
 // Exclusive per-key lock on <dir>/<name>.lock via flock: the kernel drops it when the holder
-// dies, so a crashed process never leaves a lock that blocks others.
+// dies, so a crashed process never leaves a lock that blocks others. The holder writes its pid
+// into the file; a waiter names that pid after a few seconds and gives up with an error after
+// <PRODUCT>_LOCK_TIMEOUT seconds (a live process that hangs holding the lock).
 class KeyLock {
  public:
   KeyLock(const std::string& dir, const std::string& name);
   ~KeyLock();
   bool held() const { return fd_ >= 0; }
  private:
+  void wait(const std::string& name);
+  std::string holder() const;
   int fd_ = -1;
+  std::string path_;
 };
 
 std::vector<std::string> list_entries(const std::string& dir);  // *.co file names

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace rtc {
 namespace {
@@ -23,6 +24,7 @@ struct Store {
   std::deque<Program> programs;                   // handle = index + 1; deque keeps addresses
   std::map<std::string, uint64_t> by_digest;      // key digest + cache dir -> handle
   std::map<std::string, Loaded> loaded;           // "handle/vendor/device" -> module + function
+  std::vector<std::shared_ptr<const Code>> retired;  // replaced code: its bytes may still be in use
 };
 
 Store& store() {
@@ -64,44 +66,66 @@ CacheKey make_key(const rtc_build_request& r, const CompileInput& in, const Comp
   return k;
 }
 
-// Keeps the failing source next to the cache so the error can point at something to rerun.
-std::string save_failed(const std::string& cache_dir, const CacheKey& key, const CompileInput& in,
+// Where a failing source is saved: a fresh private dir (mkdtemp: new, 0700, ours), so nothing
+// planted beforehand can redirect the writes. Under <cache dir>/failed/ when the cache dir is in
+// use, else under TMPDIR: a dir refused as untrusted is never written to.
+std::string failed_dir(const std::string& cache_dir, bool usable, const std::string& stem, std::string* err) {
+  std::string parent = cache_dir + "/failed", why;
+  if (usable && make_dirs(parent, 0700, err) && dir_trusted(parent, false, &why)) {
+    std::string dir = make_private_dir(parent, stem + "-", err);
+    if (!dir.empty()) return dir;
+  }
+  return make_private_dir(temp_base(), product() + "-failed-" + stem + "-", err);
+}
+
+// Keeps the failing source so the error can point at something to rerun.
+std::string save_failed(const std::string& cache_dir, bool usable, const CacheKey& key, const CompileInput& in,
                         const std::string& log) {
-  std::string name = key.file_name();
-  std::string dir = cache_dir + "/failed/" + name.substr(0, name.size() - 3), err;
-  if (!make_dirs(dir, 0700, &err)) dir = make_temp_dir("failed-");
-  if (dir.empty()) return "(not saved: no writable dir)";
+  std::string name = key.file_name(), err;
+  std::string dir = failed_dir(cache_dir, usable, name.substr(0, name.size() - 3), &err);
+  if (dir.empty()) return "(nowhere: no private dir could be made in TMPDIR=" + temp_base() + ": " + err + ")";
   std::vector<SourceText> all = in.headers;
   all.push_back(in.main);
   for (const SourceText& s : all) {
     if (!safe_relative_name(s.name)) continue;
     size_t slash = s.name.rfind('/');
     if (slash != std::string::npos) make_dirs(dir + "/" + s.name.substr(0, slash), 0700, &err);
-    write_file(dir + "/" + s.name, s.text, &err);
+    write_file(dir + "/" + s.name, s.text, &err);  // new files only: a duplicate name keeps the first
   }
   write_file(dir + "/build.txt", key.text() + "\n" + log, &err);
   return dir;
 }
 
-CompileOutput compile_now(const CacheKey& key, const CompileInput& in, const Compiler& c,
-                          const std::string& cache_dir, double* ms) {
-  RTC_CHECK(!knob_bool("NO_COMPILE"), RTC_ERR_NO_COMPILE,
-            knob_env_name("NO_COMPILE") + "=1 but " + key.file_name() + " is not in any cache (user dir " + cache_dir +
-                "); key:\n" + key.text());
+// blocked: what the NO_COMPILE error says when this compile is refused.
+CompileOutput compile_now(const CacheKey& key, const CompileInput& in, const Compiler& c, const std::string& cache_dir,
+                          bool usable, const std::string& blocked, double* ms) {
+  RTC_CHECK(!knob_bool("NO_COMPILE"), RTC_ERR_NO_COMPILE, blocked + "; key:\n" + key.text());
   double t0 = now_ms();
   CompileOutput out;
   try {
     out = c.compile(in);
   } catch (const CompileFailure& f) {
-    std::string saved = save_failed(cache_dir, key, in, f.log);
+    std::string saved = save_failed(cache_dir, usable, key, in, f.log);
     RTC_FAIL(RTC_ERR_COMPILE, "compile of " + key.file_name() + " failed for arch " + in.arch + " with " +
                                   c.id() + "; source saved in " + saved + "\nkey:\n" + key.text() +
                                   "compiler log:\n" + f.log);
   }
   *ms = now_ms() - t0;
-  RTC_CHECK(!out.binary.empty(), RTC_ERR_COMPILE, c.id() + " returned an empty code object for " + key.file_name());
+  std::string bad = code_object_problem(in.arch, out.binary);
+  RTC_CHECK(bad.empty(), RTC_ERR_COMPILE,
+            c.id() + " reported success for " + key.file_name() + " but wrote no code object for arch " + in.arch +
+                ": " + bad + "; nothing was cached");
   log_line("compile " + key.file_name() + " with " + c.id() + ": " + fmt_ms(*ms));
   return out;
+}
+
+std::string not_cached_text(const CacheKey& key, const std::string& dir) {
+  return knob_env_name("NO_COMPILE") + "=1 but " + key.file_name() + " is not in any cache (user dir " + dir + ")";
+}
+
+std::string rebuild_forbidden_text(const CacheKey& key) {
+  return knob_env_name("REBUILD") + "=1 asks for a compile of " + key.file_name() + " that " +
+         knob_env_name("NO_COMPILE") + "=1 forbids; unset one of them";
 }
 
 bool from_system_dirs(const CacheKey& key, std::string* blob, std::string* path) {
@@ -119,45 +143,94 @@ bool from_system_dirs(const CacheKey& key, std::string* blob, std::string* path)
   return false;
 }
 
-void read_log(Program* p) {
+void read_log(Code* code) {
   std::string err;
-  if (!read_file(p->path + ".log", &p->log, &err)) p->log.clear();
+  if (!read_file(code->path + ".log", &code->log, &err)) code->log.clear();
 }
 
-// Disk chain for one key; fills blob/path/origin and compile_ms.
-void find_or_compile(const CacheKey& key, const CompileInput& in, const Compiler& c,
-                     const std::string& dir, Program* p, rtc_build_result* out) {
-  bool rebuild = knob_bool("REBUILD");
-  bool usable = prepare_user_dir(dir);
-  std::string name = key.file_name();
-  out->origin = RTC_FROM_USER_CACHE;
-  if (usable && !rebuild && read_entry(dir, key, true, &p->binary)) {
-    p->path = dir + "/" + name;
-    return read_log(p);
-  }
-  out->origin = RTC_FROM_SYSTEM_CACHE;
-  if (!rebuild && from_system_dirs(key, &p->binary, &p->path)) return read_log(p);
-  // Another process may be compiling this key: wait for it, then look again before compiling.
-  std::unique_ptr<KeyLock> lock;
-  if (usable) lock = std::make_unique<KeyLock>(dir, name);
-  out->origin = RTC_FROM_USER_CACHE;
-  if (usable && !rebuild && read_entry(dir, key, true, &p->binary)) {
-    p->path = dir + "/" + name;
-    return read_log(p);
-  }
-  out->origin = RTC_FROM_COMPILE;
-  CompileOutput built = compile_now(key, in, c, dir, &out->compile_ms);
-  p->binary = std::move(built.binary);
-  p->log = std::move(built.log);
-  if (usable) p->path = write_entry(dir, key, p->binary);
+// Writes a fresh compile into the user dir (when usable): the entry, and its log beside it.
+void keep(const std::string& dir, bool usable, const CacheKey& key, Code* code) {
+  if (usable) code->path = write_entry(dir, key, code->binary);
   // The log is a convenience beside the entry (resource reports), not part of its checked content.
   std::string err;
-  if (!p->path.empty()) write_file_atomic(p->path + ".log", p->log, &err);
+  if (!code->path.empty()) write_file_atomic(code->path + ".log", code->log, &err);
+}
+
+bool from_user_dir(const std::string& dir, const CacheKey& key, Code* code) {
+  if (!read_entry(dir, key, true, &code->binary)) return false;
+  code->path = dir + "/" + key.file_name();
+  code->origin = RTC_FROM_USER_CACHE;
+  read_log(code);
+  return true;
+}
+
+// Disk chain for one key; fills code and compile_ms.
+void find_or_compile(const CacheKey& key, const CompileInput& in, const Compiler& c, const std::string& dir,
+                     bool rebuild, Code* code, double* compile_ms) {
+  bool usable = prepare_user_dir(dir);
+  if (usable && !rebuild && from_user_dir(dir, key, code)) return;
+  code->origin = RTC_FROM_SYSTEM_CACHE;
+  if (!rebuild && from_system_dirs(key, &code->binary, &code->path)) return read_log(code);
+  // Another process may be compiling this key: wait for it, then look again before compiling.
+  std::unique_ptr<KeyLock> lock;
+  if (usable) lock = std::make_unique<KeyLock>(dir, key.file_name());
+  if (usable && !rebuild && from_user_dir(dir, key, code)) return;
+  code->origin = RTC_FROM_COMPILE;
+  std::string blocked = rebuild ? rebuild_forbidden_text(key) : not_cached_text(key, dir);
+  CompileOutput built = compile_now(key, in, c, dir, usable, blocked, compile_ms);
+  code->binary = std::move(built.binary);
+  code->log = std::move(built.log);
+  keep(dir, usable, key, code);
+}
+
+// A cached entry can pass every check and still not load (a compiler that wrote a broken object
+// and exited 0). Such a program is compiled once more: when the fresh bytes differ, they replace
+// the entry (in the user dir; a system dir's entry is shadowed by the user dir's) and are tried
+// instead. Same bytes mean the entry is not at fault (a device error): the caller gets the error.
+// Returns whether there is new code to try.
+bool rebuild_after_load_failure(uint64_t handle, const std::shared_ptr<const Code>& failed, const std::string& why) {
+  static std::mutex rebuild_mu;  // one rebuild per program, by whichever thread fails first
+  std::lock_guard<std::mutex> guard(rebuild_mu);
+  Store& s = store();
+  Program* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    p = &s.programs[handle - 1];
+    if (p->code != failed) return true;  // another thread rebuilt it meanwhile: load that
+    if (p->rebuilt || failed->origin == RTC_FROM_COMPILE) return false;
+    p->rebuilt = true;
+  }
+  // key, input, compiler and cache_dir never change once the program is stored.
+  bool usable = prepare_user_dir(p->cache_dir);
+  auto code = std::make_shared<Code>();
+  std::unique_ptr<KeyLock> lock;
+  if (usable) lock = std::make_unique<KeyLock>(p->cache_dir, p->key.file_name());
+  std::string blocked = failed->path + " failed to load (" + why + ") and " + knob_env_name("NO_COMPILE") +
+                        "=1 forbids compiling it again";
+  double ms = 0;
+  CompileOutput built = compile_now(p->key, p->input, *p->compiler, p->cache_dir, usable, blocked, &ms);
+  if (built.binary == failed->binary) return false;
+  code->binary = std::move(built.binary);
+  code->log = std::move(built.log);
+  keep(p->cache_dir, usable, p->key, code.get());
+  warn("cache entry " + failed->path + " failed to load (" + why + "); compiled it again" +
+       (code->path.empty() ? "" : " into " + code->path));
+  std::lock_guard<std::mutex> lock_store(s.mu);
+  s.retired.push_back(p->code);
+  p->code = code;
+  return true;
 }
 
 void copy_text(char* dst, size_t n, const std::string& s) {
   std::strncpy(dst, s.c_str(), n - 1);
   dst[n - 1] = '\0';
+}
+
+Loaded load(const Code& code, const std::string& symbol, Loader& loader, int device) {
+  Loaded l;
+  l.module = loader.load(device, code.binary);
+  l.fn = loader.function(device, l.module, symbol);
+  return l;
 }
 
 }  // namespace
@@ -185,7 +258,13 @@ void build_program(const rtc_build_request& req, const char* cache_dir, rtc_buil
     Program p;
     p.key = key;
     p.kernel_symbol = in.kernel_symbol;
-    find_or_compile(key, in, c, dir, &p, out);
+    auto code = std::make_shared<Code>();
+    find_or_compile(key, in, c, dir, knob_bool("REBUILD"), code.get(), &out->compile_ms);
+    out->origin = code->origin;
+    p.code = code;
+    p.input = std::move(in);
+    p.compiler = &c;
+    p.cache_dir = dir;
     std::lock_guard<std::mutex> lock(s.mu);
     auto it = s.by_digest.find(digest);  // a racing thread may have stored it meanwhile
     if (it != s.by_digest.end()) {
@@ -196,15 +275,15 @@ void build_program(const rtc_build_request& req, const char* cache_dir, rtc_buil
       s.by_digest[digest] = handle;
     }
   }
-  const Program& p = get_program(handle);
+  std::shared_ptr<const Code> code = program_code(handle);
   out->program = handle;
-  out->size = p.binary.size();
-  copy_text(out->path, sizeof out->path, p.path);
+  out->size = code->binary.size();
+  copy_text(out->path, sizeof out->path, code->path);  // may be cut: rtc_program_path has all of it
   copy_text(out->compiler_id, sizeof out->compiler_id, c.id());
   copy_text(out->cache_name, sizeof out->cache_name, name);
   out->total_ms = now_ms() - t0;
   static const char* origins[] = {"compiled", "memory", "user cache", "system cache"};
-  log_line("lookup " + name + ": " + origins[out->origin] + (p.path.empty() ? "" : " " + p.path) +
+  log_line("lookup " + name + ": " + origins[out->origin] + (code->path.empty() ? "" : " " + code->path) +
            " (" + fmt_ms(out->total_ms) + ")");
 }
 
@@ -214,6 +293,12 @@ const Program& get_program(uint64_t handle) {
   RTC_CHECK(handle >= 1 && handle <= s.programs.size(), RTC_ERR_ARG,
             "program handle " + std::to_string(handle) + " is not known; handles come from rtc_build");
   return s.programs[handle - 1];
+}
+
+std::shared_ptr<const Code> program_code(uint64_t handle) {
+  const Program& p = get_program(handle);
+  std::lock_guard<std::mutex> lock(store().mu);
+  return p.code;
 }
 
 void* program_function(uint64_t handle, Loader& loader, int device) {
@@ -228,9 +313,14 @@ void* program_function(uint64_t handle, Loader& loader, int device) {
   // Loading happens outside the store lock (it may take milliseconds); a racing duplicate load
   // of the same module only wastes a little memory.
   double t0 = now_ms();
+  std::shared_ptr<const Code> code = program_code(handle);
   Loaded l;
-  l.module = loader.load(device, p.binary);
-  l.fn = loader.function(device, l.module, p.kernel_symbol);
+  try {
+    l = load(*code, p.kernel_symbol, loader, device);
+  } catch (const RtcError& e) {
+    if (e.status() != RTC_ERR_LOAD || !rebuild_after_load_failure(handle, code, e.what())) throw;
+    l = load(*program_code(handle), p.kernel_symbol, loader, device);
+  }
   log_line("load " + p.key.file_name() + " on " + loader.vendor() + ":" + std::to_string(device) +
            " (" + fmt_ms(now_ms() - t0) + ")");
   std::lock_guard<std::mutex> lock(s.mu);

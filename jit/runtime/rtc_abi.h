@@ -39,7 +39,7 @@ enum rtc_origin { RTC_FROM_COMPILE = 0, RTC_FROM_MEMORY = 1, RTC_FROM_USER_CACHE
 
 typedef struct rtc_build_result {
   uint64_t program;         // opaque handle, valid for the life of the process
-  char path[1024];          // cache file ("" when held in memory only)
+  char path[1024];          // cache file ("" when held in memory only); cut at 1023 bytes: rtc_program_path has it whole
   char compiler_id[64];     // e.g. "clang19", "hiprtc5.2", "nvrtc13.0", "gcc12"
   char cache_name[256];     // readable file name: op-variant-arch-compiler-<8 hex>.co
   double compile_ms;        // 0 unless compiled now
@@ -126,6 +126,13 @@ RTC_API int rtc_sha256_hex(const void* data, size_t n, char out[65]);
 // The compiler log of a program (NVRTC: the ptxas -v register/spill report); "" when unknown
 // (an entry cached without its .log file). Owned by the runtime.
 RTC_API int rtc_program_log(uint64_t program, const char** text, size_t* size);
+// The program's cache file, whole ("" when held in memory only), written into buf (truncated to n,
+// NUL-ended); *len gets its full length, so a first call with n = 0 asks for the size.
+RTC_API int rtc_program_path(uint64_t program, char* buf, size_t n, size_t* len);
+// For tests, like rtc_sha256_hex: the cache's entry parser on n bytes, as the entry of key_text.
+// *valid = 1 when it would be accepted, else 0 with the reason in why (truncated to why_n bytes).
+RTC_API int rtc_cache_check_entry(const void* data, size_t n, const char* key_text, char* why, size_t why_n,
+                                  int* valid);
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,14 @@
 #pragma once
 #include "common.h"
 #include "compiler.h"
+#include "knobs.h"
+#include "process.h"
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace rtc {
@@ -41,6 +48,29 @@ CompileOutput compile_in_memory(const Api& a, const CompileInput& in, const std:
   a.destroy(&prog);
   if (rc != 0) throw CompileFailure{who + "CompileProgram: " + a.error_string(rc) + "\n" + out.log};
   return out;
+}
+
+// Runs an in-process library compile (hipRTC, NVRTC) on a worker thread and waits at most
+// <PRODUCT>_COMPILE_TIMEOUT seconds for it. A library call cannot be stopped from outside, so on a
+// timeout the worker is detached and left to finish on its own; its result is dropped, and the
+// caller gets an error instead of waiting forever. work must own (capture by value) what it reads.
+inline CompileOutput compile_on_worker(std::function<CompileOutput()> work, const std::string& who) {
+  long limit = compile_timeout_s();
+  if (limit <= 0) return work();
+  auto done = std::make_shared<std::promise<CompileOutput>>();
+  std::future<CompileOutput> result = done->get_future();
+  std::thread([done, work] {
+    try {
+      done->set_value(work());
+    } catch (...) {
+      done->set_exception(std::current_exception());  // CompileFailure and RtcError reach the caller
+    }
+  }).detach();
+  if (result.wait_for(std::chrono::seconds(limit)) == std::future_status::ready) return result.get();
+  RTC_FAIL(RTC_ERR_COMPILE, who + " did not finish the compile within " + compile_timeout_text() +
+                                "; stopped waiting (the library call runs on, detached, and its result is "
+                                "dropped). Raise " + knob_env_name("COMPILE_TIMEOUT") +
+                                " for a compile that is slow, not stuck");
 }
 
 }  // namespace rtc

@@ -242,12 +242,15 @@ RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int 
       }
       continue;
     }
-    const float inv = l == 0.0f ? 0.0f : rcp_f32(l);  // all scores -Inf: l = 0, output 0
+    // All scores -Inf: l = 0, the row is 0 (exactly, even where O holds 0 * NaN from a V NaN).
+    const bool empty = l == 0.0f;
+    const float inv = empty ? 0.0f : rcp_f32(l);
 #pragma unroll
     for (int t = 0; t < kHdTiles; ++t) {
       const rtc_f32x4 o = a.o[g][t];
-      const rtc_u32x2 v = {(rtc_u32)rtc_f32_to_bf16(o[0] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[1] * inv) << 16),
-                           (rtc_u32)rtc_f32_to_bf16(o[2] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[3] * inv) << 16)};
+      rtc_u32x2 v = {(rtc_u32)rtc_f32_to_bf16(o[0] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[1] * inv) << 16),
+                     (rtc_u32)rtc_f32_to_bf16(o[2] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[3] * inv) << 16)};
+      if (empty) v[0] = v[1] = 0u;
       buffer_store_dwordx2(op.o, (rtc_u32)r * op.o_row_bytes + (rtc_u32)((16 * t + 4 * quad) * 2), 0u, v);
     }
     if (op.aux && quad == 0)

@@ -90,6 +90,8 @@ _SIGNATURES = {
     "rtc_build": ([ctypes.POINTER(BuildRequest), ctypes.c_char_p, ctypes.POINTER(BuildResultC)], _I),
     "rtc_program_bytes": ([ctypes.c_uint64, ctypes.POINTER(_P), ctypes.POINTER(_SZ)], _I),
     "rtc_program_log": ([ctypes.c_uint64, ctypes.POINTER(_P), ctypes.POINTER(_SZ)], _I),
+    "rtc_program_path": ([ctypes.c_uint64, ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
+    "rtc_cache_check_entry": ([_P, _SZ, ctypes.c_char_p, ctypes.c_char_p, _SZ, ctypes.POINTER(_I)], _I),
     "rtc_info_json": ([ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
     "rtc_cache_clear": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
     "rtc_device_count": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
@@ -170,8 +172,25 @@ def build(op: str, variant: str, arch: str, kernel_symbol: str, main: tuple[str,
                        _b(package_version))
     res = BuildResultC()
     _check(_lib.rtc_build(ctypes.byref(req), _b(None if cache_dir is None else str(cache_dir)), ctypes.byref(res)))
-    return BuildResult(res.program, res.path.decode(), res.compiler_id.decode(), res.cache_name.decode(),
+    return BuildResult(res.program, program_path(res.program), res.compiler_id.decode(), res.cache_name.decode(),
                        res.compile_ms, res.total_ms, ORIGINS[res.origin], res.size)
+
+
+def program_path(program: int) -> str:
+    """The program's cache file, whole (BuildResultC.path is cut at 1023 bytes); "" when held in memory only."""
+    n = ctypes.c_size_t()
+    _check(_lib.rtc_program_path(program, None, 0, ctypes.byref(n)))
+    buf = ctypes.create_string_buffer(n.value + 1)
+    _check(_lib.rtc_program_path(program, buf, len(buf), ctypes.byref(n)))
+    return os.fsdecode(buf.value)
+
+
+def check_cache_entry(data: bytes, key_text) -> Optional[str]:
+    """For tests: None when the runtime's entry parser accepts data as the entry of key_text, else why not."""
+    why, valid = ctypes.create_string_buffer(1024), ctypes.c_int()
+    key = key_text.encode() if isinstance(key_text, str) else bytes(key_text)
+    _check(_lib.rtc_cache_check_entry(data, len(data), key, why, len(why), ctypes.byref(valid)))
+    return None if valid.value else why.value.decode(errors="replace")
 
 
 def program_bytes(program: int) -> bytes:

@@ -102,9 +102,10 @@ def test_special_values(kernels, mode):
     bits = o.view(torch.int16)
     canon = bits == 0x7FFF
     assert canon[0, 0, 3].all() and canon[0, 0, 20].all() and canon[0, 1].all()
-    assert (bits[0, 0, 10, :9] == 0).all() and canon[0, 0, 10, 9]
+    # A row that sees no key is 0 (docs/numerics.md), even in V's NaN column: its weights are all 0.
+    assert (bits[0, 0, 10] == 0).all()
     assert lse[0, 0, 10].item() == float("-inf")
-    assert canon[0, 0, :, 9].all()
+    assert canon[0, 0, [i for i in range(200) if i != 10], 9].all()
     rest = [i for i in range(200) if i not in (3, 10, 20)]
     cols = [c for c in range(128) if c != 9]
     assert torch.isfinite(o[0, 0, rest][:, cols].float()).all()
