@@ -42,6 +42,7 @@ struct Work {
   int b, h, bh, q0, rows;  // q rows [q0, q0 + rows) of (b, h)
   int kb0, kb1;            // kv blocks of this workgroup
   int part;                // -1: whole item, written to O; else split part index (partials)
+  int fb, fe;              // RTC_MASK: blocks [fb, fe) every row sees fully (unmasked steps)
 };
 
 // Whole items first (XCD swizzle: the hardware deals workgroup i to XCD i % 8, so we hand XCD x
@@ -50,8 +51,6 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
   const int i = blockIdx.x;
   Work w;
   int item;
-  w.kb0 = 0;
-  w.kb1 = p.nkb;
   w.part = -1;
   if (i < p.n_prefix) {
     item = i < p.n_swz ? (i & 7) * (p.n_swz >> 3) + (i >> 3) : i;
@@ -59,15 +58,19 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
     const int k = i - p.n_prefix, j = k / p.split_g;
     w.part = k;
     item = p.n_prefix + j;
-    const int g = k - j * p.split_g;
-    w.kb0 = (int)((rtc_i64)g * p.nkb / p.split_g);
-    w.kb1 = (int)((rtc_i64)(g + 1) * p.nkb / p.split_g);
   }
   w.bh = item / p.nqb;
   w.b = w.bh / p.heads;
   w.h = w.bh - w.b * p.heads;
-  w.q0 = (item - w.bh * p.nqb) * GFX942_Q_ROWS;
+  w.q0 = item_q0(p, item);
   w.rows = p.seq_q - w.q0 < GFX942_Q_ROWS ? p.seq_q - w.q0 : GFX942_Q_ROWS;
+  // The item's own blocks; a split part takes its share of them (possibly none).
+  const Gfx942Span sp = gfx942_kv_span(p, w.q0, w.rows, p.nkb, RTC_MASK);
+  const int n = sp.end - sp.begin, g = w.part >= 0 ? (i - p.n_prefix) % p.split_g : 0;
+  w.kb0 = sp.begin + (w.part >= 0 ? (int)((rtc_i64)g * n / p.split_g) : 0);
+  w.kb1 = w.part >= 0 ? sp.begin + (int)((rtc_i64)(g + 1) * n / p.split_g) : sp.end;
+  w.fb = sp.fb;
+  w.fe = sp.fe;
   // Identity except on gfx90a, whose compiler keeps these division results in VGPRs (isa_ext.h).
   w.b = uniform_i32(w.b);
   w.h = uniform_i32(w.h);
@@ -77,6 +80,8 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
   w.kb0 = uniform_i32(w.kb0);
   w.kb1 = uniform_i32(w.kb1);
   w.part = uniform_i32(w.part);
+  w.fb = uniform_i32(w.fb);
+  w.fe = uniform_i32(w.fe);
   return w;
 }
 
@@ -266,16 +271,37 @@ struct KvWalk {
   float c;  // softmax scale in log2 units
   int wave, lane, xaddr;
   bool group_b;
+  // RTC_MASK: this lane's first row's diagonal key (row + Sk - Sq; tile g adds 16g) and the window.
+  int diag0, left, right;
 };
 
+// The window of tile g's row of this lane, as key bounds [lo, hi] (hi <= Sk - 1; empty: lo > hi).
+RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
+  const rtc_i64 diag = (rtc_i64)kw.diag0 + 16 * g;  // 64-bit: a window of up to 2^31 - 1 keys
+  const rtc_i64 l = kw.left < 0 || diag - kw.left < 0 ? 0 : diag - kw.left;
+  const rtc_i64 h = kw.right < 0 || diag + kw.right > kw.seq_k - 1 ? kw.seq_k - 1 : diag + kw.right;
+  lo = (int)(l < kw.seq_k ? l : kw.seq_k);
+  hi = (int)(h > -1 ? h : -1);
+}
+
 // Stage 2 of iteration k, then its second barrier: softmax(k); B refills the K buffer both groups
-// have finished with, A pulls V^T(k) into L1 for the PV of the next two half-steps.
-template <bool kLast>
+// have finished with, A pulls V^T(k) into L1 for the PV of the next two half-steps. kMasked: block
+// k is cut by some row's window (or is the last, partial one), so its scores outside get -Inf.
+template <bool kLast, bool kMasked = false>
 RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k) {
   const int kb = kw.kb0 + k, valid = kw.seq_k - kb * GFX942_KV_ROWS;
 #pragma unroll
-  for (int g = 0; g < kTilesPerWave; ++g)
-    softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr);
+  for (int g = 0; g < kTilesPerWave; ++g) {
+    if (kMasked) {
+      int lo, hi;
+      row_keys(kw, g, lo, hi);
+      const int key0 = kb * GFX942_KV_ROWS;
+      softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr,
+                                lo - key0, hi - key0);
+    } else {
+      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr);
+    }
+  }
   rtc_u32 warm = 0;
   if (kw.group_b) {
     if (k + 2 < kw.nblk) issue_k(sm, kw.kr, kw.k_ss, kb + 2, k & 1, kw.wave - 4, kw.lane);
@@ -289,6 +315,20 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
   __syncthreads();
 }
 
+// Iterations [k_from, k_to) of the steady loop: softmax of block k - 1 (masked or not), then the
+// MFMA step of block k. Returns k_to.
+template <bool kMasked>
+RTC_DEVICE int walk(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k_from, int k_to) {
+  for (int k = k_from; k < k_to; ++k) {
+    softmax_step<false, kMasked>(kw, a, st, sm, k - 1);
+    // Stage 1: matrix core (the other group is in stage 2).
+    const rtc_u32 vt_prev = readfirstlane((rtc_u32)(kw.kb0 + k - 1) * GFX942_VT_BLOCK_BYTES);
+    mfma_step(a, sm, kw.vt, vt_prev, k & 1, true, true, kw.wave, kw.lane);
+    __syncthreads();
+  }
+  return k_from < k_to ? k_to : k_from;
+}
+
 RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   const Work w = find_work(p);
   const int lane = (int)lane_id(), wave = (int)readfirstlane(threadIdx.x >> 6);
@@ -296,12 +336,13 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   const int xaddr = (lane ^ 32) << 2, nblk = w.kb1 - w.kb0;
   const rtc_buffer_rsrc qr = uniform_rsrc(p.q + (rtc_i64)w.b * p.q_sb + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss,
                                           rows_span_bytes(w.rows, p.q_ss));
-  const rtc_buffer_rsrc kr = uniform_rsrc(p.k + (rtc_i64)w.b * p.k_sb + (rtc_i64)w.h * p.k_sh,
+  const int hk = kv_head(p, w.h);  // GQA/MQA: the K/V head of this q head
+  const rtc_buffer_rsrc kr = uniform_rsrc(p.k + (rtc_i64)w.b * p.k_sb + (rtc_i64)hk * p.k_sh,
                                           rows_span_bytes(p.seq_k, p.k_ss));
-  // Every V^T access stays inside this (b, h)'s nkb padded blocks by construction, so the record
+  // Every V^T access stays inside this (b, hk)'s nkb padded blocks by construction, so the record
   // count can be a constant the compiler rematerialises instead of holding an SGPR for it.
-  const rtc_buffer_rsrc vt = uniform_rsrc((const char*)p.workspace + (rtc_i64)w.bh * p.nkb * GFX942_VT_BLOCK_BYTES,
-                                          0xFFFFFFFFll);
+  const rtc_buffer_rsrc vt = uniform_rsrc(
+      (const char*)p.workspace + ((rtc_i64)w.b * p.heads_k + hk) * p.nkb * GFX942_VT_BLOCK_BYTES, 0xFFFFFFFFll);
   const OutPlan op = out_plan(p, w);
   const rtc_i64 k_ss = p.k_ss;
   const int seq_k = p.seq_k;
@@ -315,6 +356,10 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
 #pragma unroll
     for (int t = 0; t < kHdTiles; ++t) a.o[g][t] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
   }
+  if (RTC_MASK && nblk == 0) {  // no row sees a key (or an empty split part): zeros / an empty partial
+    epilogue(op, a, st, wave, lane);
+    return;
+  }
   // Stage 0: K(0), K(1) in flight while Q loads; then group B falls one half-step behind.
   if (group_b) {
     issue_k(sm, kr, k_ss, w.kb0, 0, wave - 4, lane);
@@ -324,22 +369,26 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (group_b) __syncthreads();
-  const KvWalk kw = {kr, vt, k_ss, w.kb0, nblk, seq_k, c, wave, lane, xaddr, group_b};
+  const KvWalk kw = {kr, vt, k_ss, w.kb0, nblk, seq_k, c, wave, lane, xaddr, group_b,
+                     w.q0 + 48 * wave + (lane & 15) + seq_k - p.seq_q, p.window_left, p.window_right};
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an
   // iteration: MFMA step 0 (QK only) before it, softmax(nblk-1) and the PV-only step after it.
   // So the loop body has neither the PV/QK switches nor the kv mask, which only the last block
-  // needs (see softmax_tile).
+  // needs (see softmax_tile). Under a window, the blocks a window cuts run the same body with the
+  // masked softmax, in their own loops before and after the unmasked one.
   // soffsets through readfirstlane: clang 15 (hipRTC 5.2) does not legalise a VGPR soffset.
   mfma_step(a, sm, vt, 0u, 0, false, true, wave, lane);
   __syncthreads();
-  for (int k = 1; k < nblk; ++k) {
-    softmax_step<false>(kw, a, st, sm, k - 1);
-    // Stage 1: matrix core (the other group is in stage 2).
-    const rtc_u32 vt_prev = readfirstlane((rtc_u32)(w.kb0 + k - 1) * GFX942_VT_BLOCK_BYTES);
-    mfma_step(a, sm, vt, vt_prev, k & 1, true, true, wave, lane);
-    __syncthreads();
-  }
+#if RTC_MASK
+  const int fb = w.fb - w.kb0, fe = w.fe - w.kb0;  // full blocks, relative to kb0
+  int k = walk<true>(kw, a, st, sm, 1, fb < nblk - 1 ? fb + 1 : nblk);
+  k = walk<false>(kw, a, st, sm, k, fe < nblk - 1 ? fe + 1 : nblk);
+  walk<true>(kw, a, st, sm, k, nblk);
+  softmax_step<true, true>(kw, a, st, sm, nblk - 1);
+#else
+  walk<false>(kw, a, st, sm, 1, nblk);
   softmax_step<true>(kw, a, st, sm, nblk - 1);
+#endif
   // The PV of the last block, alone: the same half-step as every other MFMA step.
   mfma_step(a, sm, vt, readfirstlane((rtc_u32)(w.kb1 - 1) * GFX942_VT_BLOCK_BYTES), 0, true, false, wave, lane);
   __syncthreads();

@@ -33,7 +33,9 @@ class Report:
     mode: str
     compiler: str
     notes: dict
-    loop: dict = field(default_factory=dict)   # static counts of the KV loop body
+    loop: dict = field(default_factory=dict)   # static counts of the KV loop body (the unmasked steady loop)
+    mask: str = "none"
+    masked_loop: dict = field(default_factory=dict)  # window variants: the loop of the blocks a window cuts
 
     @property
     def waves_per_simd(self) -> int:
@@ -116,12 +118,29 @@ def kv_loop(insts: list) -> list:
     after the loop. Ties go to the larger body: clang may give one loop a second latch that jumps
     to an instruction before the first latch's target (group B's K refill, placed after the loop,
     does); that is the same loop, since the kernel has no loop around the KV loop."""
+    bodies = _loop_bodies(insts)
+    loops = kv_loops(insts, bodies)
+    return max(loops, key=len) if loops else []
+
+
+def kv_loops(insts: list, bodies: dict = None) -> list:
+    """Every loop with the most MFMAs: the steady KV loop, and under a window also the loops of the
+    blocks the window cuts (the same MFMAs, a masked softmax), in address order."""
+    if bodies is None:
+        return kv_loops(insts, _loop_bodies(insts))
+    loops = [[x for x in insts if x[0] in addrs] for addrs in bodies.values()]
+    most = max((sum(1 for x in b if x[1].startswith("v_mfma")) for b in loops), default=0)
+    return sorted((b for b in loops if most and sum(1 for x in b if x[1].startswith("v_mfma")) == most),
+                  key=lambda b: b[0][0])
+
+
+def _loop_bodies(insts: list) -> dict:
     succ = _successors(insts)
     pred = {}
     for a, ns in succ.items():
         for n in ns:
             pred.setdefault(n, []).append(a)
-    bodies = {}  # loop head -> addresses of its body
+    bodies = {}
     for addr, op, args in insts:
         target = _branch_target(addr, op, args)
         if target is None or target > addr:
@@ -129,13 +148,7 @@ def kv_loop(insts: list) -> list:
         ahead = _walk(target, succ)
         if addr in ahead:
             bodies.setdefault(target, {target}).update(_walk(addr, pred, stop=target) & ahead)
-    best, best_key = [], (-1, -1)
-    for addrs in bodies.values():
-        body = [x for x in insts if x[0] in addrs]
-        key = (sum(1 for x in body if x[1].startswith("v_mfma")), len(body))
-        if key > best_key:
-            best, best_key = body, key
-    return best
+    return bodies
 
 
 def count(body: list) -> dict:
@@ -185,19 +198,23 @@ def axis_values(axis: str) -> list:
     return _spec().axis_values(axis)
 
 
-def build(arch: str, layout: str, mode: str):
+def build(arch: str, layout: str, mode: str, mask: str = "none"):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from . import dispatch, manifest
-    v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "mask": "none", "head_dim": 128})
+    v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "mask": mask,
+                                                       "head_dim": 128})
     return dispatch.build(v)
 
 
-def report(arch: str, layout: str, mode: str) -> Report:
-    res = build(arch, layout, mode)
+def report(arch: str, layout: str, mode: str, mask: str = "none") -> Report:
+    res = build(arch, layout, mode, mask)
     notes, insts = analyse(res.code())
-    r = Report(arch, layout, mode, res.compiler_id, notes)
-    r.loop = count(kv_loop(insts))
+    r = Report(arch, layout, mode, res.compiler_id, notes, mask=mask)
+    loops = [count(b) for b in kv_loops(insts)]
+    r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
+    if mask != "none":
+        r.masked_loop = max(loops, key=lambda c: (c["cndmask"], c["total"]))
     r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
     r.loop["has_mfma16_bf16"] = any(x[1] in ("v_mfma_f32_16x16x16_bf16", "v_mfma_f32_16x16x16bf16_1k") for x in insts)
     return r
@@ -213,16 +230,25 @@ def iteration_cycles(loop: dict) -> dict:
     return {"mfma": mfma, "valu": valu, "lds": lds, "bound": max(mfma, valu, lds)}
 
 
-def plan(shape: tuple, cus: int = CUS, split: bool = True) -> dict:
+def plan(shape: tuple, cus: int = CUS, split: bool = True, causal: bool = False) -> dict:
     """The runtime's launch plan of the gfx942 kernel for a (B, H, S) problem: the planner of a real call."""
     from . import dispatch
     b, h, s = shape
     strides = (s * h * 128, h * 128, 128)
     args = dispatch.lib().op_args(OP, q=1, k=1, v=1, o=1, q_strides=strides, k_strides=strides, v_strides=strides,
                                   o_strides=strides, batch=b, heads=h, seq_q=s, seq_k=s, head_dim=128, heads_k=h,
-                                  window_left=-1, window_right=-1,
+                                  window_left=-1, window_right=0 if causal else -1,
                                   softmax_scale=1.0, tail_split=-1 if split else 0, num_cus=cus)
     return dispatch.lib().op_plan(OP, KERNEL, args)
+
+
+def causal_lower_bound_ms(shape: tuple, cycles: float, masked_cycles: float, cus: int = CUS) -> float:
+    """Causal: the items' kv blocks (as the kernel visits them, from the runtime's plan), the unmasked at
+    `cycles` and the masked at `masked_cycles` per iteration, spread evenly over the CUs (the items go
+    longest first), but never below the longest item alone."""
+    p = plan(shape, cus, split=False, causal=True)
+    per_item = p["blocks_total"] and (p["blocks_total"] - p["blocks_masked"]) * cycles + p["blocks_masked"] * masked_cycles
+    return max(per_item / cus, p["blocks_max_item"] * masked_cycles) / CLOCK_HZ * 1e3
 
 
 def lower_bound_ms(shape: tuple, cycles: float, split: bool, cus: int = CUS) -> float:
@@ -243,10 +269,13 @@ def lower_bound_ms(shape: tuple, cycles: float, split: bool, cus: int = CUS) -> 
 def print_reports(reports: list) -> None:
     cols = ("variant", "compiler", "vgpr", "agpr", "sgpr", "lds", "scratch", "wg", "waves/simd",
             "mfma", "valu", "trans", "cndmask", "lds_ops", "vmem", "waitcnt", "barrier")
-    rows = [(f"{r.arch} {r.layout} {r.mode}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
+    rows = [(f"{r.arch} {r.layout} {r.mode} {r.mask}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
              r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
              r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
              r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"]) for r in reports]
+    rows += [(f"{r.arch} {r.layout} {r.mode} {r.mask}: cut blocks", r.compiler, "", "", "", "", "", "", "",
+              m["mfma"], m["valu"], m["trans"], m["cndmask"], m["lds"], m["vmem"], m["s_waitcnt"], m["s_barrier"])
+             for r in reports for m in ([r.masked_loop] if r.masked_loop else [])]
     _table(rows, cols)
     print("per KV iteration = static counts of the KV loop body of one wave (each wave runs it once per 64-row block);\n"
           "the loop is the steady state: MFMA step 0 (QK only) before it, the last block's softmax (with the kv\n"
@@ -275,6 +304,18 @@ def print_model(reports: list) -> None:
         rows.append(row)
     _table(rows, ("shape (B,H,S)", "model rtne ms", "model rtne split", "MoonMath rtne ms (measured)",
                   "model rtz ms", "model rtz split", "MoonMath rtz ms (measured)"))
+    causal = [r for r in reports if r.mask == "window" and r.layout == "bhsd"]
+    if causal:
+        print("\ncausal (window variant: full blocks at the steady loop's bound, cut blocks at the masked loop's)")
+        rows = []
+        for shape in MOONMATH_MS:
+            row = [str(shape)]
+            for r in causal:
+                full = next(x for x in reports if x.mask == "none" and x.layout == r.layout and x.mode == r.mode)
+                row.append(f"{causal_lower_bound_ms(shape, iteration_cycles(r.loop)['bound'], iteration_cycles(r.masked_loop)['bound']):.3f}")
+                row.append(f"{lower_bound_ms(shape, iteration_cycles(full.loop)['bound'], True):.3f}")
+            rows.append(row)
+        _table(rows, ["shape (B,H,S)"] + [c for r in causal for c in (f"causal {r.mode} ms", f"non-causal {r.mode} ms")])
 
 
 def _table(rows, cols) -> None:
@@ -291,7 +332,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_isa(args) -> int:
-    reports = [report(args.arch, lay, mode) for lay in axis_values("layout") for mode in axis_values("round_mode")]
+    reports = [report(args.arch, lay, mode, mask) for mask in axis_values("mask") for lay in axis_values("layout")
+               for mode in axis_values("round_mode")]
     print_reports(reports)
     if args.model:
         print_model(reports)

@@ -11,8 +11,9 @@ ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19")) i
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("layout", isa.axis_values("layout"))
 @pytest.mark.parametrize("mode", isa.axis_values("round_mode"))
-def test_code_object(arch, layout, mode):
-    r = isa.report(arch, layout, mode)
+@pytest.mark.parametrize("mask", isa.axis_values("mask"))
+def test_code_object(arch, layout, mode, mask):
+    r = isa.report(arch, layout, mode, mask)
     n = r.notes
     tag = f"{arch} {layout} {mode}: {n}"
     assert 0 < n["group_segment_fixed_size"] <= 64 * 1024, tag
@@ -25,6 +26,14 @@ def test_code_object(arch, layout, mode):
     assert r.loop["cndmask"] == 0, (tag, r.loop)
     # SGPR spills into VGPR lanes (hipRTC 5.2 for gfx90a keeps a few) touch no memory: not counted.
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+    if mask != "none":
+        # Blocks fully inside every row's window run the unmasked loop, instruction for instruction as
+        # counted in the unmasked variant; the blocks a window cuts have their own loop with the selects.
+        plain = isa.report(arch, layout, mode, "none").loop
+        keys = ("mfma", "valu", "trans", "cndmask", "lds", "vmem", "s_barrier")
+        assert {k: r.loop[k] for k in keys} == {k: plain[k] for k in keys}, (tag, r.loop, plain)
+        m = r.masked_loop
+        assert m["mfma"] == 192 and m["s_barrier"] == 2 and m["cndmask"] >= 48, (tag, m)
 
 
 def test_model_bound_is_the_larger_pipe():

@@ -11,13 +11,15 @@ import rtcattn
 from rtcattn import dispatch
 
 
-def forward(q, k, v, layout, mode, scale=None, lse=False, *, arch="gfx942", tail_split=0, num_cus=304):
+def forward(q, k, v, layout, mode, scale=None, lse=False, *, arch="gfx942", tail_split=0, num_cus=304,
+            window=(-1, -1)):
     """O (and LSE) of the gfx942 kernel for CPU bf16 tensors in `layout`."""
     before = os.environ.get("RTCATTN_EMULATE")
     os.environ["RTCATTN_EMULATE"] = arch
     try:
         with dispatch.pinned(kernel="gfx942", tail_split=tail_split, num_cus=num_cus):
-            return rtcattn.forward(q, k, v, layout=layout, round_mode=mode, softmax_scale=scale, return_lse=lse)
+            return rtcattn.forward(q, k, v, layout=layout, round_mode=mode, softmax_scale=scale, return_lse=lse,
+                                   window_size=window)
     finally:
         if before is None:
             del os.environ["RTCATTN_EMULATE"]

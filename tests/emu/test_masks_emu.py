@@ -92,12 +92,49 @@ def test_alignment_examples_of_the_contract(monkeypatch):
         assert torch.isinf(lse[0, 0]).tolist() == (~ref.visible(sq, sk, (-1, 0)).any(1)).tolist()
 
 
-def test_masked_calls_fall_back_visibly_until_a_fast_kernel_takes_them(monkeypatch):
+def test_masked_and_gqa_calls_take_the_fast_kernel_at_d128(monkeypatch):
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     q, k, v = suite.make_qkv("bshd", 1, 4, 40, 40, 128, "cpu", seed=1)
-    assert attention_fwd.selection(q, k, v).kernel.name == "gfx942"
-    sel = attention_fwd.selection(q, k, v, window=(-1, 0))
-    assert sel.kernel.name == "baseline" and "gfx942: mask 'window' not in ['none']" in sel.why
+    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-bshd-rtne-none-d128"
+    assert attention_fwd.selection(q, k, v, window=(-1, 0)).variant.name == "gfx942-bshd-rtne-window-d128"
     q8 = suite.make_qkv("bshd", 1, 8, 40, 40, 128, "cpu", seed=1, hk=2)
-    sel = attention_fwd.selection(*q8)
-    assert sel.kernel.name == "baseline" and "heads_k=2 (GQA/MQA) is not accepted by the gfx942 kernel" in sel.why
+    assert attention_fwd.selection(*q8).kernel.name == "gfx942"
+    q64 = suite.make_qkv("bshd", 1, 8, 40, 40, 64, "cpu", seed=1, hk=2)
+    assert attention_fwd.selection(*q64, window=(-1, 0)).kernel.name == "baseline"
+
+
+# ---- the gfx942 kernel (D = 128): windows x GQA with the tail split forced off and on ----------------
+
+GFX942_CASES = [((-1, 0), (700, 700), (4, 1)), ((-1, 0), (500, 1300), (8, 2)), ((-1, 0), (1300, 500), (2, 2)),
+                ((100, 30), (900, 900), (4, 2)), ((0, 0), (400, 450), (3, 1)), ((-1, 70), (800, 300), (4, 4)),
+                ((300, -1), (385, 1000), (2, 1))]
+
+
+def gfx942_run(tail_split, arch="gfx942"):
+    import gfx942_driver as drv
+
+    def run(q, k, v, layout, mode, scale, lse, window=(-1, -1)):
+        return drv.forward(q, k, v, layout, mode, scale, lse, arch=arch, tail_split=tail_split, window=window)
+    return run
+
+
+@pytest.mark.parametrize("tail_split", [0, 3])
+@pytest.mark.parametrize("window,sizes,heads", GFX942_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in GFX942_CASES])
+def test_gfx942_window_gqa_against_fp64(window, sizes, heads, tail_split):
+    (sq, sk), (hq, hk) = sizes, heads
+    i = GFX942_CASES.index((window, sizes, heads))
+    layout, mode = suite.LAYOUTS[i % 2], suite.MODES[(i + tail_split) % 3]
+    q, k, v = suite.make_qkv(layout, 1, hq, sq, sk, 128, "cpu", seed=sq + hk, hk=hk)
+    suite.check_accuracy(gfx942_run(tail_split), q, k, v, layout, mode, what=f"gfx942 split={tail_split}",
+                         window=window)
+
+
+@pytest.mark.parametrize("tail_split", [0, 3])
+def test_gfx942_window_special_values_and_gfx90a_agrees(tail_split):
+    suite.check_window_special_values(gfx942_run(tail_split), "cpu", "bshd", "rtz", (-1, 0), sq=400, sk=300, d=128,
+                                      hk=1)
+    q, k, v = suite.make_qkv("bhsd", 1, 4, 450, 700, 128, "cpu", seed=8, hk=2)
+    a = gfx942_run(tail_split)(q, k, v, "bhsd", "rtne", None, True, (-1, 0))
+    b = gfx942_run(tail_split, "gfx90a")(q, k, v, "bhsd", "rtne", None, True, (-1, 0))
+    assert torch.equal(ref.bf16_bits(a[0]), ref.bf16_bits(b[0])) and torch.equal(a[1].view(torch.int32),
+                                                                                  b[1].view(torch.int32))

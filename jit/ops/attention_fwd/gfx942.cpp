@@ -3,6 +3,7 @@
 #include "common.h"
 #include "gfx942/params.h"
 #include "knobs.h"
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -56,10 +57,6 @@ std::string why_not(const void* p, const char* vendor) {
     return "vendor=" + rtc::quote(v) + " is not accepted by the gfx942 kernel; accepted: hip, host";
   if (a.head_dim != GFX942_HEAD_DIM)
     return "head_dim=" + std::to_string(a.head_dim) + " is not accepted by the gfx942 kernel; accepted: 128";
-  if (a.heads_k != a.heads)
-    return "heads_k=" + std::to_string(a.heads_k) + " (GQA/MQA) is not accepted by the gfx942 kernel yet; accepted: heads_k == heads";
-  if (a.window_left != -1 || a.window_right != -1)
-    return "a window or causal mask is not accepted by the gfx942 kernel yet; accepted: window (-1, -1)";
   for (const std::string& why : {span_why_not("q", GFX942_Q_ROWS, a.q_strides[1]),
                                  span_why_not("o", GFX942_Q_ROWS, a.o_strides[1]),
                                  span_why_not("k", a.seq_k, a.k_strides[1]),
@@ -96,7 +93,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.split_g = g;
   pl.n_prefix = int(pl.items - tail);
   pl.n_swz = pl.n_prefix / 8 * 8;
-  pl.vt_bytes = int64_t(a.batch) * a.heads * pl.nkb * GFX942_VT_BLOCK_BYTES;
+  pl.vt_bytes = int64_t(a.batch) * a.heads_k * pl.nkb * GFX942_VT_BLOCK_BYTES;  // V^T per K/V head
   pl.workspace_bytes = pl.vt_bytes + int64_t(pl.tail) * pl.split_g * GFX942_PART_BYTES;
   return pl;
 }
@@ -105,7 +102,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
 // then (when split) the merge.
 std::vector<std::pair<int, int64_t>> stages(const AttentionFwdArgs& a, const Plan& pl) {
   std::vector<std::pair<int, int64_t>> s = {
-      {GFX942_STAGE_VT, int64_t(a.batch) * a.heads * pl.nkb},
+      {GFX942_STAGE_VT, int64_t(a.batch) * a.heads_k * pl.nkb},
       {GFX942_STAGE_ATTN, pl.n_prefix + int64_t(pl.tail) * pl.split_g}};
   if (pl.tail > 0) s.push_back({GFX942_STAGE_MERGE, int64_t(pl.tail) * (GFX942_Q_ROWS / GFX942_MERGE_ROWS)});
   return s;
@@ -113,13 +110,38 @@ std::vector<std::pair<int, int64_t>> stages(const AttentionFwdArgs& a, const Pla
 
 int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
 
+// The kv blocks every work item visits, as the kernel computes them (gfx942_kv_span): their total,
+// how many of them a window cuts (masked softmax), and the largest item's count. Items of one
+// q block are alike across (b, h), so one pass over the q blocks suffices.
+struct BlockCounts {
+  int64_t total = 0, masked = 0, max_item = 0;
+};
+BlockCounts block_counts(const AttentionFwdArgs& a, const Plan& pl) {
+  const AttnParams ap = fill_params(a);
+  const bool masked = a.window_left != -1 || a.window_right != -1;
+  BlockCounts c;
+  for (int qb = 0; qb < pl.nqb; ++qb) {
+    const int q0 = qb * GFX942_Q_ROWS, rows = a.seq_q - q0 < GFX942_Q_ROWS ? int(a.seq_q - q0) : GFX942_Q_ROWS;
+    const Gfx942Span sp = gfx942_kv_span(ap, q0, rows, pl.nkb, masked);
+    c.total += sp.end - sp.begin;
+    c.masked += (sp.end - sp.begin) - (sp.fe - sp.fb);
+    c.max_item = std::max<int64_t>(c.max_item, sp.end - sp.begin);
+  }
+  const int64_t bh = a.batch * a.heads;
+  c.total *= bh;
+  c.masked *= bh;
+  return c;
+}
+
 std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
   const Plan pl = make_plan(a);
+  const BlockCounts bc = block_counts(a, pl);
   std::vector<std::pair<std::string, int64_t>> f = {
       {"nqb", pl.nqb}, {"nkb", pl.nkb}, {"items", pl.items}, {"n_prefix", pl.n_prefix}, {"tail", pl.tail},
       {"split_g", pl.split_g}, {"n_swz", pl.n_swz}, {"vt_bytes", pl.vt_bytes},
-      {"workspace_bytes", pl.workspace_bytes}, {"block", GFX942_THREADS}};
+      {"workspace_bytes", pl.workspace_bytes}, {"block", GFX942_THREADS}, {"blocks_total", bc.total},
+      {"blocks_masked", bc.masked}, {"blocks_max_item", bc.max_item}};
   const char* names[] = {"grid_vt", "grid_attn", "grid_merge"};
   for (const auto& s : stages(a, pl)) f.push_back({names[s.first], s.second});
   return json_object(f);

@@ -7,11 +7,11 @@
 
 namespace g942 {
 
-// One workgroup per (b, h, 64-row kv block): stage the rows in LDS (rows >= Sk as zeros, since
-// 0 x garbage can be NaN in PV), then write 1024 chunks of 16 bytes in the PV fragment order.
+// One workgroup per (b, K/V head, 64-row kv block): stage the rows in LDS (rows >= Sk as zeros,
+// since 0 x garbage can be NaN in PV), then write 1024 chunks of 16 bytes in the PV fragment order.
 RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
   const int tid = threadIdx.x, blk = blockIdx.x;
-  const int bh = blk / p.nkb, n = blk - bh * p.nkb, b = bh / p.heads, h = bh - b * p.heads;
+  const int bh = blk / p.nkb, n = blk - bh * p.nkb, b = bh / p.heads_k, h = bh - b * p.heads_k;
   const rtc_bf16_t* vb = p.v + (rtc_i64)b * p.v_sb + (rtc_i64)h * p.v_sh;
   const rtc_buffer_rsrc vr = uniform_rsrc(vb, rows_span_bytes(p.seq_k, p.v_ss));
   for (int j = 0; j < 8; ++j) {
@@ -46,8 +46,8 @@ RTC_DEVICE void merge_stage(const Gfx942Params& p) {
   const int tid = threadIdx.x, per_item = GFX942_Q_ROWS / GFX942_MERGE_ROWS;
   const int j = blockIdx.x / per_item, r = (blockIdx.x - j * per_item) * GFX942_MERGE_ROWS + (tid >> 5);
   const int col = (tid & 31) * 4, item = p.n_prefix + j;
-  const int bh = item / p.nqb, qb = item - bh * p.nqb, b = bh / p.heads, h = bh - b * p.heads;
-  const int q0 = qb * GFX942_Q_ROWS, rows = p.seq_q - q0 < GFX942_Q_ROWS ? p.seq_q - q0 : GFX942_Q_ROWS;
+  const int bh = item / p.nqb, b = bh / p.heads, h = bh - b * p.heads;
+  const int q0 = item_q0(p, item), rows = p.seq_q - q0 < GFX942_Q_ROWS ? p.seq_q - q0 : GFX942_Q_ROWS;
   // Built by every lane before any lane leaves: readfirstlane is wave-wide.
   const rtc_buffer_rsrc outr = uniform_rsrc(p.o + (rtc_i64)b * p.o_sb + (rtc_i64)h * p.o_sh + (rtc_i64)q0 * p.o_ss,
                                             rows_span_bytes(rows, p.o_ss));

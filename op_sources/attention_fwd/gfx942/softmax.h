@@ -50,15 +50,25 @@ struct RowState {
 // exp2(-FLT_MAX - -FLT_MAX) = 1 for masked rows. With -Inf, p = exp2(-Inf - m) = 0 for every
 // m >= -FLT_MAX, and m never becomes -Inf. A template flag, not a runtime test: clang 19 turns
 // the uniform branch into selects, which cost every iteration 16 compares and 96 v_cndmask.
-template <bool kLast>
+// kWindow: the block is cut by this row's key window (RTC_MASK): keys of the block outside
+// [lo, hi] (indices relative to the block's first key; hi <= Sk - 1 covers the partial last
+// block too) get -Inf, as past-Sk keys do.
+template <bool kLast, bool kWindow = false>
 RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub],
-                             float& m, float& l, float c, int quad, int valid_kv, int xor32_addr) {
+                             float& m, float& l, float c, int quad, int valid_kv, int xor32_addr, int lo = 0,
+                             int hi = 0) {
   // Kept as vectors up to the subtraction of the max: clang then issues v_pk_mul_f32 / v_pk_add_f32,
   // half the instructions (it scalarises vector math whose only uses are element reads).
   rtc_f32x4 t[kSub];
 #pragma unroll
   for (int sub = 0; sub < kSub; ++sub) t[sub] = s[sub] * c;
-  if (kLast && valid_kv < GFX942_KV_ROWS) {
+  if (kWindow) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int key = 16 * (j >> 2) + 4 * quad + (j & 3);
+      t[j >> 2][j & 3] = key >= lo && key <= hi ? t[j >> 2][j & 3] : kNegInf;
+    }
+  } else if (kLast && valid_kv < GFX942_KV_ROWS) {
     sreg_fence_gfx90a(valid_kv);  // gfx90a: masks per tile, not 16 SGPR pairs shared by all three
 #pragma unroll
     for (int j = 0; j < 16; ++j)

@@ -57,6 +57,13 @@ RTC_DEVICE rtc_u32 k_frag_byte(int buf, int sub, int dstep, int lane) {
 // fragments of hd tile t and kv sub-tiles 2sp, 2sp+1. One coalesced dwordx4 per lane.
 RTC_DEVICE rtc_u32 vt_chunk_byte(int t, int sp, int lane) { return (rtc_u32)((((t * 2 + sp) << 6) + lane) << 4); }
 
+// First q row of work item `item` (item = bh * nqb + qb): under a mask the q blocks of a head go in
+// descending order, longest first, since the last rows see the most keys (bottom-right alignment).
+RTC_DEVICE int item_q0(const Gfx942Params& p, int item) {
+  const int qb = item % p.nqb;
+  return (RTC_MASK ? p.nqb - 1 - qb : qb) * GFX942_Q_ROWS;
+}
+
 RTC_DEVICE rtc_bf16x4 as_bf16x4(rtc_u32 lo, rtc_u32 hi) {
   const rtc_u32x2 w = {lo, hi};
   return __builtin_bit_cast(rtc_bf16x4, w);
