@@ -138,3 +138,11 @@ def test_gfx942_window_special_values_and_gfx90a_agrees(tail_split):
     b = gfx942_run(tail_split, "gfx90a")(q, k, v, "bhsd", "rtne", None, True, (-1, 0))
     assert torch.equal(ref.bf16_bits(a[0]), ref.bf16_bits(b[0])) and torch.equal(a[1].view(torch.int32),
                                                                                   b[1].view(torch.int32))
+
+
+def test_gfx942_masked_split_is_deterministic():
+    q, k, v = suite.make_qkv("bshd", 1, 4, 800, 900, 128, "cpu", seed=12, hk=1)
+    run = gfx942_run(4)
+    outs = [run(q, k, v, "bshd", "rtna", None, True, (-1, 0)) for _ in range(2)]
+    assert torch.equal(ref.bf16_bits(outs[0][0]), ref.bf16_bits(outs[1][0]))
+    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
