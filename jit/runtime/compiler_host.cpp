@@ -6,6 +6,7 @@
 #include "knobs.h"
 #include "process.h"
 #include <dirent.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 namespace rtc {
@@ -77,6 +78,21 @@ void add_options(const CompileInput& in, std::vector<std::string>* argv) {
 const std::vector<const char*> kFlags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread",
                                          "-fvisibility=hidden", "-Wno-psabi", "-DRTC_EMU=1"};
 
+// <PRODUCT>_EMU_SANITIZE=1: kernels are built with ASan + UBSan (any UB report is fatal). The flags
+// join the compiler's version text, so sanitized and plain objects never share a cache key.
+const std::vector<const char*> kSanitizeFlags = {"-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                                                 "-fno-omit-frame-pointer", "-g1"};
+
+std::vector<const char*> flags() {
+  std::vector<const char*> f = kFlags;
+  if (knob_bool("EMU_SANITIZE")) f.insert(f.end(), kSanitizeFlags.begin(), kSanitizeFlags.end());
+  return f;
+}
+
+// A sanitized kernel object needs the ASan runtime first in the process (LD_PRELOAD); dlopen'ing
+// it into a process without one would abort the process.
+bool sanitizer_runtime_loaded() { return dlsym(RTLD_DEFAULT, "__asan_init") != nullptr; }
+
 class HostCompiler : public Compiler {
  public:
   std::string name() const override { return "host"; }
@@ -85,10 +101,11 @@ class HostCompiler : public Compiler {
     const Ident& i = ident();
     return i.id.empty() ? "hostcxx" : i.id;
   }
-  // The fixed flags are part of the identity, so changing them invalidates cached objects.
+  // The fixed flags (sanitizer flags included) are part of the identity, so changing them
+  // invalidates cached objects.
   std::string version() const override {
     std::string v = ident().path + " " + ident().version;
-    for (const char* f : kFlags) v += std::string(" ") + f;
+    for (const char* f : flags()) v += std::string(" ") + f;
     return v;
   }
 
@@ -98,7 +115,18 @@ class HostCompiler : public Compiler {
       return false;
     }
     if (ident().path.empty()) {
-      if (why) *why = "no host C++ compiler: set " + knob_env_name("HOST_CXX") + " or put g++ or c++ on PATH";
+      if (why)
+        *why = ident().wanted.empty()
+                   ? "no host C++ compiler: set " + knob_env_name("HOST_CXX") + " or put g++ or c++ on PATH"
+                   : "no host C++ compiler: " + knob_env_name("HOST_CXX") + "=" + quote(ident().wanted) +
+                         " is not an executable (a path, or a name found on PATH)";
+      return false;
+    }
+    if (knob_bool("EMU_SANITIZE") && !sanitizer_runtime_loaded()) {
+      if (why)
+        *why = knob_env_name("EMU_SANITIZE") +
+               "=1 but this process has no ASan runtime loaded; start it with LD_PRELOAD=\"$(" + ident().path +
+               " -print-file-name=libasan.so) $(" + ident().path + " -print-file-name=libubsan.so)\"";
       return false;
     }
     return true;
@@ -111,7 +139,8 @@ class HostCompiler : public Compiler {
     RTC_CHECK(!dir.empty(), RTC_ERR_COMPILE, "cannot create a temp dir for the host compile");
     write_sources(in, dir);
     std::vector<std::string> argv = {ident().path};
-    argv.insert(argv.end(), kFlags.begin(), kFlags.end());
+    const std::vector<const char*> f = flags();
+    argv.insert(argv.end(), f.begin(), f.end());
     argv.insert(argv.end(), {std::string("-DRTC_EMU_ARCH=") + (in.arch == "gfx90a-emu" ? "0x90a" : "0x942"),
                              "-I", dir});
     add_options(in, &argv);
@@ -135,7 +164,7 @@ class HostCompiler : public Compiler {
 
  private:
   struct Ident {
-    std::string path, version, id;
+    std::string wanted, path, version, id;  // wanted: the HOST_CXX knob's value, if set
   };
 
   static const Ident& ident() {
@@ -146,6 +175,7 @@ class HostCompiler : public Compiler {
   static Ident probe() {
     Ident i;
     std::string want = knob_text("HOST_CXX");
+    i.wanted = want;
     for (const std::string& cand : want.empty() ? std::vector<std::string>{"g++", "c++"}
                                                 : std::vector<std::string>{want}) {
       i.path = find_executable({cand});

@@ -23,6 +23,7 @@ struct CudaDriver {
   int (*func_set_attribute)(void*, int, int) = nullptr;
   int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                 void**, void**) = nullptr;
+  int (*memset_d32_async)(uint64_t, unsigned, size_t, void*) = nullptr;  // cuMemsetD32Async
   // cuTensorMapEncodeTiled (CUDA >= 12); null on an older driver.
   int (*encode_tiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
                       const unsigned*, int, int, int, int) = nullptr;
@@ -32,5 +33,9 @@ const CudaDriver& cuda_driver();
 
 // Throws RtcError(s) naming `what` and the driver's message when rc is not CUDA_SUCCESS.
 void cuda_check(int rc, rtc_status s, const std::string& what);
+
+// Fills n 32-bit words at a device address with value, in stream order, in the device's primary
+// context (the one the launches use): for op host code that must reset scratch before a kernel.
+void cuda_memset_d32(int device, void* ptr, unsigned value, size_t n, void* stream);
 
 }  // namespace rtc

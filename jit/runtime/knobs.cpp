@@ -19,6 +19,9 @@ std::vector<Knob>& registry() {
       {"NO_COMPILE", KnobType::Bool, "0", "", "make any compile an error (proves a warm cache)"},
       {"CLANG", KnobType::Path, "", "", "clang++ used for AMD targets (default: PATH)"},
       {"HOST_CXX", KnobType::Path, "", "", "host C++ compiler for the emulator (default: g++, then c++)"},
+      {"EMU_SANITIZE", KnobType::Bool, "0", "",
+       "build emulated kernels with -fsanitize=address,undefined (the process must preload the sanitizer "
+       "runtimes; see README, Sanitizers)"},
       {"EMULATE", KnobType::Enum, "", "|gfx942|gfx90a", "run CPU tensors on the wave emulator of this arch"},
       {"LIBRARY_PATH", KnobType::PathList, "", "",
        "extra dirs searched for libnvrtc/libhiprtc/libamdhip64/libcuda, ':'-separated"},

@@ -30,6 +30,7 @@ const CudaDriver& cuda_driver() {
       a.lib.bind(a.module_get_function, "cuModuleGetFunction");
       a.lib.bind(a.func_set_attribute, "cuFuncSetAttribute");
       a.lib.bind(a.launch, "cuLaunchKernel");
+      a.lib.bind(a.memset_d32_async, "cuMemsetD32Async");
       a.encode_tiled = reinterpret_cast<decltype(a.encode_tiled)>(a.lib.symbol("cuTensorMapEncodeTiled"));
       a.init_rc = a.init(0);
       if (a.init_rc != 0) a.why = "cuInit failed (CUresult " + std::to_string(a.init_rc) + ")";
@@ -93,6 +94,16 @@ void ensure_shared_limit(void* fn, unsigned bytes) {
         "cuFuncSetAttribute(max dynamic shared = " + std::to_string(bytes) + ")");
   have = bytes;
 }
+
+}  // namespace
+
+void cuda_memset_d32(int device, void* ptr, unsigned value, size_t n, void* stream) {
+  ContextGuard g(device);
+  check(api().memset_d32_async(reinterpret_cast<uint64_t>(ptr), value, n, stream), RTC_ERR_LAUNCH,
+        "cuMemsetD32Async(" + std::to_string(n) + " words)");
+}
+
+namespace {
 
 class CudaLoader : public Loader {
  public:

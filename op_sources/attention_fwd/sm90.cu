@@ -27,7 +27,7 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
-static_assert(16 + 32 * kStages <= SM90_BAR_BYTES, "the ring's barriers must fit their slot area");
+static_assert(16 + 32 * kStages + 40 <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
 // Barrier slots (8 bytes each) after the tiles.
 struct Bars {
@@ -38,7 +38,46 @@ struct Bars {
   RTC_DEVICE rtc_u32 k_empty(int s) const { return base + 16 + 8 * (kStages + s); }
   RTC_DEVICE rtc_u32 v_full(int s) const { return base + 16 + 8 * (2 * kStages + s); }
   RTC_DEVICE rtc_u32 v_empty(int s) const { return base + 16 + 8 * (3 * kStages + s); }
+  // RTC_MASK: the producer hands each tile's index to the consumers through a 2-slot ring.
+  RTC_DEVICE rtc_u32 tile_full(int s) const { return base + 16 + 8 * (4 * kStages + s); }
+  RTC_DEVICE rtc_u32 tile_empty(int s) const { return base + 16 + 8 * (4 * kStages + 2 + s); }
+  RTC_DEVICE rtc_u32 tile_id(int s) const { return base + 16 + 8 * (4 * kStages + 4) + 4 * s; }
 };
+
+// The tiles of one CTA. Unmasked: blockIdx.x, then every gridDim.x-th (all tiles are alike).
+// Masked: the first tile is blockIdx.x; the producer takes each next one from the workspace's
+// counter (gridDim.x + the counter's old value), and passes every index, the end marker
+// (num_tiles) included, to the consumers through the tile_full/tile_empty ring.
+struct TileOrder {
+  int slot = 0;
+  rtc_u32 phase = 0;
+  RTC_DEVICE void advance() {
+    if (++slot == 2) { slot = 0; phase ^= 1; }
+  }
+};
+
+RTC_DEVICE int next_tile(const Sm90AttnParams& p, int ti) {
+  if (!RTC_MASK) return ti + gridDim.x;
+  return gridDim.x + atomicAdd(static_cast<int*>(p.a.workspace), 1);
+}
+
+RTC_DEVICE void publish_tile(const Bars& b, TileOrder& o, int ti) {
+  mbar_wait(b.tile_empty(o.slot), o.phase ^ 1);
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(b.tile_id(o.slot)), "r"(ti) : "memory");
+  mbar_arrive(b.tile_full(o.slot));  // release: the consumers' wait acquires the index
+  o.advance();
+}
+
+RTC_DEVICE void release(rtc_u32 bar);
+
+RTC_DEVICE int receive_tile(const Bars& b, TileOrder& o) {
+  mbar_wait(b.tile_full(o.slot), o.phase);
+  rtc_u32 ti;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(ti) : "r"(b.tile_id(o.slot)) : "memory");
+  release(b.tile_empty(o.slot));
+  o.advance();
+  return (int)ti;
+}
 
 struct SmemTiles {
   rtc_u32 q, k, v;
@@ -107,8 +146,10 @@ RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rt
 
 RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
   PipeState ps;
+  TileOrder order;
   rtc_u32 q_phase = 0;
-  for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x) {
+  for (int ti = blockIdx.x; ti < p.num_tiles; ti = next_tile(p, ti)) {
+    if (RTC_MASK) publish_tile(sm.bars, order, ti);
     const Tile t = decode_tile(ti, p.num_m_blocks, p.a.heads);
     const KvSpan sp = kv_span(p.a, t.m_block);
     if (sp.begin == sp.end) continue;  // the consumers write zeros without reading Q
@@ -126,6 +167,7 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
       ps.advance();
     }
   }
+  if (RTC_MASK) publish_tile(sm.bars, order, p.num_tiles);  // the end marker
 }
 
 // ---------------------------------------------------------------- consumer GEMMs
@@ -327,11 +369,17 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
 
 RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   PipeState ps;
+  TileOrder order;
   rtc_u32 q_phase = 0;
   // Warpgroup 0 issues first: warpgroup 1 pre-arrives on its barrier.
   if (wg == 1) named_arrive(1, kPingPongThreads);
-  for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x)
-    consume_tile(p, sm, decode_tile(ti, p.num_m_blocks, p.a.heads), wg, ps, q_phase);
+  if (RTC_MASK) {
+    for (int ti = receive_tile(sm.bars, order); ti < p.num_tiles; ti = receive_tile(sm.bars, order))
+      consume_tile(p, sm, decode_tile(ti, p.num_m_blocks, p.a.heads), wg, ps, q_phase);
+  } else {
+    for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x)
+      consume_tile(p, sm, decode_tile(ti, p.num_m_blocks, p.a.heads), wg, ps, q_phase);
+  }
   // Balance the pre-arrival so the barrier is idle when the block exits.
   if (wg == 0) named_sync(1, kPingPongThreads);
 }
@@ -344,6 +392,10 @@ RTC_DEVICE void init_barriers(const Sm90AttnParams& p, const Bars& b) {
     mbar_init(b.k_empty(s), kConsumerWarps);
     mbar_init(b.v_full(s), 1);
     mbar_init(b.v_empty(s), kConsumerWarps);
+  }
+  for (int s = 0; s < 2; ++s) {
+    mbar_init(b.tile_full(s), 1);
+    mbar_init(b.tile_empty(s), kConsumerWarps);
   }
   mbar_init_fence();
   tma_prefetch_desc(&p.tmap_q);

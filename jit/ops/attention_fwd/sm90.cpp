@@ -89,7 +89,10 @@ std::string why_not(const void* p, const char* vendor) {
   return "";
 }
 
-int64_t workspace_bytes(const void*) { return 0; }
+// The masked variant's tile counter (SM90_WORKSPACE_BYTES); the unmasked one needs none.
+bool masked(const AttentionFwdArgs& a) { return a.window_left != -1 || a.window_right != -1; }
+
+int64_t workspace_bytes(const void* p) { return masked(args_of(p)) ? SM90_WORKSPACE_BYTES : 0; }
 
 std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
@@ -97,7 +100,8 @@ std::string plan_json(const void* p) {
   // The grid is min(tiles, SMs); with num_cus unknown here, the plan shows the tile count.
   const int64_t grid = a.num_cus > 0 && a.num_cus < tiles ? a.num_cus : tiles;
   return json_object({{"num_tiles", tiles}, {"grid_x", grid}, {"block", SM90_THREADS},
-                      {"shared_bytes", SM90_SMEM_BYTES}, {"workspace_bytes", 0}});
+                      {"shared_bytes", SM90_SMEM_BYTES}, {"workspace_bytes", workspace_bytes(p)},
+                      {"dynamic_tiles", masked(a)}});
 }
 
 void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
@@ -117,6 +121,12 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   sp.num_tiles = int(tiles);
   const int sms = sm_count(a, t.device);
   const unsigned grid[3] = {unsigned(tiles < sms ? tiles : sms), 1, 1};
+  if (masked(a)) {  // the tile counter starts at 0, on the launch's stream, before the kernel
+    RTC_CHECK(a.workspace && a.workspace_bytes >= SM90_WORKSPACE_BYTES, RTC_ERR_ARG,
+              "workspace_bytes=" + std::to_string(a.workspace_bytes) + " is too small for the masked sm90 kernel; "
+              "accepted: >= " + std::to_string(SM90_WORKSPACE_BYTES) + " (rtc_op_workspace_bytes)");
+    rtc::cuda_memset_d32(t.device, a.workspace, 0u, SM90_WORKSPACE_BYTES / 4, t.stream);
+  }
   launch(program, t, a, grid, SM90_THREADS, SM90_SMEM_BYTES, &sp, sizeof sp);
 }
 

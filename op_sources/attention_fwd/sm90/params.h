@@ -26,6 +26,10 @@ struct alignas(64) Sm90TensorMap {
 // Tensor maps are 4-D over (d, s, h, b), element bf16, strides in bytes from AttnParams,
 // box (SM90_BOX_D, SM90_BLOCK_M or SM90_BLOCK_N, 1, 1), 128-byte swizzle, zero fill out of bounds.
 // The same map serves bshd and bhsd: the layout lives in the strides.
+// Under a mask the tiles differ in length: the CTAs take them dynamically, longest first, from a
+// counter in the workspace (zeroed by the launch), so they end together.
+#define SM90_WORKSPACE_BYTES 16
+
 struct alignas(64) Sm90AttnParams {
   Sm90TensorMap tmap_q;
   Sm90TensorMap tmap_k;
