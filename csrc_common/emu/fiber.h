@@ -5,6 +5,17 @@
 #include <string.h>
 #include <sys/mman.h>
 
+// Under AddressSanitizer (a kernel built with RTCATTN_EMU_SANITIZE=1) every switch tells ASan which
+// stack it goes to, and a fiber stack is unpoisoned before reuse: frames abandoned by a fiber that
+// never returns (fiber_main's own, a failed work-item's) would otherwise leave stale redzones there.
+#if defined(__SANITIZE_ADDRESS__)
+#define RTC_EMU_ASAN 1
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#else
+#define RTC_EMU_ASAN 0
+#endif
+
 namespace rtc_emu {
 
 typedef void (*fiber_fn)(void* arg);
@@ -32,6 +43,11 @@ struct StackPool {
   }
   char* top(size_t i) const { return base + (i + 1) * kStackBytes; }
   void release() {
+#if RTC_EMU_ASAN
+    // Frames never returned from leave redzones in the shadow; memory mapped here later must not
+    // inherit them.
+    if (base) ASAN_UNPOISON_MEMORY_REGION(base, count * kStackBytes);
+#endif
     if (base) munmap(base, count * kStackBytes);
     base = nullptr;
     count = 0;
@@ -89,13 +105,15 @@ namespace rtc_emu {
 
 struct Context {
   void* sp = nullptr;
+  const void* stack_lo = nullptr;  // the stack it runs on, for ASan (a host thread's own stack: learned
+  size_t stack_bytes = 0;          // by the first fiber it starts, see fiber_entered)
 };
 
-inline void swap_context(Context* from, Context* to) { rtc_emu_swap_ctx(&from->sp, to->sp); }
+inline void raw_swap(Context* from, Context* to) { rtc_emu_swap_ctx(&from->sp, to->sp); }
 
 // Lays out the frame rtc_emu_swap_ctx pops: control words, r15..rbp (r12 = fn, r13 = arg),
 // then the return address into rtc_emu_fiber_start, placed so that its call sees an aligned rsp.
-inline void make_context(Context* c, char* stack_top, fiber_fn fn, void* arg) {
+inline void make_raw_context(Context* c, char* stack_top, fiber_fn fn, void* arg) {
   uint64_t* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack_top) & ~uintptr_t(15));
   uint64_t* sp = top - 10;
   uint32_t mxcsr = 0;
@@ -125,9 +143,11 @@ namespace rtc_emu {
 
 struct Context {
   ucontext_t uc;
+  const void* stack_lo = nullptr;
+  size_t stack_bytes = 0;
 };
 
-inline void swap_context(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+inline void raw_swap(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
 
 inline void fiber_trampoline(unsigned hi, unsigned lo, unsigned fhi, unsigned flo) {
   void* arg = reinterpret_cast<void*>(((uintptr_t)hi << 32) | lo);
@@ -135,7 +155,7 @@ inline void fiber_trampoline(unsigned hi, unsigned lo, unsigned fhi, unsigned fl
   fn(arg);
 }
 
-inline void make_context(Context* c, char* stack_top, fiber_fn fn, void* arg) {
+inline void make_raw_context(Context* c, char* stack_top, fiber_fn fn, void* arg) {
   getcontext(&c->uc);
   c->uc.uc_stack.ss_sp = stack_top - kStackBytes + kGuardBytes;
   c->uc.uc_stack.ss_size = kStackBytes - kGuardBytes;
@@ -147,3 +167,41 @@ inline void make_context(Context* c, char* stack_top, fiber_fn fn, void* arg) {
 
 }  // namespace rtc_emu
 #endif
+
+namespace rtc_emu {
+
+// A fresh context that runs fn(arg) on the stack below stack_top (kStackBytes, guard page included).
+inline void make_context(Context* c, char* stack_top, fiber_fn fn, void* arg) {
+  c->stack_lo = stack_top - kStackBytes + kGuardBytes;
+  c->stack_bytes = kStackBytes - kGuardBytes;
+#if RTC_EMU_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(c->stack_lo, c->stack_bytes);
+#endif
+  make_raw_context(c, stack_top, fn, arg);
+}
+
+// Switches from the running context to `to`; `ending` when `from` is never resumed.
+inline void swap_context(Context* from, Context* to, bool ending = false) {
+#if RTC_EMU_ASAN
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(ending ? nullptr : &fake_stack, to->stack_lo, to->stack_bytes);
+  raw_swap(from, to);
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#else
+  (void)ending;
+  raw_swap(from, to);
+#endif
+}
+
+// First thing a fresh fiber runs: completes the switch that started it. *from_lo/*from_bytes get the
+// stack it came from (under ASan; unchanged otherwise).
+inline void fiber_entered(const void** from_lo, size_t* from_bytes) {
+#if RTC_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, from_lo, from_bytes);
+#else
+  (void)from_lo;
+  (void)from_bytes;
+#endif
+}
+
+}  // namespace rtc_emu

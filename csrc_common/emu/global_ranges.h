@@ -12,11 +12,14 @@ inline void add_range(std::vector<Range>& out, const void* base, unsigned long l
   out.push_back(Range{lo, lo + (uintptr_t)bytes});
 }
 
-// Raw global accesses through the ISA wrappers must fall inside a registered range (when the
-// launch has any); an error names the kernel, lane and address.
+// Every global access of a kernel (rtc_gld/rtc_gst, global_load/global_store, and each in-range
+// dword of a buffer load/store) must fall inside a range the launcher registered; a launch with no
+// ranges has no valid global memory. An error names the kernel, lane and address.
 inline void check_global(const void* p, size_t bytes, const char* what) {
   const Workgroup* wg = t_cur->wg;
-  if (wg->n_ranges == 0) return;
+  if (wg->n_ranges == 0)
+    fail("%s of %zu bytes at global address %p: the launch gave no global ranges, so no global memory "
+         "is valid (pass each buffer's (address, bytes) to the launch)", what, bytes, p);
   const uintptr_t a = (uintptr_t)p;
   for (int i = 0; i < wg->n_ranges; ++i)
     if (a >= wg->ranges[i].lo && a + bytes <= wg->ranges[i].hi && a + bytes >= a) return;

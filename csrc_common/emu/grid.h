@@ -10,6 +10,7 @@
 #include <vector>
 #include "launch_abi.h"
 #include "global_ranges.h"
+#include "sanitizer.h"
 #include "workgroup.h"
 
 namespace rtc_emu {
@@ -140,6 +141,7 @@ int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, c
              l->block[0], l->block[1], l->block[2], l->grid[0], l->grid[1], l->grid[2], kMaxThreads);
     return launch_error(err, errn, kernel, msg);
   }
+  SanReportScope san_reports(kernel);
   GridJob job;
   job.kernel = kernel;
   job.body = body;

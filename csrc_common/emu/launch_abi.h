@@ -8,8 +8,9 @@ extern "C" {
 
 #define RTC_EMU_ABI_VERSION 1
 
-// A global-memory range the kernel may touch through buffer resources and checked loads; when a
-// launch passes none, only the num_records rules apply.
+// A global-memory range the kernel may touch (checked loads/stores and buffer accesses, whose
+// num_records rules apply first). A launch that passes none has no valid global memory: any
+// global access of its kernel is reported.
 typedef struct rtc_emu_range {
   const void* base;
   unsigned long long bytes;

@@ -119,7 +119,7 @@ inline void vformat_error(Workgroup* wg, const Fiber* f, const char* fmt, va_lis
   vformat_error(f->wg, f, fmt, ap);
   va_end(ap);
   Context dead;
-  swap_context(&dead, &f->wg->sched);
+  swap_context(&dead, &f->wg->sched, true);
   __builtin_unreachable();
 }
 
@@ -190,6 +190,14 @@ __attribute__((noinline)) Out wave_op(const char* name, const In& x, F&& op) {
 inline void fiber_main(void* arg) {
   Fiber* f = static_cast<Fiber*>(arg);
   Workgroup* wg = f->wg;
+  // Fiber 0 is always started by the scheduler (run_workgroup), so it learns the host thread's stack.
+  const void* from_lo = nullptr;
+  size_t from_bytes = 0;
+  fiber_entered(&from_lo, &from_bytes);
+  if (f->flat == 0 && !wg->sched.stack_lo) {
+    wg->sched.stack_lo = from_lo;
+    wg->sched.stack_bytes = from_bytes;
+  }
   t_cur = f;
   wg->body(wg->params);
   Wave& w = wg->waves[f->wave];
@@ -207,9 +215,9 @@ inline void fiber_main(void* arg) {
   ++wg->switches;
   if (next) {
     t_cur = next;
-    swap_context(&dead, &next->ctx);
+    swap_context(&dead, &next->ctx, true);
   }
-  swap_context(&dead, &wg->sched);
+  swap_context(&dead, &wg->sched, true);
 }
 
 }  // namespace rtc_emu

@@ -26,7 +26,7 @@ std::vector<Knob>& registry() {
       {"LIBRARY_PATH", KnobType::PathList, "", "",
        "extra dirs searched for libnvrtc/libhiprtc/libamdhip64/libcuda, ':'-separated"},
       {"COMPILE_TIMEOUT", KnobType::Int, "600", "",
-       "seconds a compile may take before it is stopped and reported (hipRTC/NVRTC in a child process, clang, g++)"},
+       "seconds a compile may take: clang and g++ are killed after it, a hipRTC/NVRTC compile is abandoned"},
       {"LOCK_TIMEOUT", KnobType::Int, "900", "",
        "seconds to wait for another process compiling the same key before giving up with its pid"},
       {"KERNEL", KnobType::Name, "", "",

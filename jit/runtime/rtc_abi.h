@@ -89,7 +89,7 @@ typedef struct rtc_launch_config {
   unsigned grid[3];
   unsigned block[3];
   unsigned shared_bytes;       // dynamic shared memory
-  const rtc_mem_range* ranges; // the tensors of the launch (may be null: no range check)
+  const rtc_mem_range* ranges; // the tensors of the launch; on the emulator none means no valid global memory
   int n_ranges;
 } rtc_launch_config;
 

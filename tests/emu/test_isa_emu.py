@@ -18,7 +18,8 @@ def probe(request, tmp_path_factory):
     def run(op, inp, arg=0, out_init=0):
         inp = np.ascontiguousarray(inp, dtype=np.uint32)
         out = np.full(1024, out_init, dtype=np.uint32)
-        h.launch(program, (1, 1, 1), (64, 1, 1), h.pack("QQii", inp.ctypes.data, out.ctypes.data, op, arg))
+        h.launch(program, (1, 1, 1), (64, 1, 1), h.pack("QQii", inp.ctypes.data, out.ctypes.data, op, arg),
+                 h.ranges_of(inp, out))
         return out
     return run
 

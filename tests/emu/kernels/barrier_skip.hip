@@ -8,6 +8,6 @@ struct SkipParams {
 RTC_KERNEL(256) barrier_skip(SkipParams p) {
   if (threadIdx.x >= 64 && threadIdx.x < 128) return;
   __syncthreads();
-  p.out[threadIdx.x] = 1.0f;
+  rtc_gst(p.out + threadIdx.x, 1.0f);
 }
 RTC_EXPORT_KERNEL(barrier_skip, SkipParams)

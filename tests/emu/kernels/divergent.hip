@@ -10,6 +10,6 @@ RTC_KERNEL(128) divergent(DivParams p) {
   const rtc_u32 t = threadIdx.x;
   rtc_u32 v = t;
   if (blockIdx.x == 1 && t >= 64 && t < 96) v = ds_swizzle<0x401F>(v);  // wave 1, lanes 0..31 only
-  p.out[blockIdx.x * 128 + t] = v;
+  rtc_gst(p.out + blockIdx.x * 128 + t, v);
 }
 RTC_EXPORT_KERNEL(divergent, DivParams)

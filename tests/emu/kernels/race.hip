@@ -13,6 +13,6 @@ RTC_KERNEL(128) race(RaceParams p) {
   const int t = (int)threadIdx.x;
   sm.v.st(t, (float)t);
   // missing __syncthreads() here
-  p.out[t] = sm.v.ld((t + 64) % 128);
+  rtc_gst(p.out + t, sm.v.ld((t + 64) % 128));
 }
 RTC_EXPORT_KERNEL(race, RaceParams)
