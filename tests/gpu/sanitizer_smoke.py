@@ -24,6 +24,15 @@ def main():
                 torch.cuda.synchronize()
                 assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
                 ran.add(attention_fwd.selection(q, k, v, round_mode=mode).kernel.name)
+            # The window variants (the masked sm90 one takes its tiles from a counter through a shared
+            # ring), with GQA and with rows and whole tiles that see no key (Sq > Sk, causal).
+            for sq, sk, window in ((300, 700, (-1, 0)), (700, 300, (-1, 0)), (260, 260, (17, 3))):
+                q = torch.randn(1, sq, 4, d, generator=gen, device="cuda").to(torch.bfloat16)
+                k, v = (torch.randn(1, sk, 2, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
+                out, lse = rtcattn.forward(q, k, v, round_mode=mode, return_lse=True, window_size=window)
+                torch.cuda.synchronize()
+                assert torch.isfinite(out.float()).all()
+                ran.add(attention_fwd.selection(q, k, v, round_mode=mode, window=window).variant.name)
     print("sanitizer smoke ran kernels:", sorted(ran))
 
 
