@@ -263,9 +263,10 @@ def _expected_params(rec: dict, stage: int) -> dict:
     """Every field of the kernel's parameter struct, from the call's arguments (and, for the fast kernel, its plan)."""
     a, plan = rec["values"], rec["plan"]
     scale = _f32(a["softmax_scale"])
-    want = {f: a[f] for f in ("q", "k", "v", "o", "lse", "batch", "heads", "seq_q", "seq_k", "head_dim")}
+    want = {f: a[f] for f in ("q", "k", "v", "o", "lse", "batch", "heads", "seq_q", "seq_k", "head_dim", "heads_k",
+                              "window_left", "window_right")}
     want.update(workspace=a.get("workspace", 0), workspace_bytes=a.get("workspace_bytes", 0), scale=scale,
-                scale_log2=_f32(scale * LOG2E), tail_split=0, reserved=0)
+                scale_log2=_f32(scale * LOG2E), tail_split=0)
     for t in "qkvo":
         want.update(zip((f"{t}_sb", f"{t}_ss", f"{t}_sh"), a[f"{t}_strides"]))
     if rec["kernel"] == "gfx942":
