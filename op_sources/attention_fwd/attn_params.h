@@ -43,5 +43,29 @@ RTC_HD KeyRange key_range(const AttnParams& p, rtc_i64 row) {
   return r;
 }
 
+// The key blocks of `block` rows that the query rows [q0, q0 + rows) reach: [begin, end); and the
+// ones every such row sees whole, [full_begin, full_end) (a partial last block is never whole).
+// Windows move right with the row, so the first and last rows bound both. Not masked: every block.
+// The kernels' tiles and the hosts' plans use this one function.
+struct KvSpan {
+  int begin, end, full_begin, full_end;
+};
+
+RTC_HD KvSpan kv_span(const AttnParams& p, rtc_i64 q0, rtc_i64 rows, int block, bool masked) {
+  const int n_blocks = (int)(((rtc_i64)p.seq_k + block - 1) / block), whole = (int)(p.seq_k / block);
+  KvSpan sp = {0, n_blocks, 0, whole};
+  if (!masked) return sp;
+  const KeyRange first = key_range(p, q0), last = key_range(p, q0 + rows - 1);
+  if (last.hi < first.lo) return KvSpan{0, 0, 0, 0};  // no row sees a key
+  sp.begin = (int)(first.lo / block);
+  sp.end = (int)(last.hi / block) + 1;
+  sp.full_begin = (int)((last.lo + block - 1) / block);
+  sp.full_end = (int)((first.hi + 1) / block);
+  if (sp.full_end > whole) sp.full_end = whole;
+  if (sp.full_begin < sp.begin) sp.full_begin = sp.begin;
+  if (sp.full_end < sp.full_begin) sp.full_end = sp.full_begin;
+  return sp;
+}
+
 // The K/V head that query head h reads.
 RTC_HD int kv_head(const AttnParams& p, int h) { return h / (p.heads / p.heads_k); }

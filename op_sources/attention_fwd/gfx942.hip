@@ -65,12 +65,12 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
   w.q0 = item_q0(p, item);
   w.rows = p.seq_q - w.q0 < GFX942_Q_ROWS ? p.seq_q - w.q0 : GFX942_Q_ROWS;
   // The item's own blocks; a split part takes its share of them (possibly none).
-  const Gfx942Span sp = gfx942_kv_span(p, w.q0, w.rows, p.nkb, RTC_MASK);
+  const KvSpan sp = kv_span(p, w.q0, w.rows, GFX942_KV_ROWS, RTC_MASK);
   const int n = sp.end - sp.begin, g = w.part >= 0 ? (i - p.n_prefix) % p.split_g : 0;
   w.kb0 = sp.begin + (w.part >= 0 ? (int)((rtc_i64)g * n / p.split_g) : 0);
   w.kb1 = w.part >= 0 ? sp.begin + (int)((rtc_i64)(g + 1) * n / p.split_g) : sp.end;
-  w.fb = sp.fb;
-  w.fe = sp.fe;
+  w.fb = sp.full_begin;
+  w.fe = sp.full_end;
   // Identity except on gfx90a, whose compiler keeps these division results in VGPRs (isa_ext.h).
   w.b = uniform_i32(w.b);
   w.h = uniform_i32(w.h);

@@ -102,29 +102,12 @@ RTC_DEVICE Tile decode_tile(int t, int num_m_blocks, int heads) {
   return r;
 }
 
-// The K/V blocks of one tile: [begin, end) are visited; blocks outside [full_begin, full_end) are
-// cut by a row's window (or by the end of the keys) and get the per-element mask. Unmasked, every
-// block is visited and only a partial last block is masked.
-struct KvSpan {
-  int begin, end, full_begin, full_end;
-};
-RTC_DEVICE KvSpan kv_span(const AttnParams& a, int m_block) {
-  const int n_blocks = (a.seq_k + kN - 1) / kN;
-  KvSpan sp = {0, n_blocks, 0, a.seq_k % kN == 0 ? n_blocks : n_blocks - 1};
-  if (!RTC_MASK) return sp;
+// The K/V blocks of one tile (kv_span, attn_params.h): [begin, end) are visited; blocks outside
+// [full_begin, full_end) are cut by a row's window (or by the end of the keys) and get the
+// per-element mask. Unmasked, every block is visited and only a partial last block is masked.
+RTC_DEVICE KvSpan tile_span(const AttnParams& a, int m_block) {
   const rtc_i64 r0 = (rtc_i64)m_block * kM;
-  const rtc_i64 r1 = (r0 + kM < a.seq_q ? r0 + kM : a.seq_q) - 1;
-  // Windows move right with the row: the first row has the smallest lo and hi, the last the largest.
-  const KeyRange first = key_range(a, r0), last = key_range(a, r1);
-  if (last.hi < first.lo) return KvSpan{0, 0, 0, 0};  // no row of the tile sees a key
-  sp.begin = (int)(first.lo / kN);
-  sp.end = (int)(last.hi / kN) + 1;
-  sp.full_begin = (int)((last.lo + kN - 1) / kN);
-  sp.full_end = (int)((first.hi + 1) / kN);
-  if (sp.full_end > a.seq_k / kN) sp.full_end = a.seq_k / kN;
-  if (sp.full_begin < sp.begin) sp.full_begin = sp.begin;
-  if (sp.full_end < sp.full_begin) sp.full_end = sp.full_begin;
-  return sp;
+  return kv_span(a, r0, (r0 + kM < a.seq_q ? r0 + kM : a.seq_q) - r0, kN, RTC_MASK);
 }
 
 // Position in the K/V ring; the parity flips each time the ring wraps.
@@ -151,7 +134,7 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
   for (int ti = blockIdx.x; ti < p.num_tiles; ti = next_tile(p, ti)) {
     if (RTC_MASK) publish_tile(sm.bars, order, ti);
     const Tile t = decode_tile(ti, p.num_m_blocks, p.a.heads);
-    const KvSpan sp = kv_span(p.a, t.m_block);
+    const KvSpan sp = tile_span(p.a, t.m_block);
     if (sp.begin == sp.end) continue;  // the consumers write zeros without reading Q
     const int kvh = kv_head(p.a, t.head);
     mbar_wait(sm.bars.q_empty(), q_phase ^ 1);
@@ -311,7 +294,7 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
 
 RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t,
                              int wg, PipeState& ps, rtc_u32& q_phase) {
-  const KvSpan sp = kv_span(p.a, t.m_block);
+  const KvSpan sp = tile_span(p.a, t.m_block);
   const int n0 = sp.begin, n_blocks = sp.end - sp.begin;
   const int last_valid = p.a.seq_k - (sp.end - 1) * kN;
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;

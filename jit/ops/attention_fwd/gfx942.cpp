@@ -110,7 +110,7 @@ std::vector<std::pair<int, int64_t>> stages(const AttentionFwdArgs& a, const Pla
 
 int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
 
-// The kv blocks every work item visits, as the kernel computes them (gfx942_kv_span): their total,
+// The kv blocks every work item visits, as the kernel computes them (kv_span): their total,
 // how many of them a window cuts (masked softmax), and the largest item's count. Items of one
 // q block are alike across (b, h), so one pass over the q blocks suffices.
 struct BlockCounts {
@@ -122,9 +122,9 @@ BlockCounts block_counts(const AttentionFwdArgs& a, const Plan& pl) {
   BlockCounts c;
   for (int qb = 0; qb < pl.nqb; ++qb) {
     const int q0 = qb * GFX942_Q_ROWS, rows = a.seq_q - q0 < GFX942_Q_ROWS ? int(a.seq_q - q0) : GFX942_Q_ROWS;
-    const Gfx942Span sp = gfx942_kv_span(ap, q0, rows, pl.nkb, masked);
+    const KvSpan sp = kv_span(ap, q0, rows, GFX942_KV_ROWS, masked);
     c.total += sp.end - sp.begin;
-    c.masked += (sp.end - sp.begin) - (sp.fe - sp.fb);
+    c.masked += (sp.end - sp.begin) - (sp.full_end - sp.full_begin);
     c.max_item = std::max<int64_t>(c.max_item, sp.end - sp.begin);
   }
   const int64_t bh = a.batch * a.heads;

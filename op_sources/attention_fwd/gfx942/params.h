@@ -19,27 +19,6 @@ enum Gfx942Stage { GFX942_STAGE_VT = 0, GFX942_STAGE_ATTN = 1, GFX942_STAGE_MERG
 // Workgroups [0, n_prefix) run whole items (ids XCD-swizzled below n_swz); the last `tail`
 // items run as split_g KV parts each, workgroups n_prefix + j*split_g + part.
 // Everything a launch needs is here: no device-side table, so two streams can run at once.
-// The kv blocks the rows [q0, q0 + rows) of one work item reach: [begin, end), and the ones every
-// row sees fully, [fb, fe) (windows move right with the row, so the first and last rows bound
-// them). Not masked: every block, all full. The kernel (masked = RTC_MASK) and the host's plan share it.
-struct Gfx942Span {
-  int begin, end, fb, fe;
-};
-RTC_HD Gfx942Span gfx942_kv_span(const AttnParams& p, int q0, int rows, int nkb, bool masked) {
-  Gfx942Span sp = {0, nkb, 0, nkb};
-  if (!masked) return sp;
-  const KeyRange first = key_range(p, q0), last = key_range(p, q0 + rows - 1);
-  if (last.hi < first.lo) return Gfx942Span{0, 0, 0, 0};
-  sp.begin = (int)(first.lo / GFX942_KV_ROWS);
-  sp.end = (int)(last.hi / GFX942_KV_ROWS) + 1;
-  sp.fb = (int)((last.lo + GFX942_KV_ROWS - 1) / GFX942_KV_ROWS);
-  sp.fe = (int)((first.hi + 1) / GFX942_KV_ROWS);
-  if (sp.fe > p.seq_k / GFX942_KV_ROWS) sp.fe = p.seq_k / GFX942_KV_ROWS;
-  if (sp.fb < sp.begin) sp.fb = sp.begin;
-  if (sp.fe < sp.fb) sp.fe = sp.fb;
-  return sp;
-}
-
 struct Gfx942Params : AttnParams {
   int stage;         // Gfx942Stage
   int nqb, nkb;      // q blocks per (b, h), kv blocks per (b, h)
