@@ -23,7 +23,21 @@ struct AttnParams {
   int heads_k;                // K/V heads: query head h reads K/V head h / (heads / heads_k) (GQA/MQA)
   int window_left;            // keys a row sees before its diagonal (-1: unbounded); read when RTC_MASK
   int window_right;           // keys after the diagonal (-1: unbounded; causal: 0); read when RTC_MASK
+  // RTC_KV != 0: `batch` packed sequences; seq_q / seq_k are max_seqlen_q / max_seqlen_k (grid sizes).
+  const int* cu_q;            // [batch + 1] first q (and o) row of each sequence in the packed q
+  const int* cu_k;            // [batch + 1] varlen: first k/v row; paged: its differences are the KV lengths
+  const int* block_table;     // paged: page ids, row b = sequence b, `table_stride` apart
+  int total_q, total_k;       // rows of the packed q/o and (varlen) k/v: the bounds cu_* are clamped to
+  int page_size, num_pages;   // paged: k/v are [num_pages, page_size, heads_k, D] (strides: page, row, head)
+  int pages_per_seq, table_stride;  // paged: usable entries of a block-table row, and its stride
 };
+
+#ifndef RTC_KV
+#define RTC_KV 0  // the manifest's kv axis: 0 dense [B, S, H, D]; 1 varlen (packed rows); 2 paged K/V
+#endif
+#define RTC_KV_DENSE 0
+#define RTC_KV_VARLEN 1
+#define RTC_KV_PAGED 2
 
 #ifndef RTC_MASK
 #define RTC_MASK 0  // the manifest's mask axis: 0 every row sees every key, 1 the window below
@@ -69,3 +83,71 @@ RTC_HD KvSpan kv_span(const AttnParams& p, rtc_i64 q0, rtc_i64 rows, int block, 
 
 // The K/V head that query head h reads.
 RTC_HD int kv_head(const AttnParams& p, int h) { return h / (p.heads / p.heads_k); }
+
+// ------------------------------------------------------------------ one sequence of the batch
+// Where sequence b lives: element offsets of its row 0 in q, o (and k, v unless paged), its lengths,
+// and where its LSE rows go. Dense: b's slice of [B, S, H, D]. Varlen / paged: rows read from cu_q /
+// cu_k, clamped to [0, total] so that no value of them, decreasing or out of range, reaches outside
+// the tensors (a decreasing pair is an empty sequence); paged KV lengths are clamped to the block
+// table's row. The kernels never read cu_* or block_table on the host: nothing waits on the device.
+struct Seq {
+  rtc_i64 q_off, o_off, k_off, v_off;
+  rtc_i64 lse_off, lse_head_stride;  // lse[lse_off + h * lse_head_stride + row]
+  int len_q, len_k;
+};
+
+RTC_HD int clamp_i(rtc_i64 x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : (int)x); }
+
+// [start, start + len) of sequence b in offsets cu over [0, total].
+RTC_HD void seq_rows(const int* cu, int b, int total, int& start, int& len) {
+  start = clamp_i(cu[b], 0, total);
+  len = clamp_i(cu[b + 1], start, total) - start;
+}
+
+RTC_HD Seq seq_of(const AttnParams& p, int b) {
+  Seq s;
+  if (RTC_KV == RTC_KV_DENSE) {
+    s.q_off = (rtc_i64)b * p.q_sb;
+    s.o_off = (rtc_i64)b * p.o_sb;
+    s.k_off = (rtc_i64)b * p.k_sb;
+    s.v_off = (rtc_i64)b * p.v_sb;
+    s.lse_off = (rtc_i64)b * p.heads * p.seq_q;
+    s.lse_head_stride = p.seq_q;
+    s.len_q = p.seq_q;
+    s.len_k = p.seq_k;
+    return s;
+  }
+  int q0, k0;
+  seq_rows(p.cu_q, b, p.total_q, q0, s.len_q);
+  s.q_off = (rtc_i64)q0 * p.q_ss;
+  s.o_off = (rtc_i64)q0 * p.o_ss;
+  s.lse_off = q0;  // AITER's varlen LSE: [heads, total_q]
+  s.lse_head_stride = p.total_q;
+  if (RTC_KV == RTC_KV_PAGED) {
+    const rtc_i64 cap = (rtc_i64)p.pages_per_seq * p.page_size;
+    k0 = clamp_i(p.cu_k[b], 0, 0x7FFFFFFF);
+    s.len_k = clamp_i((rtc_i64)clamp_i(p.cu_k[b + 1], k0, 0x7FFFFFFF) - k0, 0, (int)(cap < 0x7FFFFFFF ? cap : 0x7FFFFFFF));
+    s.k_off = s.v_off = 0;  // rows through the block table (page_row)
+  } else {
+    seq_rows(p.cu_k, b, p.total_k, k0, s.len_k);
+    s.k_off = (rtc_i64)k0 * p.k_ss;
+    s.v_off = (rtc_i64)k0 * p.v_ss;
+  }
+  return s;
+}
+
+// The parameter block as sequence b alone would see it: its lengths in seq_q / seq_k, so that
+// key_range and kv_span align its masks bottom-right to its own lengths.
+RTC_HD AttnParams seq_view(const AttnParams& p, const Seq& s) {
+  AttnParams v = p;
+  v.seq_q = s.len_q;
+  v.seq_k = s.len_k;
+  return v;
+}
+
+// Paged: the page that holds key row j of sequence b, or -1 when the block table's entry is not a
+// page of the pool (such a row reads as zeros). Row j sits at row j % page_size of that page.
+RTC_HD int page_of(const AttnParams& p, int b, int j) {
+  const int id = p.block_table[(rtc_i64)b * p.table_stride + j / p.page_size];
+  return id >= 0 && id < p.num_pages ? id : -1;
+}

@@ -1,6 +1,8 @@
 // Portable SIMT attention forward (no matrix instructions): the correctness fallback on every arch.
 //
 // One block of 128 threads owns 16 query rows of one (batch, head); grid = (ceil(Sq/16), H, B).
+// Packed sequences (RTC_KV): batch counts sequences, Sq is the longest one's length, and blocks past
+// their own sequence's end exit at once; paged K/V rows are found through the block table.
 // Query head h reads K/V head kv_head(h) (GQA/MQA). With RTC_MASK, the block visits only the KV
 // tiles its rows' windows reach, and scores outside a row's window are -Inf.
 // Thread t serves row r = t / 8 and, inside that row, lane c = t % 8:
@@ -92,18 +94,41 @@ RTC_DEVICE bool rows_aligned(const rtc_bf16_t* base, rtc_i64 row_stride) {
 }
 
 // Copies `rows` valid rows of `nch` chunks into a shared tile with row pitch `pitch`; the rest
-// of the tile's rows become zeros so no later read sees stale data.
-template <int N>
-RTC_DEVICE void stage_rows(rtc_smem<Chunk, N>& dst, int pitch, int tile_rows, const rtc_bf16_t* src,
-                           rtc_i64 row_stride, int rows, int nch, bool aligned) {
+// of the tile's rows become zeros so no later read sees stale data. src(row) is the row's first
+// element, or null for a row that reads as zeros (a paged row whose page id is out of range).
+template <int N, class RowSrc>
+RTC_DEVICE void stage_rows(rtc_smem<Chunk, N>& dst, int pitch, int tile_rows, const RowSrc& src, int rows, int nch,
+                           bool aligned) {
   const int total = tile_rows * nch;
   for (int i = threadIdx.x; i < total; i += kThreads) {
     const int row = i / nch, ch = i - row * nch;
     Chunk c = {{0u, 0u, 0u, 0u}};
-    if (row < rows) c = load_chunk(src + (rtc_i64)row * row_stride + ch * 8, aligned);
+    const rtc_bf16_t* r = row < rows ? src(row) : nullptr;
+    if (r != nullptr) c = load_chunk(r + ch * 8, aligned);
     dst.st(row * pitch + ch, c);
   }
 }
+
+// Rows `stride` elements apart from `base` (q, and k / v unless paged).
+struct StridedRows {
+  const rtc_bf16_t* base;
+  rtc_i64 stride;
+  RTC_DEVICE const rtc_bf16_t* operator()(int row) const { return base + (rtc_i64)row * stride; }
+};
+
+// Key rows j0 + row of sequence b of one K/V head: through the block table when paged.
+struct KvRows {
+  const AttnParams& p;
+  const rtc_bf16_t* base;  // dense / varlen: the sequence's row 0 of the head; paged: the pool's head
+  rtc_i64 page_stride, row_stride;
+  int b, j0;
+  RTC_DEVICE const rtc_bf16_t* operator()(int row) const {
+    const int j = j0 + row;
+    if (RTC_KV != RTC_KV_PAGED) return base + (rtc_i64)j * row_stride;
+    const int page = page_of(p, b, j);
+    return page < 0 ? nullptr : base + (rtc_i64)page * page_stride + (rtc_i64)(j % p.page_size) * row_stride;
+  }
+};
 
 // fp32 dot products of one query row with this lane's keys, bf16 operands.
 RTC_DEVICE void tile_scores(const Smem& sm, int r, int c, int nch, float (&acc)[kKeysPerLane]) {
@@ -178,15 +203,18 @@ RTC_DEVICE void write_row(const RowState& st, rtc_bf16_t* orow, float* lse,
 
 }  // namespace
 
-RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
+RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   RTC_SHARED(Smem, sm);
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows;
+  const Seq seq = seq_of(whole, b);
+  if (q0 >= seq.len_q) return;  // packed sequences: the grid covers the longest one
+  const AttnParams p = seq_view(whole, seq);  // this sequence's lengths: its own bottom-right masks
   const int r = threadIdx.x / kLanesPerRow, c = threadIdx.x % kLanesPerRow;
   const int nch = p.head_dim / 8;
-  const rtc_bf16_t* qb = p.q + (rtc_i64)b * p.q_sb + (rtc_i64)h * p.q_sh + (rtc_i64)q0 * p.q_ss;
+  const rtc_bf16_t* qb = p.q + seq.q_off + (rtc_i64)h * p.q_sh + (rtc_i64)q0 * p.q_ss;
   const int hk = kv_head(p, h);
-  const rtc_bf16_t* kb = p.k + (rtc_i64)b * p.k_sb + (rtc_i64)hk * p.k_sh;
-  const rtc_bf16_t* vb = p.v + (rtc_i64)b * p.v_sb + (rtc_i64)hk * p.v_sh;
+  const KvRows kr{p, p.k + seq.k_off + (rtc_i64)hk * p.k_sh, p.k_sb, p.k_ss, b, 0};
+  const KvRows vr{p, p.v + seq.v_off + (rtc_i64)hk * p.v_sh, p.v_sb, p.v_ss, b, 0};
   const int q_rows = p.seq_q - q0 < kRows ? p.seq_q - q0 : kRows;
   // The keys of this block: from the first row's window start to the last row's window end.
   int kv_begin = 0, kv_end = p.seq_k;
@@ -197,9 +225,12 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
     kv_end = last.hi < first.lo ? kv_begin : (int)last.hi + 1;  // no key for any row: no tile
     mine = key_range(p, q0 + r);
   }
-  const bool k_al = rows_aligned(kb, p.k_ss), v_al = rows_aligned(vb, p.v_ss);
+  // Paged rows start at a page's rows: aligned when the pool and all its strides are.
+  const bool paged = RTC_KV == RTC_KV_PAGED;
+  const bool k_al = rows_aligned(kr.base, p.k_ss) && (!paged || rows_aligned(p.k, p.k_sb));
+  const bool v_al = rows_aligned(vr.base, p.v_ss) && (!paged || rows_aligned(p.v, p.v_sb));
 
-  stage_rows(sm.q, kPad, kRows, qb, p.q_ss, q_rows, nch, rows_aligned(qb, p.q_ss));
+  stage_rows(sm.q, kPad, kRows, StridedRows{qb, p.q_ss}, q_rows, nch, rows_aligned(qb, p.q_ss));
   RowState st;
   st.m = kNegMax;
   st.l = 0.0f;
@@ -209,8 +240,10 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
   for (int kv0 = kv_begin; kv0 < kv_end; kv0 += kTile) {
     const int valid = p.seq_k - kv0 < kTile ? p.seq_k - kv0 : kTile;
     __syncthreads();  // the previous tile's K, V and scores are no longer read
-    stage_rows(sm.k, kPad, kTile, kb + (rtc_i64)kv0 * p.k_ss, p.k_ss, valid, nch, k_al);
-    stage_rows(sm.v, kChunks, kTile, vb + (rtc_i64)kv0 * p.v_ss, p.v_ss, valid, nch, v_al);
+    KvRows kt = kr, vt = vr;
+    kt.j0 = vt.j0 = kv0;
+    stage_rows(sm.k, kPad, kTile, kt, valid, nch, k_al);
+    stage_rows(sm.v, kChunks, kTile, vt, valid, nch, v_al);
     __syncthreads();
     float acc[kKeysPerLane];
     tile_scores(sm, r, c, nch, acc);
@@ -224,8 +257,8 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams p) {
   }
 
   if (r >= q_rows) return;
-  rtc_bf16_t* orow = p.o + (rtc_i64)b * p.o_sb + (rtc_i64)h * p.o_sh + (rtc_i64)(q0 + r) * p.o_ss;
-  float* lse = p.lse ? p.lse + ((rtc_i64)b * p.heads + h) * p.seq_q + q0 + r : nullptr;
+  rtc_bf16_t* orow = p.o + seq.o_off + (rtc_i64)h * p.o_sh + (rtc_i64)(q0 + r) * p.o_ss;
+  float* lse = p.lse ? p.lse + seq.lse_off + (rtc_i64)h * seq.lse_head_stride + q0 + r : nullptr;
   write_row(st, orow, lse, c, nch, rows_aligned(orow, 0));
 }
 RTC_EXPORT_KERNEL(attention_fwd_baseline, AttnParams)

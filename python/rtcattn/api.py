@@ -1,4 +1,5 @@
-"""The user-facing calls: rtcattn.forward (MoonMath's signature) and flash_attn_func (AITER's)."""
+"""The user-facing calls: rtcattn.forward / forward_varlen (MoonMath's style) and AITER's flash_attn_func /
+flash_attn_varlen_func."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -45,6 +46,39 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     return (out, lse) if return_lse else out
 
 
+def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                   cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, round_mode: str = "rtne",
+                   softmax_scale: Optional[float] = None, out: Optional[torch.Tensor] = None,
+                   return_lse: bool = False, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
+                   block_table: Optional[torch.Tensor] = None):
+    """forward() over a batch of sequences packed along one token dimension (the serving layout).
+
+    q [total_q, Hq, D] bf16; sequence b owns rows cu_seqlens_q[b]:cu_seqlens_q[b+1] (int32 [B + 1]).
+    k, v [total_k, Hk, D] packed the same way by cu_seqlens_k, or, with block_table (int32 [B, pages]),
+    a paged KV cache [num_pages, page_size, Hk, D] (page_size a multiple of 16): key j of sequence b is
+    row j % page_size of page block_table[b, j // page_size], and its KV length is
+    cu_seqlens_k[b+1] - cu_seqlens_k[b]. max_seqlen_q / max_seqlen_k bound the lengths (they size the
+    grid: nothing is read back from the device). Masks align bottom-right per sequence.
+    Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
+    """
+    _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
+    validate.check_bool("return_lse", return_lse)
+    left, right = validate.check_window(window_size, causal)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
+            (("block_table", block_table),) if block_table is not None else ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    lens = (max_seqlen_q, max_seqlen_k)
+    if out is None:
+        out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
+                                                return_lse, left, right, block_table)
+    else:
+        lse = torch.ops.rtcattn.fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
+                                               return_lse, left, right, block_table)
+    return (out, lse) if return_lse else out
+
+
 def _unsupported(name: str, value, accepted: str) -> None:
     raise NotImplementedError(f"{name}={value!r} is not supported; accepted: {accepted}")
 
@@ -73,3 +107,36 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     mode = validate.check_how_v3_bf16_cvt(how_v3_bf16_cvt)
     return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale, return_lse=return_lse,
                    causal=causal, window_size=window_size)
+
+
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, min_seqlen_q: int = 0,
+                           dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                           logits_soft_cap: float = 0.0, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
+                           bias=None, alibi_slopes=None, deterministic: bool = False, return_lse: bool = False,
+                           return_attn_probs: bool = False, how_v3_bf16_cvt: int = 1, block_table=None, out=None,
+                           cu_seqlens_q_padded=None, cu_seqlens_k_padded=None):
+    """AITER's flash_attn_varlen_func (amd-aiter 0.1.7's signature and order): packed q [total_q, Hq, D],
+    k / v [total_k, Hk, D] or, with block_table, pages [num_pages, page_size, Hk, D].
+
+    Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
+    kernels may use; it does not change the result, so it is accepted and ignored (an int >= 0).
+    Every call is deterministic, whatever `deterministic` says.
+    """
+    if dropout_p != 0.0:
+        _unsupported("dropout_p", dropout_p, "0.0 (forward without dropout)")
+    if logits_soft_cap != 0.0:
+        _unsupported("logits_soft_cap", logits_soft_cap, "0.0 (no soft cap)")
+    for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes), ("cu_seqlens_q_padded", cu_seqlens_q_padded),
+                        ("cu_seqlens_k_padded", cu_seqlens_k_padded)):
+        if value is not None:
+            _unsupported(name, type(value).__name__, "None")
+    if return_attn_probs:
+        _unsupported("return_attn_probs", return_attn_probs, "False")
+    if isinstance(min_seqlen_q, bool) or not isinstance(min_seqlen_q, int) or min_seqlen_q < 0:
+        raise ValueError(f"min_seqlen_q={min_seqlen_q!r} is not supported; accepted: an int >= 0")
+    validate.check_bool("deterministic", deterministic)
+    mode = validate.check_how_v3_bf16_cvt(how_v3_bf16_cvt)
+    return forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode=mode,
+                          softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
+                          window_size=window_size, block_table=block_table)

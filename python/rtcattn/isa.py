@@ -198,12 +198,12 @@ def axis_values(axis: str) -> list:
     return _spec().axis_values(axis)
 
 
-def build(arch: str, layout: str, mode: str, mask: str = "none"):
+def build(arch: str, layout: str, mode: str, mask: str = "none", kv: str = "dense"):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from . import dispatch, manifest
     v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "mask": mask,
-                                                       "head_dim": 128})
+                                                       "kv": kv, "head_dim": 128})
     return dispatch.build(v)
 
 

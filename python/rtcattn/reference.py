@@ -166,3 +166,39 @@ def lse_close(lse: torch.Tensor, lse64: torch.Tensor) -> torch.Tensor:
     ok_fin = (got - ref).abs() <= tol
     ok_special = (torch.isnan(ref) & torch.isnan(got)) | (ref == got)
     return torch.where(fin, ok_fin & torch.isfinite(got), ok_special)
+
+
+def paged_rows(pages: torch.Tensor, block_table: torch.Tensor, b: int, length: int) -> torch.Tensor:
+    """[length, Hk, D]: the first `length` key rows of sequence b of a paged cache [num_pages, page, Hk, D]."""
+    page = pages.shape[1]
+    j = torch.arange(length, device=pages.device)
+    ids = block_table[b].to(pages.device).long()[j // page]
+    return pages[ids, j % page]
+
+
+def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None = None,
+                     softmax_scale: float | None = None, window=(-1, -1), block_table=None):
+    """Per sequence: the dense reference on [1, S, H, D] slices (masks aligned to each sequence's own
+    lengths). Returns (O64 [total_q, H, D] float64, lse64 [H, total_q] float64), or with round_mode the
+    "R" output [total_q, H, D] bf16. k, v are packed [total_k, Hk, D] or, with block_table, pages."""
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    total_q, heads = q.shape[0], q.shape[1]
+    o = torch.zeros(q.shape, dtype=torch.float64 if round_mode is None else torch.bfloat16, device=q.device)
+    lse = torch.full((heads, total_q), -math.inf, dtype=torch.float64, device=q.device)
+    for b in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if q1 <= q0:
+            continue
+        if block_table is None:
+            kb, vb = k[k0:k1], v[k0:k1]
+        else:
+            kb, vb = (paged_rows(t, block_table, b, k1 - k0) for t in (k, v))
+        if kb.shape[0] == 0:  # no key: every row of the sequence is 0, its LSE -Inf (already so)
+            continue
+        args = (q[None, q0:q1], kb[None], vb[None], "bshd")
+        if round_mode is None:
+            ob, lb = reference_fp64(*args, softmax_scale, window)
+            o[q0:q1], lse[:, q0:q1] = ob[0], lb[0]
+        else:
+            o[q0:q1] = reference_r(*args, round_mode, softmax_scale, window)[0]
+    return o if round_mode is not None else (o, lse)

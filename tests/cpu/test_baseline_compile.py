@@ -35,7 +35,7 @@ OBJDUMP = _tool("llvm-objdump-19", "llvm-objdump")
 def _product_build(arch, compiler, variant, cache_dir):
     """The product path: manifest -> build request -> C++ runtime -> compiler, into a fresh cache dir."""
     lay, mode, d = variant
-    v = manifest.load().variant_for("attention_fwd", "baseline", arch, {"layout": lay, "round_mode": mode, "mask": "none", "head_dim": d})
+    v = manifest.load().variant_for("attention_fwd", "baseline", arch, {"layout": lay, "round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers,

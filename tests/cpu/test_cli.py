@@ -39,8 +39,8 @@ def test_warm_then_no_compile_then_clear(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "[2/2]" in first.stdout and "2 ready (2 compiled), 0 failed" in first.stdout
     rows = table_rows(first.stdout)
-    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-bshd-rtne-none-d64",
-                                          "attention_fwd/baseline-bshd-rtz-none-d64"]
+    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-bshd-rtne-none-dense-d64",
+                                          "attention_fwd/baseline-bshd-rtz-none-dense-d64"]
     assert all(r[4] == "compile" and int(r[2]) > 0 and Path(r[5]).is_file() for r in rows)
     assert all(Path(r[5]).parent == cache for r in rows)
 

@@ -102,9 +102,9 @@ def test_variants_and_request():
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
     assert len(list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))) == 2 * 3 * 2 * len(buckets)
     v = _variant(m, "baseline", "gfx942", "bshd", "rtna", 128)
-    assert v.name == "baseline-bshd-rtna-none-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
+    assert v.name == "baseline-bshd-rtna-none-dense-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
-    assert req.variant == "baseline-bshd-rtna-none-d128" and req.arch == "gfx942" and req.package_version == "9.9"
+    assert req.variant == "baseline-bshd-rtna-none-dense-d128" and req.arch == "gfx942" and req.package_version == "9.9"
     assert req.options[:4] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_HEAD_DIM_MAX=128")
     assert "-O3" in req.options and req.compilers == ("hiprtc", "clang")
     names = [n for n, _ in req.headers]
@@ -127,7 +127,7 @@ def test_buckets():
 
 
 def _call(layout, mode, head_dim, mask="none"):
-    return {"layout": layout, "round_mode": mode, "mask": mask, "head_dim": head_dim}
+    return {"layout": layout, "round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim}
 
 
 def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
@@ -140,7 +140,7 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     m = manifest.load(write(tmp_path, edited(only_fast_and_baseline)), root=ROOT)
     sel = dispatch.select("attention_fwd", "gfx942", _call("bshd", "rtne", 128), m=m)
     assert sel.kernel.name == "fast" and sel.why == "first match"
-    assert sel.variant.name == "fast-bshd-rtne-none-d128"
+    assert sel.variant.name == "fast-bshd-rtne-none-dense-d128"
     sel = dispatch.select("attention_fwd", "gfx942", _call("bshd", "rtne", 64), m=m)
     assert sel.kernel.name == "baseline" and "fast" in sel.why and "head_dim 64" in sel.why
     sel = dispatch.select("attention_fwd", "gfx942", _call("bhsd", "rtne", 128), m=m)

@@ -26,7 +26,7 @@ def _sm90():
 
 def _build(layout, mode, cache_dir):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
-    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"layout": layout, "round_mode": mode, "mask": "none", "head_dim": 128})
+    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"layout": layout, "round_mode": mode, "mask": "none", "kv": "dense", "head_dim": 128})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -45,7 +45,7 @@ def test_manifest_entry_precedes_baseline():
     k = _sm90()
     hd = k.axes["head_dim"]
     assert k.symbol == SYMBOL and k.archs == ("sm_90a",) and hd.buckets == (128,)
-    v = m.variant_for(OP, "sm90", "sm_90a", {"layout": "bshd", "round_mode": "rtne", "mask": "none", "head_dim": 128})
+    v = m.variant_for(OP, "sm90", "sm_90a", {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128})
     headers = {n for n, _ in m.request(v, "0").headers}
     assert {"sm90/params.h", "ptx_sm90.h", "wgmma_sm90.h", "sm90/softmax.h", "attn_params.h"} <= headers, headers
     assert hd.accepts(128) and not hd.accepts(64) and not hd.accepts(136)
@@ -59,7 +59,7 @@ def test_nvrtc_sm90a_no_spills_no_serialization(layout, mode, tmp_path):
     assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
     assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
     assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
-    assert res.cache_name.startswith(f"attention_fwd-sm90-{layout}-{mode}-none-d128-sm_90a-")
+    assert res.cache_name.startswith(f"attention_fwd-sm90-{layout}-{mode}-none-dense-d128-sm_90a-")
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
@@ -81,7 +81,7 @@ def test_warm_lists_and_compiles_sm90(tmp_path):
         pytest.skip("NVRTC unavailable for sm_90a")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 ready (1 compiled), 0 failed" in run.stdout, run.stdout
-    assert list(tmp_path.glob("attention_fwd-sm90-bhsd-rtz-none-d128-sm_90a-*.co")), list(tmp_path.iterdir())
+    assert list(tmp_path.glob("attention_fwd-sm90-bhsd-rtz-none-dense-d128-sm_90a-*.co")), list(tmp_path.iterdir())
 
 
 # ---- selection: the sm90 kernel when its conditions hold, else the baseline with the reason logged ----
@@ -93,7 +93,7 @@ def _args(q, k, v, out, layout):
 
 
 def _call(p, layout):
-    return {"layout": layout, "round_mode": "rtne", "mask": "none", "head_dim": p.head_dim}
+    return {"layout": layout, "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": p.head_dim}
 
 
 def _choose(q, layout, capfd, monkeypatch, view=None):
@@ -110,15 +110,15 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     q = torch.zeros(2, 3, 200, 128, dtype=torch.bfloat16)
     sel, err = _choose(q, layout, capfd, monkeypatch)
     assert sel.kernel.name == "sm90" and sel.why == "first match"
-    assert sel.variant.name == f"sm90-{layout}-rtne-none-d128"
-    assert f"rtcattn: attention_fwd: kernel sm90 (sm90-{layout}-rtne-none-d128, sm_90a): first match" in err, err
+    assert sel.variant.name == f"sm90-{layout}-rtne-none-dense-d128"
+    assert f"rtcattn: attention_fwd: kernel sm90 (sm90-{layout}-rtne-none-dense-d128, sm_90a): first match" in err, err
 
 
 def test_fallback_for_head_dim_64(capfd, monkeypatch):
     q = torch.zeros(1, 77, 2, 64, dtype=torch.bfloat16)
     sel, err = _choose(q, "bshd", capfd, monkeypatch)
     assert sel.kernel.name == "baseline" and sel.why.startswith("fallback; sm90: head_dim 64")
-    assert ("rtcattn: attention_fwd: kernel baseline (baseline-bshd-rtne-none-d64, sm_90a): fallback; sm90: head_dim 64"
+    assert ("rtcattn: attention_fwd: kernel baseline (baseline-bshd-rtne-none-dense-d64, sm_90a): fallback; sm90: head_dim 64"
             in err), err
 
 

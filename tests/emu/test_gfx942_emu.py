@@ -110,6 +110,6 @@ def test_small_workspace_is_refused():
     ws = torch.empty(need - 1, dtype=torch.uint8)
     args.workspace, args.workspace_bytes = ws.data_ptr(), need - 1
     v128 = manifest.load().variant_for("attention_fwd", "gfx942", "gfx942-emu",
-                                       {"layout": "bshd", "round_mode": "rtne", "mask": "none", "head_dim": 128})
+                                       {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128})
     with pytest.raises(ValueError, match="workspace_bytes"):
         _lib.op_launch(dispatch.build(v128).program, "attention_fwd", "gfx942", args, "host", 0)

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include "attn_params.h"
 #include "op_registry.h"
 
 // X(name, C type, ArgKind, count). Strides are in elements, in (batch, seq, head) order whatever the
@@ -29,8 +30,26 @@
   X(window_right, int64_t, I64, 1)  /* -1 = unbounded; causal = 0 */                          \
   X(softmax_scale, float, F32, 1)                                                              \
   X(tail_split, int32_t, I32, 1)    /* -1 = the planner decides, 0 = off, >1 = forced parts */ \
-  X(num_cus, int32_t, I32, 1)       /* CUs / SMs of the device (planner input; <= 0 unknown) */
+  X(num_cus, int32_t, I32, 1)       /* CUs / SMs of the device (planner input; <= 0 unknown) */ \
+  /* Packed sequences (varlen), and K/V in pages (paged): null pointers for a dense call. Then */  \
+  /* batch counts sequences, seq_q / seq_k are max_seqlen_q / max_seqlen_k, q / o are           */  \
+  /* [total_q, heads, D] (strides[0] unused) and k / v [total_k, heads_k, D] or, paged,         */  \
+  /* [num_pages, page_size, heads_k, D] (strides: page, row, head); lse is [heads, total_q].    */  \
+  X(cu_seqlens_q, const void*, Ptr, 1)  /* int32 [batch + 1] */                                 \
+  X(cu_seqlens_k, const void*, Ptr, 1)  /* int32 [batch + 1] */                                 \
+  X(block_table, const void*, Ptr, 1)   /* paged: int32, row b at b * table_stride */           \
+  X(total_q, int64_t, I64, 1)                                                                  \
+  X(total_k, int64_t, I64, 1)           /* varlen: rows of k / v */                             \
+  X(page_size, int64_t, I64, 1)                                                                \
+  X(num_pages, int64_t, I64, 1)                                                                \
+  X(pages_per_seq, int64_t, I64, 1)     /* block-table entries per sequence */                  \
+  X(table_stride, int64_t, I64, 1)
 
 struct AttentionFwdArgs {
   ATTENTION_FWD_ARGS(RTC_ARG_MEMBER)
 };
+
+// How the call's sequences are stored: the kv-axis value (RTC_KV_*, attn_params.h) the call needs.
+inline int kv_mode(const AttentionFwdArgs& a) {
+  return a.block_table ? RTC_KV_PAGED : a.cu_seqlens_q ? RTC_KV_VARLEN : RTC_KV_DENSE;
+}

@@ -17,6 +17,8 @@ using rtc::quote;
 // The kernels index rows and heads with 32-bit integers and offsets in 64 bits: every size must fit
 // an int, and every tensor's byte extent must fit in 63 bits.
 constexpr int64_t kMaxSize = INT32_MAX;
+// Pages hold a multiple of 16 rows: the fast kernels load K/V in boxes of gcd(page_size, block) rows.
+constexpr int64_t kPageQuantum = 16;
 
 void check_size(int64_t v, const char* name, int64_t max) {
   RTC_CHECK(v >= 1 && v <= max, RTC_ERR_ARG,
@@ -35,6 +37,51 @@ int64_t view_bytes(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t (&s
   return __builtin_mul_overflow(span, int64_t(2), &span) ? -1 : span;
 }
 
+// The [batch, rows, heads, D] extent of q, k, v and o in memory: dense [B, S, H]; packed q / o
+// [1, total_q, H]; varlen k / v [1, total_k, Hk]; paged k / v [num_pages, page_size, Hk].
+struct View {
+  const char* name;
+  const void* base;
+  int64_t batch, rows, heads;
+  const int64_t (&st)[3];
+};
+
+std::vector<View> views(const AttentionFwdArgs& a) {
+  const int mode = kv_mode(a);
+  const bool packed = mode != RTC_KV_DENSE;
+  const int64_t qb = packed ? 1 : a.batch, qs = packed ? a.total_q : a.seq_q;
+  const int64_t kb = mode == RTC_KV_PAGED ? a.num_pages : packed ? 1 : a.batch;
+  const int64_t ks = mode == RTC_KV_PAGED ? a.page_size : packed ? a.total_k : a.seq_k;
+  return {{"q", a.q, qb, qs, a.heads, a.q_strides}, {"k", a.k, kb, ks, a.heads_k, a.k_strides},
+          {"v", a.v, kb, ks, a.heads_k, a.v_strides}, {"o", a.o, qb, qs, a.heads, a.o_strides}};
+}
+
+// Packed sequences: the sizes that can be checked without reading device memory. The values of
+// cu_seqlens and the block table are the kernels' to survive (attn_params.h: seq_of, page_of) and
+// the CHECK knob's to verify on the host (Python).
+void validate_sequences(const AttentionFwdArgs& a) {
+  RTC_CHECK(a.cu_seqlens_q && a.cu_seqlens_k, RTC_ERR_ARG,
+            "cu_seqlens_q and cu_seqlens_k must both be non-null for packed sequences");
+  check_size(a.total_q, "total_q", kMaxSize);
+  if (kv_mode(a) == RTC_KV_PAGED) {
+    check_size(a.page_size, "page_size", kMaxSize);
+    RTC_CHECK(a.page_size % kPageQuantum == 0, RTC_ERR_ARG,
+              "page_size=" + std::to_string(a.page_size) + " is not accepted; accepted: a multiple of " +
+                  std::to_string(kPageQuantum) + " (16, 32, 64, 128, 256, ...)");
+    check_size(a.num_pages, "num_pages", kMaxSize);
+    check_size(a.pages_per_seq, "pages_per_seq", kMaxSize);
+    RTC_CHECK(a.table_stride >= a.pages_per_seq && a.table_stride <= kMaxSize, RTC_ERR_ARG,
+              "table_stride=" + std::to_string(a.table_stride) + " is not accepted; accepted: pages_per_seq=" +
+                  std::to_string(a.pages_per_seq) + ".." + std::to_string(kMaxSize));
+    int64_t entries = 0;
+    RTC_CHECK(!__builtin_mul_overflow(a.batch, a.table_stride, &entries) && entries <= kMaxSize, RTC_ERR_ARG,
+              "batch*table_stride=" + std::to_string(a.batch) + "*" + std::to_string(a.table_stride) +
+                  " is not accepted; accepted: a block table of at most " + std::to_string(kMaxSize) + " entries");
+  } else {
+    check_size(a.total_k, "total_k", kMaxSize);
+  }
+}
+
 void validate(const void* p) {
   const AttentionFwdArgs* a = static_cast<const AttentionFwdArgs*>(p);
   RTC_CHECK(a->q && a->k && a->v && a->o, RTC_ERR_ARG, "q, k, v and o pointers must all be non-null");
@@ -51,13 +98,11 @@ void validate(const void* p) {
     RTC_CHECK(w.second >= -1 && w.second <= kMaxSize, RTC_ERR_ARG,
               std::string(w.first) + "=" + std::to_string(w.second) + " is not accepted; accepted: -1 (unbounded) "
                   "or 0.." + std::to_string(kMaxSize));
-  const struct { const char* name; int64_t rows, heads; const int64_t (&st)[3]; } views[] = {
-      {"q", a->seq_q, a->heads, a->q_strides}, {"k", a->seq_k, a->heads_k, a->k_strides},
-      {"v", a->seq_k, a->heads_k, a->v_strides}, {"o", a->seq_q, a->heads, a->o_strides}};
-  for (const auto& t : views)
-    RTC_CHECK(view_bytes(a->batch, t.rows, t.heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
+  if (kv_mode(*a) != RTC_KV_DENSE) validate_sequences(*a);
+  for (const View& t : views(*a))
+    RTC_CHECK(view_bytes(t.batch, t.rows, t.heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
               std::string(t.name) + "_strides=(" + std::to_string(t.st[0]) + ", " + std::to_string(t.st[1]) + ", " +
-                  std::to_string(t.st[2]) + ") over batch=" + std::to_string(a->batch) + ", rows=" +
+                  std::to_string(t.st[2]) + ") over batch=" + std::to_string(t.batch) + ", rows=" +
                   std::to_string(t.rows) + ", heads=" + std::to_string(t.heads) +
                   " span more than 2^63 bytes; accepted: a view of addressable size");
   RTC_CHECK(std::isfinite(a->softmax_scale) && a->softmax_scale > 0, RTC_ERR_ARG,
@@ -76,6 +121,9 @@ void add_view(std::vector<rtc_mem_range>& out, const void* base, size_t elem, in
   out.push_back(rtc_mem_range{static_cast<const char*>(base) + lo * int64_t(elem), uint64_t(hi - lo + 1) * elem});
 }
 
+const rtc::KnobRegistration kCheck({"CHECK", rtc::KnobType::Bool, "0", "",
+                                    "read packed-sequence metadata back before launch and refuse bad values "
+                                    "(cu_seqlens order and totals, block ids): costs a host sync per call"});
 const rtc::KnobRegistration kNoTail({"NO_TAIL", rtc::KnobType::Bool, "0", "",
                                      "turn off the tail KV split the fast attention kernels plan (a forced split stays)"});
 
@@ -108,17 +156,34 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
   p.heads_k = int(a.heads_k);
   p.window_left = int(a.window_left);
   p.window_right = int(a.window_right);
+  if (kv_mode(a) != RTC_KV_DENSE) {  // validate() bounded these by INT32_MAX
+    p.cu_q = static_cast<const int*>(a.cu_seqlens_q);
+    p.cu_k = static_cast<const int*>(a.cu_seqlens_k);
+    p.block_table = static_cast<const int*>(a.block_table);
+    p.total_q = int(a.total_q);
+    p.total_k = int(a.total_k);
+    p.page_size = int(a.page_size);
+    p.num_pages = int(a.num_pages);
+    p.pages_per_seq = int(a.pages_per_seq);
+    p.table_stride = int(a.table_stride);
+  }
   return p;
 }
 
 std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
   std::vector<rtc_mem_range> r;
-  add_view(r, a.q, 2, a.batch, a.seq_q, a.heads, a.head_dim, a.q_strides);
-  add_view(r, a.k, 2, a.batch, a.seq_k, a.heads_k, a.head_dim, a.k_strides);
-  add_view(r, a.v, 2, a.batch, a.seq_k, a.heads_k, a.head_dim, a.v_strides);
-  add_view(r, a.o, 2, a.batch, a.seq_q, a.heads, a.head_dim, a.o_strides);
-  if (a.lse) r.push_back(rtc_mem_range{a.lse, uint64_t(a.batch) * a.heads * a.seq_q * sizeof(float)});
+  for (const View& t : views(a)) add_view(r, t.base, 2, t.batch, t.rows, t.heads, a.head_dim, t.st);
+  const int mode = kv_mode(a);
+  const uint64_t lse_rows = mode == RTC_KV_DENSE ? uint64_t(a.batch) * a.seq_q : uint64_t(a.total_q);
+  if (a.lse) r.push_back(rtc_mem_range{a.lse, lse_rows * a.heads * sizeof(float)});
   if (a.workspace && a.workspace_bytes > 0) r.push_back(rtc_mem_range{a.workspace, uint64_t(a.workspace_bytes)});
+  if (mode != RTC_KV_DENSE) {
+    const uint64_t cu_bytes = uint64_t(a.batch + 1) * sizeof(int32_t);
+    r.push_back(rtc_mem_range{a.cu_seqlens_q, cu_bytes});
+    r.push_back(rtc_mem_range{a.cu_seqlens_k, cu_bytes});
+  }
+  if (mode == RTC_KV_PAGED)
+    r.push_back(rtc_mem_range{a.block_table, (uint64_t(a.batch - 1) * a.table_stride + a.pages_per_seq) * sizeof(int32_t)});
   return r;
 }
 
