@@ -50,6 +50,9 @@ RTC_DEVICE void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<rtc_u64>(tmap)) : "memory");
 }
 
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma, TMA).
+RTC_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // ---- named barriers (id 0 is __syncthreads) ----
 RTC_DEVICE void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

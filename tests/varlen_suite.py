@@ -88,10 +88,9 @@ def check_accuracy(b: Batch, mode="rtne", window=(-1, -1), what=""):
     tag = f"{what} mode={mode} window={window} {b.tag()}"
     assert out.dtype == torch.bfloat16 and out.shape == b.q.shape, tag
     assert lse.dtype == torch.float32 and tuple(lse.shape) == (b.q.shape[1], b.q.shape[0]), (tuple(lse.shape), tag)
-    args = (b.q.cpu(), b.k.cpu(), b.v.cpu(), b.cu_q.cpu(), b.cu_k.cpu())
-    table = None if b.block_table is None else b.block_table.cpu()
-    o64, lse64 = ref.reference_varlen(*args, None, None, window, table)
-    r = ref.reference_varlen(*args, mode, None, window, table)
+    args = (b.q, b.k, b.v, b.cu_q.cpu(), b.cu_k.cpu())     # on q's device: fast on GPUs
+    o64, lse64 = (t.cpu() for t in ref.reference_varlen(*args, None, None, window, b.block_table))
+    r = ref.reference_varlen(*args, mode, None, window, b.block_table).cpu()
     err, nrm = ref.errors(out.cpu(), o64)
     err_r, _ = ref.errors(r, o64)
     assert torch.isfinite(out.float()).all(), f"non-finite output from finite inputs: {tag}"

@@ -94,6 +94,7 @@ struct Seq {
   rtc_i64 q_off, o_off, k_off, v_off;
   rtc_i64 lse_off, lse_head_stride;  // lse[lse_off + h * lse_head_stride + row]
   int len_q, len_k;
+  int q_row, k_row;  // packed: the sequence's first row in q / o and in k / v (0 when dense; k: 0 when paged)
 };
 
 RTC_HD int clamp_i(rtc_i64 x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : (int)x); }
@@ -115,6 +116,7 @@ RTC_HD Seq seq_of(const AttnParams& p, int b) {
     s.lse_head_stride = p.seq_q;
     s.len_q = p.seq_q;
     s.len_k = p.seq_k;
+    s.q_row = s.k_row = 0;
     return s;
   }
   int q0, k0;
@@ -123,6 +125,8 @@ RTC_HD Seq seq_of(const AttnParams& p, int b) {
   s.o_off = (rtc_i64)q0 * p.o_ss;
   s.lse_off = q0;  // AITER's varlen LSE: [heads, total_q]
   s.lse_head_stride = p.total_q;
+  s.q_row = q0;
+  s.k_row = 0;
   if (RTC_KV == RTC_KV_PAGED) {
     const rtc_i64 cap = (rtc_i64)p.pages_per_seq * p.page_size;
     k0 = clamp_i(p.cu_k[b], 0, 0x7FFFFFFF);
@@ -130,6 +134,7 @@ RTC_HD Seq seq_of(const AttnParams& p, int b) {
     s.k_off = s.v_off = 0;  // rows through the block table (page_row)
   } else {
     seq_rows(p.cu_k, b, p.total_k, k0, s.len_k);
+    s.k_row = k0;
     s.k_off = (rtc_i64)k0 * p.k_ss;
     s.v_off = (rtc_i64)k0 * p.v_ss;
   }

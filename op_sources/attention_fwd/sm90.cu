@@ -3,6 +3,9 @@
 // With RTC_MASK (a causal or sliding window) a tile visits only the K/V blocks its rows' windows
 // reach; blocks cut by the window edge are masked, blocks fully inside run the unmasked path, and
 // tiles are taken longest-first. Query head h reads K/V head kv_head(h) (GQA/MQA).
+// Packed sequences (RTC_KV): Q/O rows and (varlen) K/V rows sit at each sequence's offset in the
+// packed tensors; paged K/V come page by page through the block table (TMA boxes of
+// gcd(page_size, 128) rows); the tiles are handed out from a table every CTA builds (sm90/schedule.h).
 // The alternatives measured for this kernel, and why they lost, are described in docs/NOTES.md.
 #include "platform.h"
 #include "attn_params.h"
@@ -10,14 +13,25 @@
 #include "ptx_sm90.h"
 #include "wgmma_sm90.h"
 #include "sm90/softmax.h"
+#include "sm90/schedule.h"
 
 // Two P buffers in RTNA: P_n is packed while P_{n-1} V_{n-1} still reads the other one, and the
 // pack leaves the path from that GEMM's end to the next issue (the loop is unrolled by 2). It pays
 // where the pack is long: RTNA's three integer ops per pair (NOTES step 10).
-#define SM90_P_DOUBLE (RTC_ROUND == 1)
+// Paged variants keep one buffer: their consumers have 232 registers (the producer walks the table).
+#define SM90_P_DOUBLE (RTC_ROUND == 1 && RTC_KV != RTC_KV_PAGED)
 
 namespace {
 using namespace sm90;
+
+constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
+// Tiles differ in length under a mask or across packed sequences: CTAs take them dynamically.
+constexpr bool kDynamic = RTC_MASK || kPacked;
+// setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
+// what the consumers take.
+constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 32 : 24;  // paged: the block-table walk
+constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 232 : 240;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
 
 constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
 constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
@@ -57,7 +71,7 @@ struct TileOrder {
 };
 
 RTC_DEVICE int next_tile(const Sm90AttnParams& p, int ti) {
-  if (!RTC_MASK) return ti + gridDim.x;
+  if (!kDynamic) return ti + gridDim.x;
   return gridDim.x + atomicAdd(static_cast<int*>(p.a.workspace), 1);
 }
 
@@ -82,24 +96,39 @@ RTC_DEVICE int receive_tile(const Bars& b, TileOrder& o) {
 struct SmemTiles {
   rtc_u32 q, k, v;
   Bars bars;
+  Schedule sched;  // packed sequences only
   RTC_DEVICE rtc_u32 k_stage(int s) const { return k + s * SM90_KV_BYTES; }
   RTC_DEVICE rtc_u32 v_stage(int s) const { return v + s * SM90_KV_BYTES; }
 };
 
 struct Tile {
   int m_block, head, batch;
+  Seq seq;          // where the tile's sequence lives (attn_params.h)
+  AttnParams view;  // the parameters as that sequence alone sees them (its own lengths)
 };
 // m-block fastest, then head, then batch: CTAs running together share one head's K/V in L2. Under
 // a mask the last m-blocks see the most keys (bottom-right alignment): they go first, so the
 // persistent CTAs end together (longest processing time first).
-RTC_DEVICE Tile decode_tile(int t, int num_m_blocks, int heads) {
+// Packed sequences: the schedule's order (sm90/schedule.h).
+RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t) {
   Tile r;
-  r.m_block = t % num_m_blocks;
-  if (RTC_MASK) r.m_block = num_m_blocks - 1 - r.m_block;
-  const int bh = t / num_m_blocks;
-  r.head = bh % heads;
-  r.batch = bh / heads;
+  if (kPacked) {
+    sm.sched.decode(t, p.a.heads, r.m_block, r.head, r.batch);
+  } else {
+    r.m_block = t % p.num_m_blocks;
+    if (RTC_MASK) r.m_block = p.num_m_blocks - 1 - r.m_block;
+    const int bh = t / p.num_m_blocks;
+    r.head = bh % p.a.heads;
+    r.batch = bh / p.a.heads;
+  }
+  r.seq = seq_of(p.a, r.batch);
+  r.view = seq_view(p.a, r.seq);
   return r;
+}
+
+// Tiles of this launch: the schedule's count when packed (the host's num_tiles is then a bound).
+RTC_DEVICE int tile_count(const Sm90AttnParams& p, const SmemTiles& sm) {
+  return kPacked ? sm.sched.pairs * p.a.heads : p.num_tiles;
 }
 
 // The K/V blocks of one tile (kv_span, attn_params.h): [begin, end) are visited; blocks outside
@@ -127,30 +156,54 @@ RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rt
   tma_load_4d(dst + half_bytes, &map, bar, SM90_BOX_D, row, head, batch);
 }
 
+// Paged K or V block n of a tile: kN rows in boxes of p.kv_box rows, each from its own page. A row
+// past the sequence's keys or an out-of-range page id is given page coordinate num_pages: TMA reads
+// nothing and fills zeros (and still counts the bytes), so no id can reach outside the pool.
+RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
+                           const Tile& t, int n, int kvh) {
+  const AttnParams& a = p.a;
+  mbar_expect_tx(bar, SM90_KV_BYTES);
+  for (int r = 0; r < kN; r += p.kv_box) {
+    const int j = n * kN + r;
+    const int page = j < t.seq.len_k ? page_of(a, t.batch, j) : -1;
+    const int row = j % a.page_size, at = page < 0 ? a.num_pages : page;
+    tma_load_4d(dst + r * 128, &map, bar, 0, row, kvh, at);
+    tma_load_4d(dst + kHalfKV + r * 128, &map, bar, SM90_BOX_D, row, kvh, at);
+  }
+}
+
+RTC_DEVICE void load_kv(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
+                        const Tile& t, int n, int kvh) {
+  if (RTC_KV == RTC_KV_PAGED)
+    load_paged(p, map, dst, bar, t, n, kvh);
+  else  // packed rows: batch coordinate 0, the sequence's rows from k_row
+    load_tile(map, dst, bar, SM90_KV_BYTES, t.seq.k_row + n * kN, kvh, kPacked ? 0 : t.batch, kHalfKV);
+}
+
 RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
   PipeState ps;
   TileOrder order;
   rtc_u32 q_phase = 0;
-  for (int ti = blockIdx.x; ti < p.num_tiles; ti = next_tile(p, ti)) {
-    if (RTC_MASK) publish_tile(sm.bars, order, ti);
-    const Tile t = decode_tile(ti, p.num_m_blocks, p.a.heads);
-    const KvSpan sp = tile_span(p.a, t.m_block);
+  const int tiles = tile_count(p, sm);
+  for (int ti = blockIdx.x; ti < tiles; ti = next_tile(p, ti)) {
+    if (kDynamic) publish_tile(sm.bars, order, ti);
+    const Tile t = decode_tile(p, sm, ti);
+    const KvSpan sp = tile_span(t.view, t.m_block);
     if (sp.begin == sp.end) continue;  // the consumers write zeros without reading Q
     const int kvh = kv_head(p.a, t.head);
     mbar_wait(sm.bars.q_empty(), q_phase ^ 1);
-    load_tile(p.tmap_q, sm.q, sm.bars.q_full(), SM90_Q_BYTES, t.m_block * kM, t.head, t.batch, kHalfQ);
+    load_tile(p.tmap_q, sm.q, sm.bars.q_full(), SM90_Q_BYTES, t.seq.q_row + t.m_block * kM, t.head,
+              kPacked ? 0 : t.batch, kHalfQ);
     q_phase ^= 1;
     for (int n = sp.begin; n < sp.end; ++n) {
       mbar_wait(sm.bars.k_empty(ps.stage), ps.phase ^ 1);
-      load_tile(p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), SM90_KV_BYTES, n * kN,
-                kvh, t.batch, kHalfKV);
+      load_kv(p, p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), t, n, kvh);
       mbar_wait(sm.bars.v_empty(ps.stage), ps.phase ^ 1);
-      load_tile(p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), SM90_KV_BYTES, n * kN,
-                kvh, t.batch, kHalfKV);
+      load_kv(p, p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), t, n, kvh);
       ps.advance();
     }
   }
-  if (RTC_MASK) publish_tile(sm.bars, order, p.num_tiles);  // the end marker
+  if (kDynamic) publish_tile(sm.bars, order, tiles);  // the end marker
 }
 
 // ---------------------------------------------------------------- consumer GEMMs
@@ -203,15 +256,14 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
     const bool empty = l == 0.f;
     const float inv = empty ? 0.f : 1.f / l;
     const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
-    if (row >= a.seq_q) continue;
-    rtc_bf16_t* dst = a.o + (rtc_i64)t.batch * a.o_sb + (rtc_i64)row * a.o_ss +
-                      (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
+    if (row >= t.view.seq_q) continue;
+    rtc_bf16_t* dst = a.o + t.seq.o_off + (rtc_i64)row * a.o_ss + (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
           empty ? 0u : pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     if (a.lse != nullptr && lane % 4 == 0)
-      a.lse[((rtc_i64)t.batch * a.heads + t.head) * a.seq_q + row] =
+      a.lse[t.seq.lse_off + (rtc_i64)t.head * t.seq.lse_head_stride + row] =
           (l == 0.f) ? neg_inf() : st.m[i] * a.scale + logf(l);
   }
 }
@@ -292,21 +344,37 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
   L.ps.advance();
 }
 
+// Packed sequences: the V rows of a partial last block past the sequence's keys hold another
+// sequence's values (or a page's stale rows). Their weights are 0, but 0 * Inf or NaN is NaN in the
+// GEMM: zero them, both halves, before this warpgroup's P V. Both warpgroups do it (each before its
+// own GEMM; the second writes zeros over zeros), so neither waits for the other.
+RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid, int wg) {
+  const int tid = threadIdx.x % 128;
+  const rtc_u32 from = valid * 128, bytes = (kN - valid) * 128;  // per 64-column half
+  for (rtc_u32 off = tid * 16; off < 2 * bytes; off += 128 * 16) {
+    const rtc_u32 at = v_tile + (off < bytes ? from + off : kHalfKV + from + off - bytes);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(at), "r"(0u) : "memory");
+  }
+  fence_proxy_async_smem();         // the generic-proxy stores, before wgmma's async-proxy reads
+  named_sync(3 + wg, 128);          // every warp of the warpgroup has stored
+}
+
 RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t,
                              int wg, PipeState& ps, rtc_u32& q_phase) {
-  const KvSpan sp = tile_span(p.a, t.m_block);
+  const AttnParams& a = t.view;
+  const KvSpan sp = tile_span(a, t.m_block);
   const int n0 = sp.begin, n_blocks = sp.end - sp.begin;
-  const int last_valid = p.a.seq_k - (sp.end - 1) * kN;
+  const int last_valid = a.seq_k - (sp.end - 1) * kN;
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const WindowMask wm{KeyWindow::of(p.a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
+  const WindowMask wm{KeyWindow::of(a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
                       sp.full_end};
   TileLoop L{sm, sm.q + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
-             p.a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}, wm};
+             a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}, wm};
   ConsumerRegs r;
   r.st.init();
 #pragma unroll
   for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
-  if (RTC_MASK && n_blocks == 0) {  // no row of the tile sees a key: zeros, LSE -inf, nothing read
+  if ((RTC_MASK || kPacked) && n_blocks == 0) {  // no row sees a key: zeros, LSE -inf, nothing read
     store_tile(p, t, wg, r.o, r.st);
     return;
   }
@@ -319,7 +387,7 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
   issue_qk(r.s, L.q_rows, sm.k_stage(ps.stage));
   named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<0>();
-  scores_done(sm, r, ps, n_blocks == 1, L.last_valid, L.c, p.a, L.wm, n0);
+  scores_done(sm, r, ps, n_blocks == 1, L.last_valid, L.c, a, L.wm, n0);
   pack_p(r.s, r.pk);
   L.pv = ps;
   ps.advance();
@@ -327,20 +395,21 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
 #if SM90_P_DOUBLE
   int n = 1;
   for (; n + 1 < n_blocks; n += 2) {
-    steady_block<0, true>(L, r, p.a, n0 + n, n == n_blocks - 1, r.pk, r.pk2);
-    steady_block<1, true>(L, r, p.a, n0 + n + 1, n + 1 == n_blocks - 1, r.pk2, r.pk);
+    steady_block<0, true>(L, r, a, n0 + n, n == n_blocks - 1, r.pk, r.pk2);
+    steady_block<1, true>(L, r, a, n0 + n + 1, n + 1 == n_blocks - 1, r.pk2, r.pk);
   }
   if (n < n_blocks) {
-    steady_block<0, true>(L, r, p.a, n0 + n, true, r.pk, r.pk2);
+    steady_block<0, true>(L, r, a, n0 + n, true, r.pk, r.pk2);
 #pragma unroll
     for (int i = 0; i < kN / 4; ++i) r.pk[i] = r.pk2[i];
   }
 #else
   for (int n = 1; n < n_blocks; ++n)
-    steady_block<0, false>(L, r, p.a, n0 + n, n == n_blocks - 1, r.pk, r.pk);
+    steady_block<0, false>(L, r, a, n0 + n, n == n_blocks - 1, r.pk, r.pk);
 #endif
   // 3. last block: P V only.
   mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
+  if (kPacked && last_valid < kN) zero_rows_past(sm.v_stage(L.pv.stage), last_valid, wg);
   named_sync(L.own_bar, kPingPongThreads);
   issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
   named_arrive(L.other_bar, kPingPongThreads);
@@ -356,12 +425,13 @@ RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   rtc_u32 q_phase = 0;
   // Warpgroup 0 issues first: warpgroup 1 pre-arrives on its barrier.
   if (wg == 1) named_arrive(1, kPingPongThreads);
-  if (RTC_MASK) {
-    for (int ti = receive_tile(sm.bars, order); ti < p.num_tiles; ti = receive_tile(sm.bars, order))
-      consume_tile(p, sm, decode_tile(ti, p.num_m_blocks, p.a.heads), wg, ps, q_phase);
+  const int tiles = tile_count(p, sm);
+  if (kDynamic) {
+    for (int ti = receive_tile(sm.bars, order); ti < tiles; ti = receive_tile(sm.bars, order))
+      consume_tile(p, sm, decode_tile(p, sm, ti), wg, ps, q_phase);
   } else {
-    for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x)
-      consume_tile(p, sm, decode_tile(ti, p.num_m_blocks, p.a.heads), wg, ps, q_phase);
+    for (int ti = blockIdx.x; ti < tiles; ti += gridDim.x)
+      consume_tile(p, sm, decode_tile(p, sm, ti), wg, ps, q_phase);
   }
   // Balance the pre-arrival so the barrier is idle when the block exits.
   if (wg == 0) named_sync(1, kPingPongThreads);
@@ -399,13 +469,16 @@ extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
   sm.v = sm.k + kStages * SM90_KV_BYTES;
   sm.bars.base = sm.v + kStages * SM90_KV_BYTES;
   if (threadIdx.x == 0) init_barriers(p, sm.bars);
+  if (kPacked)  // after the barrier slots; its own __syncthreads also publishes the barriers' init
+    sm.sched = build_schedule(p.a, p.num_m_blocks, reinterpret_cast<int*>(smem_raw + (sm.bars.base + SM90_BAR_BYTES -
+                                                                                      smem_addr(smem_raw))), kM);
   __syncthreads();
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    regs_shrink<24>();
+    regs_shrink<kProducerRegs>();
     if (threadIdx.x == 0) produce(p, sm);
   } else {
-    regs_grow<240>();
+    regs_grow<kConsumerRegs>();
     consume(p, sm, wg - 1);
   }
 }

@@ -13,7 +13,7 @@ from rtc_testing import need_lib
 
 ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket, one layout.
-WARM = ["warm", "--arch", "gfx90a", "--layout", "bshd", "--round-mode", "rtne,rtz", "--mask", "none", "--head-dim", "64",
+WARM = ["warm", "--arch", "gfx90a", "--layout", "bshd", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense", "--head-dim", "64",
         "--jobs", "2"]
 
 

@@ -21,7 +21,7 @@ const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const Atten
 static_assert(sizeof(Sm90TensorMap) == 128 && alignof(Sm90TensorMap) == 64,
               "Sm90TensorMap must match CUtensorMap (128 bytes, 64-byte aligned)");
 static_assert(offsetof(Sm90AttnParams, a) == 384, "Sm90AttnParams: the three maps come first");
-static_assert(sizeof(Sm90AttnParams) == 640, "Sm90AttnParams size changed: update the kernel's users");
+static_assert(sizeof(Sm90AttnParams) % 64 == 0, "Sm90AttnParams: a whole number of 64-byte lines");
 
 // What TMA and the kernel's 4-byte output stores need of one tensor: "" or why not.
 std::string tensor_why_not(const char* name, const void* ptr, const int64_t (&st)[3], int64_t align_elems) {
@@ -70,6 +70,13 @@ int64_t tile_count(const AttentionFwdArgs& a) {
   return tiles;
 }
 
+// The dynamic shared memory of a launch: tiles, rings and barriers, plus the packed schedule's table.
+int64_t shared_bytes(const AttentionFwdArgs& a) {
+  const int64_t levels = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
+  return SM90_SMEM_BYTES + (kv_mode(a) == RTC_KV_DENSE ? 0 : SM90_SCHEDULE_BYTES(a.batch, levels));
+}
+constexpr int64_t kMaxShared = 227 * 1024;  // sm_90's opt-in limit per block
+
 std::string why_not(const void* p, const char* vendor) {
   const AttentionFwdArgs* a = &args_of(p);
   if (!vendor || std::string(vendor) != "cuda")
@@ -86,13 +93,23 @@ std::string why_not(const void* p, const char* vendor) {
   const int64_t tiles = tile_count(*a);
   if (tiles >= (int64_t(1) << 31))
     return "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) + " is too large for the sm90 kernel; accepted: < 2^31";
+  if (shared_bytes(*a) > kMaxShared)
+    return "batch=" + std::to_string(a->batch) + " sequences with max_seqlen_q=" + std::to_string(a->seq_q) +
+           " need a " + std::to_string(shared_bytes(*a) - SM90_SMEM_BYTES) +
+           "-byte tile schedule (sm90/schedule.h), more than the sm90 kernel's free shared memory; accepted: a "
+           "schedule of at most " + std::to_string(kMaxShared - SM90_SMEM_BYTES) + " bytes";
   return "";
 }
 
-// The masked variant's tile counter (SM90_WORKSPACE_BYTES); the unmasked one needs none.
-bool masked(const AttentionFwdArgs& a) { return a.window_left != -1 || a.window_right != -1; }
+// The masked and the packed variants take tiles from a counter (SM90_WORKSPACE_BYTES); the dense
+// unmasked one needs none.
+bool dynamic_tiles(const AttentionFwdArgs& a) {
+  return a.window_left != -1 || a.window_right != -1 || kv_mode(a) != RTC_KV_DENSE;
+}
 
-int64_t workspace_bytes(const void* p) { return masked(args_of(p)) ? SM90_WORKSPACE_BYTES : 0; }
+int64_t workspace_bytes(const void* p) { return dynamic_tiles(args_of(p)) ? SM90_WORKSPACE_BYTES : 0; }
+
+int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
 std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
@@ -100,8 +117,8 @@ std::string plan_json(const void* p) {
   // The grid is min(tiles, SMs); with num_cus unknown here, the plan shows the tile count.
   const int64_t grid = a.num_cus > 0 && a.num_cus < tiles ? a.num_cus : tiles;
   return json_object({{"num_tiles", tiles}, {"grid_x", grid}, {"block", SM90_THREADS},
-                      {"shared_bytes", SM90_SMEM_BYTES}, {"workspace_bytes", workspace_bytes(p)},
-                      {"dynamic_tiles", masked(a)}});
+                      {"shared_bytes", shared_bytes(a)}, {"workspace_bytes", workspace_bytes(p)},
+                      {"dynamic_tiles", dynamic_tiles(a)}});
 }
 
 void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
@@ -112,22 +129,40 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
             "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA >= 12), which the sm90 kernel needs");
   alignas(64) Sm90AttnParams sp;
   std::memset(&sp, 0, sizeof sp);
-  sp.tmap_q = encode("q", a.q, a.q_strides, a.seq_q, a.heads, a.batch, SM90_BLOCK_M);
-  sp.tmap_k = encode("k", a.k, a.k_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
-  sp.tmap_v = encode("v", a.v, a.v_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
+  const int mode = kv_mode(a);
+  if (mode == RTC_KV_DENSE) {
+    sp.tmap_q = encode("q", a.q, a.q_strides, a.seq_q, a.heads, a.batch, SM90_BLOCK_M);
+    sp.tmap_k = encode("k", a.k, a.k_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
+    sp.tmap_v = encode("v", a.v, a.v_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
+  } else {
+    // Packed rows: one "batch" of total rows (its stride is never stepped; any valid value does).
+    const int64_t q_st[3] = {a.q_strides[1], a.q_strides[1], a.q_strides[2]};
+    sp.tmap_q = encode("q", a.q, q_st, a.total_q, a.heads, 1, SM90_BLOCK_M);
+    if (mode == RTC_KV_PAGED) {  // [num_pages, page_size, Hk, D]: the page is the batch coordinate
+      sp.kv_box = gcd(int(a.page_size), SM90_BLOCK_N);
+      sp.tmap_k = encode("k", a.k, a.k_strides, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
+      sp.tmap_v = encode("v", a.v, a.v_strides, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
+    } else {
+      const int64_t k_st[3] = {a.k_strides[1], a.k_strides[1], a.k_strides[2]};
+      const int64_t v_st[3] = {a.v_strides[1], a.v_strides[1], a.v_strides[2]};
+      sp.tmap_k = encode("k", a.k, k_st, a.total_k, a.heads_k, 1, SM90_BLOCK_N);
+      sp.tmap_v = encode("v", a.v, v_st, a.total_k, a.heads_k, 1, SM90_BLOCK_N);
+    }
+  }
+  if (mode != RTC_KV_PAGED) sp.kv_box = SM90_BLOCK_N;
   sp.a = fill_params(a);
   sp.num_m_blocks = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
   const int64_t tiles = tile_count(a);
   sp.num_tiles = int(tiles);
   const int sms = sm_count(a, t.device);
   const unsigned grid[3] = {unsigned(tiles < sms ? tiles : sms), 1, 1};
-  if (masked(a)) {  // the tile counter starts at 0, on the launch's stream, before the kernel
+  if (dynamic_tiles(a)) {  // the tile counter starts at 0, on the launch's stream, before the kernel
     RTC_CHECK(a.workspace && a.workspace_bytes >= SM90_WORKSPACE_BYTES, RTC_ERR_ARG,
               "workspace_bytes=" + std::to_string(a.workspace_bytes) + " is too small for the masked sm90 kernel; "
               "accepted: >= " + std::to_string(SM90_WORKSPACE_BYTES) + " (rtc_op_workspace_bytes)");
     rtc::cuda_memset_d32(t.device, a.workspace, 0u, SM90_WORKSPACE_BYTES / 4, t.stream);
   }
-  launch(program, t, a, grid, SM90_THREADS, SM90_SMEM_BYTES, &sp, sizeof sp);
+  launch(program, t, a, grid, SM90_THREADS, unsigned(shared_bytes(a)), &sp, sizeof sp);
 }
 
 }  // namespace

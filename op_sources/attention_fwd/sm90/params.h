@@ -28,13 +28,19 @@ struct alignas(64) Sm90TensorMap {
 // The same map serves bshd and bhsd: the layout lives in the strides.
 // Under a mask the tiles differ in length: the CTAs take them dynamically, longest first, from a
 // counter in the workspace (zeroed by the launch), so they end together.
+// Packed sequences take their tiles the same way, in the order of sm90/schedule.h, whose table
+// lives in shared memory after the barrier slots.
 #define SM90_WORKSPACE_BYTES 16
+// Bytes of that table for `batch` sequences and `levels` m-blocks: m-block counts and the sorted
+// sequences (4 bytes each), three arrays over the levels and the pair count.
+#define SM90_SCHEDULE_BYTES(batch, levels) (4LL * (2LL * (batch) + 3LL * ((levels) + 1) + 1))
 
 struct alignas(64) Sm90AttnParams {
   Sm90TensorMap tmap_q;
   Sm90TensorMap tmap_k;
   Sm90TensorMap tmap_v;
   AttnParams a;
-  int num_m_blocks;   // ceil(seq_q / SM90_BLOCK_M)
-  int num_tiles;      // num_m_blocks * heads * batch; the grid is min(num_tiles, SMs)
+  int num_m_blocks;   // ceil(seq_q / SM90_BLOCK_M) (packed: of max_seqlen_q)
+  int num_tiles;      // num_m_blocks * heads * batch; the grid is min(num_tiles, SMs) (packed: a bound)
+  int kv_box;         // paged: rows of a K/V TMA box, gcd(page_size, SM90_BLOCK_N); else SM90_BLOCK_N
 };
