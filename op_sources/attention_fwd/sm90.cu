@@ -18,7 +18,7 @@
 // Two P buffers in RTNA: P_n is packed while P_{n-1} V_{n-1} still reads the other one, and the
 // pack leaves the path from that GEMM's end to the next issue (the loop is unrolled by 2). It pays
 // where the pack is long: RTNA's three integer ops per pair (NOTES step 10).
-// Paged variants keep one buffer: their consumers have 232 registers (the producer walks the table).
+// Paged variants keep one buffer: their consumers have 224 registers (the producer walks pages).
 #define SM90_P_DOUBLE (RTC_ROUND == 1 && RTC_KV != RTC_KV_PAGED)
 
 namespace {
@@ -29,8 +29,8 @@ constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
 constexpr bool kDynamic = RTC_MASK || kPacked;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
 // what the consumers take.
-constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 32 : 24;  // paged: the block-table walk
-constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 232 : 240;
+constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : 24;  // paged: the page walk (ptxas: 32 spills)
+constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 224 : 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
 
 constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
@@ -41,7 +41,7 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
-static_assert(16 + 32 * kStages + 40 <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
+static_assert(16 + 32 * kStages + 40 + 4 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
 // Barrier slots (8 bytes each) after the tiles.
 struct Bars {
@@ -56,6 +56,8 @@ struct Bars {
   RTC_DEVICE rtc_u32 tile_full(int s) const { return base + 16 + 8 * (4 * kStages + s); }
   RTC_DEVICE rtc_u32 tile_empty(int s) const { return base + 16 + 8 * (4 * kStages + 2 + s); }
   RTC_DEVICE rtc_u32 tile_id(int s) const { return base + 16 + 8 * (4 * kStages + 4) + 4 * s; }
+  // Paged: the page ids of the block being loaded (the producer's own scratch, kN / 16 of them).
+  RTC_DEVICE rtc_u32 pages() const { return base + 16 + 8 * (4 * kStages + 4) + 8; }
 };
 
 // The tiles of one CTA. Unmasked: blockIdx.x, then every gridDim.x-th (all tiles are alike).
@@ -156,26 +158,43 @@ RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rt
   tma_load_4d(dst + half_bytes, &map, bar, SM90_BOX_D, row, head, batch);
 }
 
-// Paged K or V block n of a tile: kN rows in boxes of p.kv_box rows, each from its own page. A row
-// past the sequence's keys or an out-of-range page id is given page coordinate num_pages: TMA reads
-// nothing and fills zeros (and still counts the bytes), so no id can reach outside the pool.
-RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
-                           const Tile& t, int n, int kvh) {
+// Paged: the pages of K/V block n of a tile, one per TMA box of min(page_size, kN) rows (at most
+// kN / 16 boxes; page sizes are powers of two). The producer copies the block-table entries into
+// shared memory with cp.async, all at once and before it waits for a free slot, so their latency
+// hides under that wait, and K and V share them. A row past the sequence's keys or an out-of-range
+// id gets page coordinate num_pages: TMA reads nothing there and fills zeros (still counting the
+// bytes), so no id can reach outside the pool.
+RTC_DEVICE void fetch_pages(const Sm90AttnParams& p, const Tile& t, int n, rtc_u32 slots) {
   const AttnParams& a = p.a;
+  const int first = n * kN, boxes = kN / p.kv_box;
+  const int* entry = a.block_table + (rtc_i64)t.batch * a.table_stride + (first >> p.page_shift);
+  for (int i = 0; i < boxes; ++i) {
+    if (first + i * p.kv_box < t.seq.len_k)
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(slots + 4 * i), "l"(entry + i) : "memory");
+    else
+      asm volatile("st.shared.u32 [%0], %1;" ::"r"(slots + 4 * i), "r"(a.num_pages) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
+                           rtc_u32 slots, int n, int kvh) {
+  const int boxes = kN / p.kv_box, row = (n * kN) & ((1 << p.page_shift) - 1);  // a box starts a page unless page > kN
   mbar_expect_tx(bar, SM90_KV_BYTES);
-  for (int r = 0; r < kN; r += p.kv_box) {
-    const int j = n * kN + r;
-    const int page = j < t.seq.len_k ? page_of(a, t.batch, j) : -1;
-    const int row = j % a.page_size, at = page < 0 ? a.num_pages : page;
-    tma_load_4d(dst + r * 128, &map, bar, 0, row, kvh, at);
-    tma_load_4d(dst + kHalfKV + r * 128, &map, bar, SM90_BOX_D, row, kvh, at);
+  for (int i = 0; i < boxes; ++i) {
+    int page;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(page) : "r"(slots + 4 * i) : "memory");
+    if ((unsigned)page >= (unsigned)p.a.num_pages) page = p.a.num_pages;
+    const rtc_u32 at = dst + i * p.kv_box * 128;
+    tma_load_4d(at, &map, bar, 0, row, kvh, page);
+    tma_load_4d(at + kHalfKV, &map, bar, SM90_BOX_D, row, kvh, page);
   }
 }
 
 RTC_DEVICE void load_kv(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
-                        const Tile& t, int n, int kvh) {
+                        const Tile& t, rtc_u32 slots, int n, int kvh) {
   if (RTC_KV == RTC_KV_PAGED)
-    load_paged(p, map, dst, bar, t, n, kvh);
+    load_paged(p, map, dst, bar, slots, n, kvh);
   else  // packed rows: batch coordinate 0, the sequence's rows from k_row
     load_tile(map, dst, bar, SM90_KV_BYTES, t.seq.k_row + n * kN, kvh, kPacked ? 0 : t.batch, kHalfKV);
 }
@@ -196,10 +215,12 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
               kPacked ? 0 : t.batch, kHalfQ);
     q_phase ^= 1;
     for (int n = sp.begin; n < sp.end; ++n) {
+      if (RTC_KV == RTC_KV_PAGED) fetch_pages(p, t, n, sm.bars.pages());
       mbar_wait(sm.bars.k_empty(ps.stage), ps.phase ^ 1);
-      load_kv(p, p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), t, n, kvh);
+      if (RTC_KV == RTC_KV_PAGED) asm volatile("cp.async.wait_all;" ::: "memory");
+      load_kv(p, p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), t, sm.bars.pages(), n, kvh);
       mbar_wait(sm.bars.v_empty(ps.stage), ps.phase ^ 1);
-      load_kv(p, p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), t, n, kvh);
+      load_kv(p, p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), t, sm.bars.pages(), n, kvh);
       ps.advance();
     }
   }

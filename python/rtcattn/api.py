@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import ops  # noqa: F401  (registers torch.ops.rtcattn.*)
-from . import validate
+from . import validate, validate_varlen
 
 
 def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
@@ -55,7 +55,7 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
 
     q [total_q, Hq, D] bf16; sequence b owns rows cu_seqlens_q[b]:cu_seqlens_q[b+1] (int32 [B + 1]).
     k, v [total_k, Hk, D] packed the same way by cu_seqlens_k, or, with block_table (int32 [B, pages]),
-    a paged KV cache [num_pages, page_size, Hk, D] (page_size a multiple of 16): key j of sequence b is
+    a paged KV cache [num_pages, page_size, Hk, D] (page_size a power of two >= 16): key j of sequence b is
     row j % page_size of page block_table[b, j // page_size], and its KV length is
     cu_seqlens_k[b+1] - cu_seqlens_k[b]. max_seqlen_q / max_seqlen_k bound the lengths (they size the
     grid: nothing is read back from the device). Masks align bottom-right per sequence.
@@ -69,7 +69,7 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
             (("block_table", block_table),) if block_table is not None else ()):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    lens = (max_seqlen_q, max_seqlen_k)
+    lens = (validate_varlen.check_max("max_seqlen_q", max_seqlen_q), validate_varlen.check_max("max_seqlen_k", max_seqlen_k))
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                 return_lse, left, right, block_table)

@@ -19,7 +19,8 @@ LEAD_CYCLES = 5_000_000    # ~3 ms of GPU sleep queued ahead of a batch of timed
 
 def add_arguments(p) -> None:
     p.add_argument("--shapes", help='"B,H[/Hk],S[,Sk][:causal];..." (default: the seed\'s 9 shapes); '
-                                    '"masks": the causal and GQA shapes of the masks work')
+                                    '"masks": the causal and GQA shapes of the masks work; "serving": packed '
+                                    'sequences and paged KV (bench_varlen.py)')
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--modes", default="rtne,rtna,rtz", help="round modes of rtcattn, comma-separated")
     p.add_argument("--layout", default="bshd",
@@ -300,14 +301,22 @@ def main(args) -> int:
         raise RuntimeError("bench needs a CUDA or ROCm GPU and torch sees none "
                            f"(torch {torch.__version__}); run it on a GPU machine")
     plt = _matplotlib() if args.plot else None
-    shapes = parse_shapes(args.shapes) if args.shapes else [Case(b, h, s, s) for b, h, s in
+    shapes = parse_shapes(args.shapes) if args.shapes and args.shapes.strip() != "serving" else [
+        Case(b, h, s, s) for b, h, s in
                                                             (QUICK_SHAPES if args.quick else SEED_SHAPES)]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     from .validate import axis_values, check_choice
     for m in modes:
         check_choice("--modes", m, axis_values("round_mode"))
-    layouts = _layouts(args.layout)
     modes, reps = (modes[:1], 3) if args.quick else (modes, args.reps)
+    if args.shapes and args.shapes.strip() == "serving":
+        from . import bench_varlen
+        rows = bench_varlen.run(modes, reps, args.budget_s)
+        if args.json_out:
+            with open(args.json_out, "w") as fh:
+                json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
+        return 0
+    layouts = _layouts(args.layout)
     ceiling = matmul_ceiling(reps)
     rows = []
     for shape in shapes:

@@ -72,7 +72,7 @@ def _check_int32(name: str, t, dims: int, shape_text: str, device: torch.device)
         raise ValueError(f"{name}.device={t.device} is not supported; accepted: q's device {device}")
 
 
-def _check_max(name: str, value) -> int:
+def check_max(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name}={value!r} is not supported; accepted: an int >= 1 (the longest sequence's length)")
     return value
@@ -99,8 +99,8 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         raise ValueError(f"len(cu_seqlens_q)={cu_seqlens_q.shape[0]} != len(cu_seqlens_k)={cu_seqlens_k.shape[0]}; "
                          "accepted: equal lengths (batch + 1 each)")
     batch = cu_seqlens_q.shape[0] - 1
-    _check_max("max_seqlen_q", max_seqlen_q)
-    _check_max("max_seqlen_k", max_seqlen_k)
+    check_max("max_seqlen_q", max_seqlen_q)
+    check_max("max_seqlen_k", max_seqlen_k)
     total_q, hq, d = q.shape
     validate._check_same("k and v shapes", ("k", "v"), (tuple(k.shape), tuple(v.shape)))
     hk, dk = k.shape[-2], k.shape[-1]

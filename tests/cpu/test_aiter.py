@@ -90,3 +90,21 @@ def test_register_without_aiter_raises_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "aiter", None)   # makes `import aiter` fail
     with pytest.raises(ImportError, match="needs AITER"):
         rtcattn.aiter.register()
+
+
+def test_registered_varlen_op_runs_the_varlen_path(standin, monkeypatch, tmp_path):
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    monkeypatch.setenv("RTCATTN_CACHE_DIR", str(tmp_path))
+    rtcattn.aiter.register()
+    assert hasattr(torch.ops.aiter, "rtcattn_varlen_fwd") and callable(standin.rtcattn_varlen_fwd)
+    assert "how_v3_bf16_cvt=1" in str(torch.ops.aiter.rtcattn_varlen_fwd.default._schema)
+    q, k, v = (torch.randn(9, 2, 64, dtype=BF) for _ in range(3))
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    want = rtcattn.forward_varlen(q, k, v, cu, cu, 5, 5, causal=True, round_mode="rtz")
+    got, lse = standin.rtcattn_varlen_fwd(q, k, v, cu, cu, 5, 5, causal=True, how_v3_bf16_cvt=2, return_lse=True)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)) and lse.shape == (2, 9)
+    out = torch.zeros_like(q)
+    assert standin.rtcattn_varlen_fwd(q, k, v, cu, cu, 5, 5, causal=True, how_v3_bf16_cvt=2, out=out) is out
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    with pytest.raises(NotImplementedError, match="logits_soft_cap=30.0"):
+        standin.rtcattn_varlen_fwd(q, k, v, cu, cu, 5, 5, logits_soft_cap=30.0)

@@ -42,6 +42,7 @@ PARAM_HEADERS = ("attn_params.h", "gfx942/params.h")
 ADDR = {"q": 0x7F1200010000, "k": 0x7F1300020000, "v": 0x7F1400030000, "o": 0x7F1500040000,
         "lse": 0x7F1600050000}
 WORKSPACE = 0x7F1A00000000
+CU_Q, CU_K, TABLE = 0x7F1700060000, 0x7F1800070000, 0x7F1900080000  # packed sequences' metadata
 STREAM = 0x5EED0000
 NUM_CUS = 304
 LDS_LIMIT = 65536
@@ -71,9 +72,19 @@ def _problem(v) -> dict:
     def strides(s):  # contiguous, in (batch, seq, head) order whatever the layout
         return [s * h * d, h * d, d] if v["layout"] == "bshd" else [h * s * d, d, s * d]
 
-    return dict(ADDR, q_strides=strides(sq), k_strides=strides(sk), v_strides=strides(sk), o_strides=strides(sq),
+    call = dict(ADDR, q_strides=strides(sq), k_strides=strides(sk), v_strides=strides(sk), o_strides=strides(sq),
                 batch=b, heads=h, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=window[0],
                 window_right=window[1], softmax_scale=1 / math.sqrt(d), tail_split=-1, num_cus=NUM_CUS)
+    if v["kv"] != "dense":  # b sequences packed in rows of [total, heads, D]; paged: k, v in pages of 16 rows
+        packed = lambda heads: [0, heads * d, d]  # noqa: E731
+        call.update(q_strides=packed(h), o_strides=packed(h), k_strides=packed(hk), v_strides=packed(hk),
+                    cu_seqlens_q=CU_Q, cu_seqlens_k=CU_K, total_q=b * sq - 5, total_k=b * sk - 7)
+        if v["kv"] == "paged":
+            pages = b * sk // 16 + 3
+            call.update(k_strides=[16 * hk * d, hk * d, d], v_strides=[16 * hk * d, hk * d, d], total_k=0,
+                        block_table=TABLE, page_size=16, num_pages=pages, pages_per_seq=sk // 16 + 1,
+                        table_stride=sk // 16 + 2)
+    return call
 
 
 # ---- the child: builds every variant, then launches each through the stand-in ---------------------
@@ -269,6 +280,9 @@ def _expected_params(rec: dict, stage: int) -> dict:
                 scale_log2=_f32(scale * LOG2E), tail_split=0)
     for t in "qkvo":
         want.update(zip((f"{t}_sb", f"{t}_ss", f"{t}_sh"), a[f"{t}_strides"]))
+    want.update(cu_q=a.get("cu_seqlens_q", 0), cu_k=a.get("cu_seqlens_k", 0), block_table=a.get("block_table", 0))
+    want.update({f: a.get(f, 0) for f in ("total_q", "total_k", "page_size", "num_pages", "pages_per_seq",
+                                           "table_stride")})
     if rec["kernel"] == "gfx942":
         want.update({f: plan[f] for f in ("nqb", "nkb", "n_prefix", "tail", "split_g", "n_swz", "vt_bytes")})
         want.update(tail_split=plan["split_g"], stage=stage, reserved2=0)

@@ -26,6 +26,7 @@ EFFECT_TESTS = {
     P + "EMULATE": "cpu.test_knobs::test_emulate_selects_the_emulated_arch",
     P + "LIBRARY_PATH": "cpu.test_knobs::test_library_path_dirs_are_searched_first",
     P + "NO_TAIL": "cpu.test_knobs::test_no_tail_turns_off_the_planned_split",
+    P + "CHECK": "cpu.test_varlen_api::test_check_knob_reads_metadata_back_and_refuses_bad_values",
     P + "KERNEL": "emu.test_dispatch_emu::test_rtcattn_kernel_forces_one_kernel_without_fallback",
     P + "COMPILE_TIMEOUT": "cpu.test_cache_hardening::test_compile_timeout_stops_a_hanging_compiler",
     P + "LOCK_TIMEOUT": "cpu.test_cache_hardening::test_lock_wait_names_the_holder_and_times_out",
@@ -74,7 +75,7 @@ def test_no_tail_turns_off_the_planned_split(monkeypatch):
 def test_cache_dir_is_where_entries_go(tmp_path):
     code = ("from rtcattn import dispatch, manifest\n"
             "v = manifest.load().variant_for('attention_fwd', 'baseline', 'sm_90a', "
-            "{'layout': 'bshd', 'round_mode': 'rtz', 'mask': 'none', 'head_dim': 64})\n"
+            "{'layout': 'bshd', 'round_mode': 'rtz', 'mask': 'none', 'kv': 'dense', 'head_dim': 64})\n"
             "print(dispatch.build(v).path)")
     r = _child(code, RTCATTN_CACHE_DIR=tmp_path / "here")
     assert r.returncode == 0, r.stderr

@@ -52,7 +52,7 @@ BAD = [
      "mapped to integers"),
     ("axis define", lambda d: axis(d, "layout").update(define="RTC LAYOUT"), "axes[0].define", '"RTC LAYOUT"',
      "C identifier"),
-    ("duplicate axis", lambda d: op(d)["axes"].append(copy.deepcopy(axis(d, "layout"))), "axes[4].name", '"layout"',
+    ("duplicate axis", lambda d: op(d)["axes"].append(copy.deepcopy(axis(d, "layout"))), "axes[5].name", '"layout"',
      "not used by another axis"),
     ("head dims", lambda d: kern(d)["axes"]["head_dim"].update(min=300), HD, "300", "min <= max"),
     ("bucket too small", lambda d: kern(d)["axes"]["head_dim"].update(buckets=[64, 128]), f"{HD}.buckets",
@@ -94,13 +94,13 @@ def test_not_json_and_not_evaluated(tmp_path):
 
 def _variant(m, kernel, arch, layout, mode, head_dim):
     return m.variant_for("attention_fwd", kernel, arch, {"layout": layout, "round_mode": mode, "mask": "none",
-                                                         "head_dim": head_dim})
+                                                         "kv": "dense", "head_dim": head_dim})
 
 
 def test_variants_and_request():
     m = manifest.load()
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
-    assert len(list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))) == 2 * 3 * 2 * len(buckets)
+    assert len(list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))) == 2 * 3 * 2 * 3 * len(buckets)
     v = _variant(m, "baseline", "gfx942", "bshd", "rtna", 128)
     assert v.name == "baseline-bshd-rtna-none-dense-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
@@ -147,7 +147,7 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     assert sel.kernel.name == "baseline" and "layout 'bhsd' not in ['bshd']" in sel.why
     sel = dispatch.select("attention_fwd", "gfx90a", _call("bhsd", "rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "arch gfx90a" in sel.why
-    assert len(list(m.variants("attention_fwd", kernels=["fast"]))) == 1 * 3 * 2 * 1  # bshd only
+    assert len(list(m.variants("attention_fwd", kernels=["fast"]))) == 1 * 3 * 2 * 3 * 1  # bshd only
     with pytest.raises(ValueError, match="no kernel"):
         dispatch.select("attention_fwd", "gfx1100", _call("bshd", "rtne", 128), m=m)
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='nope' is not accepted.*fast, baseline"):

@@ -74,7 +74,7 @@ def test_a_kernel_may_restrict_the_axis(tree):
 
 def test_warm_gets_a_filter_for_the_axis(tree):
     args = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--kernels", "baseline", "--flavor", "loud",
-                                    "--head-dim", "64", "--round-mode", "rtz", "--mask", "none"])
+                                    "--head-dim", "64", "--round-mode", "rtz", "--mask", "none", "--kv", "dense"])
     names = sorted(v.name for v in cli._warm_variants(args))
     assert names == ["baseline-bhsd-rtz-none-dense-d64-loud", "baseline-bshd-rtz-none-dense-d64-loud"]
     bad = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--flavor", "quiet"])

@@ -71,11 +71,12 @@ def test_nvrtc_sm90a_no_spills_no_serialization(layout, mode, tmp_path):
 def test_warm_lists_and_compiles_sm90(tmp_path):
     args = cli.parser().parse_args(["warm", "--arch", "sm_90a"])
     names = {v.name for v in cli._warm_variants(args) if v.kernel == "sm90"}
-    assert names == {f"sm90-{lay}-{mode}-{mask}-d128" for lay in LAYOUTS for mode in MODES for mask in ("none", "window")}
+    assert names == {f"sm90-{lay}-{mode}-{mask}-{kv}-d128" for lay in LAYOUTS for mode in MODES
+                     for mask in ("none", "window") for kv in ("dense", "varlen", "paged")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "sm_90a", "--kernels", "sm90",
-                          "--layout", "bhsd", "--round-mode", "rtz", "--mask", "none", "--cache-dir", str(tmp_path), "--jobs", "1"],
+                          "--layout", "bhsd", "--round-mode", "rtz", "--mask", "none", "--kv", "dense", "--cache-dir", str(tmp_path), "--jobs", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     if "no compiler available" in run.stdout + run.stderr:
         pytest.skip("NVRTC unavailable for sm_90a")

@@ -17,8 +17,9 @@ using rtc::quote;
 // The kernels index rows and heads with 32-bit integers and offsets in 64 bits: every size must fit
 // an int, and every tensor's byte extent must fit in 63 bits.
 constexpr int64_t kMaxSize = INT32_MAX;
-// Pages hold a multiple of 16 rows: the fast kernels load K/V in boxes of gcd(page_size, block) rows.
-constexpr int64_t kPageQuantum = 16;
+// Pages hold a power of two rows, at least 16 (vLLM's default block): the fast kernels load K/V in
+// boxes of min(page_size, block) rows and find a row's page with a shift.
+constexpr int64_t kMinPage = 16;
 
 void check_size(int64_t v, const char* name, int64_t max) {
   RTC_CHECK(v >= 1 && v <= max, RTC_ERR_ARG,
@@ -65,9 +66,9 @@ void validate_sequences(const AttentionFwdArgs& a) {
   check_size(a.total_q, "total_q", kMaxSize);
   if (kv_mode(a) == RTC_KV_PAGED) {
     check_size(a.page_size, "page_size", kMaxSize);
-    RTC_CHECK(a.page_size % kPageQuantum == 0, RTC_ERR_ARG,
-              "page_size=" + std::to_string(a.page_size) + " is not accepted; accepted: a multiple of " +
-                  std::to_string(kPageQuantum) + " (16, 32, 64, 128, 256, ...)");
+    RTC_CHECK(a.page_size >= kMinPage && (a.page_size & (a.page_size - 1)) == 0, RTC_ERR_ARG,
+              "page_size=" + std::to_string(a.page_size) + " is not accepted; accepted: a power of two >= " +
+                  std::to_string(kMinPage) + " (16, 32, 64, 128, 256, ...)");
     check_size(a.num_pages, "num_pages", kMaxSize);
     check_size(a.pages_per_seq, "pages_per_seq", kMaxSize);
     RTC_CHECK(a.table_stride >= a.pages_per_seq && a.table_stride <= kMaxSize, RTC_ERR_ARG,

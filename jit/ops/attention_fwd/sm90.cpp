@@ -109,7 +109,6 @@ bool dynamic_tiles(const AttentionFwdArgs& a) {
 
 int64_t workspace_bytes(const void* p) { return dynamic_tiles(args_of(p)) ? SM90_WORKSPACE_BYTES : 0; }
 
-int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
 std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
@@ -139,7 +138,8 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
     const int64_t q_st[3] = {a.q_strides[1], a.q_strides[1], a.q_strides[2]};
     sp.tmap_q = encode("q", a.q, q_st, a.total_q, a.heads, 1, SM90_BLOCK_M);
     if (mode == RTC_KV_PAGED) {  // [num_pages, page_size, Hk, D]: the page is the batch coordinate
-      sp.kv_box = gcd(int(a.page_size), SM90_BLOCK_N);
+      sp.kv_box = a.page_size < SM90_BLOCK_N ? int(a.page_size) : SM90_BLOCK_N;
+      while ((int64_t(1) << sp.page_shift) < a.page_size) ++sp.page_shift;
       sp.tmap_k = encode("k", a.k, a.k_strides, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
       sp.tmap_v = encode("v", a.v, a.v_strides, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
     } else {

@@ -42,5 +42,6 @@ struct alignas(64) Sm90AttnParams {
   AttnParams a;
   int num_m_blocks;   // ceil(seq_q / SM90_BLOCK_M) (packed: of max_seqlen_q)
   int num_tiles;      // num_m_blocks * heads * batch; the grid is min(num_tiles, SMs) (packed: a bound)
-  int kv_box;         // paged: rows of a K/V TMA box, gcd(page_size, SM90_BLOCK_N); else SM90_BLOCK_N
+  int kv_box;         // paged: rows of a K/V TMA box, min(page_size, SM90_BLOCK_N); else SM90_BLOCK_N
+  int page_shift;     // paged: log2(page_size) (page sizes are powers of two)
 };
