@@ -105,14 +105,14 @@ def test_variants_and_request():
     assert v.name == "baseline-bshd-rtna-none-dense-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
     assert req.variant == "baseline-bshd-rtna-none-dense-d128" and req.arch == "gfx942" and req.package_version == "9.9"
-    assert req.options[:4] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_HEAD_DIM_MAX=128")
+    assert req.options[:5] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=128")
     assert "-O3" in req.options and req.compilers == ("hiprtc", "clang")
     names = [n for n, _ in req.headers]
     assert {"platform.h", "attn_params.h", "bf16_round.h"} <= set(names)
     assert not any(n.startswith("emu/") for n in names)
     assert req.main[0] == "baseline.hip" and "attention_fwd_baseline" in req.main[1]
     emu = m.request(_variant(m, "baseline", "gfx942-emu", "bhsd", "rtz", 64), "9.9")
-    assert emu.options[:4] == ("-DRTC_LAYOUT=1", "-DRTC_ROUND=2", "-DRTC_MASK=0", "-DRTC_HEAD_DIM_MAX=64")
+    assert emu.options[:5] == ("-DRTC_LAYOUT=1", "-DRTC_ROUND=2", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=64")
     emu_names = [n for n, _ in emu.headers]
     assert any(n.startswith("emu/") for n in emu_names) and emu.compilers == ("host",)
     assert m.request(v, "9.9", ("-DLAB=1",)).options[-1] == "-DLAB=1"

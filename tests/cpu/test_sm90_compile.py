@@ -24,9 +24,10 @@ def _sm90():
     return manifest.load().op(OP).kernel("sm90")
 
 
-def _build(layout, mode, cache_dir):
+def _build(layout, mode, cache_dir, mask="none", kv="dense"):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
-    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"layout": layout, "round_mode": mode, "mask": "none", "kv": "dense", "head_dim": 128})
+    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"layout": layout, "round_mode": mode, "mask": mask, "kv": kv,
+                                                           "head_dim": 128})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -51,15 +52,20 @@ def test_manifest_entry_precedes_baseline():
     assert hd.accepts(128) and not hd.accepts(64) and not hd.accepts(136)
 
 
+# Dense variants in both layouts; packed ones (read as bshd rows) with and without a mask.
+BUILDS = ([(lay, "none", "dense") for lay in LAYOUTS] +
+          [("bshd", mask, kv) for kv in ("varlen", "paged") for mask in ("none", "window")])
+
+
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_nvrtc_sm90a_no_spills_no_serialization(layout, mode, tmp_path):
-    req, res = _build(layout, mode, tmp_path)
+@pytest.mark.parametrize("layout,mask,kv", BUILDS)
+def test_nvrtc_sm90a_no_spills_no_serialization(layout, mask, kv, mode, tmp_path):
+    req, res = _build(layout, mode, tmp_path, mask, kv)
     code = res.code()
     assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
     assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
     assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
-    assert res.cache_name.startswith(f"attention_fwd-sm90-{layout}-{mode}-none-dense-d128-sm_90a-")
+    assert res.cache_name.startswith(f"attention_fwd-sm90-{layout}-{mode}-{mask}-{kv}-d128-sm_90a-")
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log

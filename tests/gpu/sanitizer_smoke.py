@@ -33,7 +33,36 @@ def main():
                 torch.cuda.synchronize()
                 assert torch.isfinite(out.float()).all()
                 ran.add(attention_fwd.selection(q, k, v, round_mode=mode, window=window).variant.name)
+    ran |= packed(gen)
     print("sanitizer smoke ran kernels:", sorted(ran))
+
+
+def packed(gen) -> set:
+    """Packed sequences and paged KV (the sm90 schedule, TMA per page, zeroed V tails), with lengths 0, 1
+    and past one tile, and with bad metadata: decreasing / out-of-range cu_seqlens and page ids out of
+    range must not touch memory outside the tensors."""
+    from rtcattn.ops import attention_fwd_varlen as av
+    ran = set()
+    lens = [1, 0, 130, 17]
+    cu = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
+    bad_cu = torch.tensor([0, 140, 20, 10_000, -7], dtype=torch.int32, device="cuda")
+    for d, kernel in ((128, "sm90"), (64, "baseline")):
+        os.environ["RTCATTN_KERNEL"] = kernel
+        q = torch.randn(148, 4, d, generator=gen, device="cuda").to(torch.bfloat16)
+        k, v = (torch.randn(148, 2, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
+        pages = [torch.randn(12, 16, 2, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2)]
+        table = torch.randint(0, 12, (4, 10), generator=gen, device="cuda", dtype=torch.int32)
+        bad_table = table.clone()
+        bad_table[2, :3] = torch.tensor([-1, 12, 2**31 - 1], dtype=torch.int32)
+        for window in ((-1, -1), (-1, 0)):
+            for cq, ck, kk, vv, bt in ((cu, cu, k, v, None), (bad_cu, bad_cu, k, v, None),
+                                       (cu, cu, *pages, table), (cu, cu, *pages, bad_table)):
+                rtcattn.forward_varlen(q, kk, vv, cq, ck, max(lens), max(lens), return_lse=True,
+                                       window_size=window, block_table=bt)
+                torch.cuda.synchronize()
+                ran.add(av.selection(q, kk, vv, cq, ck, max(lens), max(lens), window=window,
+                                     block_table=bt).variant.name)
+    return ran
 
 
 if __name__ == "__main__":
