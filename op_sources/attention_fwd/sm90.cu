@@ -41,7 +41,7 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
-static_assert(16 + 32 * kStages + 40 + 4 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
+static_assert(16 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
 // Barrier slots (8 bytes each) after the tiles.
 struct Bars {
@@ -56,8 +56,9 @@ struct Bars {
   RTC_DEVICE rtc_u32 tile_full(int s) const { return base + 16 + 8 * (4 * kStages + s); }
   RTC_DEVICE rtc_u32 tile_empty(int s) const { return base + 16 + 8 * (4 * kStages + 2 + s); }
   RTC_DEVICE rtc_u32 tile_id(int s) const { return base + 16 + 8 * (4 * kStages + 4) + 4 * s; }
-  // Paged: the page ids of the block being loaded (the producer's own scratch, kN / 16 of them).
-  RTC_DEVICE rtc_u32 pages() const { return base + 16 + 8 * (4 * kStages + 4) + 8; }
+  // Paged: the page ids of a block (the producer's own scratch, kN / 16 of them), two sets: the
+  // block being loaded and the next one.
+  RTC_DEVICE rtc_u32 pages(int set) const { return base + 16 + 8 * (4 * kStages + 4) + 8 + set * 4 * (kN / 16); }
 };
 
 // The tiles of one CTA. Unmasked: blockIdx.x, then every gridDim.x-th (all tiles are alike).
@@ -214,13 +215,17 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     load_tile(p.tmap_q, sm.q, sm.bars.q_full(), SM90_Q_BYTES, t.seq.q_row + t.m_block * kM, t.head,
               kPacked ? 0 : t.batch, kHalfQ);
     q_phase ^= 1;
+    // Paged: block n's table entries were fetched one block ahead (into the slot set of n's parity),
+    // so their latency hides under the previous block's waits.
+    if (RTC_KV == RTC_KV_PAGED) fetch_pages(p, t, sp.begin, sm.bars.pages(0));
     for (int n = sp.begin; n < sp.end; ++n) {
-      if (RTC_KV == RTC_KV_PAGED) fetch_pages(p, t, n, sm.bars.pages());
+      const rtc_u32 pages = sm.bars.pages((n - sp.begin) & 1);
       mbar_wait(sm.bars.k_empty(ps.stage), ps.phase ^ 1);
       if (RTC_KV == RTC_KV_PAGED) asm volatile("cp.async.wait_all;" ::: "memory");
-      load_kv(p, p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), t, sm.bars.pages(), n, kvh);
+      load_kv(p, p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), t, pages, n, kvh);
+      if (RTC_KV == RTC_KV_PAGED && n + 1 < sp.end) fetch_pages(p, t, n + 1, sm.bars.pages((n + 1 - sp.begin) & 1));
       mbar_wait(sm.bars.v_empty(ps.stage), ps.phase ^ 1);
-      load_kv(p, p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), t, sm.bars.pages(), n, kvh);
+      load_kv(p, p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), t, pages, n, kvh);
       ps.advance();
     }
   }
