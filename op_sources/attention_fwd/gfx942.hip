@@ -11,6 +11,8 @@
 //   half-step 2k   : A: PV(k-1) + QK(k)            B: softmax(k-1) + K[k+1] HBM -> LDS
 //   half-step 2k+1 : A: softmax(k) + V^T(k) -> L1  B: PV(k-1) + QK(k)
 // One stage per launch (params.stage): V^T, attention (whole items and tail-split parts), merge.
+// Packed sequences (RTC_KV, gfx942/sequences.h): an item is a q block of one (sequence, head), the
+// grid covers max_seqlen_q, and paged K/V rows come through per-page buffer resources.
 #include "platform.h"
 #include "attn_params.h"
 #include "bf16_round.h"
