@@ -271,7 +271,7 @@ def _expected_params(rec: dict, stage: int) -> dict:
         want.update(zip((f"{t}_sb", f"{t}_ss", f"{t}_sh"), a[f"{t}_strides"]))
     if rec["kernel"] == "gfx942":
         want.update({f: plan[f] for f in ("nqb", "nkb", "n_prefix", "tail", "split_g", "n_swz", "vt_bytes")})
-        want.update(tail_split=plan["split_g"], stage=stage, reserved2=0)
+        want.update(tail_split=plan["split_g"], stage=stage, vt_head_blocks=plan["vt_head_blocks"])
     return want
 
 
