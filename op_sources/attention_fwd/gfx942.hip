@@ -11,6 +11,8 @@
 //   half-step 2k   : A: PV(k-1) + QK(k)            B: softmax(k-1) + K[k+1] HBM -> LDS
 //   half-step 2k+1 : A: softmax(k) + V^T(k) -> L1  B: PV(k-1) + QK(k)
 // One stage per launch (params.stage): V^T, attention (whole items and tail-split parts), merge.
+// Packed sequences (RTC_KV, gfx942/sequences.h): an item is a q block of one (sequence, head), the
+// grid covers max_seqlen_q, and paged K/V rows come through per-page buffer resources.
 #include "platform.h"
 #include "attn_params.h"
 #include "bf16_round.h"
@@ -20,6 +22,7 @@
 #include "gfx942/tiles.h"
 #include "gfx942/softmax.h"
 #include "gfx942/companions.h"
+#include "gfx942/sequences.h"
 
 #ifndef RTC_HEAD_DIM_MAX
 #define RTC_HEAD_DIM_MAX 128
@@ -44,6 +47,20 @@ struct Work {
   int part;                // -1: whole item, written to O; else split part index (partials)
   int fb, fe;              // RTC_MASK: blocks [fb, fe) every row sees fully (unmasked steps)
 };
+
+// Identity except on gfx90a, whose compiler keeps these division results in VGPRs (isa_ext.h).
+RTC_DEVICE void make_uniform(Work& w) {
+  w.b = uniform_i32(w.b);
+  w.h = uniform_i32(w.h);
+  w.bh = uniform_i32(w.bh);
+  w.q0 = uniform_i32(w.q0);
+  w.rows = uniform_i32(w.rows);
+  w.kb0 = uniform_i32(w.kb0);
+  w.kb1 = uniform_i32(w.kb1);
+  w.part = uniform_i32(w.part);
+  w.fb = uniform_i32(w.fb);
+  w.fe = uniform_i32(w.fe);
+}
 
 // Whole items first (XCD swizzle: the hardware deals workgroup i to XCD i % 8, so we hand XCD x
 // a run of consecutive items, i.e. the q blocks of the same heads, which then share its L2).
@@ -72,6 +89,7 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
   w.fb = sp.full_begin;
   w.fe = sp.full_end;
   // Identity except on gfx90a, whose compiler keeps these division results in VGPRs (isa_ext.h).
+  // Written out, not make_uniform(w): the call moves clang 19's SGPR count of the dense kernel.
   w.b = uniform_i32(w.b);
   w.h = uniform_i32(w.h);
   w.bh = uniform_i32(w.bh);
@@ -83,6 +101,54 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
   w.fb = uniform_i32(w.fb);
   w.fe = uniform_i32(w.fe);
   return w;
+}
+
+// Packed sequences: workgroup i runs q block nqb - 1 - i / (B*H) of (b, h) = i % (B*H). The high q
+// blocks exist only in the longest sequences (and see the most keys under a causal mask), so the
+// longest work starts first without the host reading a length; a block past its sequence's end has
+// rows <= 0 and exits. No split, no swizzle (a swizzle would deal the longest items to one XCD).
+// Masks and kv blocks follow the sequence's own lengths.
+RTC_DEVICE Work find_packed_work(const Gfx942Params& p, Seq& seq) {
+  const int i = blockIdx.x, bhn = p.batch * p.heads, from_last = i / bhn;
+  Work w;
+  w.part = -1;
+  w.bh = i - from_last * bhn;
+  w.b = w.bh / p.heads;
+  w.h = w.bh - w.b * p.heads;
+  w.q0 = (p.nqb - 1 - from_last) * GFX942_Q_ROWS;
+  seq = packed_seq(p, w.b);
+  w.rows = seq.len_q - w.q0 < GFX942_Q_ROWS ? seq.len_q - w.q0 : GFX942_Q_ROWS;
+  const KvSpan sp = kv_span(seq_view(p, seq), w.q0, w.rows, GFX942_KV_ROWS, RTC_MASK);
+  w.kb0 = sp.begin;
+  w.kb1 = sp.end;
+  w.fb = sp.full_begin;
+  w.fe = sp.full_end;
+  make_uniform(w);
+  return w;
+}
+
+// Where the item's K rows come from: one buffer resource over its sequence's rows of its K/V head,
+// or (paged) the block table, one page's resource per 16-row group.
+#if RTC_KV == RTC_KV_PAGED
+using KRows = PagedRows;
+#else
+using KRows = rtc_buffer_rsrc;
+#endif
+RTC_DEVICE KRows k_rows(const Gfx942Params& p, const Seq& s, int b, int hk) {
+#if RTC_KV == RTC_KV_PAGED
+  return paged_rows(p, p.k, p.k_sb, p.k_ss, p.k_sh, b, hk, s.len_k);
+#else
+  return uniform_rsrc(p.k + s.k_off + (rtc_i64)hk * p.k_sh, rows_span_bytes(s.len_k, p.k_ss));
+#endif
+}
+
+// The item's V^T blocks in the workspace (written by the V^T stage).
+RTC_DEVICE const char* vt_blocks(const Gfx942Params& p, const Work& w, const Seq& s, int hk) {
+#if RTC_KV == RTC_KV_DENSE
+  return (const char*)p.workspace + ((rtc_i64)w.b * p.heads_k + hk) * p.nkb * GFX942_VT_BLOCK_BYTES;
+#else
+  return (const char*)p.workspace + ((rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, w.b, s)) * GFX942_VT_BLOCK_BYTES;
+#endif
 }
 
 // Stage 0 (prologue): Q tiles 0-1 into VGPRs, tile 2 into this wave's LDS slot. Rows past Sq
@@ -104,9 +170,18 @@ RTC_DEVICE void load_q(Acc& a, AttnSmem& sm, rtc_buffer_rsrc qr, rtc_i64 q_ss, i
 
 // K block -> LDS buffer by DMA: each of the 4 waves of group B moves 16 rows, one row (64 lanes x
 // 4 bytes) per instruction, swizzled on the global side.
-RTC_DEVICE void issue_k(AttnSmem& sm, rtc_buffer_rsrc kr, rtc_i64 k_ss, int kb, int buf, int wave4, int lane) {
+// Paged: a 16-row group never straddles a page (pages hold a multiple of 16 rows), so it is one
+// page's resource; a page id outside the pool reads zeros.
+RTC_DEVICE void issue_k(AttnSmem& sm, const KRows& k, rtc_i64 k_ss, int kb, int buf, int wave4, int lane) {
   rtc_u32 l = (rtc_u32)lane, row_bytes = readfirstlane((rtc_u32)(k_ss * 2));
+#if RTC_KV == RTC_KV_PAGED
+  const int j0 = kb * GFX942_KV_ROWS + wave4 * 16;
+  const rtc_buffer_rsrc kr = page_rsrc(k, j0);
+  rtc_u32 soff = readfirstlane(page_row_byte(k, j0));
+#else
+  const rtc_buffer_rsrc kr = k;
   rtc_u32 soff = readfirstlane((rtc_u32)(((rtc_i64)kb * GFX942_KV_ROWS + wave4 * 16) * k_ss * 2));
+#endif
   rtc_u32 dst = readfirstlane((rtc_u32)((buf * GFX942_KV_ROWS + wave4 * 16) * kKRowDwords * 4));
   // Fenced here, so the 16 swizzled offsets and M0 values are recomputed per call instead of
   // being hoisted out of the kv loop and held (spilled) across it.
@@ -212,15 +287,17 @@ struct OutPlan {
 };
 constexpr int kSplitFlag = 1 << 16;
 
-RTC_DEVICE OutPlan out_plan(const Gfx942Params& p, const Work& w) {
+RTC_DEVICE OutPlan out_plan(const Gfx942Params& p, const Work& w, const Seq& s) {
   OutPlan op;
-  op.o = uniform_rsrc(p.o + (rtc_i64)w.b * p.o_sb + (rtc_i64)w.h * p.o_sh + (rtc_i64)w.q0 * p.o_ss,
+  op.o = uniform_rsrc(p.o + s.o_off + (rtc_i64)w.h * p.o_sh + (rtc_i64)w.q0 * p.o_ss,
                       rows_span_bytes(w.rows, p.o_ss));
   op.o_row_bytes = (rtc_u32)(p.o_ss * 2);
   if (w.part >= 0)
     op.aux = (char*)p.workspace + p.vt_bytes + (rtc_i64)w.part * GFX942_PART_BYTES;
-  else
+  else if (RTC_KV == RTC_KV_DENSE)
     op.aux = p.lse ? (char*)(p.lse + ((rtc_i64)w.b * p.heads + w.h) * p.seq_q + w.q0) : nullptr;
+  else  // packed: [heads, total_q]
+    op.aux = p.lse ? (char*)(p.lse + s.lse_off + (rtc_i64)w.h * s.lse_head_stride + w.q0) : nullptr;
   op.rows = w.rows | (w.part >= 0 ? kSplitFlag : 0);
   return op;
 }
@@ -265,7 +342,8 @@ RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int 
 
 // What stage 2 needs of the workgroup: uniform loop constants and this lane's place.
 struct KvWalk {
-  rtc_buffer_rsrc kr, vt;
+  KRows kr;
+  rtc_buffer_rsrc vt;
   rtc_i64 k_ss;
   int kb0, nblk, seq_k;
   float c;  // softmax scale in log2 units
@@ -330,22 +408,27 @@ RTC_DEVICE int walk(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k_
 }
 
 RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
+#if RTC_KV == RTC_KV_DENSE
   const Work w = find_work(p);
+  const Seq seq = seq_of(p, w.b);
+#else
+  Seq seq;
+  const Work w = find_packed_work(p, seq);
+  if (w.rows <= 0) return;  // past its sequence's end (uniform: before any barrier)
+#endif
   const int lane = (int)lane_id(), wave = (int)readfirstlane(threadIdx.x >> 6);
   const bool group_b = wave >= 4;
   const int xaddr = (lane ^ 32) << 2, nblk = w.kb1 - w.kb0;
-  const rtc_buffer_rsrc qr = uniform_rsrc(p.q + (rtc_i64)w.b * p.q_sb + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss,
+  const rtc_buffer_rsrc qr = uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss,
                                           rows_span_bytes(w.rows, p.q_ss));
   const int hk = kv_head(p, w.h);  // GQA/MQA: the K/V head of this q head
-  const rtc_buffer_rsrc kr = uniform_rsrc(p.k + (rtc_i64)w.b * p.k_sb + (rtc_i64)hk * p.k_sh,
-                                          rows_span_bytes(p.seq_k, p.k_ss));
-  // Every V^T access stays inside this (b, hk)'s nkb padded blocks by construction, so the record
-  // count can be a constant the compiler rematerialises instead of holding an SGPR for it.
-  const rtc_buffer_rsrc vt = uniform_rsrc(
-      (const char*)p.workspace + ((rtc_i64)w.b * p.heads_k + hk) * p.nkb * GFX942_VT_BLOCK_BYTES, 0xFFFFFFFFll);
-  const OutPlan op = out_plan(p, w);
+  const KRows kr = k_rows(p, seq, w.b, hk);
+  // Every V^T access stays inside this item's padded blocks by construction, so the record count
+  // can be a constant the compiler rematerialises instead of holding an SGPR for it.
+  const rtc_buffer_rsrc vt = uniform_rsrc(vt_blocks(p, w, seq, hk), 0xFFFFFFFFll);
+  const OutPlan op = out_plan(p, w, seq);
   const rtc_i64 k_ss = p.k_ss;
-  const int seq_k = p.seq_k;
+  const int seq_k = seq.len_k;
   const float c = p.scale_log2;
   Acc a;
   RowState st;
@@ -356,7 +439,8 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
 #pragma unroll
     for (int t = 0; t < kHdTiles; ++t) a.o[g][t] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
   }
-  if (RTC_MASK && nblk == 0) {  // no row sees a key (or an empty split part): zeros / an empty partial
+  // No row sees a key (a window, a sequence without keys, or an empty split part): zeros / an empty partial.
+  if ((RTC_MASK || RTC_KV != RTC_KV_DENSE) && nblk == 0) {
     epilogue(op, a, st, wave, lane);
     return;
   }
@@ -370,7 +454,7 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   __syncthreads();
   if (group_b) __syncthreads();
   const KvWalk kw = {kr, vt, k_ss, w.kb0, nblk, seq_k, c, wave, lane, xaddr, group_b,
-                     w.q0 + 48 * wave + (lane & 15) + seq_k - p.seq_q, p.window_left, p.window_right};
+                     w.q0 + 48 * wave + (lane & 15) + seq_k - seq.len_q, p.window_left, p.window_right};
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an
   // iteration: MFMA step 0 (QK only) before it, softmax(nblk-1) and the PV-only step after it.
   // So the loop body has neither the PV/QK switches nor the kv mask, which only the last block
@@ -406,7 +490,7 @@ RTC_KERNEL(GFX942_THREADS) attention_fwd_gfx942(Gfx942Params p) {
     g942::vt_stage(p, sm);
   else if (p.stage == GFX942_STAGE_ATTN)
     g942::attn_stage(p, sm.attn);
-  else
+  else if (RTC_KV == RTC_KV_DENSE)  // packed calls run no split
     g942::merge_stage(p);
 }
 RTC_EXPORT_KERNEL(attention_fwd_gfx942, Gfx942Params)

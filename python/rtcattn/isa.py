@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import heapq
 import math
 import re
 import shutil
@@ -24,6 +25,9 @@ MOONMATH_MS = {(2, 24, 8192): (3.083, 2.983), (2, 24, 16384): (11.670, 11.385), 
                (4, 16, 16384): (15.591, 15.055), (1, 64, 16384): (15.528, 15.040), (2, 24, 32768): (46.002, 44.075),
                (2, 16, 65536): (117.612, 114.665), (2, 8, 86016): (101.071, 99.397),
                (1, 16, 131072): (232.517, 226.152)}
+# A serving-like packed batch for the varlen model: 12 sequences (self-attention), Hq 32, Hk 8, D 128.
+VARLEN_MIX = (8192, 4096, 4096, 2048, 1024, 1024, 512, 300, 7000, 1500, 333, 2100)
+VARLEN_HEADS = (32, 8)
 
 
 @dataclass
@@ -36,6 +40,7 @@ class Report:
     loop: dict = field(default_factory=dict)   # static counts of the KV loop body (the unmasked steady loop)
     mask: str = "none"
     masked_loop: dict = field(default_factory=dict)  # window variants: the loop of the blocks a window cuts
+    kv: str = "dense"
 
     @property
     def waves_per_simd(self) -> int:
@@ -207,10 +212,10 @@ def build(arch: str, layout: str, mode: str, mask: str = "none", kv: str = "dens
     return dispatch.build(v)
 
 
-def report(arch: str, layout: str, mode: str, mask: str = "none") -> Report:
-    res = build(arch, layout, mode, mask)
+def report(arch: str, layout: str, mode: str, mask: str = "none", kv: str = "dense") -> Report:
+    res = build(arch, layout, mode, mask, kv)
     notes, insts = analyse(res.code())
-    r = Report(arch, layout, mode, res.compiler_id, notes, mask=mask)
+    r = Report(arch, layout, mode, res.compiler_id, notes, mask=mask, kv=kv)
     loops = [count(b) for b in kv_loops(insts)]
     r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
     if mask != "none":
@@ -265,15 +270,87 @@ def lower_bound_ms(shape: tuple, cycles: float, split: bool, cus: int = CUS) -> 
     return (full * nkb + last) * cycles / CLOCK_HZ * 1e3
 
 
+def varlen_items(lens, heads: int, causal: bool) -> list:
+    """(unmasked, masked) kv blocks of every work item of a packed self-attention batch, in the packed
+    grid's order (q block index descending, then sequence, then head), as the kernel visits them."""
+    per_seq = [_item_blocks(s, causal) for s in lens]
+    order = []
+    for qb in range(max(len(b) for b in per_seq) - 1, -1, -1):
+        for blocks in per_seq:
+            if qb < len(blocks):
+                order += [blocks[qb]] * heads
+    return order
+
+
+def _item_blocks(s: int, causal: bool) -> list:
+    """(unmasked, masked) kv blocks of each 384-row q block of one (1, 1, s) self-attention problem: kv_span
+    (attn_params.h) for Sq = Sk, no window or causal; the tests hold it to the runtime's plan."""
+    nkb = math.ceil(s / 64)
+    if not causal:
+        return [(s // 64, nkb - s // 64)] * math.ceil(s / 384)
+    out = []
+    for q0 in range(0, s, 384):
+        rows = min(384, s - q0)
+        end = (q0 + rows - 1) // 64 + 1                  # blocks up to the last row's diagonal
+        full = min((q0 + 1) // 64, s // 64)              # blocks every row sees whole
+        out.append((full, end - full))
+    return out
+
+
+def varlen_model_ms(lens, heads: int, cycles: float, masked_cycles: float, causal: bool, cus: int = CUS) -> dict:
+    """Static model of one packed call: every item costs its blocks at the loop bounds (unmasked at
+    `cycles`, cut blocks at `masked_cycles`), one workgroup per CU. `bound`: the work spread evenly, but
+    never below the longest item; `greedy`: the items dealt in grid order to the first free CU. Not
+    counted: the V^T stage, per-item prologue/epilogue, memory stalls. A model, not a measurement."""
+    items = [u * cycles + m * masked_cycles for u, m in varlen_items(lens, heads, causal)]
+    free = [0.0] * cus
+    for c in items:
+        heapq.heappush(free, heapq.heappop(free) + c)
+    ms = lambda cyc: cyc / CLOCK_HZ * 1e3  # noqa: E731
+    return {"items": len(items), "bound": ms(max(sum(items) / cus, max(items))), "greedy": ms(max(free))}
+
+
+def varlen_model(arch: str = "gfx942", mode: str = "rtne", lens=VARLEN_MIX, heads=VARLEN_HEADS) -> list:
+    """The varlen mix next to the same sequences padded to the longest (a dense (B, Hq, max) call), causal
+    and not, from the code objects' loop bounds. Rows of dicts, for the bench or the CLI."""
+    hq, _ = heads
+    plain, window = report(arch, "bshd", mode, "none", "varlen"), report(arch, "bshd", mode, "window", "varlen")
+    dense = report(arch, "bshd", mode, "none", "dense")
+    dense_w = report(arch, "bshd", mode, "window", "dense")
+    rows = []
+    for causal in (False, True):
+        r = window if causal else plain
+        cyc = iteration_cycles(r.loop)["bound"]
+        masked = iteration_cycles(r.masked_loop)["bound"] if causal else cyc
+        m = varlen_model_ms(lens, hq, cyc, masked, causal)
+        padded = (len(lens), hq, max(lens))
+        if causal:
+            pad = causal_lower_bound_ms(padded, iteration_cycles(dense_w.loop)["bound"],
+                                        iteration_cycles(dense_w.masked_loop)["bound"])
+        else:
+            pad = lower_bound_ms(padded, iteration_cycles(dense.loop)["bound"], True)
+        rows.append({"causal": causal, "items": m["items"], "bound_ms": m["bound"], "greedy_ms": m["greedy"],
+                     "padded_dense_ms": pad, "cycles": cyc, "masked_cycles": masked})
+    return rows
+
+
+def print_varlen_model(rows: list, lens=VARLEN_MIX, heads=VARLEN_HEADS) -> None:
+    print(f"\nVARLEN STATIC MODEL — a model from loop instruction counts, not a measurement: {len(lens)} sequences "
+          f"{list(lens)}, Hq {heads[0]}, Hk {heads[1]}, D 128 (V^T stage, prologues and memory stalls not counted)")
+    _table([(("causal" if r["causal"] else "non-causal"), r["items"], f"{r['bound_ms']:.3f}", f"{r['greedy_ms']:.3f}",
+              f"{r['padded_dense_ms']:.3f}") for r in rows],
+           ("mask", "work items", "bound ms", "greedy dispatch ms", "dense padded to the longest ms"))
+
+
 # ---- the command -----------------------------------------------------------------------------------
 def print_reports(reports: list) -> None:
     cols = ("variant", "compiler", "vgpr", "agpr", "sgpr", "lds", "scratch", "wg", "waves/simd",
             "mfma", "valu", "trans", "cndmask", "lds_ops", "vmem", "waitcnt", "barrier")
-    rows = [(f"{r.arch} {r.layout} {r.mode} {r.mask}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
+    rows = [(f"{r.arch} {r.layout} {r.mode} {r.mask} {r.kv}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
              r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
              r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
              r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"]) for r in reports]
-    rows += [(f"{r.arch} {r.layout} {r.mode} {r.mask}: cut blocks", r.compiler, "", "", "", "", "", "", "",
+    rows += [(f"{r.arch} {r.layout} {r.mode} {r.mask} {r.kv}: cut blocks", r.compiler, "", "", "", "", "", "", "",
               m["mfma"], m["valu"], m["trans"], m["cndmask"], m["lds"], m["vmem"], m["s_waitcnt"], m["s_barrier"])
              for r in reports for m in ([r.masked_loop] if r.masked_loop else [])]
     _table(rows, cols)
@@ -328,15 +405,22 @@ def add_parser(sub) -> None:
     p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernel (and --model: static issue model)")
     p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
     p.add_argument("--model", action="store_true", help="also print the static issue model beside MoonMath's times")
+    p.add_argument("--kv", default="dense", choices=("dense", "varlen", "paged", "all"),
+                   help="which kv variants to report (packed ones are built for layout bshd only)")
+    p.add_argument("--varlen-model", action="store_true",
+                   help="print the static model of the 12-sequence varlen mix (Hq 32, Hk 8) beside the padded dense call")
     p.set_defaults(func=cmd_isa)
 
 
 def cmd_isa(args) -> int:
-    reports = [report(args.arch, lay, mode, mask) for mask in axis_values("mask") for lay in axis_values("layout")
-               for mode in axis_values("round_mode")]
+    kvs = axis_values("kv") if args.kv == "all" else [args.kv]
+    reports = [report(args.arch, lay, mode, mask, kv) for kv in kvs for mask in axis_values("mask")
+               for lay in (axis_values("layout") if kv == "dense" else ["bshd"]) for mode in axis_values("round_mode")]
     print_reports(reports)
     if args.model:
-        print_model(reports)
+        print_model([r for r in reports if r.kv == "dense"])
+    if args.varlen_model:
+        print_varlen_model(varlen_model(args.arch))
     return 0
 
 

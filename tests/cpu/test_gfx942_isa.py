@@ -72,3 +72,49 @@ def test_kv_loop_includes_a_second_latch_placed_after_the_loop():
     body = isa.kv_loop(insts)
     assert [a for a, _, _ in body] == [0x00, 0x04, 0x08, 0x0C, 0x14, 0x18]
     assert isa.count(body)["lds_dma"] == 1
+
+
+# ---- packed sequences (varlen) and paged KV --------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv", ["varlen", "paged"])
+@pytest.mark.parametrize("mode", isa.axis_values("round_mode"))
+@pytest.mark.parametrize("mask", isa.axis_values("mask"))
+def test_packed_code_object(arch, kv, mode, mask):
+    """Real compiles (gfx942: clang 19; gfx90a: hipRTC 5.2 first) of the packed variants: no scratch or VGPR
+    spills, the dense occupancy, and the same MFMA loop. Varlen's loop is the dense loop instruction for
+    instruction; paged adds only the per-page resource of group B's K refill (scalar work, no VALU mask)."""
+    r = isa.report(arch, "bshd", mode, mask, kv)
+    n = r.notes
+    tag = f"{arch} {kv} {mode} {mask}: {n}"
+    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+    assert n["max_flat_workgroup_size"] == 512 and r.waves_per_simd >= 2, tag
+    dense = isa.report(arch, "bshd", mode, mask, "dense").loop
+    keys = ("mfma", "trans", "lds", "s_barrier")
+    assert {k: r.loop[k] for k in keys} == {k: dense[k] for k in keys}, (tag, r.loop, dense)
+    if kv == "varlen":
+        assert all(r.loop[k] == dense[k] for k in ("valu", "cndmask", "vmem")), (tag, r.loop, dense)
+    else:
+        # The page lookup: one block-table load, and the division by page_size, whose reciprocal runs on
+        # the VALU (gfx90a's compiler also keeps the resource selects there: 3 v_cndmask, ~25 VALU).
+        assert r.loop["vmem"] <= dense["vmem"] + 1 and r.loop["cndmask"] <= 3, (tag, r.loop, dense)
+        assert r.loop["valu"] <= dense["valu"] + 32, (tag, r.loop, dense)
+
+
+def test_varlen_model_blocks_match_the_runtime_plan():
+    """The model's per-item kv blocks add up to the runtime's plan (kv_span) of each sequence."""
+    for causal in (False, True):
+        items = isa.varlen_items(isa.VARLEN_MIX, 1, causal)
+        plans = [isa.plan((1, 1, s), split=False, causal=causal) for s in isa.VARLEN_MIX]
+        assert sum(u + m for u, m in items) == sum(p["blocks_total"] for p in plans)
+        assert sum(m for _, m in items) == sum(p["blocks_masked"] for p in plans)
+        assert len(items) == sum(p["items"] for p in plans)
+    # Grid order: the longest sequence's last q block (the most keys under a causal mask) comes first.
+    assert isa.varlen_items([1000, 100], 2, True)[:2] == [isa._item_blocks(1000, True)[-1]] * 2
+
+
+def test_varlen_model_bounds():
+    m = isa.varlen_model_ms([384] * 304, 1, 1000.0, 1000.0, False)
+    assert m["items"] == 304 and m["bound"] == pytest.approx(6 * 1000 / 2.1e9 * 1e3) == m["greedy"]
+    m = isa.varlen_model_ms([8192, 64], 1, 1000.0, 2000.0, True)
+    assert m["greedy"] >= m["bound"] > 0

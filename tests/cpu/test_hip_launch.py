@@ -285,7 +285,7 @@ def _expected_params(rec: dict, stage: int) -> dict:
                                            "table_stride")})
     if rec["kernel"] == "gfx942":
         want.update({f: plan[f] for f in ("nqb", "nkb", "n_prefix", "tail", "split_g", "n_swz", "vt_bytes")})
-        want.update(tail_split=plan["split_g"], stage=stage, reserved2=0)
+        want.update(tail_split=plan["split_g"], stage=stage, vt_head_blocks=plan["vt_head_blocks"])
     return want
 
 

@@ -26,6 +26,7 @@ struct Plan {
   int tail = 0;              // items split (0: none)
   int split_g = 1;           // parts per split item
   int n_swz = 0;             // prefix workgroups under the XCD swizzle
+  int vt_head_blocks = 0;    // packed sequences: V^T blocks per K/V head (dense: unused)
   int64_t vt_bytes = 0, workspace_bytes = 0;
 };
 
@@ -57,11 +58,18 @@ std::string why_not(const void* p, const char* vendor) {
     return "vendor=" + rtc::quote(v) + " is not accepted by the gfx942 kernel; accepted: hip, host";
   if (a.head_dim != GFX942_HEAD_DIM)
     return "head_dim=" + std::to_string(a.head_dim) + " is not accepted by the gfx942 kernel; accepted: 128";
+  // The rows one K/V buffer resource spans: a (batch, head), a packed sequence (at most total_k rows),
+  // or one page.
+  const int mode = kv_mode(a);
+  const int64_t kv_rows = mode == RTC_KV_PAGED ? a.page_size : mode == RTC_KV_VARLEN ? a.total_k : a.seq_k;
   for (const std::string& why : {span_why_not("q", GFX942_Q_ROWS, a.q_strides[1]),
                                  span_why_not("o", GFX942_Q_ROWS, a.o_strides[1]),
-                                 span_why_not("k", a.seq_k, a.k_strides[1]),
-                                 span_why_not("v", a.seq_k, a.v_strides[1])})
+                                 span_why_not("k", kv_rows, a.k_strides[1]),
+                                 span_why_not("v", kv_rows, a.v_strides[1])})
     if (!why.empty()) return why;
+  if (mode != RTC_KV_DENSE && a.tail_split > 1)
+    return "tail_split=" + std::to_string(a.tail_split) + " is not accepted by the gfx942 kernel for packed "
+           "sequences (varlen / paged); accepted: -1 (planned: no split) or 0";
   // Every stage's grid is one dimension of < 2^31 workgroups, and the work counters are ints.
   const int64_t nkb = ceil_div(a.seq_k, GFX942_KV_ROWS), nqb = ceil_div(a.seq_q, GFX942_Q_ROWS);
   int64_t vt = 0, items = 0;
@@ -72,11 +80,22 @@ std::string why_not(const void* p, const char* vendor) {
   return "";
 }
 
+// Packed sequences: every (sequence, head) gets the q blocks of the longest one, longest first, no
+// split (the host knows no length); V^T per K/V head in vt_head_blocks blocks (gfx942/sequences.h).
+Plan packed_plan(const AttentionFwdArgs& a, Plan pl) {
+  pl.n_prefix = int(pl.items);
+  pl.vt_head_blocks = int(kv_mode(a) == RTC_KV_PAGED ? a.batch * pl.nkb : ceil_div(a.total_k, GFX942_KV_ROWS) + a.batch);
+  pl.vt_bytes = int64_t(a.heads_k) * pl.vt_head_blocks * GFX942_VT_BLOCK_BYTES;
+  pl.workspace_bytes = pl.vt_bytes;
+  return pl;
+}
+
 Plan make_plan(const AttentionFwdArgs& a) {
   Plan pl;
   pl.nqb = int(ceil_div(a.seq_q, GFX942_Q_ROWS));
   pl.nkb = int(ceil_div(a.seq_k, GFX942_KV_ROWS));
   pl.items = int64_t(a.batch) * a.heads * pl.nqb;
+  if (kv_mode(a) != RTC_KV_DENSE) return packed_plan(a, pl);
   const int cus = a.num_cus;
   // NO_TAIL turns off a planned split; an explicit request still wins.
   const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
@@ -139,7 +158,7 @@ std::string plan_json(const void* p) {
   const BlockCounts bc = block_counts(a, pl);
   std::vector<std::pair<std::string, int64_t>> f = {
       {"nqb", pl.nqb}, {"nkb", pl.nkb}, {"items", pl.items}, {"n_prefix", pl.n_prefix}, {"tail", pl.tail},
-      {"split_g", pl.split_g}, {"n_swz", pl.n_swz}, {"vt_bytes", pl.vt_bytes},
+      {"split_g", pl.split_g}, {"n_swz", pl.n_swz}, {"vt_head_blocks", pl.vt_head_blocks}, {"vt_bytes", pl.vt_bytes},
       {"workspace_bytes", pl.workspace_bytes}, {"block", GFX942_THREADS}, {"blocks_total", bc.total},
       {"blocks_masked", bc.masked}, {"blocks_max_item", bc.max_item}};
   const char* names[] = {"grid_vt", "grid_attn", "grid_merge"};
@@ -163,6 +182,7 @@ void launch_gfx942(uint64_t program, const void* p, const rtc::LaunchTarget& t) 
   gp.tail = pl.tail;
   gp.split_g = pl.split_g;
   gp.n_swz = pl.n_swz;
+  gp.vt_head_blocks = pl.vt_head_blocks;
   gp.vt_bytes = pl.vt_bytes;
   // Same stream, in order, so each stage sees the previous one's writes.
   for (const auto& s : stages(a, pl)) {

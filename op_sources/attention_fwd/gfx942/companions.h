@@ -4,26 +4,47 @@
 #include "bf16_round.h"
 #include "isa_gfx9.h"
 #include "gfx942/tiles.h"
+#include "gfx942/sequences.h"
 
 namespace g942 {
 
-// One workgroup per (b, K/V head, 64-row kv block): stage the rows in LDS (rows >= Sk as zeros,
-// since 0 x garbage can be NaN in PV), then write 1024 chunks of 16 bytes in the PV fragment order.
+// One workgroup per (b, K/V head, 64-row kv block): stage the rows in LDS (rows past the sequence's
+// keys as zeros, since 0 x garbage can be NaN in PV), then write 1024 chunks of 16 bytes in the PV
+// fragment order. Packed sequences: b is a sequence, and blocks past its keys exit at once.
 RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
   const int tid = threadIdx.x, blk = blockIdx.x;
   const int bh = blk / p.nkb, n = blk - bh * p.nkb, b = bh / p.heads_k, h = bh - b * p.heads_k;
-  const rtc_bf16_t* vb = p.v + (rtc_i64)b * p.v_sb + (rtc_i64)h * p.v_sh;
-  const rtc_buffer_rsrc vr = uniform_rsrc(vb, rows_span_bytes(p.seq_k, p.v_ss));
+#if RTC_KV == RTC_KV_DENSE
+  const Seq s = seq_of(p, b);
+  const rtc_i64 out_block = (rtc_i64)bh * p.nkb + n;
+#else
+  const Seq s = packed_seq(p, b);
+  if (n * GFX942_KV_ROWS >= s.len_k) return;
+  const rtc_i64 out_block = (rtc_i64)h * p.vt_head_blocks + vt_first_block(p, b, s) + n;
+#endif
+  const int len = s.len_k;
+#if RTC_KV == RTC_KV_PAGED
+  // Row kv of load j is this wave's row + 8j: uniform, so each load has one page.
+  const PagedRows pr = paged_rows(p, p.v, p.v_sb, p.v_ss, p.v_sh, b, h, len);
+  const int wave_row = n * GFX942_KV_ROWS + (int)readfirstlane((rtc_u32)tid >> 6);
+#else
+  const rtc_buffer_rsrc vr = uniform_rsrc(p.v + s.v_off + (rtc_i64)h * p.v_sh, rows_span_bytes(len, p.v_ss));
+#endif
   for (int j = 0; j < 8; ++j) {
-    const int e = tid + GFX942_THREADS * j, row = e >> 6, dw = e & 63, kv = n * GFX942_KV_ROWS + row;
+    const int e = tid + GFX942_THREADS * j, dw = e & 63;
     rtc_u32 w = 0;
-    if (kv < p.seq_k) w = buffer_load_dword(vr, (rtc_u32)((rtc_i64)kv * p.v_ss * 2 + dw * 4), 0u);
+#if RTC_KV == RTC_KV_PAGED
+    const int kv = wave_row + 8 * j;
+    if (kv < len) w = buffer_load_dword(page_rsrc(pr, kv), page_row_byte(pr, kv) + dw * 4, 0u);
+#else
+    const int kv = n * GFX942_KV_ROWS + (e >> 6);
+    if (kv < len) w = buffer_load_dword(vr, (rtc_u32)((rtc_i64)kv * p.v_ss * 2 + dw * 4), 0u);
+#endif
     ds_write<rtc_u32>(&sm.vt[e], w);
   }
   __syncthreads();
   rtc_bf16_t* ws = (rtc_bf16_t*)p.workspace;
-  const rtc_buffer_rsrc out = uniform_rsrc(ws + ((rtc_i64)bh * p.nkb + n) * (GFX942_VT_BLOCK_BYTES / 2),
-                                           GFX942_VT_BLOCK_BYTES);
+  const rtc_buffer_rsrc out = uniform_rsrc(ws + out_block * (GFX942_VT_BLOCK_BYTES / 2), GFX942_VT_BLOCK_BYTES);
   for (int j = 0; j < 2; ++j) {
     const int c = tid + GFX942_THREADS * j, t = c >> 7, sp = (c >> 6) & 1, lane = c & 63;
     const int hd = 16 * t + (lane & 15);

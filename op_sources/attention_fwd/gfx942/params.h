@@ -18,6 +18,8 @@ enum Gfx942Stage { GFX942_STAGE_VT = 0, GFX942_STAGE_ATTN = 1, GFX942_STAGE_MERG
 // V^T is per (batch, K/V head): Hk heads, so the q heads of a GQA group share it.
 // Workgroups [0, n_prefix) run whole items (ids XCD-swizzled below n_swz); the last `tail`
 // items run as split_g KV parts each, workgroups n_prefix + j*split_g + part.
+// Packed sequences (RTC_KV): item i is q block nqb - 1 - i / (B*H) of (b, h) = i % (B*H), nqb from
+// max_seqlen_q; no split, no swizzle. V^T is per K/V head, vt_head_blocks blocks (gfx942/sequences.h).
 // Everything a launch needs is here: no device-side table, so two streams can run at once.
 struct Gfx942Params : AttnParams {
   int stage;         // Gfx942Stage
@@ -26,6 +28,6 @@ struct Gfx942Params : AttnParams {
   int tail;          // items run split (0 = no split)
   int split_g;       // parts per split item (1 when tail == 0)
   int n_swz;         // prefix workgroups remapped so each XCD gets consecutive items (multiple of 8)
-  int reserved2;
+  int vt_head_blocks;  // packed: V^T blocks per K/V head (the sequences' blocks one after another)
   rtc_i64 vt_bytes;  // V^T occupies workspace [0, vt_bytes); the partials follow
 };
