@@ -76,6 +76,9 @@ RTC_DEVICE float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// A value every lane of the warp holds alike, made visibly so to ptxas (a broadcast from lane 0):
+// what is computed from it stays in uniform registers (wgmma descriptors: no R2UR per issue).
+RTC_DEVICE int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 RTC_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
 }  // namespace sm90

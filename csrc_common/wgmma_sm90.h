@@ -52,6 +52,11 @@ RTC_DEVICE rtc_u64 smem_desc(rtc_u32 addr, rtc_u32 lbo, rtc_u32 sbo) {
          ((rtc_u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+// The descriptor of a tile `bytes` past desc's base: the address field (bits 0..13, in 16-byte units)
+// takes the offset as a 64-bit add, which ptxas issues as one uniform add per wgmma (no carry: shared
+// addresses stay below 256 KiB).
+RTC_DEVICE rtc_u64 desc_at(rtc_u64 desc, rtc_u32 bytes) { return desc + (bytes >> 4); }
+
 RTC_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 RTC_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> RTC_DEVICE void wgmma_wait() {
@@ -64,8 +69,12 @@ template <int N> RTC_DEVICE void wgmma_wait() {
 // The empty asm launders `never` at each use: otherwise, after a first pinned wait, the compiler
 // knows it is 0 and dissolves the next one.
 template <int N> RTC_DEVICE void wgmma_wait_pinned(int never) {
+#if LAB_NOPIN
+  wgmma_wait<N>();
+#else
   asm volatile("" : "+r"(never));
   do { wgmma_wait<N>(); } while (never);
+#endif
 }
 
 // Pins accumulator registers at this point of the program, so the compiler neither reads them

@@ -19,7 +19,10 @@
 // pack leaves the path from that GEMM's end to the next issue (the loop is unrolled by 2). It pays
 // where the pack is long: RTNA's three integer ops per pair (NOTES step 10).
 // Paged variants keep one buffer: their consumers have 224 registers (the producer walks pages).
-#define SM90_P_DOUBLE (RTC_ROUND == 1 && RTC_KV != RTC_KV_PAGED)
+#ifndef LAB_NO_PDOUBLE
+#define LAB_NO_PDOUBLE 0
+#endif
+#define SM90_P_DOUBLE (RTC_ROUND == 1 && RTC_KV != RTC_KV_PAGED && !LAB_NO_PDOUBLE)
 
 namespace {
 using namespace sm90;
@@ -27,13 +30,18 @@ using namespace sm90;
 constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
 // Tiles differ in length under a mask or across packed sequences: CTAs take them dynamically.
 constexpr bool kDynamic = RTC_MASK || kPacked;
+#ifndef LAB_NOOVERLAP
+#define LAB_NOOVERLAP 0
+#endif
+// A tile's first Q K^T goes out with the previous tile's last P V (consume_tile).
+constexpr bool kOverlapTiles = !LAB_NOOVERLAP && !kPacked;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
 // what the consumers take.
 constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : 24;  // paged: the page walk (ptxas: 32 spills)
 constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 224 : 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
 
-constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
+constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES, kQStages = SM90_Q_STAGES;
 constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
 constexpr rtc_u32 kHalfKV = kN * 128;
 constexpr int kConsumerWarps = 8;
@@ -41,24 +49,25 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
-static_assert(16 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
+static_assert(kQStages == 2, "the Q ring is two tiles deep");
+static_assert(32 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
 // Barrier slots (8 bytes each) after the tiles.
 struct Bars {
   rtc_u32 base;
-  RTC_DEVICE rtc_u32 q_full() const { return base; }
-  RTC_DEVICE rtc_u32 q_empty() const { return base + 8; }
-  RTC_DEVICE rtc_u32 k_full(int s) const { return base + 16 + 8 * s; }
-  RTC_DEVICE rtc_u32 k_empty(int s) const { return base + 16 + 8 * (kStages + s); }
-  RTC_DEVICE rtc_u32 v_full(int s) const { return base + 16 + 8 * (2 * kStages + s); }
-  RTC_DEVICE rtc_u32 v_empty(int s) const { return base + 16 + 8 * (3 * kStages + s); }
-  // RTC_MASK: the producer hands each tile's index to the consumers through a 2-slot ring.
-  RTC_DEVICE rtc_u32 tile_full(int s) const { return base + 16 + 8 * (4 * kStages + s); }
-  RTC_DEVICE rtc_u32 tile_empty(int s) const { return base + 16 + 8 * (4 * kStages + 2 + s); }
-  RTC_DEVICE rtc_u32 tile_id(int s) const { return base + 16 + 8 * (4 * kStages + 4) + 4 * s; }
+  RTC_DEVICE rtc_u32 q_full(int s) const { return base + 8 * s; }
+  RTC_DEVICE rtc_u32 q_empty(int s) const { return base + 16 + 8 * s; }
+  RTC_DEVICE rtc_u32 k_full(int s) const { return base + 32 + 8 * s; }
+  RTC_DEVICE rtc_u32 k_empty(int s) const { return base + 32 + 8 * (kStages + s); }
+  RTC_DEVICE rtc_u32 v_full(int s) const { return base + 32 + 8 * (2 * kStages + s); }
+  RTC_DEVICE rtc_u32 v_empty(int s) const { return base + 32 + 8 * (3 * kStages + s); }
+  // Dynamic order: the producer hands each tile's index to the consumers through a 2-slot ring.
+  RTC_DEVICE rtc_u32 tile_full(int s) const { return base + 32 + 8 * (4 * kStages + s); }
+  RTC_DEVICE rtc_u32 tile_empty(int s) const { return base + 32 + 8 * (4 * kStages + 2 + s); }
+  RTC_DEVICE rtc_u32 tile_id(int s) const { return base + 32 + 8 * (4 * kStages + 4) + 4 * s; }
   // Paged: the page ids of a block (the producer's own scratch, kN / 16 of them), two sets: the
   // block being loaded and the next one.
-  RTC_DEVICE rtc_u32 pages(int set) const { return base + 16 + 8 * (4 * kStages + 4) + 8 + set * 4 * (kN / 16); }
+  RTC_DEVICE rtc_u32 pages(int set) const { return base + 32 + 8 * (4 * kStages + 4) + 8 + set * 4 * (kN / 16); }
 };
 
 // The tiles of one CTA. Unmasked: blockIdx.x, then every gridDim.x-th (all tiles are alike).
@@ -97,9 +106,10 @@ RTC_DEVICE int receive_tile(const Bars& b, TileOrder& o) {
 }
 
 struct SmemTiles {
-  rtc_u32 q, k, v;
+  rtc_u32 q, k, v;  // q: kQStages tiles
   Bars bars;
   Schedule sched;  // packed sequences only
+  RTC_DEVICE rtc_u32 q_stage(int s) const { return q + s * SM90_Q_BYTES; }
   RTC_DEVICE rtc_u32 k_stage(int s) const { return k + s * SM90_KV_BYTES; }
   RTC_DEVICE rtc_u32 v_stage(int s) const { return v + s * SM90_KV_BYTES; }
 };
@@ -142,14 +152,17 @@ RTC_DEVICE KvSpan tile_span(const AttnParams& a, int m_block) {
   return kv_span(a, r0, (r0 + kM < a.seq_q ? r0 + kM : a.seq_q) - r0, kN, RTC_MASK);
 }
 
-// Position in the K/V ring; the parity flips each time the ring wraps.
-struct PipeState {
+// Position in a ring of kDepth slots (K/V: kStages, Q: kQStages); the parity flips each time it wraps.
+template <int kDepth>
+struct RingState {
   int stage = 0;
   rtc_u32 phase = 0;
   RTC_DEVICE void advance() {
-    if (++stage == kStages) { stage = 0; phase ^= 1; }
+    if (++stage == kDepth) { stage = 0; phase ^= 1; }
   }
 };
+using PipeState = RingState<kStages>;
+using QState = RingState<kQStages>;
 
 // ---------------------------------------------------------------- producer (one thread)
 RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 bytes,
@@ -202,8 +215,8 @@ RTC_DEVICE void load_kv(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u
 
 RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
   PipeState ps;
+  QState qs;
   TileOrder order;
-  rtc_u32 q_phase = 0;
   const int tiles = tile_count(p, sm);
   for (int ti = blockIdx.x; ti < tiles; ti = next_tile(p, ti)) {
     if (kDynamic) publish_tile(sm.bars, order, ti);
@@ -211,10 +224,10 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     const KvSpan sp = tile_span(t.view, t.m_block);
     if (sp.begin == sp.end) continue;  // the consumers write zeros without reading Q
     const int kvh = kv_head(p.a, t.head);
-    mbar_wait(sm.bars.q_empty(), q_phase ^ 1);
-    load_tile(p.tmap_q, sm.q, sm.bars.q_full(), SM90_Q_BYTES, t.seq.q_row + t.m_block * kM, t.head,
-              kPacked ? 0 : t.batch, kHalfQ);
-    q_phase ^= 1;
+    mbar_wait(sm.bars.q_empty(qs.stage), qs.phase ^ 1);
+    load_tile(p.tmap_q, sm.q_stage(qs.stage), sm.bars.q_full(qs.stage), SM90_Q_BYTES, t.seq.q_row + t.m_block * kM,
+              t.head, kPacked ? 0 : t.batch, kHalfQ);
+    qs.advance();
     // Paged: block n's table entries were fetched one block ahead (into the slot set of n's parity),
     // so their latency hides under the previous block's waits.
     if (RTC_KV == RTC_KV_PAGED) fetch_pages(p, t, sp.begin, sm.bars.pages(0));
@@ -237,12 +250,15 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
 // and jumps to the second column half after 4 steps.
 RTC_DEVICE void issue_qk(float (&s)[kAccS], rtc_u32 q_rows, rtc_u32 k_tile) {
   wgmma_fence();
+  const rtc_u64 da0 = smem_desc(q_rows, 16, 1024), db0 = smem_desc(k_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
     const rtc_u32 off = (kk & 3) * 32;
-    const rtc_u64 da = smem_desc(q_rows + (kk >> 2) * kHalfQ + off, 16, 1024);
-    const rtc_u64 db = smem_desc(k_tile + (kk >> 2) * kHalfKV + off, 16, 1024);
-    WgmmaSS<kN>::k16(s, da, db, kk > 0);
+#if LAB_OLDDESC
+    WgmmaSS<kN>::k16(s, smem_desc(q_rows + (kk >> 2) * kHalfQ + off, 16, 1024), smem_desc(k_tile + (kk >> 2) * kHalfKV + off, 16, 1024), kk > 0);
+#else
+    WgmmaSS<kN>::k16(s, desc_at(da0, (kk >> 2) * kHalfQ + off), desc_at(db0, (kk >> 2) * kHalfKV + off), kk > 0);
+#endif
   }
   wgmma_commit();
 }
@@ -252,11 +268,14 @@ RTC_DEVICE void issue_qk(float (&s)[kAccS], rtc_u32 q_rows, rtc_u32 k_tile) {
 // of 8 kv rows (CUTLASS's canonical SW128 MN-major layout).
 RTC_DEVICE void issue_pv(float (&o)[64], const rtc_u32 (&pk)[kN / 4], rtc_u32 v_tile) {
   wgmma_fence();
+  const rtc_u64 db0 = smem_desc(v_tile, kHalfKV, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk) {
-    const rtc_u64 db = smem_desc(v_tile + kk * 2048, kHalfKV, 1024);
-    wgmma_rs_k16_tb(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], db, 1);
-  }
+  for (int kk = 0; kk < kN / 16; ++kk)
+#if LAB_OLDDESC
+    wgmma_rs_k16_tb(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], smem_desc(v_tile + kk * 2048, kHalfKV, 1024), 1);
+#else
+    wgmma_rs_k16_tb(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], desc_at(db0, kk * 2048), 1);
+#endif
   wgmma_commit();
 }
 
@@ -316,22 +335,25 @@ struct WindowMask {
 
 // S_n = Q K^T finished: free K_n (and Q after the last block), mask it where block n is cut by the
 // window (RTC_MASK) or is the partial last block, then softmax in place.
-RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, bool last,
-                            int last_valid, float c, const AttnParams& a, const WindowMask& wm, int n) {
+template <class Mid = NoMid>
+RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, int q_slot, bool last,
+                            int last_valid, float c, const AttnParams& a, const WindowMask& wm, int n,
+                            const Mid& mid = Mid()) {
   fence_regs(r.s);
   release(sm.bars.k_empty(ps.stage));
-  if (last) release(sm.bars.q_empty());
+  if (last) release(sm.bars.q_empty(q_slot));
   if (RTC_MASK) {
     if (wm.cuts(n)) mask_window(r.s, wm.rows, n * kN);
   } else if (last && last_valid < kN) {
     mask_cols(r.s, last_valid);
   }
-  online_softmax(r.s, r.st, c);
+  online_softmax(r.s, r.st, c, mid);
 }
 
 // What one consumer warpgroup carries from block to block of a tile.
 struct TileLoop {
   const SmemTiles& sm;
+  int q_slot;        // the Q ring slot of this tile
   rtc_u32 q_rows;    // this warpgroup's 64 rows of the Q tile
   PipeState& ps;     // the K/V ring slot of the next block
   PipeState pv;      // the slot of the block whose P V is next
@@ -358,9 +380,9 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
   issue_pv(r.o, p_in, sm.v_stage(L.pv.stage));
   named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<1>();
-  scores_done(sm, r, L.ps, last, L.last_valid, L.c, a, L.wm, n);
+  const int never = L.never[kPin];
+  scores_done(sm, r, L.ps, L.q_slot, last, L.last_valid, L.c, a, L.wm, n, [never] { wgmma_wait_pinned<0>(never); });
   if (kEarlyPack) pack_p(r.s, p_out);
-  wgmma_wait_pinned<0>(L.never[kPin]);
   fence_regs(r.o);
   fence_regs(p_in);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
   release(sm.bars.v_empty(L.pv.stage));
@@ -385,35 +407,70 @@ RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid, int wg) {
   named_sync(3 + wg, 128);          // every warp of the warpgroup has stored
 }
 
-RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t,
-                             int wg, PipeState& ps, rtc_u32& q_phase) {
+// The tile after `ti` in this CTA's order: the next index of the static order, or the one the producer
+// hands over (dynamic order; it publishes it when it starts that tile's loads).
+RTC_DEVICE int following_tile(const Sm90AttnParams& p, const SmemTiles& sm, TileOrder& order, int ti) {
+  return kDynamic ? receive_tile(sm.bars, order) : ti + (int)gridDim.x;
+}
+
+// What a consumer warpgroup needs of a tile: its K/V span and where its rows sit.
+struct TilePlan {
+  KvSpan sp;
+  int n_blocks;
+  RTC_DEVICE static TilePlan of(const Tile& t) {
+    TilePlan r;
+    r.sp = tile_span(t.view, t.m_block);
+    r.n_blocks = r.sp.end - r.sp.begin;
+    return r;
+  }
+};
+
+// S_0 = Q K_0^T of a tile, issued on its own ([sync own] QK [arrive other]) or, across tiles, together
+// with the previous tile's last P V (kOverlapTiles below).
+RTC_DEVICE void wait_first_qk(const SmemTiles& sm, const PipeState& ps, const QState& qs) {
+  mbar_wait(sm.bars.q_full(qs.stage), qs.phase);
+  mbar_wait(sm.bars.k_full(ps.stage), ps.phase);
+}
+RTC_DEVICE void issue_first_qk(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, const QState& qs, int wg) {
+  issue_qk(r.s, sm.q_stage(qs.stage) + wg * 64 * 128, sm.k_stage(ps.stage));
+}
+
+// One tile of one consumer warpgroup. With `pending`, the tile's S_0 is already in flight (issued by the
+// previous tile's last block). The last P V of a tile goes out in one issue with the next tile's S_0 when
+// that tile has keys: the epilogue (O scaled and stored) then runs under that GEMM, and the tensor cores
+// need not wait for the store, the Q load or a separate first issue (the Q ring is two tiles deep).
+// Returns the next tile's index; `pending` tells whether its S_0 was issued.
+RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t, int ti, int wg,
+                            PipeState& ps, QState& qs, ConsumerRegs& r, bool& pending, TileOrder& order) {
   const AttnParams& a = t.view;
-  const KvSpan sp = tile_span(a, t.m_block);
-  const int n0 = sp.begin, n_blocks = sp.end - sp.begin;
+  const TilePlan plan = TilePlan::of(t);
+  const KvSpan& sp = plan.sp;
+  const int n0 = sp.begin, n_blocks = plan.n_blocks;
   const int last_valid = a.seq_k - (sp.end - 1) * kN;
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const WindowMask wm{KeyWindow::of(a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
                       sp.full_end};
-  TileLoop L{sm, sm.q + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
+  TileLoop L{sm, qs.stage, sm.q_stage(qs.stage) + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
              a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}, wm};
-  ConsumerRegs r;
   r.st.init();
 #pragma unroll
   for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
   if ((RTC_MASK || kPacked) && n_blocks == 0) {  // no row sees a key: zeros, LSE -inf, nothing read
     store_tile(p, t, wg, r.o, r.st);
-    return;
+    pending = false;
+    return following_tile(p, sm, order, ti);
   }
 
-  mbar_wait(sm.bars.q_full(), q_phase);
-  q_phase ^= 1;
   // 1. first block: scores only.
-  mbar_wait(sm.bars.k_full(ps.stage), ps.phase);
-  named_sync(L.own_bar, kPingPongThreads);
-  issue_qk(r.s, L.q_rows, sm.k_stage(ps.stage));
-  named_arrive(L.other_bar, kPingPongThreads);
-  wgmma_wait<0>();
-  scores_done(sm, r, ps, n_blocks == 1, L.last_valid, L.c, a, L.wm, n0);
+  if (!pending) {
+    wait_first_qk(sm, ps, qs);
+    named_sync(L.own_bar, kPingPongThreads);
+    issue_first_qk(sm, r, ps, qs, wg);
+    named_arrive(L.other_bar, kPingPongThreads);
+    wgmma_wait<0>();
+  }
+  qs.advance();
+  scores_done(sm, r, ps, L.q_slot, n_blocks == 1, L.last_valid, L.c, a, L.wm, n0);
   pack_p(r.s, r.pk);
   L.pv = ps;
   ps.advance();
@@ -433,39 +490,58 @@ RTC_DEVICE void consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const
   for (int n = 1; n < n_blocks; ++n)
     steady_block<0, false>(L, r, a, n0 + n, n == n_blocks - 1, r.pk, r.pk);
 #endif
-  // 3. last block: P V only.
+  // 3. last block: P V, and the next tile's S_0 when it has keys.
+  const int next = following_tile(p, sm, order, ti);
+  pending = false;
+  if (kOverlapTiles && next < tile_count(p, sm))
+    pending = !(RTC_MASK || kPacked) || TilePlan::of(decode_tile(p, sm, next)).n_blocks > 0;
   mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
   if (kPacked && last_valid < kN) zero_rows_past(sm.v_stage(L.pv.stage), last_valid, wg);
-  named_sync(L.own_bar, kPingPongThreads);
-  issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
-  named_arrive(L.other_bar, kPingPongThreads);
-  wgmma_wait<0>();
-  fence_regs(r.o);
-  release(sm.bars.v_empty(L.pv.stage));
-  store_tile(p, t, wg, r.o, r.st);
+  // Two straight-line paths: ptxas must see every wait after the issues it covers.
+  if (pending) {
+    wait_first_qk(sm, ps, qs);
+    named_sync(L.own_bar, kPingPongThreads);
+    issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
+    issue_first_qk(sm, r, ps, qs, wg);
+    named_arrive(L.other_bar, kPingPongThreads);
+    wgmma_wait<1>();
+    fence_regs(r.o);
+    release(sm.bars.v_empty(L.pv.stage));
+    store_tile(p, t, wg, r.o, r.st);
+    wgmma_wait<0>();  // nothing in flight across tiles: ptxas would serialize the pipeline
+    fence_regs(r.s);
+  } else {
+    named_sync(L.own_bar, kPingPongThreads);
+    issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
+    named_arrive(L.other_bar, kPingPongThreads);
+    wgmma_wait<0>();
+    fence_regs(r.o);
+    release(sm.bars.v_empty(L.pv.stage));
+    store_tile(p, t, wg, r.o, r.st);
+  }
+  return next;
 }
 
 RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   PipeState ps;
+  QState qs;
   TileOrder order;
-  rtc_u32 q_phase = 0;
+  ConsumerRegs r;
+  bool pending = false;
   // Warpgroup 0 issues first: warpgroup 1 pre-arrives on its barrier.
   if (wg == 1) named_arrive(1, kPingPongThreads);
   const int tiles = tile_count(p, sm);
-  if (kDynamic) {
-    for (int ti = receive_tile(sm.bars, order); ti < tiles; ti = receive_tile(sm.bars, order))
-      consume_tile(p, sm, decode_tile(p, sm, ti), wg, ps, q_phase);
-  } else {
-    for (int ti = blockIdx.x; ti < tiles; ti += gridDim.x)
-      consume_tile(p, sm, decode_tile(p, sm, ti), wg, ps, q_phase);
-  }
+  for (int ti = kDynamic ? receive_tile(sm.bars, order) : (int)blockIdx.x; ti < tiles;)
+    ti = consume_tile(p, sm, decode_tile(p, sm, ti), ti, wg, ps, qs, r, pending, order);
   // Balance the pre-arrival so the barrier is idle when the block exits.
   if (wg == 0) named_sync(1, kPingPongThreads);
 }
 
 RTC_DEVICE void init_barriers(const Sm90AttnParams& p, const Bars& b) {
-  mbar_init(b.q_full(), 1);
-  mbar_init(b.q_empty(), kConsumerWarps);
+  for (int s = 0; s < kQStages; ++s) {
+    mbar_init(b.q_full(s), 1);
+    mbar_init(b.q_empty(s), kConsumerWarps);
+  }
   for (int s = 0; s < kStages; ++s) {
     mbar_init(b.k_full(s), 1);
     mbar_init(b.k_empty(s), kConsumerWarps);
@@ -491,7 +567,7 @@ extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
   const rtc_u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   SmemTiles sm;
   sm.q = base;
-  sm.k = sm.q + SM90_Q_BYTES;
+  sm.k = sm.q + kQStages * SM90_Q_BYTES;
   sm.v = sm.k + kStages * SM90_KV_BYTES;
   sm.bars.base = sm.v + kStages * SM90_KV_BYTES;
   if (threadIdx.x == 0) init_barriers(p, sm.bars);
@@ -499,7 +575,11 @@ extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
     sm.sched = build_schedule(p.a, p.num_m_blocks, reinterpret_cast<int*>(smem_raw + (sm.bars.base + SM90_BAR_BYTES -
                                                                                       smem_addr(smem_raw))), kM);
   __syncthreads();
+#if LAB_OLDDESC
   const int wg = threadIdx.x / 128;
+#else
+  const int wg = warp_uniform(threadIdx.x / 128);
+#endif
   if (wg == 0) {
     regs_shrink<kProducerRegs>();
     if (threadIdx.x == 0) produce(p, sm);

@@ -146,6 +146,18 @@ def parse_config(c):
     return mode, [d for d in defs.split("+") if d]
 
 
+def fa4_fn(q, k, v, layout):
+    """FlashAttention-4 (flash_attn.cute) as a peer column when it imports (DEV_FA4=0 turns it off)."""
+    if os.environ.get("DEV_FA4", "1") != "1":
+        return None
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError:
+        return None
+    qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v)) if layout == "bhsd" else (q, k, v)
+    return lambda: flash_attn_func(qs, ks, vs, causal=False)
+
+
 def timed_shape(B, H, S, layout, configs, gen):
     """ms of SDPA cuDNN (and flash, DEV_FLASH=1) and of every config, interleaved, on one shape; out= preallocated."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -161,6 +173,9 @@ def timed_shape(B, H, S, layout, configs, gen):
     fns = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
     if os.environ.get("DEV_FLASH", "1") == "1":
         fns["flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
+    fa4 = fa4_fn(q, k, v, layout)
+    if fa4 is not None:
+        fns["fa4"] = fa4
     for c in configs:
         mode, defs = parse_config(c)
         fns[c] = (lambda m, d: lambda: fwd(q, k, v, layout, m, d, out=out, lse=False))(mode, defs)
@@ -177,7 +192,7 @@ def bench(shapes, configs):
     for (B, H, S) in shapes:
         res = timed_shape(B, H, S, layout, configs, gen)
         tf = lambda t: 4 * B * H * S * S * 128 / t / 1e9
-        line = f"({B},{H},{S}) {layout} cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) flash {res.get('flash', 0):.3f}"
+        line = f"({B},{H},{S}) {layout} cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) fa4 {res.get('fa4', 0):.3f} ({tf(res['fa4']) if 'fa4' in res else 0:.0f})"
         for c in configs:
             line += f" | {c} {res[c]:.3f} {tf(res[c]):.0f} x{res['cudnn'] / res[c]:.3f}"
         rows.append(line)
@@ -187,13 +202,15 @@ def bench(shapes, configs):
 
 
 def summary(table, configs):
-    """Compact ratio table (cuDNN ms / ours ms) with the geomean per config."""
+    """Compact ratio table (peer ms / ours ms; the peer is FA4 when it ran, else cuDNN) with the geomean per config."""
     names = [f"c{i}" for i in range(len(configs))]
-    out = ["configs: " + "; ".join(f"{n}={c}" for n, c in zip(names, configs)),
+    peer = "fa4" if all("fa4" in r for r in table.values()) else "cudnn"
+    out = ["configs: " + "; ".join(f"{n}={c}" for n, c in zip(names, configs)) + f"; ratios x {peer}",
            f"{'shape':>15} {'cudnn':>8} " + " ".join(f"{n:>6}" for n in names)]
     logs = [0.0] * len(configs)
     for shp, res in table.items():
-        rat = [res["cudnn"] / res[c] for c in configs]
+        peer = res.get("fa4", res["cudnn"])
+        rat = [peer / res[c] for c in configs]
         logs = [l + math.log(r) for l, r in zip(logs, rat)]
         out.append(f"{str(shp):>15} {res['cudnn']:8.3f} " + " ".join(f"{r:6.3f}" for r in rat))
     out.append(f"{'geomean':>15} {'':>8} " + " ".join(f"{math.exp(l / len(table)):6.3f}" for l in logs))
