@@ -69,12 +69,8 @@ template <int N> RTC_DEVICE void wgmma_wait() {
 // The empty asm launders `never` at each use: otherwise, after a first pinned wait, the compiler
 // knows it is 0 and dissolves the next one.
 template <int N> RTC_DEVICE void wgmma_wait_pinned(int never) {
-#if LAB_NOPIN
-  wgmma_wait<N>();
-#else
   asm volatile("" : "+r"(never));
   do { wgmma_wait<N>(); } while (never);
-#endif
 }
 
 // Pins accumulator registers at this point of the program, so the compiler neither reads them

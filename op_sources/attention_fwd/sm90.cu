@@ -15,33 +15,25 @@
 #include "sm90/softmax.h"
 #include "sm90/schedule.h"
 
-// Two P buffers in RTNA: P_n is packed while P_{n-1} V_{n-1} still reads the other one, and the
-// pack leaves the path from that GEMM's end to the next issue (the loop is unrolled by 2). It pays
-// where the pack is long: RTNA's three integer ops per pair (NOTES step 10).
-// Paged variants keep one buffer: their consumers have 224 registers (the producer walks pages).
-#ifndef LAB_NO_PDOUBLE
-#define LAB_NO_PDOUBLE 0
-#endif
-#define SM90_P_DOUBLE (RTC_ROUND == 1 && RTC_KV != RTC_KV_PAGED && !LAB_NO_PDOUBLE)
-
 namespace {
 using namespace sm90;
 
 constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
 // Tiles differ in length under a mask or across packed sequences: CTAs take them dynamically.
 constexpr bool kDynamic = RTC_MASK || kPacked;
-#ifndef LAB_NOOVERLAP
-#define LAB_NOOVERLAP 0
-#endif
-// A tile's first Q K^T goes out with the previous tile's last P V (consume_tile).
-constexpr bool kOverlapTiles = !LAB_NOOVERLAP && !kPacked;
+// A tile's first Q K^T goes out with the previous tile's last P V (consume_tile). Packed variants keep
+// the separate issue: the carried state spills there (window and RTNA builds).
+constexpr bool kOverlapTiles = !kPacked;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
 // what the consumers take.
 constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : 24;  // paged: the page walk (ptxas: 32 spills)
 constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 224 : 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
 
-constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES, kQStages = SM90_Q_STAGES;
+constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
+// The next tile's Q loads while this tile runs, so its first Q K^T can go out with this tile's last
+// P V. Without that overlap one Q tile is enough (and its ring state costs no registers).
+constexpr int kQStages = kOverlapTiles ? SM90_Q_STAGES : 1;
 constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
 constexpr rtc_u32 kHalfKV = kN * 128;
 constexpr int kConsumerWarps = 8;
@@ -49,7 +41,7 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
-static_assert(kQStages == 2, "the Q ring is two tiles deep");
+static_assert(kQStages <= SM90_Q_STAGES, "the host sizes shared memory for SM90_Q_STAGES Q tiles");
 static_assert(32 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
 // Barrier slots (8 bytes each) after the tiles.
@@ -254,11 +246,7 @@ RTC_DEVICE void issue_qk(float (&s)[kAccS], rtc_u32 q_rows, rtc_u32 k_tile) {
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
     const rtc_u32 off = (kk & 3) * 32;
-#if LAB_OLDDESC
-    WgmmaSS<kN>::k16(s, smem_desc(q_rows + (kk >> 2) * kHalfQ + off, 16, 1024), smem_desc(k_tile + (kk >> 2) * kHalfKV + off, 16, 1024), kk > 0);
-#else
     WgmmaSS<kN>::k16(s, desc_at(da0, (kk >> 2) * kHalfQ + off), desc_at(db0, (kk >> 2) * kHalfKV + off), kk > 0);
-#endif
   }
   wgmma_commit();
 }
@@ -271,11 +259,7 @@ RTC_DEVICE void issue_pv(float (&o)[64], const rtc_u32 (&pk)[kN / 4], rtc_u32 v_
   const rtc_u64 db0 = smem_desc(v_tile, kHalfKV, 1024);
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk)
-#if LAB_OLDDESC
-    wgmma_rs_k16_tb(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], smem_desc(v_tile + kk * 2048, kHalfKV, 1024), 1);
-#else
     wgmma_rs_k16_tb(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], desc_at(db0, kk * 2048), 1);
-#endif
   wgmma_commit();
 }
 
@@ -314,15 +298,11 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
 }
 
 // ---------------------------------------------------------------- consumer main loop
-// Registers of one consumer warpgroup for one tile: scores, output, packed P (two buffers with
-// SM90_P_DOUBLE), row state.
+// Registers of one consumer warpgroup: scores, output, packed P, row state.
 struct ConsumerRegs {
   float s[kAccS];
   float o[64];
   rtc_u32 pk[kN / 4];
-#if SM90_P_DOUBLE
-  rtc_u32 pk2[kN / 4];
-#endif
   RowState st;
 };
 
@@ -359,35 +339,31 @@ struct TileLoop {
   PipeState pv;      // the slot of the block whose P V is next
   int own_bar, other_bar, n_blocks, last_valid;
   float c;
-  int never[2];      // 0 at run time, from two fields ptxas cannot relate: pins (wgmma_wait_pinned)
+  int never;         // 0 at run time, from a field ptxas cannot evaluate: pins the P V wait (wgmma_wait_pinned)
   WindowMask wm;     // read only when RTC_MASK
 };
 
 // Steady-state block n: [sync own] issue S_n = Q K_n^T and O += P_{n-1} V_{n-1} [arrive other];
-// wait S_n -> softmax(S_n) runs under PV_{n-1} and the other warpgroup's GEMMs; wait PV -> rescale
-// O. P_n is packed into p_out: before the PV wait when it is another buffer than p_in (kEarlyPack,
-// SM90_P_DOUBLE), after it otherwise. Straight-line code (no role flags around the waits) so ptxas
-// can prove no accumulator is read while its wgmma is in flight. kPin picks which never-flag pins
-// the PV wait: two pins in one loop body need flags ptxas cannot relate.
-template <int kPin, bool kEarlyPack>
-RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, int n, bool last,
-                             rtc_u32 (&p_in)[kN / 4], rtc_u32 (&p_out)[kN / 4]) {
+// wait S_n -> softmax(S_n): the row max and the first exponentials run under PV_{n-1} (and the other
+// warpgroup's GEMMs), then the pinned wait for PV_{n-1}; the O rescale and the packing of P_n
+// interleave with the remaining exponentials (online_softmax). Straight-line code (no role flags
+// around the waits) so ptxas can prove no accumulator is read while its wgmma is in flight.
+RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, int n, bool last) {
   const SmemTiles& sm = L.sm;
   mbar_wait(sm.bars.k_full(L.ps.stage), L.ps.phase);
   named_sync(L.own_bar, kPingPongThreads);
   issue_qk(r.s, L.q_rows, sm.k_stage(L.ps.stage));
   mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
-  issue_pv(r.o, p_in, sm.v_stage(L.pv.stage));
+  issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
   named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<1>();
-  const int never = L.never[kPin];
+  const int never = L.never;
   scores_done(sm, r, L.ps, L.q_slot, last, L.last_valid, L.c, a, L.wm, n, [never] { wgmma_wait_pinned<0>(never); });
-  if (kEarlyPack) pack_p(r.s, p_out);
   fence_regs(r.o);
-  fence_regs(p_in);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
+  fence_regs(r.pk);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
   release(sm.bars.v_empty(L.pv.stage));
   rescale_rows(r.o, r.st);
-  if (!kEarlyPack) pack_p(r.s, p_out);
+  pack_p(r.s, r.pk);
   L.pv = L.ps;
   L.ps.advance();
 }
@@ -451,7 +427,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   const WindowMask wm{KeyWindow::of(a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
                       sp.full_end};
   TileLoop L{sm, qs.stage, sm.q_stage(qs.stage) + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
-             a.scale_log2, {p.a.seq_k < 0, p.a.seq_q < 0}, wm};
+             a.scale_log2, p.a.seq_k < 0, wm};
   r.st.init();
 #pragma unroll
   for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
@@ -475,21 +451,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   L.pv = ps;
   ps.advance();
   // 2. steady state.
-#if SM90_P_DOUBLE
-  int n = 1;
-  for (; n + 1 < n_blocks; n += 2) {
-    steady_block<0, true>(L, r, a, n0 + n, n == n_blocks - 1, r.pk, r.pk2);
-    steady_block<1, true>(L, r, a, n0 + n + 1, n + 1 == n_blocks - 1, r.pk2, r.pk);
-  }
-  if (n < n_blocks) {
-    steady_block<0, true>(L, r, a, n0 + n, true, r.pk, r.pk2);
-#pragma unroll
-    for (int i = 0; i < kN / 4; ++i) r.pk[i] = r.pk2[i];
-  }
-#else
-  for (int n = 1; n < n_blocks; ++n)
-    steady_block<0, false>(L, r, a, n0 + n, n == n_blocks - 1, r.pk, r.pk);
-#endif
+  for (int n = 1; n < n_blocks; ++n) steady_block(L, r, a, n0 + n, n == n_blocks - 1);
   // 3. last block: P V, and the next tile's S_0 when it has keys.
   const int next = following_tile(p, sm, order, ti);
   pending = false;
@@ -526,13 +488,15 @@ RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   PipeState ps;
   QState qs;
   TileOrder order;
-  ConsumerRegs r;
+  ConsumerRegs carried;  // across tiles only when a tile's S_0 is issued by the previous tile
   bool pending = false;
   // Warpgroup 0 issues first: warpgroup 1 pre-arrives on its barrier.
   if (wg == 1) named_arrive(1, kPingPongThreads);
   const int tiles = tile_count(p, sm);
-  for (int ti = kDynamic ? receive_tile(sm.bars, order) : (int)blockIdx.x; ti < tiles;)
-    ti = consume_tile(p, sm, decode_tile(p, sm, ti), ti, wg, ps, qs, r, pending, order);
+  for (int ti = kDynamic ? receive_tile(sm.bars, order) : (int)blockIdx.x; ti < tiles;) {
+    ConsumerRegs fresh;  // otherwise nothing lives from one tile to the next (fewer live registers)
+    ti = consume_tile(p, sm, decode_tile(p, sm, ti), ti, wg, ps, qs, kOverlapTiles ? carried : fresh, pending, order);
+  }
   // Balance the pre-arrival so the barrier is idle when the block exits.
   if (wg == 0) named_sync(1, kPingPongThreads);
 }
@@ -575,11 +539,7 @@ extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
     sm.sched = build_schedule(p.a, p.num_m_blocks, reinterpret_cast<int*>(smem_raw + (sm.bars.base + SM90_BAR_BYTES -
                                                                                       smem_addr(smem_raw))), kM);
   __syncthreads();
-#if LAB_OLDDESC
-  const int wg = threadIdx.x / 128;
-#else
   const int wg = warp_uniform(threadIdx.x / 128);
-#endif
   if (wg == 0) {
     regs_shrink<kProducerRegs>();
     if (threadIdx.x == 0) produce(p, sm);

@@ -117,12 +117,20 @@ RTC_DEVICE float row_max(const float (&s)[N], int i, float m_old) {
 // of the previous O. A row max of -inf (all scores -inf so far) is treated as 0 so exp2 sees
 // -inf, never -inf - -inf; NaN scores are skipped by fmaxf and propagate through p and l.
 // Both rows' maxima (and their quad shuffles) come first, so their latencies overlap.
-#ifndef LAB_EARLY
-#define LAB_EARLY (1 << 20)
-#endif
-struct NoMid { RTC_DEVICE void operator()() const {} };
+// Where the wait for the in-flight P V goes: after the first kEarlyExp2 of a block's exponentials. Before
+// it, the row max, its shuffles and those exponentials overlap the GEMM; after it the O rescale and the
+// bf16 packing interleave with the remaining exponentials. All 64 before the wait (the whole softmax
+// under the GEMM) and none before it were both 2-4% slower on the H200 (NOTES step 14).
+constexpr int kEarlyExp2 = 16;
+
+struct NoMid {
+  RTC_DEVICE void operator()() const {}
+};
+
+// `mid` runs after the first kEarlyExp2 exponentials (a pinned wgmma wait in the steady state).
 template <int N, class Mid = NoMid>
 RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c, const Mid& mid = Mid()) {
+  static_assert(kEarlyExp2 < N / 2, "the wait must fall inside the block's exponentials");
   float mx[2], ms[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) mx[i] = row_max(s, i, st.m[i]);
@@ -137,45 +145,21 @@ RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c, const Mid& 
     st.rescale[i] = ex2(scale_max(st.m[i], c) - ms[i]);
     st.m[i] = mx[i];
   }
-#if LAB_EARLY < (1 << 20)
+  // Column pairs in order, both rows interleaved.
   float sum[2] = {0.f, 0.f};
-  int done = 0;
 #pragma unroll
   for (int j = 0; j < N / 4; ++j)
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        if (done == LAB_EARLY) mid();
-#ifdef LAB_FAKE_EX2
-        const float xx = scaled_diff(s[4 * j + 2 * i + k], c, ms[i]);
-        const float p = (done >= LAB_EARLY && done < LAB_EARLY + LAB_FAKE_EX2) ? fmaf(fmaf(xx, 0.24f, 0.69f), xx, 1.f) : ex2(xx);
-#else
+        if (4 * j + 2 * i + k == kEarlyExp2) mid();
         const float p = ex2(scaled_diff(s[4 * j + 2 * i + k], c, ms[i]));
-#endif
-        ++done;
         s[4 * j + 2 * i + k] = p;
         sum[i] += p;
       }
-  if (LAB_EARLY >= N) mid();
 #pragma unroll
   for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * st.rescale[i] + sum[i];
-#else
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < N / 4; ++j)
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const float p = ex2(scaled_diff(s[4 * j + 2 * i + k], c, ms[i]));
-        s[4 * j + 2 * i + k] = p;
-        sum += p;
-      }
-    st.l[i] = st.l[i] * st.rescale[i] + sum;
-  }
-  mid();
-#endif
 }
 
 // Final row sum of a row with (quad-reduced) sum l and raw max m. Every p of the row carries the
@@ -190,9 +174,6 @@ RTC_DEVICE float final_row_sum(float l, float m, float c) {
 // warp vote sits on the critical path; the FMULs are hidden anyway; NOTES step 5).
 template <int N>
 RTC_DEVICE void rescale_rows(float (&o)[N], const RowState& st) {
-#ifdef LAB_NO_RESCALE
-  return;
-#endif
 #pragma unroll
   for (int j = 0; j < N / 4; ++j)
 #pragma unroll
