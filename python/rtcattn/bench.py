@@ -256,8 +256,9 @@ def geomeans(rows: list) -> list:
     return lines
 
 
-def plot(rows: list, path: str, plt) -> None:
-    """Grouped bars of TFLOP/s per shape (in the order measured), one bar per implementation and mode."""
+def plot(rows: list, path: str, plt, title: str = "") -> None:
+    """Grouped bars of TFLOP/s per shape (in the order measured), one bar per implementation and mode;
+    the title names the machine and the date of the run."""
     labels = list(dict.fromkeys((r.get("case", f"{r['B']},{r['H']},{r['Sq']},{r['Sk']}"), r["layout"]) for r in rows))
     series = sorted({(r["impl"], r["mode"]) for r in rows})
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(labels)), 5))
@@ -271,6 +272,8 @@ def plot(rows: list, path: str, plt) -> None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
     ax.set_xticklabels([f"{case} {layout}" for case, layout in labels], rotation=30, ha="right")
     ax.set_ylabel("TFLOP/s")
+    if title:
+        ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path)
@@ -329,5 +332,8 @@ def main(args) -> int:
         with open(args.json_out, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "matmul_tflops": ceiling, "rows": rows}, fh, indent=1)
     if plt is not None:
-        plot(rows, args.plot, plt)
+        import datetime
+        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        plot(rows, args.plot, plt, f"{torch.cuda.get_device_name()}, {when}: bf16 D={args.head_dim}, "
+                                   f"{', '.join(layouts)}, non-causal unless marked")
     return 0
