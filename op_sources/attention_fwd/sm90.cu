@@ -1,5 +1,7 @@
 // Fast bf16 attention forward for sm_90a (H100/H200): a TMA producer warpgroup feeds a K/V ring in
 // shared memory; two consumer warpgroups run wgmma in ping-pong, P stays in registers; persistent.
+// Dense calls keep two Q tiles: a tile's first Q K^T goes out with the previous tile's last P V, and
+// the previous tile's epilogue runs under it.
 // With RTC_MASK (a causal or sliding window) a tile visits only the K/V blocks its rows' windows
 // reach; blocks cut by the window edge are masked, blocks fully inside run the unmasked path, and
 // tiles are taken longest-first. Query head h reads K/V head kv_head(h) (GQA/MQA).
