@@ -80,8 +80,28 @@ def flops(c: "Case", d: int) -> float:
 
 
 
+def round_orders(n: int, reps: int) -> list:
+    """The order of n implementations in each of reps rounds: a Williams design, so that over a full
+    cycle (n rounds, 2n for odd n) every implementation comes right after every other one equally
+    often. At a power cap a call runs faster after a low-power one (a slower peer) than after a hungry
+    one; a plain rotation keeps each implementation behind the same neighbour in every round, which
+    biased the ratios (NOTES run 28)."""
+    first = [0]
+    lo, hi = 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    if n % 2:
+        rows += [row[::-1] for row in rows]
+    return [rows[r % len(rows)] for r in range(reps)]
+
+
 def _queue_rounds(fns: dict, inputs: list, reps: int) -> dict:
-    """Queues reps rounds, each calling every fn once (order rotated per round), events around each call.
+    """Queues reps rounds, each calling every fn once (round_orders), events around each call.
 
     A GPU sleep is queued first and every call takes longer on the GPU than on the host, so the GPU
     never waits for the host: each pair of events brackets the kernel(s) of one call, not Python
@@ -91,9 +111,9 @@ def _queue_rounds(fns: dict, inputs: list, reps: int) -> dict:
     names = list(fns)
     events = {n: [] for n in names}
     torch.cuda._sleep(LEAD_CYCLES)
-    for r in range(reps):
+    for r, order in enumerate(round_orders(len(names), reps)):
         args = inputs[r % len(inputs)]
-        for n in names[r % len(names):] + names[:r % len(names)]:
+        for n in (names[i] for i in order):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
             fns[n](*args)

@@ -1,4 +1,5 @@
 """`python -m rtcattn`: warm (then RTCATTN_NO_COMPILE=1 proves the cache complete), info, clear, bench without a GPU."""
+import collections
 import json
 import os
 import re
@@ -112,3 +113,15 @@ def test_bench_plot_writes_a_png(tmp_path):
     path = tmp_path / "bench.png"
     bench.plot(rows, str(path), bench._matplotlib())
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7])
+def test_bench_round_orders_balance_neighbours(n):
+    """Each round calls every implementation once, and over a full cycle every implementation comes
+    right after every other one equally often (a plain rotation keeps the same neighbour forever)."""
+    cycle = n if n % 2 == 0 else 2 * n
+    rows = bench.round_orders(n, 3 * cycle)
+    assert all(sorted(r) == list(range(n)) for r in rows)
+    pairs = collections.Counter((a, b) for r in rows[:cycle] for a, b in zip(r, r[1:]))
+    assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1
+    assert rows[cycle:2 * cycle] == rows[:cycle]

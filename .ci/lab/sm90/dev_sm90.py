@@ -14,7 +14,7 @@ import tempfile
 import torch
 
 import rtcattn
-from rtcattn import dispatch, manifest, reference
+from rtcattn import bench, dispatch, manifest, reference
 
 MODES = ("rtne", "rtna", "rtz")
 SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1, 64, 16384),
@@ -117,8 +117,9 @@ def median_ms(fn, reps):
 def time_interleaved(fns, reps):
     """Median ms of each callable, the reps taken round-robin so that clock drift hits all alike.
     A round is queued without host syncs. DEV_LEAD=1 also queues a GPU sleep ahead of each round and
-    rotates the order: otherwise the first callable of a round starts on an idle GPU and its events
-    include its host dispatch."""
+    varies the order (bench.round_orders: every callable follows every other equally often; at the power
+    cap a call is faster after a low-power one): otherwise the first callable of a round starts on an
+    idle GPU and its events include its host dispatch."""
     lead = os.environ.get("DEV_LEAD", "0") == "1"
     for f in fns.values():
         f()
@@ -127,7 +128,7 @@ def time_interleaved(fns, reps):
     names = list(fns)
     for r in range(reps):
         ev = {}
-        order = names[r % len(names):] + names[:r % len(names)] if lead else names
+        order = [names[i] for i in bench.round_orders(len(names), reps)[r]] if lead else names
         if lead:
             torch.cuda._sleep(5_000_000)
         for k in order:
