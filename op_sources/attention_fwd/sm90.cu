@@ -23,9 +23,10 @@ using namespace sm90;
 constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
 // Tiles differ in length under a mask or across packed sequences: CTAs take them dynamically.
 constexpr bool kDynamic = RTC_MASK || kPacked;
-// A tile's first Q K^T goes out with the previous tile's last P V (consume_tile). Packed variants keep
-// the separate issue: the carried state spills there (window and RTNA builds).
-constexpr bool kOverlapTiles = !kPacked;
+// Two Q tiles (sm90/params.h): a tile's first Q K^T goes out with the previous tile's last P V
+// (consume_tile). With one, each tile issues its own first Q K^T.
+constexpr int kQStages = SM90_Q_STAGES(RTC_KV);
+constexpr bool kOverlapTiles = kQStages == 2;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
 // what the consumers take.
 constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : 24;  // paged: the page walk (ptxas: 32 spills)
@@ -33,9 +34,6 @@ constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 224 : 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
 
 constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
-// The next tile's Q loads while this tile runs, so its first Q K^T can go out with this tile's last
-// P V. Without that overlap one Q tile is enough (and its ring state costs no registers).
-constexpr int kQStages = kOverlapTiles ? SM90_Q_STAGES : 1;
 constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
 constexpr rtc_u32 kHalfKV = kN * 128;
 constexpr int kConsumerWarps = 8;
@@ -43,7 +41,7 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
-static_assert(kQStages <= SM90_Q_STAGES, "the host sizes shared memory for SM90_Q_STAGES Q tiles");
+static_assert(kQStages == 1 || kQStages == 2, "one Q tile, or two for the overlap across tiles");
 static_assert(32 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
 // Barrier slots (8 bytes each) after the tiles.

@@ -73,7 +73,7 @@ int64_t tile_count(const AttentionFwdArgs& a) {
 // The dynamic shared memory of a launch: tiles, rings and barriers, plus the packed schedule's table.
 int64_t shared_bytes(const AttentionFwdArgs& a) {
   const int64_t levels = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
-  return SM90_SMEM_BYTES + (kv_mode(a) == RTC_KV_DENSE ? 0 : SM90_SCHEDULE_BYTES(a.batch, levels));
+  return SM90_SMEM_BYTES(kv_mode(a)) + (kv_mode(a) == RTC_KV_DENSE ? 0 : SM90_SCHEDULE_BYTES(a.batch, levels));
 }
 constexpr int64_t kMaxShared = 227 * 1024;  // sm_90's opt-in limit per block
 
@@ -95,9 +95,9 @@ std::string why_not(const void* p, const char* vendor) {
     return "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) + " is too large for the sm90 kernel; accepted: < 2^31";
   if (shared_bytes(*a) > kMaxShared)
     return "batch=" + std::to_string(a->batch) + " sequences with max_seqlen_q=" + std::to_string(a->seq_q) +
-           " need a " + std::to_string(shared_bytes(*a) - SM90_SMEM_BYTES) +
+           " need a " + std::to_string(shared_bytes(*a) - SM90_SMEM_BYTES(kv_mode(*a))) +
            "-byte tile schedule (sm90/schedule.h), more than the sm90 kernel's free shared memory; accepted: a "
-           "schedule of at most " + std::to_string(kMaxShared - SM90_SMEM_BYTES) + " bytes";
+           "schedule of at most " + std::to_string(kMaxShared - SM90_SMEM_BYTES(kv_mode(*a))) + " bytes";
   return "";
 }
 

@@ -7,7 +7,6 @@
 #define SM90_BLOCK_N 128        // kv rows per pipeline stage
 #define SM90_HEAD_DIM 128
 #define SM90_STAGES 2
-#define SM90_Q_STAGES 2         // the next tile's Q loads while this tile runs
 #define SM90_THREADS 384        // producer warpgroup + 2 consumer warpgroups
 // A TMA box is at most 128 bytes wide under the 128-byte swizzle: each tile is loaded as two
 // column halves of 64 bf16, stored one after the other ([half][rows][64]).
@@ -15,9 +14,13 @@
 #define SM90_Q_BYTES (SM90_BLOCK_M * SM90_HEAD_DIM * 2)
 #define SM90_KV_BYTES (SM90_BLOCK_N * SM90_HEAD_DIM * 2)
 #define SM90_BAR_BYTES 256
+// Q tiles in shared memory per K/V mode: dense calls load the next tile's Q while this one runs (its
+// first Q K^T goes out with this tile's last P V); packed calls keep one (the state carried from tile
+// to tile spilled in their builds).
+#define SM90_Q_STAGES(kv) ((kv) == RTC_KV_DENSE ? 2 : 1)
 // +1024: the kernel rounds the dynamic shared-memory base up to the 1024-byte swizzle period.
-#define SM90_SMEM_BYTES \
-  (SM90_Q_STAGES * SM90_Q_BYTES + 2 * SM90_STAGES * SM90_KV_BYTES + SM90_BAR_BYTES + 1024)
+#define SM90_SMEM_BYTES(kv) \
+  (SM90_Q_STAGES(kv) * SM90_Q_BYTES + 2 * SM90_STAGES * SM90_KV_BYTES + SM90_BAR_BYTES + 1024)
 
 // A CUtensorMap: 128 opaque bytes, 64-byte aligned (cuTensorMapEncodeTiled fills it).
 struct alignas(64) Sm90TensorMap {
