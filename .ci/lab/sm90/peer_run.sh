@@ -5,7 +5,7 @@
 # column for CONFIGS on SHAPES. Everything lands under $OUT; the bench table comes last.
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp}
-export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 RTCATTN_CACHE_DIR=${RTCATTN_CACHE_DIR:-/tmp/rc}
+export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 RTCATTN_CACHE_DIR=${RTCATTN_CACHE_DIR:-$(mktemp -d)}
 export DEV_LEAD=${DEV_LEAD:-1} DEV_LAYOUT=${DEV_LAYOUT:-bshd} DEV_FLASH=${DEV_FLASH:-0}
 lab=.ci/lab/sm90
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv
