@@ -212,3 +212,43 @@ def test_gfx942_code_object_is_amdgpu_elf(tmp_path):
     assert code[:4] == b"\x7fELF" and int.from_bytes(code[18:20], "little") == 224  # EM_AMDGPU
     assert int.from_bytes(code[16:18], "little") == 3  # ET_DYN: what hipModuleLoadData wants
     assert int.from_bytes(code[48:52], "little") & 0xFF == 0x4C  # e_flags mach = gfx942
+
+
+def test_sanitized_runs_survive_a_library_that_swaps_a_threads_signal_stack(tmp_path):
+    """hipRTC 5.2 compiles on a thread of comgr's own, where LLVM puts a malloc'd alternate signal stack in place
+    of the one ASan gave the thread; with ASan's default use_sigaltstack=1, ASan unmaps that heap block when the
+    thread ends and dies ("unable to unmap"), on CPUs whose signal frame makes LLVM's wish larger than ASan's
+    stack. A stand-in hipRTC does the swap on any CPU: a process with the sanitizer options of bash .ci/sanitize
+    (inherited here) must survive it. Without ASan loaded there is nothing to check: the test command runs this
+    file under bash .ci/sanitize too."""
+    import subprocess
+    import sys
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("checks the sanitizer options; runs under bash .ci/sanitize (part of the test command)")
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    lib_dir = tmp_path / "lib"
+    lib_dir.mkdir(mode=0o700)
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(lib_dir / "libhiprtc.so"),
+                    str(ROOT / "tests" / "cpu" / "hip_standin" / "hiprtc_altstack.c"), "-lpthread"], check=True)
+    code = ("import sys, threading, time\n"
+            "from rtcattn import _lib\n"
+            "def work(i):\n"
+            "    try:\n"
+            "        _lib.build('alt', f't{i}', 'gfx90a', 'k', ('k.hip', '// ' + str(i)), [], compiler='hiprtc',\n"
+            "                   cache_dir=sys.argv[1])\n"
+            "    except Exception as e:\n"
+            "        assert 'stand-in' in str(e), e\n"
+            "ts = [threading.Thread(target=work, args=(i,)) for i in range(3)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "time.sleep(0.5)  # the runtime's detached compile workers end after handing over the result\n"
+            "print('survived')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    # the same options, with this child's reports kept apart from the run's (they would fail the whole run)
+    env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + f":log_path={reports}/asan"
+    env.update(PYTHONPATH=str(Path(_lib.__file__).resolve().parents[1]), RTCATTN_LIBRARY_PATH=str(lib_dir))
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], capture_output=True, text=True,
+                       env=env, timeout=120)
+    found = [p.read_text() for p in reports.iterdir()]
+    assert r.returncode == 0 and r.stdout.strip() == "survived" and found == [], (r.stderr[-2000:], found)
