@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import validate, validate_varlen
+from . import backward
 from .attention_fwd import _LIB
 
 OP = validate.OP
@@ -97,6 +98,9 @@ def fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
 for _backend in ("CPU", "CUDA"):
     _LIB.impl("fwd_varlen", fwd_varlen, _backend)
     _LIB.impl("fwd_varlen_out", fwd_varlen_out, _backend)
+backward.register(_LIB, "fwd_varlen", ("rtcattn.forward_varlen", "rtcattn.flash_attn_varlen_func",
+                                       "aiter.rtcattn_varlen_fwd"))
+backward.register(_LIB, "fwd_varlen_out", ("rtcattn.forward_varlen(out=...)", "rtcattn.flash_attn_varlen_func(out=...)"))
 
 
 @torch.library.register_fake("rtcattn::fwd_varlen", lib=_LIB)
