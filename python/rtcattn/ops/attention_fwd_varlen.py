@@ -100,7 +100,8 @@ for _backend in ("CPU", "CUDA"):
     _LIB.impl("fwd_varlen_out", fwd_varlen_out, _backend)
 backward.register(_LIB, "fwd_varlen", ("rtcattn.forward_varlen", "rtcattn.flash_attn_varlen_func",
                                        "aiter.rtcattn_varlen_fwd"))
-backward.register(_LIB, "fwd_varlen_out", ("rtcattn.forward_varlen(out=...)", "rtcattn.flash_attn_varlen_func(out=...)"))
+backward.register(_LIB, "fwd_varlen_out", ("rtcattn.forward_varlen(out=...)",
+                                           "rtcattn.flash_attn_varlen_func(out=...)"))
 
 
 @torch.library.register_fake("rtcattn::fwd_varlen", lib=_LIB)

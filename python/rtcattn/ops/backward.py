@@ -53,7 +53,8 @@ def register(lib: torch.library.Library, op: str, callers) -> None:
     """Gives torch.ops.rtcattn.<op> (defined in lib) its autograd; callers name it in the error."""
     _callers[op] = tuple(callers)
     overload = getattr(torch.ops.rtcattn, op).default
-    written = [i for i, a in enumerate(overload._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    written = [i for i, a in enumerate(overload._schema.arguments)
+               if a.alias_info is not None and a.alias_info.is_write]
     if written:
         lib.impl(op, _writing_kernel(overload, op, written), "Autograd", with_keyset=True)
     else:
