@@ -146,6 +146,8 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
 
 
 def check_out(out, q: torch.Tensor, inputs=()) -> None:
+    """out's type, shape, device and strides; inputs: (name, tensor) of every tensor the kernel reads, none of
+    which out may overlap (the kernel would overwrite what other workgroups still read)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None; got {type(out).__name__}")
     if out.dtype != torch.bfloat16:
@@ -163,7 +165,8 @@ def check_out(out, q: torch.Tensor, inputs=()) -> None:
         for name, t in inputs:
             if _spans_overlap(out, t):
                 raise ValueError(f"out overlaps {name} in memory (out bytes {_span(out)}, {name} bytes {_span(t)}); "
-                                 f"accepted: an out that shares no memory with q, k or v")
+                                 f"accepted: an out that shares no memory with any input "
+                                 f"({', '.join(n for n, _ in inputs)})")
 
 
 def _has_storage(t: torch.Tensor) -> bool:

@@ -127,8 +127,10 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         total_k = k.shape[0]
         if total_k == 0 and total_q > 0:
             raise ValueError(f"k.shape={tuple(k.shape)} (total_k=0) is not supported; accepted: total_k >= 1")
-    if out is not None:
-        validate.check_out(out, q, (("q", q), ("k", k), ("v", v)))
+    if out is not None:  # the metadata too: the kernels read cu_seqlens and the block table all along
+        metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
+            (("block_table", block_table),) if paged else ())
+        validate.check_out(out, q, (("q", q), ("k", k), ("v", v)) + metadata)
     return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
                          validate.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages)
 

@@ -1,5 +1,6 @@
-"""Calls that gave a wrong answer or an unclear error: sizes past 32 bits, out overlapping an input, loose
-argument types, a bad knob noticed late, and warm that wrote nothing. Each raises before any launch."""
+"""Calls that gave a wrong answer or an unclear error: sizes past 32 bits, out overlapping an input (packed
+metadata included), loose argument types, a bad knob noticed late, and warm that wrote nothing. Each raises
+before any launch."""
 import os
 import re
 import subprocess
@@ -13,6 +14,7 @@ import rtcattn
 
 ROOT = Path(__file__).resolve().parents[2]
 BF = torch.bfloat16
+I32 = torch.int32
 
 
 @pytest.fixture
@@ -55,6 +57,42 @@ def test_out_overlapping_an_input_is_refused(emulated):
         rtcattn.forward(q, k, v, out=torch.zeros(1, 1, 2, 64, dtype=BF).expand(1, 16, 2, 64))
     out = torch.empty(1, 16, 2, 64, dtype=BF)       # distinct memory: accepted
     assert rtcattn.forward(q, k, v, out=out) is out
+
+
+def _paged_call(meta):
+    """A paged call of two sequences (15 and 25 query rows; 20 and 12 keys in pages of 16)."""
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(40, 2, 128, generator=gen).to(BF)
+    kp, vp = (torch.randn(4, 16, 2, 128, generator=gen).to(BF) for _ in range(2))
+    return lambda out: rtcattn.forward_varlen(q, kp, vp, meta["cu_seqlens_q"], meta["cu_seqlens_k"], 25, 20,
+                                              block_table=meta["block_table"], out=out)
+
+
+def _metadata():
+    return dict(cu_seqlens_q=torch.tensor([0, 15, 40], dtype=I32), cu_seqlens_k=torch.tensor([0, 20, 32], dtype=I32),
+                block_table=torch.tensor([[2, 0], [3, 1]], dtype=I32))
+
+
+@pytest.mark.parametrize("name", ["cu_seqlens_q", "cu_seqlens_k", "block_table"])
+def test_varlen_out_overlapping_metadata_is_refused(emulated, name):
+    """The kernels read cu_seqlens and the block table while they write out: an out over them would
+    change the metadata under the workgroups still reading it."""
+    meta = _metadata()
+    out_bytes = torch.zeros(40 * 2 * 128 * 2 + 64, dtype=torch.uint8)  # out, then 64 spare bytes
+    out = out_bytes[:40 * 2 * 128 * 2].view(BF).view(40, 2, 128)
+    inside = out_bytes[1024:1024 + meta[name].numel() * 4].view(I32).view(meta[name].shape)
+    inside.copy_(meta[name])
+    meta[name] = inside
+    pattern = (rf"out overlaps {name} in memory \(out bytes .*\); accepted: an out that shares no memory with any "
+               r"input \(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table\)")
+    with pytest.raises(ValueError, match=pattern):
+        _paged_call(meta)(out)
+    assert torch.equal(inside, _metadata()[name]) and not out_bytes[:1024].any()  # nothing written
+    beside = out_bytes[-64:][:meta[name].numel() * 4].view(I32).view(meta[name].shape)  # right after out: accepted
+    beside.copy_(_metadata()[name])
+    meta[name] = beside
+    want = _paged_call(_metadata())(None)
+    assert _paged_call(meta)(out) is out and torch.equal(out.view(torch.int16), want.view(torch.int16))
 
 
 @pytest.mark.parametrize("value", [[1], 1.0, "1", None, True])
