@@ -73,6 +73,19 @@ def head_dim_rule():
 _head_dim_rule = None
 
 
+# The largest size or window the kernels take: they index with 32-bit ints. The runtime checks every
+# size against it (jit/ops/attention_fwd/op.cpp, kMaxSize); Python checks the int arguments against it
+# before torch's dispatcher, whose int64 schema cannot even carry the ints past 2**63.
+MAX_SIZE = 2**31 - 1
+
+
+def check_int(name: str, value, lo: int, hi: int, meaning: str = "") -> int:
+    """A Python int (not a bool) in lo..hi."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name}={value!r} is not supported; accepted: an int >= {lo} and <= {hi}{meaning}")
+    return value
+
+
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38   # the smallest normal float32
 
@@ -85,7 +98,7 @@ def check_scale(softmax_scale, head_dim: int) -> float:
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale={softmax_scale!r} ({type(softmax_scale).__name__}) is not supported; "
                         "accepted: None (1/sqrt(D)) or a finite float > 0")
-    if not math.isfinite(softmax_scale) or not FLOAT32_TINY <= softmax_scale <= FLOAT32_MAX:
+    if not FLOAT32_TINY <= softmax_scale <= FLOAT32_MAX:  # compared as given: float(10**400) would overflow
         raise ValueError(f"softmax_scale={softmax_scale!r} is not supported; accepted: None (1/sqrt(D)) or a "
                          f"finite float > 0 that float32 holds as a normal number, in [{FLOAT32_TINY:.7g}, "
                          f"{FLOAT32_MAX:.7g}]")
@@ -109,10 +122,10 @@ def check_window(window_size, causal: bool = False) -> tuple:
     """(left, right) from FlashAttention's window_size and causal (which makes right 0)."""
     check_bool("causal", causal)
     ok = (isinstance(window_size, (tuple, list)) and len(window_size) == 2
-          and all(type(x) is int and x >= -1 for x in window_size))
+          and all(type(x) is int and -1 <= x <= MAX_SIZE for x in window_size))
     if not ok:
         raise ValueError(f"window_size={window_size!r} is not supported; accepted: a pair (left, right) of "
-                         "integers >= -1 (-1: unbounded)")
+                         f"integers >= -1 and <= {MAX_SIZE} (-1: unbounded)")
     left, right = window_size
     return (left, 0 if causal else right)
 

@@ -73,9 +73,7 @@ def _check_int32(name: str, t, dims: int, shape_text: str, device: torch.device)
 
 
 def check_max(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is not supported; accepted: an int >= 1 (the longest sequence's length)")
-    return value
+    return validate.check_int(name, value, 1, validate.MAX_SIZE, " (the longest sequence's length)")
 
 
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
