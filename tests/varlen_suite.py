@@ -120,3 +120,21 @@ def check_out_and_determinism(b: Batch, mode="rtne", window=(-1, -1)):
     again, lse2 = run(b, mode, window)
     assert torch.equal(ref.bf16_bits(out.cpu()), ref.bf16_bits(again.cpu()))
     assert torch.equal(lse.cpu().view(torch.int32), lse2.cpu().view(torch.int32))
+
+
+def shared_pages(lens_q, lens_k, hq, hk, d, page, device, seed=0) -> Batch:
+    """A paged batch whose sequences all read one page list (each the first lens_k[b] keys of it): the
+    block table is one row expanded to every sequence (stride 0), as a shared prefix cache gives it."""
+    one = to_paged(make_batch([1], [max(lens_k)], hq, hk, d, device, seed), page, seed)
+    b = make_batch(lens_q, lens_k, hq, hk, d, device, seed)
+    return replace(b, k=one.k, v=one.v, block_table=one.block_table.expand(len(lens_q), -1))
+
+
+def check_expanded_table_equals_materialised(b: Batch, mode="rtne", window=(-1, -1)):
+    """A block table with stride 0 gives what the same table copied into memory gives, bit for bit."""
+    assert b.block_table.stride(0) == 0
+    o1, l1 = run(b, mode, window)
+    o2, l2 = run(replace(b, block_table=b.block_table.contiguous()), mode, window)
+    tag = f"expanded table mode={mode} window={window} {b.tag()}"
+    assert torch.equal(ref.bf16_bits(o1.cpu()), ref.bf16_bits(o2.cpu())), f"output != materialised table's: {tag}"
+    assert torch.equal(l1.cpu().view(torch.int32), l2.cpu().view(torch.int32)), f"LSE != materialised table's: {tag}"

@@ -46,6 +46,7 @@ def rtcattn_fwd(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window
                 alibi_slopes=None, deterministic=True, return_lse=False, return_attn_probs=False,
                 how_v3_bf16_cvt=1, cu_seqlens_q=None, cu_seqlens_kv=None):
     """aiter.rtcattn_fwd: flash_attn_func's signature and return convention (out, or (out, lse))."""
+    api.check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     out, lse = torch.ops.aiter.rtcattn_fwd(q, k, v, dropout_p, softmax_scale, causal, list(window_size), bias,
                                            alibi_slopes, deterministic, return_lse, return_attn_probs,
                                            how_v3_bf16_cvt, cu_seqlens_q, cu_seqlens_kv)
@@ -75,6 +76,8 @@ def rtcattn_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
                        how_v3_bf16_cvt=1, block_table=None, out=None, cu_seqlens_q_padded=None,
                        cu_seqlens_k_padded=None):
     """aiter.rtcattn_varlen_fwd: flash_attn_varlen_func's signature and return convention (out, or (out, lse))."""
+    api.check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt, logits_soft_cap, max_seqlen_q,
+                      max_seqlen_k, min_seqlen_q)
     o, lse = torch.ops.aiter.rtcattn_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                 min_seqlen_q, dropout_p, softmax_scale, logits_soft_cap, causal,
                                                 list(window_size), bias, alibi_slopes, deterministic, return_lse,

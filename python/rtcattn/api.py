@@ -83,6 +83,25 @@ def _unsupported(name: str, value, accepted: str) -> None:
     raise NotImplementedError(f"{name}={value!r} is not supported; accepted: {accepted}")
 
 
+def check_scalars(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), how_v3_bf16_cvt=1,
+                  logits_soft_cap=0.0, max_seqlen_q=None, max_seqlen_k=None, min_seqlen_q=0) -> str:
+    """AITER's scalar arguments (those its ops' schemas type as int or float), checked before any op sees
+    them: torch's dispatcher refuses an int past 64 bits without naming the accepted range. Returns the
+    round mode; max_seqlen_* None: a dense call."""
+    if dropout_p != 0.0:
+        _unsupported("dropout_p", dropout_p, "0.0 (forward without dropout)")
+    if logits_soft_cap != 0.0:
+        _unsupported("logits_soft_cap", logits_soft_cap, "0.0 (no soft cap)")
+    if softmax_scale is not None:
+        validate.check_scale(softmax_scale, 1)
+    validate.check_window(window_size, causal)
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if value is not None:
+            validate_varlen.check_max(name, value)
+    validate.check_int("min_seqlen_q", min_seqlen_q, 0, validate.MAX_SIZE, " (a hint, ignored)")
+    return validate.check_how_v3_bf16_cvt(how_v3_bf16_cvt)
+
+
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                     softmax_scale: Optional[float] = None, causal: bool = False,
                     window_size: Tuple[int, int] = (-1, -1), bias=None, alibi_slopes=None,
@@ -93,8 +112,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ. Returns out, or (out, softmax_lse)
     when return_lse, as AITER does. Every call is deterministic, whatever `deterministic` says.
     """
-    if dropout_p != 0.0:
-        _unsupported("dropout_p", dropout_p, "0.0 (forward without dropout)")
+    mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes)):
         if value is not None:
             _unsupported(name, type(value).__name__, "None")
@@ -104,7 +122,6 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
         if value is not None:
             _unsupported(name, type(value).__name__, "None (packed sequences go to flash_attn_varlen_func)")
     validate.check_bool("deterministic", deterministic)
-    mode = validate.check_how_v3_bf16_cvt(how_v3_bf16_cvt)
     return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale, return_lse=return_lse,
                    causal=causal, window_size=window_size)
 
@@ -120,23 +137,18 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     k / v [total_k, Hk, D] or, with block_table, pages [num_pages, page_size, Hk, D].
 
     Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
-    kernels may use; it does not change the result, so it is accepted and ignored (an int >= 0).
+    kernels may use; it does not change the result, so it is accepted and ignored.
     Every call is deterministic, whatever `deterministic` says.
     """
-    if dropout_p != 0.0:
-        _unsupported("dropout_p", dropout_p, "0.0 (forward without dropout)")
-    if logits_soft_cap != 0.0:
-        _unsupported("logits_soft_cap", logits_soft_cap, "0.0 (no soft cap)")
+    mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt, logits_soft_cap, max_seqlen_q,
+                         max_seqlen_k, min_seqlen_q)
     for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes), ("cu_seqlens_q_padded", cu_seqlens_q_padded),
                         ("cu_seqlens_k_padded", cu_seqlens_k_padded)):
         if value is not None:
             _unsupported(name, type(value).__name__, "None")
     if return_attn_probs:
         _unsupported("return_attn_probs", return_attn_probs, "False")
-    if isinstance(min_seqlen_q, bool) or not isinstance(min_seqlen_q, int) or min_seqlen_q < 0:
-        raise ValueError(f"min_seqlen_q={min_seqlen_q!r} is not supported; accepted: an int >= 0")
     validate.check_bool("deterministic", deterministic)
-    mode = validate.check_how_v3_bf16_cvt(how_v3_bf16_cvt)
     return forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode=mode,
                           softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
                           window_size=window_size, block_table=block_table)

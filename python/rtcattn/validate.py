@@ -73,6 +73,19 @@ def head_dim_rule():
 _head_dim_rule = None
 
 
+# The largest size or window the kernels take: they index with 32-bit ints. The runtime checks every
+# size against it (jit/ops/attention_fwd/op.cpp, kMaxSize); Python checks the int arguments against it
+# before torch's dispatcher, whose int64 schema cannot even carry the ints past 2**63.
+MAX_SIZE = 2**31 - 1
+
+
+def check_int(name: str, value, lo: int, hi: int, meaning: str = "") -> int:
+    """A Python int (not a bool) in lo..hi."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name}={value!r} is not supported; accepted: an int >= {lo} and <= {hi}{meaning}")
+    return value
+
+
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38   # the smallest normal float32
 
@@ -85,7 +98,7 @@ def check_scale(softmax_scale, head_dim: int) -> float:
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale={softmax_scale!r} ({type(softmax_scale).__name__}) is not supported; "
                         "accepted: None (1/sqrt(D)) or a finite float > 0")
-    if not math.isfinite(softmax_scale) or not FLOAT32_TINY <= softmax_scale <= FLOAT32_MAX:
+    if not FLOAT32_TINY <= softmax_scale <= FLOAT32_MAX:  # compared as given: float(10**400) would overflow
         raise ValueError(f"softmax_scale={softmax_scale!r} is not supported; accepted: None (1/sqrt(D)) or a "
                          f"finite float > 0 that float32 holds as a normal number, in [{FLOAT32_TINY:.7g}, "
                          f"{FLOAT32_MAX:.7g}]")
@@ -109,10 +122,10 @@ def check_window(window_size, causal: bool = False) -> tuple:
     """(left, right) from FlashAttention's window_size and causal (which makes right 0)."""
     check_bool("causal", causal)
     ok = (isinstance(window_size, (tuple, list)) and len(window_size) == 2
-          and all(type(x) is int and x >= -1 for x in window_size))
+          and all(type(x) is int and -1 <= x <= MAX_SIZE for x in window_size))
     if not ok:
         raise ValueError(f"window_size={window_size!r} is not supported; accepted: a pair (left, right) of "
-                         "integers >= -1 (-1: unbounded)")
+                         f"integers >= -1 and <= {MAX_SIZE} (-1: unbounded)")
     left, right = window_size
     return (left, 0 if causal else right)
 
@@ -146,6 +159,8 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
 
 
 def check_out(out, q: torch.Tensor, inputs=()) -> None:
+    """out's type, shape, device and strides; inputs: (name, tensor) of every tensor the kernel reads, none of
+    which out may overlap (the kernel would overwrite what other workgroups still read)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None; got {type(out).__name__}")
     if out.dtype != torch.bfloat16:
@@ -163,7 +178,8 @@ def check_out(out, q: torch.Tensor, inputs=()) -> None:
         for name, t in inputs:
             if _spans_overlap(out, t):
                 raise ValueError(f"out overlaps {name} in memory (out bytes {_span(out)}, {name} bytes {_span(t)}); "
-                                 f"accepted: an out that shares no memory with q, k or v")
+                                 f"accepted: an out that shares no memory with any input "
+                                 f"({', '.join(n for n, _ in inputs)})")
 
 
 def _has_storage(t: torch.Tensor) -> bool:

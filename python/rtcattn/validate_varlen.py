@@ -73,9 +73,7 @@ def _check_int32(name: str, t, dims: int, shape_text: str, device: torch.device)
 
 
 def check_max(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is not supported; accepted: an int >= 1 (the longest sequence's length)")
-    return value
+    return validate.check_int(name, value, 1, validate.MAX_SIZE, " (the longest sequence's length)")
 
 
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
@@ -127,8 +125,10 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         total_k = k.shape[0]
         if total_k == 0 and total_q > 0:
             raise ValueError(f"k.shape={tuple(k.shape)} (total_k=0) is not supported; accepted: total_k >= 1")
-    if out is not None:
-        validate.check_out(out, q, (("q", q), ("k", k), ("v", v)))
+    if out is not None:  # the metadata too: the kernels read cu_seqlens and the block table all along
+        metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
+            (("block_table", block_table),) if paged else ())
+        validate.check_out(out, q, (("q", q), ("k", k), ("v", v)) + metadata)
     return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
                          validate.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages)
 

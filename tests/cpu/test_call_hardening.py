@@ -1,5 +1,6 @@
-"""Calls that gave a wrong answer or an unclear error: sizes past 32 bits, out overlapping an input, loose
-argument types, a bad knob noticed late, and warm that wrote nothing. Each raises before any launch."""
+"""Calls that gave a wrong answer or an unclear error: sizes past 32 bits, ints past 64 bits, out overlapping an
+input (packed metadata included), loose argument types, runtime errors naming internal fields, a bad knob
+noticed late, and warm that wrote nothing. Each raises before any launch."""
 import os
 import re
 import subprocess
@@ -10,9 +11,12 @@ import pytest
 import torch
 
 import rtcattn
+from rtcattn import dispatch, validate_varlen
+from rtcattn.ops import attention_fwd_varlen
 
 ROOT = Path(__file__).resolve().parents[2]
 BF = torch.bfloat16
+I32 = torch.int32
 
 
 @pytest.fixture
@@ -55,6 +59,136 @@ def test_out_overlapping_an_input_is_refused(emulated):
         rtcattn.forward(q, k, v, out=torch.zeros(1, 1, 2, 64, dtype=BF).expand(1, 16, 2, 64))
     out = torch.empty(1, 16, 2, 64, dtype=BF)       # distinct memory: accepted
     assert rtcattn.forward(q, k, v, out=out) is out
+
+
+def _paged_call(meta):
+    """A paged call of two sequences (15 and 25 query rows; 20 and 12 keys in pages of 16)."""
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(40, 2, 128, generator=gen).to(BF)
+    kp, vp = (torch.randn(4, 16, 2, 128, generator=gen).to(BF) for _ in range(2))
+    return lambda out: rtcattn.forward_varlen(q, kp, vp, meta["cu_seqlens_q"], meta["cu_seqlens_k"], 25, 20,
+                                              block_table=meta["block_table"], out=out)
+
+
+def _metadata():
+    return dict(cu_seqlens_q=torch.tensor([0, 15, 40], dtype=I32), cu_seqlens_k=torch.tensor([0, 20, 32], dtype=I32),
+                block_table=torch.tensor([[2, 0], [3, 1]], dtype=I32))
+
+
+@pytest.mark.parametrize("name", ["cu_seqlens_q", "cu_seqlens_k", "block_table"])
+def test_varlen_out_overlapping_metadata_is_refused(emulated, name):
+    """The kernels read cu_seqlens and the block table while they write out: an out over them would
+    change the metadata under the workgroups still reading it."""
+    meta = _metadata()
+    out_bytes = torch.zeros(40 * 2 * 128 * 2 + 64, dtype=torch.uint8)  # out, then 64 spare bytes
+    out = out_bytes[:40 * 2 * 128 * 2].view(BF).view(40, 2, 128)
+    inside = out_bytes[1024:1024 + meta[name].numel() * 4].view(I32).view(meta[name].shape)
+    inside.copy_(meta[name])
+    meta[name] = inside
+    pattern = (rf"out overlaps {name} in memory \(out bytes .*\); accepted: an out that shares no memory with any "
+               r"input \(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table\)")
+    with pytest.raises(ValueError, match=pattern):
+        _paged_call(meta)(out)
+    assert torch.equal(inside, _metadata()[name]) and not out_bytes[:1024].any()  # nothing written
+    beside = out_bytes[-64:][:meta[name].numel() * 4].view(I32).view(meta[name].shape)  # right after out: accepted
+    beside.copy_(_metadata()[name])
+    meta[name] = beside
+    want = _paged_call(_metadata())(None)
+    assert _paged_call(meta)(out) is out and torch.equal(out.view(torch.int16), want.view(torch.int16))
+
+
+# Ints the op's int64 schema cannot carry (and 2**31, which it can but the kernels cannot take), per argument.
+PAST = [2**63, -2**63 - 1, 2**64 + 5]
+MAX = 2**31 - 1  # the kernels' bound (32-bit indexing): Python's messages and the runtime's state the same
+
+
+def _dense(fn="forward", **kw):
+    q = torch.randn(1, 4, 2, 64).to(BF)
+    return lambda: getattr(rtcattn, fn)(q, q, q, **kw)
+
+
+def _packed(fn="forward_varlen", max_q=5, max_k=5, **kw):
+    q = torch.randn(9, 2, 64).to(BF)
+    cu = torch.tensor([0, 4, 9], dtype=I32)
+    return lambda: getattr(rtcattn, fn)(q, q, q, cu, cu, max_q, max_k, **kw)
+
+
+def _aiter_standin(monkeypatch):
+    import types
+    monkeypatch.setitem(sys.modules, "aiter", types.ModuleType("aiter"))
+    rtcattn.aiter.register()
+    return sys.modules["aiter"]
+
+
+@pytest.mark.parametrize("value", PAST + [2**31])
+@pytest.mark.parametrize("name", ["max_seqlen_q", "max_seqlen_k"])
+def test_max_seqlen_past_the_kernels_range_is_named_with_the_range(emulated, name, value):
+    pattern = rf"{name}={value} is not supported; accepted: an int >= 1 and <= {MAX}"
+    for fn in ("forward_varlen", "flash_attn_varlen_func"):
+        with pytest.raises(ValueError, match=pattern):
+            _packed(fn, **{name.replace("seqlen_", ""): value})()
+
+
+@pytest.mark.parametrize("value", PAST)
+def test_ints_past_64_bits_get_our_error_not_the_dispatchers(emulated, monkeypatch, value):
+    window = (rf"window_size=.*{abs(value)}.* is not supported; accepted: a pair \(left, right\) of integers >= -1 "
+              rf"and <= {MAX}")
+    for call in (_dense(window_size=(value, 0)), _dense("flash_attn_func", window_size=(0, value)),
+                 _packed(window_size=(value, -1))):
+        with pytest.raises(ValueError, match=window):
+            call()
+    with pytest.raises(ValueError, match=rf"min_seqlen_q={value} is not supported; accepted: an int >= 0 and <= {MAX}"):
+        _packed("flash_attn_varlen_func", min_seqlen_q=value)()
+    with pytest.raises(ValueError, match=rf"how_v3_bf16_cvt={value} is not supported"):
+        _dense("flash_attn_func", how_v3_bf16_cvt=value)()
+    aiter = _aiter_standin(monkeypatch)
+    q = torch.randn(9, 2, 64).to(BF)
+    cu = torch.tensor([0, 4, 9], dtype=I32)
+    with pytest.raises(ValueError, match=window):
+        aiter.rtcattn_fwd(q[None], q[None], q[None], window_size=(value, 0))
+    with pytest.raises(ValueError, match=rf"max_seqlen_k={value} is not supported; accepted: an int >= 1 and <= {MAX}"):
+        aiter.rtcattn_varlen_fwd(q, q, q, cu, cu, 5, value)
+    with pytest.raises(ValueError, match=rf"min_seqlen_q={value} is not supported"):
+        aiter.rtcattn_varlen_fwd(q, q, q, cu, cu, 5, 5, value)
+
+
+def test_softmax_scale_past_float_range_is_named_not_overflowed():
+    q = torch.randn(1, 4, 2, 64).to(BF)
+    for call in (lambda: rtcattn.forward(q, q, q, softmax_scale=10**400),
+                 lambda: rtcattn.flash_attn_func(q, q, q, softmax_scale=-10**400)):
+        with pytest.raises(ValueError, match=r"softmax_scale=-?1000000000.* is not supported; accepted: None"):
+            call()
+
+
+def _args_block():
+    """The runtime's argument block of a valid paged call (nothing launched)."""
+    meta = _metadata()
+    q = torch.randn(40, 2, 128).to(BF)
+    kp = torch.randn(4, 16, 2, 128).to(BF)
+    p = validate_varlen.check_varlen_inputs(q, kp, kp, meta["cu_seqlens_q"], meta["cu_seqlens_k"], 25, 20,
+                                            block_table=meta["block_table"])
+    keep = (q, kp, meta)  # the block holds their addresses
+    return attention_fwd_varlen.args_block(q, kp, kp, None, meta["cu_seqlens_q"], meta["cu_seqlens_k"],
+                                           meta["block_table"], p, 304), keep
+
+
+@pytest.mark.parametrize("field,value,pattern", [
+    ("seq_q", 2**31, rf"max_seqlen_q=2147483648 is not accepted; accepted: 1\.\.{MAX}"),
+    ("seq_k", 2**40, rf"max_seqlen_k=1099511627776 is not accepted; accepted: 1\.\.{MAX}"),
+    ("pages_per_seq", 2**31, r"block_table\.shape\[1\]=2147483648 is not accepted"),
+    ("table_stride", 1, r"block_table\.stride\(0\)=1 is not accepted; accepted: 0 \(one row for every sequence\) "
+                        rf"or block_table\.shape\[1\]=2\.\.{MAX}"),
+    ("table_stride", 2**30, r"block_table\.stride\(0\)\*batch=1073741824\*2 \(batch = len\(cu_seqlens_q\) - 1\) "
+                            "is not accepted"),
+])
+def test_runtime_errors_name_the_callers_arguments(emulated, field, value, pattern):
+    """What the runtime refuses (the C ABI, or a caller past the Python checks) is named as the caller
+    passed it: a packed call's max_seqlen_q, not the argument block's seq_q."""
+    args, keep = _args_block()
+    assert dispatch.lib().op_supports("attention_fwd", "baseline", args, "host") is None
+    setattr(args, field, value)
+    with pytest.raises(ValueError, match=pattern):
+        dispatch.lib().op_supports("attention_fwd", "baseline", args, "host")
 
 
 @pytest.mark.parametrize("value", [[1], 1.0, "1", None, True])

@@ -143,6 +143,55 @@ def test_empty_batch_and_no_query_rows_launch_nothing():
     assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
 
 
+def _poisoned_heap(nbytes):
+    """Frees NaN-filled memory of nbytes, which the next allocation of that size tends to reuse: an output
+    left uninitialised then shows NaN rather than the zeros of a fresh page."""
+    junk = torch.full((nbytes // 4,), float("nan"))
+    del junk
+
+
+def test_check_knob_runs_for_calls_without_sequences_or_query_rows(monkeypatch):
+    """RTCATTN_CHECK=1 checks every call, an empty one too: cu_seqlens=[0] with 120 q rows claims no row."""
+    monkeypatch.setenv("RTCATTN_CHECK", "1")
+    q, k, v, cq, ck, mq, mk = _batch()
+    one = torch.zeros(1, dtype=I32)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\]=0 is not supported; accepted: the packed rows, 120"):
+        rtcattn.forward_varlen(torch.randn(120, 4, 64).to(BF), k, v, one, one, 1, 1)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\]=3 is not supported; accepted: the packed rows, 0"):
+        rtcattn.forward_varlen(q[:0], k, v, torch.tensor([0, 3], dtype=I32), torch.tensor([0, 14], dtype=I32), 3, 14)
+    out, lse = rtcattn.forward_varlen(q[:0], k, v, torch.tensor([0, 0], dtype=I32), torch.tensor([0, 14], dtype=I32),
+                                      1, 14, return_lse=True)  # consistent metadata: accepted
+    assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
+
+
+def test_no_sequence_gives_zero_rows_and_launches_nothing(monkeypatch):
+    """batch = 0 with query rows (no CHECK): no sequence owns a row, so every row reads as a row that sees
+    no key (O = 0, LSE = -inf), not as the stale memory of an unwritten torch.empty."""
+    from rtcattn import dispatch
+    monkeypatch.setattr(dispatch, "launch", lambda *a: pytest.fail("launched"))
+    q = torch.randn(120, 4, 64).to(BF)
+    k = torch.randn(14, 2, 64).to(BF)
+    one = torch.zeros(1, dtype=I32)
+    _poisoned_heap(q.numel() * 2)
+    out, lse = rtcattn.forward_varlen(q, k, k, one, one, 1, 1, return_lse=True)
+    assert out.shape == q.shape and not out.any() and not out.isnan().any()
+    assert lse.shape == (4, 120) and bool((lse == -torch.inf).all())
+    given = torch.full_like(q, 7.0)
+    assert rtcattn.forward_varlen(q, k, k, one, one, 1, 1, out=given) is given and bool((given == 7.0).all())
+
+
+def test_rows_past_the_last_sequence_are_zero_without_the_check_knob():
+    """Rows past cu_seqlens_q[-1] (as a captured graph's padding leaves them) are no sequence's: O = 0 and
+    LSE = -inf; the sequences' rows equal the call without the padding, bit for bit."""
+    q, k, v, cq, ck, mq, mk = _batch()
+    padded = torch.cat([q, torch.randn(6, 4, 64).to(BF)])
+    _poisoned_heap(padded.numel() * 2)
+    out, lse = rtcattn.forward_varlen(padded, k, v, cq, ck, mq, mk, causal=True, return_lse=True)
+    want, want_lse = rtcattn.forward_varlen(q, k, v, cq, ck, mq, mk, causal=True, return_lse=True)
+    assert torch.equal(out[:14].view(torch.int16), want.view(torch.int16)) and torch.equal(lse[:, :14], want_lse)
+    assert not out[14:].any() and not out[14:].isnan().any() and bool((lse[:, 14:] == -torch.inf).all())
+
+
 def test_fake_gives_shapes_under_tracing():
     from torch._subclasses.fake_tensor import FakeTensorMode
     q, k, v, cq, ck, mq, mk = _batch()

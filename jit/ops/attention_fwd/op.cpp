@@ -70,14 +70,18 @@ void validate_sequences(const AttentionFwdArgs& a) {
               "page_size=" + std::to_string(a.page_size) + " is not accepted; accepted: a power of two >= " +
                   std::to_string(kMinPage) + " (16, 32, 64, 128, 256, ...)");
     check_size(a.num_pages, "num_pages", kMaxSize);
-    check_size(a.pages_per_seq, "pages_per_seq", kMaxSize);
-    RTC_CHECK(a.table_stride >= a.pages_per_seq && a.table_stride <= kMaxSize, RTC_ERR_ARG,
-              "table_stride=" + std::to_string(a.table_stride) + " is not accepted; accepted: pages_per_seq=" +
-                  std::to_string(a.pages_per_seq) + ".." + std::to_string(kMaxSize));
+    check_size(a.pages_per_seq, "block_table.shape[1]", kMaxSize);
+    // Stride 0 is one row shared by every sequence (an expanded table): the kernels read row b at
+    // b * table_stride, so it needs nothing else.
+    RTC_CHECK(a.table_stride == 0 || (a.table_stride >= a.pages_per_seq && a.table_stride <= kMaxSize), RTC_ERR_ARG,
+              "block_table.stride(0)=" + std::to_string(a.table_stride) + " is not accepted; accepted: 0 (one row "
+                  "for every sequence) or block_table.shape[1]=" + std::to_string(a.pages_per_seq) + ".." +
+                  std::to_string(kMaxSize));
     int64_t entries = 0;
     RTC_CHECK(!__builtin_mul_overflow(a.batch, a.table_stride, &entries) && entries <= kMaxSize, RTC_ERR_ARG,
-              "batch*table_stride=" + std::to_string(a.batch) + "*" + std::to_string(a.table_stride) +
-                  " is not accepted; accepted: a block table of at most " + std::to_string(kMaxSize) + " entries");
+              "block_table.stride(0)*batch=" + std::to_string(a.table_stride) + "*" + std::to_string(a.batch) +
+                  " (batch = len(cu_seqlens_q) - 1) is not accepted; accepted: a block table of at most " +
+                  std::to_string(kMaxSize) + " entries");
   } else {
     check_size(a.total_k, "total_k", kMaxSize);
   }
@@ -88,8 +92,10 @@ void validate(const void* p) {
   RTC_CHECK(a->q && a->k && a->v && a->o, RTC_ERR_ARG, "q, k, v and o pointers must all be non-null");
   check_size(a->batch, "batch", kMaxSize);
   check_size(a->heads, "heads", kMaxSize);
-  check_size(a->seq_q, "seq_q", kMaxSize);
-  check_size(a->seq_k, "seq_k", kMaxSize);
+  // A packed call's seq_q / seq_k are the caller's max_seqlen_q / max_seqlen_k.
+  const bool packed = kv_mode(*a) != RTC_KV_DENSE;
+  check_size(a->seq_q, packed ? "max_seqlen_q" : "seq_q", kMaxSize);
+  check_size(a->seq_k, packed ? "max_seqlen_k" : "seq_k", kMaxSize);
   check_size(a->head_dim, "head_dim", 256);
   check_size(a->heads_k, "heads_k", a->heads);
   RTC_CHECK(a->heads % a->heads_k == 0, RTC_ERR_ARG,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import validate
+from . import backward
 
 OP = validate.OP
 _LIB = torch.library.Library("rtcattn", "DEF")  # kept alive: the ops live as long as this object
@@ -109,6 +110,8 @@ def fwd_out(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window_
 for _backend in ("CPU", "CUDA"):  # ROCm tensors are "cuda" tensors to torch
     _LIB.impl("fwd", fwd, _backend)
     _LIB.impl("fwd_out", fwd_out, _backend)
+backward.register(_LIB, "fwd", ("rtcattn.forward", "rtcattn.flash_attn_func", "aiter.rtcattn_fwd"))
+backward.register(_LIB, "fwd_out", ("rtcattn.forward(out=...)",))
 
 
 @torch.library.register_fake("rtcattn::fwd", lib=_LIB)

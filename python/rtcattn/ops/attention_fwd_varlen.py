@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import validate, validate_varlen
+from . import backward
 from .attention_fwd import _LIB
 
 OP = validate.OP
@@ -63,16 +64,21 @@ def _run(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, retu
     from .. import dispatch
     p = validate_varlen.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
                                             validate.check_window(window), block_table)
-    lse = torch.empty(_lse_shape(q, return_lse), dtype=torch.float32, device=q.device)
-    if p.batch == 0 or p.total_q == 0:  # no query row: nothing to compute, nothing launched
-        return (torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out), lse
-    args = args_block(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1])
-    sel = dispatch.select_for(OP, q.device, _call(round_mode, p), args)
-    if dispatch.knob("RTCATTN_CHECK") == "1":
+    empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
+    if not empty:
+        args = args_block(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1])
+        sel = dispatch.select_for(OP, q.device, _call(round_mode, p), args)
+    if dispatch.knob("RTCATTN_CHECK") == "1":  # an empty call's metadata too: cu_seqlens=[0] with rows is wrong
         validate_varlen.check_device_metadata(cu_q, cu_k, block_table, p)
+    # The kernels write only rows that a sequence owns; the others (rows past cu_seqlens_q[-1], as padding
+    # for a captured graph leaves them, or every row when batch = 0) read as rows that see no key: O = 0,
+    # LSE = -inf, never uninitialised memory. A given out keeps its values there.
+    lse = torch.full(_lse_shape(q, return_lse), -torch.inf, dtype=torch.float32, device=q.device)
+    if empty:
+        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device) if out is None else out), lse
     if out is None:
         dispatch.check_fits(OP, "the output", q.numel() * q.element_size(), args, q.device)
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
         args.o = out.data_ptr()
     if return_lse:
         args.lse = lse.data_ptr()
@@ -97,6 +103,10 @@ def fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
 for _backend in ("CPU", "CUDA"):
     _LIB.impl("fwd_varlen", fwd_varlen, _backend)
     _LIB.impl("fwd_varlen_out", fwd_varlen_out, _backend)
+backward.register(_LIB, "fwd_varlen", ("rtcattn.forward_varlen", "rtcattn.flash_attn_varlen_func",
+                                       "aiter.rtcattn_varlen_fwd"))
+backward.register(_LIB, "fwd_varlen_out", ("rtcattn.forward_varlen(out=...)",
+                                           "rtcattn.flash_attn_varlen_func(out=...)"))
 
 
 @torch.library.register_fake("rtcattn::fwd_varlen", lib=_LIB)
