@@ -144,7 +144,7 @@ SHORT_MAX_K = [  # (lens_q, lens_k, (Hq, Hk), max_seqlen_k, window)
 ]
 
 
-@pytest.mark.parametrize("kernel", ["gfx942", "baseline"])
+@pytest.mark.parametrize("kernel", vs.packed_kernels("gfx942-emu"))
 @pytest.mark.parametrize("kv", ["varlen", "paged"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,max_k,window", SHORT_MAX_K, ids=["50of100", "1ofmany"])
 def test_max_seqlen_k_below_the_real_lengths(pin, kernel, kv, lens_q, lens_k, heads, max_k, window):
