@@ -103,6 +103,24 @@ def check_accuracy(b: Batch, mode="rtne", window=(-1, -1), what=""):
     return out, lse
 
 
+def packed_kernels(arch: str) -> list:
+    """Every kernel of the manifest that serves varlen and paged calls on arch (e.g. "gfx942-emu", "sm_90a"):
+    a check over all of them covers each new kernel without being told of it."""
+    from rtcattn import manifest
+    spec = manifest.load().op("attention_fwd")
+    kv = spec.axis("kv")
+    return [k.name for k in spec.kernels if arch in k.archs and all(k.why_not(kv, m) is None for m in ("varlen", "paged"))]
+
+
+def check_short_max_seqlen_k(b: Batch, max_k: int, mode="rtne", window=(-1, -1), what=""):
+    """FlashAttention's contract: max_seqlen_k only sizes the launch. With it below some real KV length,
+    every key of each sequence still counts (check_accuracy against the fp64 reference, which never
+    reads max_seqlen_k). Returns (out, lse)."""
+    longest = int((b.cu_k[1:] - b.cu_k[:-1]).max())
+    assert max_k < longest, f"max_seqlen_k={max_k} is not below the longest KV length {longest}: nothing to check"
+    return check_accuracy(replace(b, max_k=max_k), mode, window, what=f"{what} max_seqlen_k={max_k}")
+
+
 def check_paged_equals_packed(b: Batch, page: int, mode="rtne", window=(-1, -1), seed=0):
     """The paged call gives the packed call's output and LSE bit for bit (same kernel math)."""
     o1, l1 = run(b, mode, window)

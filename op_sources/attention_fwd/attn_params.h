@@ -24,6 +24,7 @@ struct AttnParams {
   int window_left;            // keys a row sees before its diagonal (-1: unbounded); read when RTC_MASK
   int window_right;           // keys after the diagonal (-1: unbounded; causal: 0); read when RTC_MASK
   // RTC_KV != 0: `batch` packed sequences; seq_q / seq_k are max_seqlen_q / max_seqlen_k (grid sizes).
+  // seq_k bounds no sequence: its keys are all of cu_k's length (seq_of), as in FlashAttention.
   const int* cu_q;            // [batch + 1] first q (and o) row of each sequence in the packed q
   const int* cu_k;            // [batch + 1] varlen: first k/v row; paged: its differences are the KV lengths
   const int* block_table;     // paged: page ids, row b = sequence b, `table_stride` apart

@@ -107,7 +107,7 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
 // blocks exist only in the longest sequences (and see the most keys under a causal mask), so the
 // longest work starts first without the host reading a length; a block past its sequence's end has
 // rows <= 0 and exits. No split, no swizzle (a swizzle would deal the longest items to one XCD).
-// Masks and kv blocks follow the sequence's own lengths.
+// Masks and kv blocks follow the sequence's own lengths: all its keys, whatever max_seqlen_k says.
 RTC_DEVICE Work find_packed_work(const Gfx942Params& p, Seq& seq) {
   const int i = blockIdx.x, bhn = p.batch * p.heads, from_last = i / bhn;
   Work w;
@@ -116,7 +116,7 @@ RTC_DEVICE Work find_packed_work(const Gfx942Params& p, Seq& seq) {
   w.b = w.bh / p.heads;
   w.h = w.bh - w.b * p.heads;
   w.q0 = (p.nqb - 1 - from_last) * GFX942_Q_ROWS;
-  seq = packed_seq(p, w.b);
+  seq = seq_of(p, w.b);
   w.rows = seq.len_q - w.q0 < GFX942_Q_ROWS ? seq.len_q - w.q0 : GFX942_Q_ROWS;
   const KvSpan sp = kv_span(seq_view(p, seq), w.q0, w.rows, GFX942_KV_ROWS, RTC_MASK);
   w.kb0 = sp.begin;

@@ -57,8 +57,9 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     k, v [total_k, Hk, D] packed the same way by cu_seqlens_k, or, with block_table (int32 [B, pages]),
     a paged KV cache [num_pages, page_size, Hk, D] (page_size a power of two >= 16): key j of sequence b is
     row j % page_size of page block_table[b, j // page_size], and its KV length is
-    cu_seqlens_k[b+1] - cu_seqlens_k[b]. max_seqlen_q / max_seqlen_k bound the lengths (they size the
-    grid: nothing is read back from the device). Masks align bottom-right per sequence.
+    cu_seqlens_k[b+1] - cu_seqlens_k[b]. max_seqlen_q bounds the q lengths (it sizes the grid: nothing is
+    read back from the device); max_seqlen_k only sizes the launch, every key of a sequence counts (as in
+    FlashAttention). Masks align bottom-right per sequence.
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
     """
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)

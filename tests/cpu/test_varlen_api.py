@@ -136,6 +136,15 @@ def test_check_knob_reads_metadata_back_and_refuses_bad_values(monkeypatch):
     rtcattn.forward_varlen(**args)  # out-of-range page ids read zeros
 
 
+def test_check_knob_accepts_kv_lengths_past_max_seqlen_k(monkeypatch):
+    """max_seqlen_k only sizes the launch (FlashAttention's contract): a longer KV sequence is valid."""
+    q, k, v, cq, ck, mq, mk = _batch()
+    monkeypatch.setenv("RTCATTN_CHECK", "1")
+    out = rtcattn.forward_varlen(q, k, v, cq, ck, mq, 1)
+    monkeypatch.delenv("RTCATTN_CHECK")
+    assert torch.equal(out.view(torch.int16), rtcattn.forward_varlen(q, k, v, cq, ck, mq, mk).view(torch.int16))
+
+
 def test_empty_batch_and_no_query_rows_launch_nothing():
     q, k, v, cq, ck, mq, mk = _batch()
     one = torch.zeros(1, dtype=I32)

@@ -3,11 +3,14 @@
 Each accuracy case is checked per sequence against the fp64 reference (tests/varlen_suite.py): length
 mixes with 0, 1, sub-tile and > 384 rows, a batch of one, 40 short sequences, causal / windows, GQA and
 the three round modes. Paged calls (pages of 16..256 rows, shuffled, spare pages of junk, block tables
-longer than needed) must equal the packed call bit for bit. Bad metadata (decreasing or out-of-range
+longer than needed) must equal the packed call bit for bit. A max_seqlen_k below real KV lengths only
+sizes the launch: every key still counts, and the paged V^T workspace is sized by the block table. Bad metadata (decreasing or out-of-range
 cu_seqlens, block ids out of the pool, lengths past max_seqlen) must only complete: the emulator fails
 a launch on any access outside the tensors, the workspace or the metadata, so completing is the proof
 of memory safety.
 """
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -131,6 +134,60 @@ def test_workspace_is_sized_without_reading_cu_seqlens(pin):
     args = attention_fwd_varlen.args_block(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, 304)
     # Hk * (ceil(total_k / 64) + batch) blocks of 16 KiB: 2 * (4 + 3)
     assert _lib.op_workspace_bytes("attention_fwd", "gfx942", args) == 2 * 7 * 16384
+
+
+# ---- max_seqlen_k only sizes the launch: every kernel uses each sequence's real keys --------------------
+
+SHORT_MAX_K = [  # (lens_q, lens_k, (Hq, Hk), max_seqlen_k, window)
+    ([33], [100], (2, 2), 50, (-1, -1)),                                   # the reported call
+    ([5, 40, 1, 0, 70], [450, 70, 129, 20, 1], (2, 1), 1, (-1, 0)),       # 1 against several hundred keys
+]
+
+
+@pytest.mark.parametrize("kernel", vs.packed_kernels("gfx942-emu"))
+@pytest.mark.parametrize("kv", ["varlen", "paged"])
+@pytest.mark.parametrize("lens_q,lens_k,heads,max_k,window", SHORT_MAX_K, ids=["50of100", "1ofmany"])
+def test_max_seqlen_k_below_the_real_lengths(pin, kernel, kv, lens_q, lens_k, heads, max_k, window):
+    """The keys of sequence b are cu_seqlens_k[b]:cu_seqlens_k[b+1] whatever max_seqlen_k says (paged:
+    pages of 32 rows, a table longer than needed)."""
+    b = vs.make_batch(lens_q, lens_k, *heads, 128, "cpu", seed=len(lens_k))
+    if kv == "paged":
+        b = vs.to_paged(b, 32, seed=len(lens_k))
+    with pin(kernel):
+        vs.check_short_max_seqlen_k(b, max_k, "rtne", window, what=f"{kernel} {kv}")
+
+
+def test_paged_workspace_is_sized_by_the_block_table(pin):
+    """Paged V^T holds every key the block table can address (seq_of clamps a length to it), not max_seqlen_k."""
+    from rtcattn import _lib
+    b = vs.to_paged(vs.make_batch([10, 3], [70, 300], 4, 2, 128, "cpu"), 32)
+    pages = b.block_table.shape[1]
+    p = attention_fwd_varlen.validate_varlen.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, 1,
+                                                                block_table=b.block_table)
+    args = attention_fwd_varlen.args_block(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, 304)
+    # Hk * B * ceil(pages * 32 / 64) blocks of 16 KiB
+    assert _lib.op_workspace_bytes("attention_fwd", "gfx942", args) == 2 * 2 * -(-pages * 32 // 64) * 16384
+
+
+def test_paged_workspace_larger_than_the_device_is_refused(pin, monkeypatch):
+    """A block table that addresses more keys than the V^T workspace can hold on the device: a clear error
+    naming the sizes, before anything is allocated."""
+    from rtcattn import dispatch
+    b = vs.to_paged(vs.make_batch([10, 3], [70, 300], 4, 2, 128, "cpu"), 32)
+    wide = torch.zeros((2, 4096), dtype=torch.int32)     # 2 x 4096 x 32 keys: 2 * 2 * 2048 * 16 KiB = 128 MiB
+    wide[:, : b.block_table.shape[1]] = b.block_table
+    monkeypatch.setattr(dispatch, "_memory_bytes", lambda device: 64 << 20)
+    with pin(), pytest.raises(ValueError, match=r"workspace of kernel gfx942 of 134217728 bytes .*pages_per_seq=4096"):
+        vs.run(replace(b, block_table=wide))
+
+
+def test_a_table_past_what_v_transpose_offsets_reach_is_refused(pin):
+    """The gfx942 kernel addresses one sequence's V^T with 32-bit offsets: 2^24 keys per sequence at most."""
+    b = vs.make_batch([4], [4], 1, 1, 128, "cpu")
+    pool = torch.zeros((1, 1 << 16, 1, 128), dtype=torch.bfloat16)
+    table = torch.zeros((1, 257), dtype=torch.int32)     # 257 pages of 2^16 rows: past 2^24 keys
+    with pin(), pytest.raises(ValueError, match=r"block_table.shape\[1\]\*page_size=257\*65536"):
+        attention_fwd_varlen.selection(b.q, pool, pool, b.cu_q, b.cu_k, 4, 4, block_table=table)
 
 
 # ---- bad metadata: the launch must complete (the emulator checks every access) -------------------------

@@ -2,7 +2,8 @@
 sequence: the sm90 kernel for D = 128 on Hopper (which kernel ran is asserted), the baseline elsewhere.
 
 Length mixes hold 0 and 1, sequences shorter than one tile and several tiles long; masks, GQA, the three
-modes; page sizes 16..256 with shuffled pages; paged results equal packed ones bit for bit.
+modes; page sizes 16..256 with shuffled pages; paged results equal packed ones bit for bit; a max_seqlen_k
+below real KV lengths (it only sizes the launch) on every kernel that serves packed calls, pinned.
 """
 import random
 
@@ -93,6 +94,29 @@ def test_out_in_place_lse_layout_and_determinism(d):
     b = vs.make_batch([300, 0, 77, 1], [300, 5, 200, 1], 8, 2, d, "cuda", seed=3)
     vs.check_out_and_determinism(b, "rtz", (-1, 0))
     vs.check_out_and_determinism(vs.to_paged(b, 64), "rtne")
+
+
+SHORT_MAX_K = [  # (lens_q, lens_k, (Hq, Hk), max_seqlen_k, window)
+    ([33], [100], (2, 2), 50, (-1, -1)),                                       # the reported call
+    ([5, 300, 1, 0, 700], [2000, 300, 129, 20, 1], (8, 2), 1, (-1, 0)),       # 1 against thousands of keys
+    ([130, 64, 513], [1000, 64, 900], (4, 1), 128, (17, 3)),                  # one kv block's worth, a window
+]
+
+
+@pytest.mark.parametrize("kv", ["varlen", "paged"])
+@pytest.mark.parametrize("lens_q,lens_k,heads,max_k,window", SHORT_MAX_K, ids=["50of100", "1ofmany", "128window"])
+def test_max_seqlen_k_below_the_real_lengths(kv, lens_q, lens_k, heads, max_k, window):
+    """FlashAttention's contract: max_seqlen_k only sizes the launch; every key of each sequence counts. Each
+    kernel that serves packed calls on this GPU, pinned (Hopper: sm90 and the CUDA baseline)."""
+    from rtcattn import dispatch
+    b = vs.make_batch(lens_q, lens_k, *heads, 128, "cuda", seed=len(lens_k))
+    if kv == "paged":
+        b = vs.to_paged(b, 16, seed=len(lens_k))
+    kernels = vs.packed_kernels(dispatch.device_facts(b.q.device)[0])
+    assert "baseline" in kernels and (not _hopper() or "sm90" in kernels), kernels
+    for kernel in kernels:
+        with dispatch.pinned(kernel=kernel):
+            vs.check_short_max_seqlen_k(b, max_k, "rtna", window, what=f"{kernel} {kv}")
 
 
 def test_bad_metadata_stays_inside_the_tensors():

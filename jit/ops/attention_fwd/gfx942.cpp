@@ -51,6 +51,46 @@ std::string span_why_not(const char* name, int64_t rows, int64_t row_stride) {
          "(batch, head) and accepts a non-negative row stride with a span below 4 GiB per (batch, head)";
 }
 
+// The V^T run of one K/V head of a packed call, from what the host knows without reading a length
+// (total_k; the block table's width, which bounds a paged length in seq_of), never from max_seqlen_k:
+// slot = the most blocks one sequence can need, head_blocks = the run (INT64_MAX on overflow).
+struct VtRun {
+  int64_t slot = 0, head_blocks = 0;
+};
+VtRun vt_run(const AttentionFwdArgs& a) {
+  VtRun r;
+  if (kv_mode(a) == RTC_KV_PAGED) {
+    r.slot = ceil_div(a.pages_per_seq * a.page_size, GFX942_KV_ROWS);  // validate(): each < 2^31
+    if (__builtin_mul_overflow(r.slot, a.batch, &r.head_blocks)) r.head_blocks = INT64_MAX;
+  } else {
+    r.slot = ceil_div(a.total_k, GFX942_KV_ROWS);
+    r.head_blocks = r.slot + a.batch;
+  }
+  return r;
+}
+
+// Packed calls: ints for the work items and the V^T run, and 32-bit V^T offsets inside one sequence.
+std::string packed_why_not(const AttentionFwdArgs& a) {
+  const int64_t nqb = ceil_div(a.seq_q, GFX942_Q_ROWS);
+  int64_t items = 0, vt = 0;
+  if (__builtin_mul_overflow(a.batch * a.heads, nqb, &items) || items >= (int64_t(1) << 31))
+    return "batch*heads*ceil(max_seqlen_q/384)=" + std::to_string(items) +
+           " work items is too many for the gfx942 kernel; accepted: < 2^31";
+  const VtRun run = vt_run(a);
+  const bool paged = kv_mode(a) == RTC_KV_PAGED;
+  if (run.slot > (int64_t(1) << 32) / GFX942_VT_BLOCK_BYTES)
+    return (paged ? "block_table.shape[1]*page_size=" + std::to_string(a.pages_per_seq) + "*" +
+                        std::to_string(a.page_size)
+                  : "total_k=" + std::to_string(a.total_k)) +
+           " keys per sequence is not accepted by the gfx942 kernel (it reads a sequence's V^T at 32-bit "
+           "offsets); accepted: at most 2^24 = 16777216";
+  if (__builtin_mul_overflow(a.heads_k, run.head_blocks, &vt) || vt >= (int64_t(1) << 31))
+    return "heads_k=" + std::to_string(a.heads_k) + " times " + std::to_string(run.head_blocks) + " V^T blocks (" +
+           (paged ? "batch*ceil(block_table.shape[1]*page_size/64)" : "ceil(total_k/64)+batch") +
+           ") is too many for the gfx942 kernel; accepted: < 2^31";
+  return "";
+}
+
 std::string why_not(const void* p, const char* vendor) {
   const AttentionFwdArgs& a = args_of(p);
   const std::string v = vendor;
@@ -70,6 +110,7 @@ std::string why_not(const void* p, const char* vendor) {
   if (mode != RTC_KV_DENSE && a.tail_split > 1)
     return "tail_split=" + std::to_string(a.tail_split) + " is not accepted by the gfx942 kernel for packed "
            "sequences (varlen / paged); accepted: -1 (planned: no split) or 0";
+  if (mode != RTC_KV_DENSE) return packed_why_not(a);
   // Every stage's grid is one dimension of < 2^31 workgroups, and the work counters are ints.
   const int64_t nkb = ceil_div(a.seq_k, GFX942_KV_ROWS), nqb = ceil_div(a.seq_q, GFX942_Q_ROWS);
   int64_t vt = 0, items = 0;
@@ -82,9 +123,12 @@ std::string why_not(const void* p, const char* vendor) {
 
 // Packed sequences: every (sequence, head) gets the q blocks of the longest one, longest first, no
 // split (the host knows no length); V^T per K/V head in vt_head_blocks blocks (gfx942/sequences.h).
+// Paged: nkb is a sequence's V^T slot, the blocks its block-table row can address.
 Plan packed_plan(const AttentionFwdArgs& a, Plan pl) {
+  const VtRun run = vt_run(a);
   pl.n_prefix = int(pl.items);
-  pl.vt_head_blocks = int(kv_mode(a) == RTC_KV_PAGED ? a.batch * pl.nkb : ceil_div(a.total_k, GFX942_KV_ROWS) + a.batch);
+  if (kv_mode(a) == RTC_KV_PAGED) pl.nkb = int(run.slot);
+  pl.vt_head_blocks = int(run.head_blocks);
   pl.vt_bytes = int64_t(a.heads_k) * pl.vt_head_blocks * GFX942_VT_BLOCK_BYTES;
   pl.workspace_bytes = pl.vt_bytes;
   return pl;
@@ -120,8 +164,14 @@ Plan make_plan(const AttentionFwdArgs& a) {
 // Workgroups of each stage, in launch order: V^T, then whole items and split parts in one grid,
 // then (when split) the merge.
 std::vector<std::pair<int, int64_t>> stages(const AttentionFwdArgs& a, const Plan& pl) {
+  // V^T: dense one workgroup per block; varlen one per block of the run (pad blocks exit); paged a
+  // stride of max_seqlen_k's blocks per (sequence, K/V head) (gfx942/companions.h).
+  const int mode = kv_mode(a);
+  const int64_t vt = mode == RTC_KV_VARLEN ? int64_t(a.heads_k) * pl.vt_head_blocks
+                     : mode == RTC_KV_PAGED ? int64_t(a.batch) * a.heads_k * gfx942_paged_vt_stride(int(a.seq_k), pl.nkb)
+                                            : int64_t(a.batch) * a.heads_k * pl.nkb;
   std::vector<std::pair<int, int64_t>> s = {
-      {GFX942_STAGE_VT, int64_t(a.batch) * a.heads_k * pl.nkb},
+      {GFX942_STAGE_VT, vt},
       {GFX942_STAGE_ATTN, pl.n_prefix + int64_t(pl.tail) * pl.split_g}};
   if (pl.tail > 0) s.push_back({GFX942_STAGE_MERGE, int64_t(pl.tail) * (GFX942_Q_ROWS / GFX942_MERGE_ROWS)});
   return s;

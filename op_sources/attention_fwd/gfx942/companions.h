@@ -8,20 +8,11 @@
 
 namespace g942 {
 
-// One workgroup per (b, K/V head, 64-row kv block): stage the rows in LDS (rows past the sequence's
-// keys as zeros, since 0 x garbage can be NaN in PV), then write 1024 chunks of 16 bytes in the PV
-// fragment order. Packed sequences: b is a sequence, and blocks past its keys exit at once.
-RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
-  const int tid = threadIdx.x, blk = blockIdx.x;
-  const int bh = blk / p.nkb, n = blk - bh * p.nkb, b = bh / p.heads_k, h = bh - b * p.heads_k;
-#if RTC_KV == RTC_KV_DENSE
-  const Seq s = seq_of(p, b);
-  const rtc_i64 out_block = (rtc_i64)bh * p.nkb + n;
-#else
-  const Seq s = packed_seq(p, b);
-  if (n * GFX942_KV_ROWS >= s.len_k) return;
-  const rtc_i64 out_block = (rtc_i64)h * p.vt_head_blocks + vt_first_block(p, b, s) + n;
-#endif
+// V^T block out_block from the 64 V rows of block n of sequence s (K/V head h): stage the rows in LDS
+// (rows past the sequence's keys as zeros, since 0 x garbage can be NaN in PV), then write 1024 chunks
+// of 16 bytes in the PV fragment order.
+RTC_DEVICE void vt_block(const Gfx942Params& p, Smem& sm, const Seq& s, int b, int h, int n, rtc_i64 out_block) {
+  const int tid = threadIdx.x;
   const int len = s.len_k;
 #if RTC_KV == RTC_KV_PAGED
   // Row kv of load j is this wave's row + 8j: uniform, so each load has one page.
@@ -59,6 +50,36 @@ RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
                          h16[6] | (h16[7] << 16)};
     buffer_store_dwordx4(out, (rtc_u32)(c * 16), 0u, v);
   }
+}
+
+// Dense: one workgroup per (b, K/V head, 64-row block). Varlen: one per block of a K/V head's run, its
+// sequence found from cu_seqlens_k (blocks between sequences exit). Paged: gfx942_paged_vt_stride
+// workgroups per (b, K/V head), each walking the sequence's blocks with that stride. Every key of every
+// sequence is transposed, whatever max_seqlen_k says.
+RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
+  const int blk = blockIdx.x;
+#if RTC_KV == RTC_KV_DENSE
+  const int bh = blk / p.nkb, n = blk - bh * p.nkb, b = bh / p.heads_k, h = bh - b * p.heads_k;
+  vt_block(p, sm, seq_of(p, b), b, h, n, (rtc_i64)bh * p.nkb + n);
+#elif RTC_KV == RTC_KV_VARLEN
+  if (p.batch <= 0) return;  // no sequence owns a block (and cu_seqlens_k has one entry)
+  const int h = uniform_i32(blk / p.vt_head_blocks), j = uniform_i32(blk - h * p.vt_head_blocks);
+  const int b = uniform_i32(vt_block_owner(p, j));
+  const Seq s = seq_of(p, b);
+  const int n = uniform_i32(j - vt_first_block(p, b, s));
+  if (n < 0 || n >= kv_blocks(s.len_k)) return;  // a pad block between sequences
+  vt_block(p, sm, s, b, h, n, (rtc_i64)h * p.vt_head_blocks + j);
+#else
+  const int stride = gfx942_paged_vt_stride(p.seq_k, p.nkb);
+  const int bh = uniform_i32(blk / stride), n0 = uniform_i32(blk - bh * stride);
+  const int b = uniform_i32(bh / p.heads_k), h = uniform_i32(bh - b * p.heads_k);
+  const Seq s = seq_of(p, b);
+  const rtc_i64 first = (rtc_i64)h * p.vt_head_blocks + vt_first_block(p, b, s);
+  for (int n = n0; n < kv_blocks(s.len_k); n += stride) {
+    if (n != n0) __syncthreads();  // every wave has read the previous block out of LDS
+    vt_block(p, sm, s, b, h, n, first + n);
+  }
+#endif
 }
 
 // Merge of the split parts of one tail item, 16 q rows per workgroup, in part order (never

@@ -19,11 +19,12 @@ enum Gfx942Stage { GFX942_STAGE_VT = 0, GFX942_STAGE_ATTN = 1, GFX942_STAGE_MERG
 // Workgroups [0, n_prefix) run whole items (ids XCD-swizzled below n_swz); the last `tail`
 // items run as split_g KV parts each, workgroups n_prefix + j*split_g + part.
 // Packed sequences (RTC_KV): item i is q block nqb - 1 - i / (B*H) of (b, h) = i % (B*H), nqb from
-// max_seqlen_q; no split, no swizzle. V^T is per K/V head, vt_head_blocks blocks (gfx942/sequences.h).
+// max_seqlen_q; no split, no swizzle. V^T is per K/V head, vt_head_blocks blocks (gfx942/sequences.h),
+// holding every key of every sequence: max_seqlen_k sizes no buffer and bounds no length.
 // Everything a launch needs is here: no device-side table, so two streams can run at once.
 struct Gfx942Params : AttnParams {
   int stage;         // Gfx942Stage
-  int nqb, nkb;      // q blocks per (b, h), kv blocks per (b, h)
+  int nqb, nkb;      // q blocks per (b, h), kv blocks per (b, h); paged: V^T blocks of a sequence's slot
   int n_prefix;      // items run whole
   int tail;          // items run split (0 = no split)
   int split_g;       // parts per split item (1 when tail == 0)
@@ -31,3 +32,11 @@ struct Gfx942Params : AttnParams {
   int vt_head_blocks;  // packed: V^T blocks per K/V head (the sequences' blocks one after another)
   rtc_i64 vt_bytes;  // V^T occupies workspace [0, vt_bytes); the partials follow
 };
+
+// Paged V^T stage: workgroups per (sequence, K/V head), max_seqlen_k's blocks (at least one, at most the
+// slot's nkb); each walks its sequence's blocks with that stride, so a sequence longer than max_seqlen_k
+// is still transposed whole, and an honest max_seqlen_k launches no more than one workgroup per block.
+RTC_HD int gfx942_paged_vt_stride(int seq_k, int slot_blocks) {
+  const int want = seq_k < 1 ? 1 : (int)(((rtc_i64)seq_k + GFX942_KV_ROWS - 1) / GFX942_KV_ROWS);
+  return want < slot_blocks ? want : slot_blocks;
+}

@@ -1,31 +1,43 @@
-// The gfx942 kernel's packed sequences (RTC_KV): a sequence's clamped rows, its V^T blocks, and paged K/V rows through per-page buffer resources.
+// The gfx942 kernel's packed sequences (RTC_KV): where a sequence's V^T blocks sit, and paged K/V rows through per-page buffer resources.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
 #include "isa_gfx9.h"
+#include "isa_gfx942.h"
 #include "gfx942/tiles.h"
 
 namespace g942 {
 
-// Sequence b as this kernel reads it: seq_of (rows clamped to the tensors), its keys cut to
-// max_seqlen_k (p.seq_k). The V^T stage's grid covers that many keys per sequence; a longer sequence
-// breaks the call's contract, and cutting it keeps every V^T read on a block the stage wrote.
-RTC_DEVICE Seq packed_seq(const AttnParams& p, int b) {
-  Seq s = seq_of(p, b);
-  if (s.len_k > p.seq_k) s.len_k = p.seq_k;
-  return s;
-}
-
 RTC_DEVICE int kv_blocks(int len_k) { return (len_k + GFX942_KV_ROWS - 1) / GFX942_KV_ROWS; }
 
-// First V^T block of sequence b in its K/V head's run of vt_head_blocks. Varlen: floor(k0 / 64) + b,
-// so sequences never share a block and the last ends by ceil(total_k / 64) + batch, a size the host
-// knows without reading cu_seqlens; paged: a slot of nkb = ceil(max_seqlen_k / 64) blocks per
-// sequence. Clamped so that no cu_seqlens value moves a block past the run.
+// Every key of a sequence has a V^T block, whatever max_seqlen_k says (it only sizes the launch, as in
+// FlashAttention): the run of a K/V head holds what the host can bound without reading a length.
+// Varlen: sequence b starts at block floor(k0 / 64) + b, so sequences never share a block and the last
+// ends by ceil(total_k / 64) + batch. Paged: a slot of nkb = ceil(pages_per_seq * page_size / 64) blocks
+// per sequence, the most seq_of lets a length reach.
+RTC_DEVICE int vt_slot(const Gfx942Params& p, int b) {
+  return RTC_KV == RTC_KV_PAGED ? b * p.nkb : clamp_i(p.cu_k[b], 0, p.total_k) / GFX942_KV_ROWS + b;
+}
+
+// First V^T block of sequence b in its K/V head's run, clamped so that no cu_seqlens value moves a
+// block past the run (well-formed metadata never meets the clamp).
 RTC_DEVICE int vt_first_block(const Gfx942Params& p, int b, const Seq& s) {
-  const int first = RTC_KV == RTC_KV_PAGED ? b * p.nkb : clamp_i(p.cu_k[b], 0, p.total_k) / GFX942_KV_ROWS + b;
-  const int last = p.vt_head_blocks - kv_blocks(s.len_k);
+  const int first = vt_slot(p, b), last = p.vt_head_blocks - kv_blocks(s.len_k);
   return first < last ? first : last;
+}
+
+// Varlen: the sequence whose blocks hold block j of a K/V head's run, the last b with vt_slot(b) <= j
+// (increasing in b for well-formed cu_seqlens). A binary search on uniform values, log2(batch) loads:
+// the V^T grid then covers the run, sized from total_k, not batch x max_seqlen_k. Any cu_seqlens
+// value gives some b in [0, batch).
+RTC_DEVICE int vt_block_owner(const Gfx942Params& p, int j) {
+  int lo = 0, hi = p.batch - 1;
+  while (lo < hi) {
+    const int mid = uniform_i32((lo + hi + 1) >> 1);
+    if (vt_slot(p, mid) <= j) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 // Paged K or V of one K/V head of one sequence: rows found through its block-table row.
