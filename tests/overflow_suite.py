@@ -112,47 +112,48 @@ def check_score_past_flt_max_is_nan(run, device):
     o64, lse64 = ref.reference_fp64(q, k, v, "bshd", 2.0 ** 100)
     _assert_right(o, lse, o64, lse64, _rows(4), "rows beside the overflowing one")
 
-    # scale·log2(e) itself past FLT_MAX (scale > 2.36e38, accepted as a float32): 0 · Inf in every row.
+    # scale·log2(e) itself past FLT_MAX (scale > 2.36e38, accepted as a float32): c = +Inf turns each
+    # row's positive scores into +Inf.
     q, k, v = _inputs(zero_dims=0, seed=4)
     o, lse = _call(run, device, q, k, v, scale=3.0e38)
     _assert_nan_rows(o, lse, _rows(), "scale = 3e38")
 
 
-def _all_below(scale_case: str):
-    """q, k, scale whose every score is past -FLT_MAX: at the product, at the sum (before the scale),
-    or only after the scale (q·k = -2^30 is finite)."""
+def _all_below(case: str):
+    """q, k, scale whose every score is past -FLT_MAX: by far (the issue's q·k = -1e76), just past it
+    before the scale (q·k = -1.25·2^128 while scale·q·k = -3.8e37 would fit), only after the scale
+    (q·k = -2^30), or through a scale whose c = scale·log2(e) is +Inf."""
     q, k, v = _inputs(seed=5)
-    if scale_case == "product":
-        q[:], k[:] = BIG, -BIG                                   # the issue's example
+    if case == "issue":
+        q[:], k[:] = BIG, -BIG
         return q, k, v, None
-    if scale_case == "sum":
+    if case == "unscaled":
         q[..., 0], k[..., 0] = 2.0 ** 64, -1.25 * 2.0 ** 64
         return q, k, v, None
+    if case == "c":
+        q[..., 0], k[..., 0] = 1.0, -1.0
+        return q, k, v, 3.0e38
     q[..., 0], k[..., 0] = 2.0 ** 15, -(2.0 ** 15)
     return q, k, v, 2.0 ** 100
 
 
-def check_every_score_below_flt_max(run, device, scaled_max_rounds_down=False):
-    """Every score a row sees is -Inf. Today that row is 0 with LSE -Inf, as a row that sees no key: a
-    silent wrong answer. sm90 (scaled_max_rounds_down) gives NaN where only the scaled score overflows:
-    its row max m·scale·log2(e) rounds down to -Inf and 2^(s·c - m·c) becomes 2^(+Inf)."""
-    for case in ("product", "sum", "scale"):
+def check_every_score_below_flt_max(run, device):
+    """Every score a row sees is -Inf while the row sees keys: NaN row, LSE NaN, so that it cannot pass
+    for a row that sees no key (0, LSE -Inf), whichever step overflowed."""
+    for case in ("issue", "unscaled", "scaled", "c"):
         q, k, v, scale = _all_below(case)
         o, lse = _call(run, device, q, k, v, scale)
-        if case == "scale" and scaled_max_rounds_down:
-            _assert_nan_rows(o, lse, _rows(), f"every score past -FLT_MAX at the {case}")
-        else:
-            _assert_empty_rows(o, lse, _rows(), f"every score past -FLT_MAX at the {case}")
+        _assert_nan_rows(o, lse, _rows(), f"every score past -FLT_MAX ({case})")
 
 
 def check_every_score_below_flt_max_masked(run, run_varlen, device):
-    """The same beside rows that see no key: causal with Sq = 300 > Sk = 256 (rows 0..43 see none), and
-    a packed batch whose first sequence has no key. Both kinds of row give 0 and LSE -Inf today."""
+    """The same beside rows that see no key, which stay 0 with LSE -Inf: causal with Sq = 300 > Sk = 256
+    (rows 0..43 see none), and a packed batch whose first sequence has no key."""
     q, k, v = _inputs(sq=300, seed=6)
     q[:], k[:] = BIG, -BIG
     o, lse = _call(run, device, q, k, v, window=(-1, 0))
     _assert_empty_rows(o, lse, list(range(44)), "causal rows that see no key")
-    _assert_empty_rows(o, lse, list(range(44, 300)), "causal rows whose every score is -Inf")
+    _assert_nan_rows(o, lse, list(range(44, 300)), "causal rows whose every score is -Inf")
 
     q, k, v = _inputs(sq=2 * SQ, seed=7)
     q[:], k[:] = BIG, -BIG
@@ -161,7 +162,7 @@ def check_every_score_below_flt_max_masked(run, run_varlen, device):
     o, lse = run_varlen(*(t[0].to(device) for t in (q, k, v)), cu_q.to(device), cu_k.to(device), SQ, SK)
     o, lse = o.cpu()[None], lse.cpu()[None]
     _assert_empty_rows(o, lse, list(range(SQ)), "a sequence without keys")
-    _assert_empty_rows(o, lse, list(range(SQ, 2 * SQ)), "a sequence whose every score is -Inf")
+    _assert_nan_rows(o, lse, list(range(SQ, 2 * SQ)), "a sequence whose every score is -Inf")
 
 
 def check_minus_inf_among_finite_scores(run, device, sums_in_d_order=True):

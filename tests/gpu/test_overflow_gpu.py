@@ -49,8 +49,7 @@ def test_score_past_flt_max_is_a_nan_row(kernel):
 
 
 def test_every_score_below_flt_max(kernel):
-    # sm90 scales the row max apart from the scores, rounding down (sm90/softmax.h, scale_max).
-    ovf.check_every_score_below_flt_max(runner(kernel), "cuda", scaled_max_rounds_down=kernel == "sm90")
+    ovf.check_every_score_below_flt_max(runner(kernel), "cuda")
 
 
 def test_every_score_below_flt_max_beside_rows_without_keys(kernel):
