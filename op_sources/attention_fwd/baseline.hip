@@ -182,10 +182,15 @@ RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid
   }
 }
 
-// O / l rounded with the mode (l == 0: the row saw only -Inf scores, output 0), and the LSE.
-RTC_DEVICE void write_row(const RowState& st, rtc_bf16_t* orow, float* lse,
+// O / l rounded with the mode, and the LSE. l == 0: every score the row saw was -Inf. A row that sees
+// no key (sees_key false) is then the empty row: +0, LSE -Inf (numerics §8), even where O holds 0 * NaN
+// from a V NaN. A row that sees keys got there through scores past -FLT_MAX (or Inf inputs), and a 0
+// row would pass for a right answer: it is NaN, O 0x7FFF and LSE NaN (numerics §4). A select per row
+// after the KV loop, none in it: the loop cannot tell the two -Inf apart (masking writes -Inf).
+RTC_DEVICE void write_row(const RowState& st, bool sees_key, rtc_bf16_t* orow, float* lse,
                           int c, int nch, bool aligned) {
   const bool empty = st.l == 0.0f;
+  const rtc_u32 blank = sees_key ? 0x7FFF7FFFu : 0u;  // two bf16
   for (int u = 0; u < kChunksPerLane; ++u) {
     const int ch = c + kLanesPerRow * u;
     if (ch >= nch) break;
@@ -193,12 +198,12 @@ RTC_DEVICE void write_row(const RowState& st, rtc_bf16_t* orow, float* lse,
     for (int w = 0; w < 4; ++w) {
       const float a = empty ? 0.0f : st.o[u][2 * w] / st.l;
       const float b = empty ? 0.0f : st.o[u][2 * w + 1] / st.l;
-      out.w[w] = (rtc_u32)rtc_f32_to_bf16(a) | ((rtc_u32)rtc_f32_to_bf16(b) << 16);
+      out.w[w] = empty ? blank : (rtc_u32)rtc_f32_to_bf16(a) | ((rtc_u32)rtc_f32_to_bf16(b) << 16);
     }
     store_chunk(orow + ch * 8, out, aligned);
   }
   if (lse != nullptr && c == 0)
-    rtc_gst(lse, empty ? rtc_bits_f32(0xFF800000u) : (st.m + fast_log2(st.l)) * kLn2);
+    rtc_gst(lse, empty ? rtc_bits_f32(sees_key ? 0x7FC00000u : 0xFF800000u) : (st.m + fast_log2(st.l)) * kLn2);
 }
 
 }  // namespace
@@ -218,7 +223,7 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   const int q_rows = p.seq_q - q0 < kRows ? p.seq_q - q0 : kRows;
   // The keys of this block: from the first row's window start to the last row's window end.
   int kv_begin = 0, kv_end = p.seq_k;
-  KeyRange mine = {0, (rtc_i64)p.seq_k - 1};
+  KeyRange mine = {0, (rtc_i64)p.seq_k - 1};  // this thread's row's keys: empty for a sequence without keys
   if (RTC_MASK) {
     const KeyRange first = key_range(p, q0), last = key_range(p, q0 + q_rows - 1);
     kv_begin = (int)(first.lo / kTile) * kTile;
@@ -259,6 +264,6 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   if (r >= q_rows) return;
   rtc_bf16_t* orow = p.o + seq.o_off + (rtc_i64)h * p.o_sh + (rtc_i64)(q0 + r) * p.o_ss;
   float* lse = p.lse ? p.lse + seq.lse_off + (rtc_i64)h * seq.lse_head_stride + q0 + r : nullptr;
-  write_row(st, orow, lse, c, nch, rows_aligned(orow, 0));
+  write_row(st, mine.lo <= mine.hi, orow, lse, c, nch, rows_aligned(orow, 0));
 }
 RTC_EXPORT_KERNEL(attention_fwd_baseline, AttnParams)

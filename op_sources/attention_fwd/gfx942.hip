@@ -302,9 +302,24 @@ RTC_DEVICE OutPlan out_plan(const Gfx942Params& p, const Work& w, const Seq& s) 
   return op;
 }
 
+// Whether the rows of a workgroup see keys, for the epilogue (ZeroSumRow). Uniform values only, so
+// nothing per lane is held across the last PV step: row r of the item sits at key r + diag_off.
+struct RowKeys {
+  bool any;  // false: no row of the item sees a key
+  int diag_off, left, right, seq_k;  // RTC_MASK: the window, as in row_keys
+};
+
+RTC_DEVICE bool sees_a_key(const RowKeys& rk, int r) {
+  if (!RTC_MASK || !rk.any) return rk.any;  // unmasked: every row sees the item's keys (nblk > 0)
+  const rtc_i64 diag = (rtc_i64)r + rk.diag_off;
+  const rtc_i64 lo = rk.left < 0 || diag - rk.left < 0 ? 0 : diag - rk.left;
+  const rtc_i64 hi = rk.right < 0 || diag + rk.right > rk.seq_k - 1 ? rk.seq_k - 1 : diag + rk.right;
+  return lo <= hi;
+}
+
 // Stage 3 (epilogue): row sums across lanes, then O / l in the rounding mode and the LSE, or the
 // unnormalised partial (O, m, l) of a split part.
-RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int lane_in) {
+RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int lane_in, const RowKeys& rk) {
   rtc_u32 fenced = (rtc_u32)lane_in;
   reg_fence(fenced);  // lane-derived values are rebuilt here, not held across the kv loop
   const int lane = (int)fenced, quad = lane >> 4, xaddr = (lane ^ 32) << 2;
@@ -324,19 +339,20 @@ RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int 
       }
       continue;
     }
-    // All scores -Inf: l = 0, the row is 0 (exactly, even where O holds 0 * NaN from a V NaN).
+    // All scores -Inf: l = 0, ZeroSumRow's row (exactly, even where O holds 0 * NaN from a V NaN).
     const bool empty = l == 0.0f;
+    const ZeroSumRow blank = ZeroSumRow::of(sees_a_key(rk, r));
     const float inv = empty ? 0.0f : rcp_f32(l);
 #pragma unroll
     for (int t = 0; t < kHdTiles; ++t) {
       const rtc_f32x4 o = a.o[g][t];
       rtc_u32x2 v = {(rtc_u32)rtc_f32_to_bf16(o[0] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[1] * inv) << 16),
                      (rtc_u32)rtc_f32_to_bf16(o[2] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[3] * inv) << 16)};
-      if (empty) v[0] = v[1] = 0u;
+      if (empty) v[0] = v[1] = blank.o;
       buffer_store_dwordx2(op.o, (rtc_u32)r * op.o_row_bytes + (rtc_u32)((16 * t + 4 * quad) * 2), 0u, v);
     }
     if (op.aux && quad == 0)
-      global_store((float*)op.aux + r, l == 0.0f ? rtc_bits_f32(0xFF800000u) : (m + log2_f32(l)) * 0.693147180559945309f);
+      global_store((float*)op.aux + r, empty ? blank.lse : (m + log2_f32(l)) * 0.693147180559945309f);
   }
 }
 
@@ -441,7 +457,7 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   }
   // No row sees a key (a window, a sequence without keys, or an empty split part): zeros / an empty partial.
   if ((RTC_MASK || RTC_KV != RTC_KV_DENSE) && nblk == 0) {
-    epilogue(op, a, st, wave, lane);
+    epilogue(op, a, st, wave, lane, RowKeys{false, 0, 0, 0, 0});
     return;
   }
   // Stage 0: K(0), K(1) in flight while Q loads; then group B falls one half-step behind.
@@ -479,7 +495,7 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (!group_b) __syncthreads();  // matches group B's stagger barrier
-  epilogue(op, a, st, wave, lane);
+  epilogue(op, a, st, wave, lane, RowKeys{true, w.q0 + seq_k - seq.len_q, kw.left, kw.right, kw.seq_k});
 }
 
 }  // namespace g942

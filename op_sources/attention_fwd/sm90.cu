@@ -270,8 +270,10 @@ RTC_DEVICE void release(rtc_u32 bar) {
 }
 
 // ---------------------------------------------------------------- consumer epilogue
+// keys: this thread's two rows' key windows, read under RTC_MASK (unmasked, a row sees a key iff its
+// sequence has one).
 RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float (&o)[64],
-                           RowState& st) {
+                           RowState& st, const KeyWindow& keys) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const AttnParams& a = p.a;
 #pragma unroll
@@ -280,20 +282,22 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
     l += shfl_xor(l, 1);
     l += shfl_xor(l, 2);
     l = final_row_sum(l, st.m[i], a.scale_log2);
-    // l == 0: every score was -inf (or masked), the row is 0 and its LSE -inf, even where O holds
-    // 0 * NaN from a V NaN under a zero weight. A NaN l keeps the row NaN.
+    // l == 0: every score the row saw was -inf; it writes ZeroSumRow's row: 0 and LSE -inf when it sees
+    // no key (even where O holds 0 * NaN from a V NaN under a zero weight), NaN when it sees keys.
+    // A NaN l keeps the row NaN.
     const bool empty = l == 0.f;
     const float inv = empty ? 0.f : 1.f / l;
+    const ZeroSumRow blank = ZeroSumRow::of(RTC_MASK ? keys.sees_a_key(i) : !kPacked || t.view.seq_k > 0);
     const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
     if (row >= t.view.seq_q) continue;
     rtc_bf16_t* dst = a.o + t.seq.o_off + (rtc_i64)row * a.o_ss + (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
-          empty ? 0u : pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+          empty ? blank.o : pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     if (a.lse != nullptr && lane % 4 == 0)
       a.lse[t.seq.lse_off + (rtc_i64)t.head * t.seq.lse_head_stride + row] =
-          (l == 0.f) ? neg_inf() : st.m[i] * a.scale + logf(l);
+          empty ? blank.lse : st.m[i] * a.scale + logf(l);
   }
 }
 
@@ -432,7 +436,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
 #pragma unroll
   for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
   if ((RTC_MASK || kPacked) && n_blocks == 0) {  // no row sees a key: zeros, LSE -inf, nothing read
-    store_tile(p, t, wg, r.o, r.st);
+    store_tile(p, t, wg, r.o, r.st, wm.rows);
     pending = false;
     return following_tile(p, sm, order, ti);
   }
@@ -469,7 +473,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
     wgmma_wait<1>();
     fence_regs(r.o);
     release(sm.bars.v_empty(L.pv.stage));
-    store_tile(p, t, wg, r.o, r.st);
+    store_tile(p, t, wg, r.o, r.st, wm.rows);
     wgmma_wait<0>();  // nothing in flight across tiles: ptxas would serialize the pipeline
     fence_regs(r.s);
   } else {
@@ -479,7 +483,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
     wgmma_wait<0>();
     fence_regs(r.o);
     release(sm.bars.v_empty(L.pv.stage));
-    store_tile(p, t, wg, r.o, r.st);
+    store_tile(p, t, wg, r.o, r.st, wm.rows);
   }
   return next;
 }

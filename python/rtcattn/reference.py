@@ -113,7 +113,9 @@ def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, win
     col_nan = torch.matmul(seen, vnan) > 0                                    # [B,H,Sq,D]
     o = o.masked_fill(row_nan[..., None], nan).masked_fill(col_nan, nan)
     lse = lse.masked_fill(row_nan, nan)
-    empty = (s == -math.inf).all(-1)                                          # all scores -Inf or masked
+    # A row that sees no key is 0 with LSE -Inf. One that sees keys whose scores are all -Inf keeps the
+    # NaN of its softmax (-Inf - -Inf): the kernels make it NaN too, so it never passes for an empty row.
+    empty = ~keep.any(-1).expand(s.shape[:-1])                                # [B,H,Sq]
     o = o.masked_fill(empty[..., None], 0.0)
     lse = lse.masked_fill(empty, -math.inf)
     return from_bhsd(o, layout), lse

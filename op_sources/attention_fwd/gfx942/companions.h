@@ -5,6 +5,7 @@
 #include "isa_gfx9.h"
 #include "gfx942/tiles.h"
 #include "gfx942/sequences.h"
+#include "gfx942/softmax.h"
 
 namespace g942 {
 
@@ -107,15 +108,18 @@ RTC_DEVICE void merge_stage(const Gfx942Params& p) {
     const rtc_f32x4 o = global_load((const rtc_f32x4*)part + (r * GFX942_HEAD_DIM + col) / 4);
     for (int i = 0; i < 4; ++i) acc[i] += w * o[i];
   }
-  const bool empty = lsum == 0.0f;  // all scores -Inf: the row is 0, whatever 0 * NaN left in acc
+  // All scores -Inf: ZeroSumRow's row, whatever 0 * NaN left in acc.
+  const bool empty = lsum == 0.0f;
+  const KeyRange keys = key_range(p, q0 + r);
+  const ZeroSumRow blank = ZeroSumRow::of(!RTC_MASK || keys.lo <= keys.hi);
   const float inv = empty ? 0.0f : rcp_f32(lsum);
   rtc_u32x2 packed = {(rtc_u32)rtc_f32_to_bf16(acc[0] * inv) | ((rtc_u32)rtc_f32_to_bf16(acc[1] * inv) << 16),
                       (rtc_u32)rtc_f32_to_bf16(acc[2] * inv) | ((rtc_u32)rtc_f32_to_bf16(acc[3] * inv) << 16)};
-  if (empty) packed[0] = packed[1] = 0u;
+  if (empty) packed[0] = packed[1] = blank.o;
   buffer_store_dwordx2(outr, (rtc_u32)(((rtc_i64)r * p.o_ss + col) * 2), 0u, packed);
   if (p.lse && col == 0)
     global_store(p.lse + ((rtc_i64)b * p.heads + h) * p.seq_q + q0 + r,
-                 lsum == 0.0f ? rtc_bits_f32(0xFF800000u) : (mx + log2_f32(lsum)) * 0.693147180559945309f);
+                 empty ? blank.lse : (mx + log2_f32(lsum)) * 0.693147180559945309f);
 }
 
 }  // namespace g942

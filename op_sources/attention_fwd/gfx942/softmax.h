@@ -38,6 +38,19 @@ RTC_DEVICE rtc_u32 p_biased(float p) {
 // Two biased values -> one dword of two bf16 (lo in the low half): v_perm_b32 picks the high halves.
 RTC_DEVICE rtc_u32 pack_hi(rtc_u32 lo, rtc_u32 hi) { return perm_b32(hi, lo, 0x07060302u); }
 
+// What the epilogue and the merge write for a row whose sum l is 0, i.e. every score it saw was -Inf.
+// A row that sees no key (a window, a sequence without keys) is the empty row: O = +0, LSE -Inf
+// (numerics §8). A row that sees keys got there through scores past -FLT_MAX (or Inf inputs), and a 0
+// row would pass for a right answer: it is NaN, O 0x7FFF and LSE NaN (numerics §4). A select per row
+// after the KV loop, none in it: the loop cannot tell the two -Inf apart (masking writes -Inf).
+struct ZeroSumRow {
+  rtc_u32 o;  // two bf16
+  float lse;
+  RTC_DEVICE static ZeroSumRow of(bool sees_key) {
+    return sees_key ? ZeroSumRow{0x7FFF7FFFu, rtc_bits_f32(0x7FC00000u)} : ZeroSumRow{0u, rtc_bits_f32(0xFF800000u)};
+  }
+};
+
 struct RowState {
   float m[kTilesPerWave];  // running max, log2 units (scale folded in)
   float l[kTilesPerWave];  // this lane's partial sum of unrounded p (reduced across lanes at the end)

@@ -74,6 +74,7 @@ struct KeyWindow {
     }
     return w;
   }
+  RTC_DEVICE bool sees_a_key(int i) const { return lo[i] <= hi[i]; }
 };
 
 // Scores outside each row's key window get -inf (RTC_MASK); col0 is the block's first key, and
@@ -169,6 +170,19 @@ RTC_DEVICE float final_row_sum(float l, float m, float c) {
   if (m == neg_inf()) return l;
   return __fdiv_rn(l, ex2(fmaf(m, c, -scale_max(m, c))));
 }
+
+// What the epilogue writes for a row whose sum l is 0, i.e. every score it saw was -inf (m stays -inf).
+// A row that sees no key (a window, a sequence without keys) is the empty row: O = +0, LSE -inf
+// (numerics §8). A row that sees keys got there through scores past -FLT_MAX (or Inf inputs), and a 0
+// row would pass for a right answer: it is NaN, O 0x7FFF and LSE NaN (numerics §4). A select per row in
+// the epilogue, none in the main loop, which cannot tell the two -inf apart (masking writes -inf).
+struct ZeroSumRow {
+  rtc_u32 o;  // two bf16
+  float lse;
+  RTC_DEVICE static ZeroSumRow of(bool sees_key) {
+    return sees_key ? ZeroSumRow{0x7fff7fffu, __int_as_float(0x7fc00000)} : ZeroSumRow{0u, neg_inf()};
+  }
+};
 
 // O *= its row's rescale factor, always: skipping it when no row max moved was ~3% slower (the
 // warp vote sits on the critical path; the FMULs are hidden anyway; NOTES step 5).
