@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import torch
 
 from rtcattn import reference as ref
+from rtcattn import validate
 
 D = 128
 SK = 256          # four 64-key blocks of the gfx942 kernel (its tail split has parts), two of sm90's
@@ -112,17 +115,17 @@ def check_score_past_flt_max_is_nan(run, device):
     o64, lse64 = ref.reference_fp64(q, k, v, "bshd", 2.0 ** 100)
     _assert_right(o, lse, o64, lse64, _rows(4), "rows beside the overflowing one")
 
-    # scale·log2(e) itself past FLT_MAX (scale > 2.36e38, accepted as a float32): c = +Inf turns each
-    # row's positive scores into +Inf.
+    # scale·log2(e) itself past FLT_MAX (scale > 2.36e38, although float32 holds the scale) would make every
+    # positive score +Inf: refused before launch, naming the bound.
     q, k, v = _inputs(zero_dims=0, seed=4)
-    o, lse = _call(run, device, q, k, v, scale=3.0e38)
-    _assert_nan_rows(o, lse, _rows(), "scale = 3e38")
+    with pytest.raises(ValueError, match=r"softmax_scale=3e\+38 is not supported; accepted: .*2\.358\d*e\+38"):
+        _call(run, device, q, k, v, scale=3.0e38)
 
 
 def _all_below(case: str):
     """q, k, scale whose every score is past -FLT_MAX: by far (the issue's q·k = -1e76), just past it
     before the scale (q·k = -1.25·2^128 while scale·q·k = -3.8e37 would fit), only after the scale
-    (q·k = -2^30), or through a scale whose c = scale·log2(e) is +Inf."""
+    (q·k = -2^30), or through the largest scale accepted (c = scale·log2(e) just below FLT_MAX)."""
     q, k, v = _inputs(seed=5)
     if case == "issue":
         q[:], k[:] = BIG, -BIG
@@ -131,8 +134,8 @@ def _all_below(case: str):
         q[..., 0], k[..., 0] = 2.0 ** 64, -1.25 * 2.0 ** 64
         return q, k, v, None
     if case == "c":
-        q[..., 0], k[..., 0] = 1.0, -1.0
-        return q, k, v, 3.0e38
+        q[..., 0], k[..., 0] = 2.0, -1.0
+        return q, k, v, validate.SCALE_MAX
     q[..., 0], k[..., 0] = 2.0 ** 15, -(2.0 ** 15)
     return q, k, v, 2.0 ** 100
 

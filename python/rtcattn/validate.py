@@ -88,20 +88,23 @@ def check_int(name: str, value, lo: int, hi: int, meaning: str = "") -> int:
 
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38   # the smallest normal float32
+# The kernels fold the scale into scale·log2(e) in float32 (numerics §2, §4): past this it is +Inf.
+SCALE_MAX = FLOAT32_MAX / 1.4426950408889634
 
 
 def check_scale(softmax_scale, head_dim: int) -> float:
     """The scale as the kernels get it (a float32): a finite float > 0 that float32 holds as a normal
-    number, so 1e39 is refused here rather than reported later as 'inf'."""
+    number, so 1e39 is refused here rather than reported later as 'inf', and small enough that
+    scale·log2(e) is finite in float32 too (above 2.36e38 every row that sees a key would be NaN)."""
     if softmax_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale={softmax_scale!r} ({type(softmax_scale).__name__}) is not supported; "
                         "accepted: None (1/sqrt(D)) or a finite float > 0")
-    if not FLOAT32_TINY <= softmax_scale <= FLOAT32_MAX:  # compared as given: float(10**400) would overflow
+    if not FLOAT32_TINY <= softmax_scale <= SCALE_MAX:  # compared as given: float(10**400) would overflow
         raise ValueError(f"softmax_scale={softmax_scale!r} is not supported; accepted: None (1/sqrt(D)) or a "
-                         f"finite float > 0 that float32 holds as a normal number, in [{FLOAT32_TINY:.7g}, "
-                         f"{FLOAT32_MAX:.7g}]")
+                         f"finite float > 0 in [{FLOAT32_TINY:.7g}, {SCALE_MAX:.7g}] (a normal float32 whose "
+                         "product with log2(e) is finite in float32)")
     return float(softmax_scale)
 
 

@@ -205,7 +205,7 @@ def test_return_lse_must_be_a_bool(value):
         rtcattn.forward(q, q, q, return_lse=value)
 
 
-@pytest.mark.parametrize("scale", [1e39, 1e-39, -1.0, 0.0, float("inf")])
+@pytest.mark.parametrize("scale", [1e39, 3e38, 1e-39, -1.0, 0.0, float("inf")])
 def test_softmax_scale_must_be_a_normal_float32(scale):
     q = torch.randn(1, 4, 2, 64).to(BF)
     with pytest.raises(ValueError, match=re.escape(f"softmax_scale={scale!r} is not supported")) as e:
