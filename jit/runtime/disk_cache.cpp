@@ -235,7 +235,7 @@ KeyLock::KeyLock(const std::string& dir, const std::string& name) : path_(dir + 
 
 // flock with LOCK_NB, polled: a blocking flock could neither say whom it waits for nor give up.
 void KeyLock::wait(const std::string& name) {
-  long limit = knob_int("LOCK_TIMEOUT", 900);
+  long limit = knob_int("LOCK_TIMEOUT");
   std::string knob = knob_env_name("LOCK_TIMEOUT") + "=" + std::to_string(limit) + " s";
   double t0 = now_ms();
   bool told = false;

@@ -238,6 +238,10 @@ Loaded load(const Code& code, const std::string& symbol, Loader& loader, int dev
 void build_program(const rtc_build_request& req, const char* cache_dir, rtc_build_result* out) {
   double t0 = now_ms();
   std::memset(out, 0, sizeof *out);
+  // Read deep in the chain (a compiler's --version probe, a lock wait): checked first, so that a bad value
+  // is the caller's error naming the knob, not a compiler that looks unavailable.
+  knob_int("COMPILE_TIMEOUT");
+  knob_int("LOCK_TIMEOUT");
   CompileInput in = make_input(req);
   const Compiler& c = select_compiler(req.compiler ? req.compiler : "auto", in.arch);
   CacheKey key = make_key(req, in, c);

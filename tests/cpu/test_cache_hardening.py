@@ -7,6 +7,7 @@ import random
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -276,6 +277,71 @@ def test_compile_timeout_stops_a_hanging_compiler(tmp_path):
     assert result.get("error") == "CompileError", result
     assert "RTCATTN_COMPILE_TIMEOUT=2" in result["message"]
     assert time.time() - t0 < 20
+
+
+def process_gone(pid: int) -> bool:
+    """No such process, or a zombie (its parent is gone and nobody has reaped it yet): it runs no more."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def test_sigterm_of_the_caller_stops_its_compiler_group(tmp_path):
+    """The compiler runs in its own process group (so a timeout can stop all of it), which a SIGTERM of its
+    caller does not reach: the runtime stops the group before the caller ends."""
+    pids = tmp_path / "pids"
+    fake = fake_clang(tmp_path, f'sleep 300 &\necho "$$ $!" > "{pids}.tmp"\nmv "{pids}.tmp" "{pids}"\nwait')
+    env = child_env(tmp_path / "cache", RTCATTN_CLANG=fake)
+    from cpu.test_cache import CHILD
+    caller = subprocess.Popen([sys.executable, "-c", CHILD, str(LIB_PY), json.dumps(request())], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not pids.exists() and time.time() < deadline and caller.poll() is None:
+            time.sleep(0.05)
+        assert pids.exists(), caller.communicate()
+        compiler, grandchild = map(int, pids.read_text().split())
+        caller.send_signal(signal.SIGTERM)
+        caller.communicate(timeout=30)
+        assert caller.returncode == -signal.SIGTERM  # ended by the signal, as without the runtime's handler
+        deadline = time.time() + 10
+        while not (process_gone(compiler) and process_gone(grandchild)) and time.time() < deadline:
+            time.sleep(0.05)
+        assert process_gone(compiler) and process_gone(grandchild)
+    finally:
+        caller.kill()
+        caller.wait()
+        for pid in map(int, pids.read_text().split()) if pids.exists() else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_sigterm_handled_by_the_caller_keeps_its_compile_running(tmp_path):
+    """A SIGTERM handler of the caller's own (here Python's) decides: the runtime does not stop the compile."""
+    code = textwrap.dedent(f"""
+        import importlib.util, json, os, signal, sys
+        signal.signal(signal.SIGTERM, lambda *a: print("HANDLED", flush=True))
+        spec = importlib.util.spec_from_file_location("rtc_lib_child", {str(LIB_PY)!r})
+        L = importlib.util.module_from_spec(spec); sys.modules["rtc_lib_child"] = L; spec.loader.exec_module(L)
+        req = json.loads(sys.argv[1])
+        r = L.build(req["op"], req["variant"], req["arch"], req["symbol"], tuple(req["main"]),
+                    [tuple(h) for h in req["headers"]], req["options"], compiler=req["compiler"])
+        print("ORIGIN", r.origin, signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, flush=True)
+    """)
+    started = tmp_path / "started"
+    fake = fake_clang(tmp_path, f'touch "{started}"\nsleep 2\nexec "{shutil.which("clang++-19") or shutil.which("clang++")}" "$@"')
+    caller = subprocess.Popen([sys.executable, "-c", code, json.dumps(request())], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=child_env(tmp_path / "cache", RTCATTN_CLANG=fake))
+    deadline = time.time() + 60
+    while not started.exists() and time.time() < deadline and caller.poll() is None:
+        time.sleep(0.05)
+    caller.send_signal(signal.SIGTERM)
+    out, err = caller.communicate(timeout=120)
+    assert caller.returncode == 0, err
+    assert "HANDLED" in out and "ORIGIN compile True" in out, out + err
 
 
 def test_lock_wait_names_the_holder_and_times_out(tmp_path, lib):

@@ -155,3 +155,39 @@ def test_library_path_dirs_are_searched_first(tmp_path):
     devices, hiprtc = without.stdout.split()
     assert devices == "0"                                   # no GPU: the system's HIP finds none
     assert with_dir.stdout.split() == ["1", hiprtc]         # the stand-in's one device; hipRTC unchanged
+
+
+@pytest.mark.parametrize("name", [P + "COMPILE_TIMEOUT", P + "LOCK_TIMEOUT"])
+@pytest.mark.parametrize("value,why", [("0", "out of range"), ("-5", "out of range"), ("604801", "out of range"),
+                                       ("99999999999999999999", "out of range"), (" 5", "not an integer"),
+                                       ("5 ", "not an integer"), ("+5", "not an integer"), ("5s", "not an integer"),
+                                       ("1e3", "not an integer")])
+def test_timeout_knobs_accept_only_a_positive_bounded_number_of_seconds(monkeypatch, name, value, why):
+    """No value means "no limit" (a hung compiler or lock holder would block forever); an overflowing value is
+    refused, not clamped; white space is refused on either side."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as e:
+        _lib.knob(name)
+    msg = str(e.value)
+    assert f"{name}={value!r}" in msg and why in msg and "accepted: an integer from 1 to 604800" in msg
+    for good in ("1", "604800", "17"):
+        monkeypatch.setenv(name, good)
+        assert _lib.knob(name) == good
+
+
+def test_bad_timeout_knob_fails_the_build_before_any_compile(tmp_path):
+    code = ("from rtcattn import _lib\n"
+            "src = '#include \"platform.h\"\\nRTC_KERNEL(64) k(int) {}\\n'\n"
+            "plat = open('csrc_common/platform.h').read()\n"
+            "try:\n"
+            "    _lib.build('t', 'v', 'gfx942', 'k', ('k.hip', src), [('platform.h', plat)], compiler='clang', "
+            "cache_dir=%r)\n"
+            "    print('BUILT')\n"
+            "except Exception as e:\n"
+            "    print('ERR', type(e).__name__, e)\n") % str(tmp_path)
+    for knob in ("COMPILE_TIMEOUT", "LOCK_TIMEOUT"):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           env={**{k: v for k, v in os.environ.items() if not k.startswith(P)},
+                                "PYTHONPATH": str(ROOT / "python"), P + knob: "0"})
+        assert f"ERR ValueError {P}{knob}='0' is out of range" in r.stdout, r.stdout + r.stderr
+        assert not list(tmp_path.glob("*.co"))
