@@ -7,7 +7,6 @@
 #include "fsutil.h"
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
@@ -215,65 +214,6 @@ std::string write_entry(const std::string& dir, const CacheKey& key, const std::
     return "";
   }
   return path;
-}
-
-// ---- per-key locks ---------------------------------------------------------------------------
-
-constexpr double kLockNoticeSeconds = 2;  // a wait this long gets one message naming the holder
-constexpr useconds_t kLockPollMicros = 50 * 1000;
-
-KeyLock::KeyLock(const std::string& dir, const std::string& name) : path_(dir + "/" + name + ".lock") {
-  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd_ < 0) return;  // no lock: at worst two processes compile the same key
-  wait(name);
-  if (fd_ < 0) return;
-  // Who holds it, for the messages of those who wait (advisory: a failed write only loses that).
-  std::string pid = std::to_string(getpid()) + "\n";
-  bool recorded = ftruncate(fd_, 0) == 0 && pwrite(fd_, pid.data(), pid.size(), 0) == ssize_t(pid.size());
-  if (!recorded) log_line("cannot record the pid in " + path_);
-}
-
-// flock with LOCK_NB, polled: a blocking flock could neither say whom it waits for nor give up.
-void KeyLock::wait(const std::string& name) {
-  long limit = knob_int("LOCK_TIMEOUT");
-  std::string knob = knob_env_name("LOCK_TIMEOUT") + "=" + std::to_string(limit) + " s";
-  double t0 = now_ms();
-  bool told = false;
-  while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) {
-      close(fd_);
-      fd_ = -1;
-      return;
-    }
-    double waited = (now_ms() - t0) / 1000;
-    if (!told && waited >= kLockNoticeSeconds) {
-      told = true;
-      warn("waiting for " + holder() + ", which holds " + path_ + " while it builds " + name + "; " +
-           (limit > 0 ? "giving up after " + knob : "without a limit (" + knob + ")"));
-    }
-    if (limit > 0 && waited >= limit) {
-      std::string who = holder();
-      close(fd_);
-      fd_ = -1;
-      RTC_FAIL(RTC_ERR_COMPILE, "gave up after " + knob + " waiting for the lock file " + path_ + ", held by " +
-                                    who + " (building " + name + "); end that process if it hangs, or raise " +
-                                    knob_env_name("LOCK_TIMEOUT"));
-    }
-    usleep(kLockPollMicros);
-  }
-}
-
-std::string KeyLock::holder() const {
-  char text[32] = {0};
-  ssize_t n = pread(fd_, text, sizeof text - 1, 0);
-  long pid = n > 0 ? std::strtol(text, nullptr, 10) : 0;
-  return pid > 0 ? "pid " + std::to_string(pid) : "a process that has not recorded its pid";
-}
-
-KeyLock::~KeyLock() {
-  if (fd_ < 0) return;
-  if (ftruncate(fd_, 0) != 0) log_line("cannot clear the pid in " + path_);  // no stale pid for later waiters
-  close(fd_);  // closing the descriptor releases the flock
 }
 
 static bool ends_with(const std::string& s, const std::string& suffix) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 #include "cache_key.h"
+#include "key_lock.h"
 
 namespace rtc {
 
@@ -29,22 +30,6 @@ std::string write_entry(const std::string& dir, const CacheKey& key, const std::
 // when data is the entry of key_text, else why not (never throws, whatever the bytes).
 std::string entry_bytes(const std::string& key_text, const std::string& blob);
 std::string parse_entry(const std::string& data, const std::string& key_text, std::string* blob);
-
-// Exclusive per-key lock on <dir>/<name>.lock via flock: the kernel drops it when the holder
-// dies, so a crashed process never leaves a lock that blocks others. The holder writes its pid
-// into the file; a waiter names that pid after a few seconds and gives up with an error after
-// <PRODUCT>_LOCK_TIMEOUT seconds (a live process that hangs holding the lock).
-class KeyLock {
- public:
-  KeyLock(const std::string& dir, const std::string& name);
-  ~KeyLock();
-  bool held() const { return fd_ >= 0; }
- private:
-  void wait(const std::string& name);
-  std::string holder() const;
-  int fd_ = -1;
-  std::string path_;
-};
 
 std::vector<std::string> list_entries(const std::string& dir);  // *.co file names
 int clear_dir(const std::string& dir);                             // removes entries, locks, temps

@@ -374,6 +374,55 @@ def test_lock_wait_names_the_holder_and_times_out(tmp_path, lib):
     assert 3 <= waited < 20
 
 
+FORK_CHILD = textwrap.dedent("""
+    import importlib.util, json, os, sys, threading, time
+    spec = importlib.util.spec_from_file_location("rtc_lib_child", sys.argv[1])
+    L = importlib.util.module_from_spec(spec); sys.modules["rtc_lib_child"] = L; spec.loader.exec_module(L)
+    req = json.loads(sys.argv[2])
+    def build():
+        t0 = time.time()
+        try:
+            r = L.build(req["op"], req["variant"], req["arch"], req["symbol"], tuple(req["main"]),
+                        [tuple(h) for h in req["headers"]], req["options"], compiler=req["compiler"])
+            return {"origin": r.origin, "seconds": time.time() - t0}
+        except Exception as e:
+            return {"error": type(e).__name__, "message": str(e), "seconds": time.time() - t0}
+    results = []
+    worker = threading.Thread(target=lambda: results.append(build()))
+    worker.start()
+    time.sleep(0.4)  # the worker holds the key's lock and compiles
+    pid = os.fork()
+    if pid == 0:
+        os.write(1, ("FORKED " + json.dumps(build()) + "\\n").encode())
+        os._exit(0)
+    worker.join()
+    os.waitpid(pid, 0)
+    print("PARENT " + json.dumps(results[0]), flush=True)
+""")
+
+
+def test_fork_while_a_thread_compiles_does_not_deadlock_the_child(tmp_path):
+    """A child forked while another thread holds a key's lock inherits the lock's descriptor; its copy must not
+    keep the lock once the parent's thread releases it, so the child waits for the parent's compile only and
+    then loads the entry from disk (warm in a thread, then fork workers: gunicorn preload, multiprocessing)."""
+    real = shutil.which("clang++-19") or shutil.which("clang++")
+    fake = fake_clang(tmp_path, f'sleep 3\nexec "{real}" "$@"')
+    env = child_env(tmp_path / "cache", RTCATTN_CLANG=fake, RTCATTN_LOCK_TIMEOUT=20)
+    proc = subprocess.Popen([sys.executable, "-c", FORK_CHILD, str(LIB_PY), json.dumps(request())], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    parent = json.loads(out.split("PARENT ")[1].splitlines()[0])
+    forked = json.loads(out.split("FORKED ")[1].splitlines()[0])
+    assert parent["origin"] == "compile", parent
+    assert forked.get("origin") == "user_cache", forked
+    assert forked["seconds"] < 15, forked  # the parent's compile (about 3 s), not the lock timeout
+    assert f"waiting for pid {proc.pid}, which holds" in err, err
+
+
 # ---- 10: compiler output is checked; an entry that fails to load is rebuilt once --------------------------------
 
 @pytest.mark.parametrize("output,why", [("echo garbage", "not an ELF"), ("cp /bin/true", "e_machine")])
