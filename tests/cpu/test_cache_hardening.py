@@ -374,6 +374,36 @@ def test_lock_wait_names_the_holder_and_times_out(tmp_path, lib):
     assert 3 <= waited < 20
 
 
+@pytest.mark.parametrize("recorded", ["dead-pid", "nothing"])
+def test_lock_wait_does_not_blame_a_pid_that_is_not_the_holder(tmp_path, lib, recorded):
+    """The pid in the lock file is advisory: a gone pid (the lock kept by a descriptor a fork inherited) or none
+    at all is said as such, not as the holder."""
+    req = request()
+    name = build_here(lib, req, tmp_path / "probe").cache_name
+    cache_dir = tmp_path / "cache"
+    lock_path = cache_dir / (name + ".lock")
+    text = f"{dead_pid()}\n" if recorded == "dead-pid" else ""
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, time
+        os.makedirs({str(cache_dir)!r}, mode=0o700, exist_ok=True)
+        fd = os.open({str(lock_path)!r}, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.write(fd, {text.encode()!r})
+        print("locked", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result, err = run_child(req, cache_dir, timeout=40, RTCATTN_LOCK_TIMEOUT=3)
+    finally:
+        holder.kill()
+        holder.wait()
+    why = "which is not a live process here" if recorded == "dead-pid" else "wrote no pid into the lock file"
+    for out in (result["message"], err):
+        assert why in out and "has not recorded its pid" not in out, out
+
+
 FORK_CHILD = textwrap.dedent("""
     import importlib.util, json, os, sys, threading, time
     spec = importlib.util.spec_from_file_location("rtc_lib_child", sys.argv[1])
