@@ -5,6 +5,7 @@
 #include "knobs.h"
 #include "sha256.h"
 #include "fsutil.h"
+#include "trust.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -45,37 +46,6 @@ std::vector<std::string> system_cache_dirs() {
   std::lock_guard<std::mutex> lock(g_pkg_mu);
   if (!g_package_dir.empty()) dirs.push_back(g_package_dir);
   return dirs;
-}
-
-static std::string mode_text(mode_t mode) {
-  char text[8];
-  snprintf(text, sizeof text, "%03o", unsigned(mode & 07777));  // all bits: 1777, not 777
-  return text;
-}
-
-// Who may have written what we load: this user, or root where allow_root.
-static std::string owner_problem(const struct stat& st, bool allow_root) {
-  uid_t me = geteuid();
-  if (st.st_uid == me || (allow_root && st.st_uid == 0)) return "";
-  return "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " + std::to_string(me) + ")" +
-         (allow_root ? " or root" : "");
-}
-
-static std::string writable_problem(const struct stat& st) {
-  if (!(st.st_mode & (S_IWGRP | S_IWOTH))) return "";
-  return std::string("it is writable by ") + ((st.st_mode & S_IWOTH) ? "other users" : "its group") + " (mode " +
-         mode_text(st.st_mode) + "; fix with chmod go-w)";
-}
-
-bool dir_trusted(const std::string& dir, bool allow_root_owner, std::string* why) {
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    *why = "it is not a directory";
-    return false;
-  }
-  *why = owner_problem(st, allow_root_owner);
-  if (why->empty()) *why = writable_problem(st);
-  return why->empty();
 }
 
 static long cache_temp_pid(const std::string& name) {
@@ -166,37 +136,11 @@ std::string parse_entry(const std::string& data, const std::string& key_text, st
 
 // ---- reading and writing entries -------------------------------------------------------------
 
-// What makes an entry file unsafe to load whatever its dir allows: we would run its code, so only
-// this user or root may have written it, and it must be a plain file of a sane size.
-static std::string entry_file_problem(const struct stat& st) {
-  if (S_ISLNK(st.st_mode)) return "it is a symbolic link";
-  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
-  std::string why = owner_problem(st, true);
-  if (why.empty()) why = writable_problem(st);
-  if (why.empty() && size_t(st.st_size) > kMaxReadBytes) why = "it is larger than " + size_text(kMaxReadBytes);
-  return why;
-}
-
-// Reads an entry file without trusting it: checked with lstat before opening; opened with
-// O_NOFOLLOW and O_NONBLOCK (a link or FIFO swapped in meanwhile is refused, never waited on);
-// checked again on the open descriptor, which is what is read, with the size cap.
-static std::string read_entry_file(const std::string& path, const struct stat& before, std::string* data) {
-  std::string why = entry_file_problem(before), err;
-  if (!why.empty()) return why;
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::string("cannot open it: ") + std::strerror(errno);
-  struct stat st {};
-  why = fstat(fd, &st) == 0 ? entry_file_problem(st) : std::string("fstat failed: ") + std::strerror(errno);
-  if (why.empty() && !read_fd(fd, path, data, &err, kMaxReadBytes)) why = err;
-  close(fd);
-  return why;
-}
-
 bool read_entry(const std::string& dir, const CacheKey& key, bool remove_bad, std::string* blob) {
   std::string path = dir + "/" + key.file_name(), data;
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return false;  // not there: a miss
-  std::string why = read_entry_file(path, st, &data);
+  std::string why = read_trusted_file(path, st, &data);
   if (why.empty()) why = parse_entry(data, key.text(), blob);
   if (why.empty()) why = code_object_problem(key.arch, *blob);
   if (why.empty()) return true;

@@ -4,6 +4,7 @@
 #include <vector>
 #include "cache_key.h"
 #include "key_lock.h"
+#include "trust.h"
 
 namespace rtc {
 
@@ -13,9 +14,6 @@ std::string user_cache_dir(const char* override_dir);
 std::vector<std::string> system_cache_dirs();
 void set_package_cache_dir(const std::string& dir);
 
-// A dir we may load from: owned by us (or root for system dirs) and not writable by group or
-// others, since anyone who can write it can plant code that we would run on the GPU.
-bool dir_trusted(const std::string& dir, bool allow_root_owner, std::string* why);
 // Creates the user dir (0700) when missing; false (with a warning once) when it is unusable. The
 // first call per dir also sweeps the temporaries that killed processes left there.
 bool prepare_user_dir(const std::string& dir);

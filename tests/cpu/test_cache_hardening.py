@@ -148,6 +148,39 @@ def test_untrusted_entry_is_not_loaded(tmp_path, where, kind, why):
         assert os.path.lexists(entry_dir / good.name)
 
 
+@pytest.mark.parametrize("kind,why", [("symlink", "symbolic link"), ("group-writable", "writable by its group"),
+                                      ("other-owner", f"owned by uid {OTHER_UID}"), ("fifo", "not a regular file")])
+def test_untrusted_log_beside_an_entry_is_not_read(tmp_path, lib, capfd, kind, why):
+    """BuildResult.log() hands the .log beside an entry back to the caller: it is read under the entry's rules, so a
+    link or another user's file planted there gives nothing away."""
+    if kind == "other-owner" and not IS_ROOT:
+        pytest.skip("handing a file to another uid needs root (CI runs as root)")
+    req = request()
+    cache_dir = tmp_path / "cache"
+    first, _ = build_in_child(req, cache_dir)
+    log = Path(first["path"] + ".log")
+    assert log.is_file()
+    log.unlink()
+    secret = tmp_path / "secret"
+    secret.write_text("TOP SECRET")
+    secret.chmod(0o600)
+    if kind == "symlink":
+        log.symlink_to(secret)
+    elif kind == "fifo":
+        os.mkfifo(log, 0o600)
+    else:
+        shutil.copyfile(secret, log)
+        log.chmod(0o664 if kind == "group-writable" else 0o644)
+        if kind == "other-owner":
+            os.chown(log, OTHER_UID, OTHER_UID)
+    r = build_here(lib, req, cache_dir)
+    assert r.origin == "user_cache"
+    assert r.log() == ""
+    err = capfd.readouterr().err
+    assert str(log) in err and "is not read" in err and why in err, err
+    assert secret.read_text() == "TOP SECRET"
+
+
 # ---- 3: reads are bounded ----------------------------------------------------------------------------------
 
 @pytest.mark.no_asan  # the child's address-space limit leaves ASan no room for its shadow memory
