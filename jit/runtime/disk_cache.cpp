@@ -176,17 +176,94 @@ std::vector<std::string> list_entries(const std::string& dir) {
   return out;
 }
 
-int clear_dir(const std::string& dir) {
-  int removed = 0;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return 0;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    bool ours = ends_with(n, ".co") || ends_with(n, ".co.lock") || ends_with(n, ".co.log") ||
-                n.find(".co.tmp.") != std::string::npos || n.find(".co.log.tmp.") != std::string::npos;
-    if (ours && unlink((dir + "/" + n).c_str()) == 0) ++removed;
+// ---- clear: only what the runtime wrote ------------------------------------------------------
+//
+// clear runs with the user's rights in a dir where anyone with access may have put names of their own,
+// so a name alone proves nothing: an entry is a regular file of this user that starts with the entry
+// magic; its log is the file named after it; a lock or a temp is named after an entry and also either
+// sits beside one of ours or has the content (a lock: empty or a pid) or name (a temp: pid and tid) that
+// the runtime gives it. Never a link, never another user's file, never a file of a dir the runtime
+// itself would refuse.
+
+namespace {
+
+// Up to n bytes from the start of a regular file of this user (lstat, then O_NOFOLLOW); why not otherwise.
+std::string own_file_head(const std::string& path, size_t n, std::string* head) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return std::strerror(errno);
+  std::string why = S_ISLNK(st.st_mode) ? "it is a symbolic link" : !S_ISREG(st.st_mode) ? "it is not a regular file" : "";
+  if (why.empty() && st.st_uid != geteuid())
+    why = "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user";
+  if (!why.empty()) return why;
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::string("cannot open it: ") + std::strerror(errno);
+  head->assign(n, '\0');
+  ssize_t got = pread(fd, &(*head)[0], n, 0);
+  close(fd);
+  head->resize(got > 0 ? size_t(got) : 0);
+  return "";
+}
+
+bool is_lock_text(const std::string& text) {  // as KeyLock leaves it: empty, or "<pid>\n"
+  return text.empty() || (text.size() >= 2 && text.back() == '\n' &&
+                          text.find_first_not_of("0123456789") == text.size() - 1);
+}
+
+std::string strip_suffix(const std::string& s, const std::string& suffix) {
+  return ends_with(s, suffix) ? s.substr(0, s.size() - suffix.size()) : "";
+}
+
+// "" when dir/name is the runtime's to remove; why not when the name is one of its kinds; "-" when the name
+// is none of them (left without a word).
+std::string why_kept(const std::string& dir, const std::string& name, const std::set<std::string>& entries) {
+  const std::string path = dir + "/" + name;
+  std::string head, why;
+  size_t cap = magic().size() + 1;
+  if (ends_with(name, ".co") && name[0] != '.') {
+    why = own_file_head(path, cap, &head);
+    if (why.empty() && head.compare(0, magic().size(), magic()) != 0)
+      why = "it does not start with the " + magic().substr(0, magic().size() - 1) + " header (not a cache entry)";
+    return why;
   }
-  closedir(d);
+  std::string base = strip_suffix(name, ".log");
+  if (!base.empty() && ends_with(base, ".co")) {
+    why = own_file_head(path, 0, &head);
+    return why.empty() && !entries.count(base) ? "no cache entry of this runtime is beside it" : why;
+  }
+  base = strip_suffix(name, ".lock");
+  if (!base.empty() && ends_with(base, ".co")) {
+    why = own_file_head(path, cap, &head);
+    return why.empty() && !entries.count(base) && !is_lock_text(head) ? "it does not hold a lock file's pid" : why;
+  }
+  long pid = cache_temp_pid(name);
+  if (pid <= 0) return "-";
+  why = own_file_head(path, 0, &head);
+  return why.empty() && process_alive(pid) ? "process " + std::to_string(pid) + " is writing it" : why;
+}
+
+}  // namespace
+
+int clear_dir(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 && errno == ENOENT) return 0;  // never made: nothing to clear
+  std::string why;
+  RTC_CHECK(dir_trusted(dir, false, &why), RTC_ERR_ARG,
+            "cache dir " + dir + " is not cleared because " + why +
+                "; the runtime does not use such a dir, so nothing in it is its to remove");
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) names.push_back(e->d_name);
+    closedir(d);
+  }
+  std::set<std::string> entries;  // decided before anything is removed: logs and locks are judged by them
+  for (const std::string& n : names)
+    if (ends_with(n, ".co") && why_kept(dir, n, {}).empty()) entries.insert(n);
+  int removed = 0;
+  for (const std::string& n : names) {
+    std::string kept = why_kept(dir, n, entries);
+    if (kept.empty() && unlink((dir + "/" + n).c_str()) == 0) ++removed;
+    if (!kept.empty() && kept != "-") warn("clear: left " + dir + "/" + n + " in place: " + kept);
+  }
   return removed;
 }
 

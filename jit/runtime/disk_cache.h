@@ -30,6 +30,9 @@ std::string entry_bytes(const std::string& key_text, const std::string& blob);
 std::string parse_entry(const std::string& data, const std::string& key_text, std::string* blob);
 
 std::vector<std::string> list_entries(const std::string& dir);  // *.co file names
-int clear_dir(const std::string& dir);                             // removes entries, locks, temps
+// Removes what this runtime wrote into dir (its entries, their logs, locks and temps: see disk_cache.cpp) and
+// returns how many files; warns for each file named like one that it leaves. A missing dir has nothing; a dir
+// the runtime would not use (dir_trusted) is refused with RTC_ERR_ARG.
+int clear_dir(const std::string& dir);
 
 }  // namespace rtc

@@ -590,6 +590,68 @@ def test_tmpdir_is_named_when_no_temp_dir_can_be_made(tmp_path):
     assert f"TMPDIR={missing}" in result["message"] and "No such file or directory" in result["message"]
 
 
+# ---- 12: clear removes only what the runtime wrote, and only in a dir it would use ----------------------------
+
+def test_clear_removes_only_files_the_runtime_wrote(tmp_path, lib, capfd):
+    cache_dir = tmp_path / "cache"
+    first, _ = build_in_child(request(), cache_dir)
+    entry = Path(first["path"])
+    gone = dead_pid()
+    ours = [entry, Path(f"{entry}.log"), Path(f"{entry}.lock"), cache_dir / f"{entry.name}.tmp.{gone}.{gone}"]
+    ours[-1].write_bytes(b"half an entry")
+    victim = tmp_path / "victim.co"
+    shutil.copyfile(entry, victim)
+    theirs = {
+        "thesis.co": b"a user's own file that happens to end in .co",
+        "thesis.co.lock": b"not a pid",
+        "notes.co.log": b"no entry beside it",
+        "foreign.co": entry.read_bytes(),
+        "foreign.co.lock": b"",
+    }
+    for name, data in theirs.items():
+        (cache_dir / name).write_bytes(data)
+    if IS_ROOT:
+        os.chown(cache_dir / "foreign.co", OTHER_UID, OTHER_UID)
+        os.chown(cache_dir / "foreign.co.lock", OTHER_UID, OTHER_UID)
+    (cache_dir / "link.co").symlink_to(victim)
+    (cache_dir / "link.co.lock").symlink_to(victim)
+    kept = [cache_dir / n for n in (*theirs, "link.co", "link.co.lock")]
+    if not IS_ROOT:
+        kept = [p for p in kept if not p.name.startswith("foreign")]
+    capfd.readouterr()
+    assert lib.clear_cache(str(cache_dir)) == len(ours)
+    err = capfd.readouterr().err
+    assert [p.name for p in ours if os.path.lexists(p)] == []
+    assert [p.name for p in kept if not os.path.lexists(p)] == []
+    assert victim.read_bytes() == theirs["foreign.co"]  # a link's target is never touched
+    assert (cache_dir / "thesis.co").read_bytes() == theirs["thesis.co"]
+    for name, why in [("thesis.co", "header"), ("thesis.co.lock", "pid"), ("notes.co.log", "no cache entry"),
+                      ("link.co", "symbolic link")] + ([("foreign.co", f"owned by uid {OTHER_UID}")] if IS_ROOT else []):
+        assert re.search(rf"left {re.escape(str(cache_dir / name))} in place: .*{why}", err), (name, err)
+
+
+@pytest.mark.parametrize("kind,why", [("mode-0777", "writable by other users"),
+                                      ("other-owner", f"owned by uid {OTHER_UID}")])
+def test_clear_refuses_a_dir_the_runtime_would_not_use(tmp_path, kind, why):
+    if kind == "other-owner" and not IS_ROOT:
+        pytest.skip("handing a dir to another uid needs root (CI runs as root)")
+    from cpu.test_cli import cli
+    cache_dir = tmp_path / "cache"
+    first, _ = build_in_child(request(), cache_dir)
+    if kind == "mode-0777":
+        cache_dir.chmod(0o777)
+    else:
+        os.chown(cache_dir, OTHER_UID, OTHER_UID)
+    res = cli("clear", "--cache-dir", str(cache_dir))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert str(cache_dir) in res.stderr and why in res.stderr and "not cleared" in res.stderr, res.stderr
+    assert Path(first["path"]).is_file()
+
+
+def test_clear_of_a_dir_never_made_removes_nothing(tmp_path, lib):
+    assert lib.clear_cache(str(tmp_path / "never-made")) == 0
+
+
 # ---- small ones ----------------------------------------------------------------------------------------------------
 
 def test_mode_is_printed_with_all_bits(tmp_path):
