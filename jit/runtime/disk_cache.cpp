@@ -63,17 +63,17 @@ static void sweep_once(const std::string& dir) {
   sweep_stale_temps(dir, cache_temp_pid);
 }
 
+std::string user_dir_problem(const std::string& dir) {
+  std::string err, why;
+  if (!make_dirs(dir, 0700, &err)) return "is unusable (" + err + ")";
+  if (!dir_trusted(dir, false, &why)) return "is not used because " + why;
+  return "";
+}
+
 bool prepare_user_dir(const std::string& dir) {
-  std::string err;
-  if (!make_dirs(dir, 0700, &err)) {
-    warn_once("dir:" + dir, "cache dir " + dir + " is unusable (" + err +
-                                "); code objects are kept in memory only");
-    return false;
-  }
-  std::string why;
-  if (!dir_trusted(dir, false, &why)) {
-    warn_once("dir:" + dir, "cache dir " + dir + " is not used because " + why +
-                                "; code objects are kept in memory only");
+  std::string problem = user_dir_problem(dir);
+  if (!problem.empty()) {
+    warn_once("dir:" + dir, "cache dir " + dir + " " + problem + "; code objects are kept in memory only");
     return false;
   }
   sweep_once(dir);

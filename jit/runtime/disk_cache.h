@@ -17,6 +17,9 @@ void set_package_cache_dir(const std::string& dir);
 // Creates the user dir (0700) when missing; false (with a warning once) when it is unusable. The
 // first call per dir also sweeps the temporaries that killed processes left there.
 bool prepare_user_dir(const std::string& dir);
+// The same making and checking, quietly: "" when the dir is usable, else the rest of a sentence that starts
+// with "cache dir <dir> " ("is unusable (mkdir ...: ...)", "is not used because it is writable by ...").
+std::string user_dir_problem(const std::string& dir);
 
 // Reads and verifies an entry: the file itself (regular, not a link, owned by us or root, not
 // group/other-writable, at most kMaxReadBytes), its header, key, checksum and code object. A
