@@ -178,6 +178,27 @@ def test_warm_rejects_unknown_arch_and_axis():
     assert res.returncode != 0 and "--jobs=0" in res.stderr
 
 
+@pytest.mark.parametrize("args,env,flag,accepted", [
+    (["--shape", "1,2"], {}, "--shape: '1,2'", "B,S,H,D, four positive integers"),
+    (["--shape", "1,x,2,64"], {}, "--shape: '1,x,2,64'", "B,S,H,D, four positive integers"),
+    (["--shape", "1,64,2,100"], {}, "--shape: '1,64,2,100' has head dim D=100", "64..256"),
+    (["--device", "tpu"], {}, "--device: invalid choice: 'tpu'", "'cuda', 'cpu'"),
+    (["--device", "cpu"], {}, "--device=cpu", "RTCATTN_EMULATE=gfx942 or gfx90a"),
+    (["--device", "cpu"], {"RTCATTN_EMULATE": "gfx1100"}, "--device=cpu", "RTCATTN_EMULATE='gfx1100'"),
+    (["--runs", "0"], {}, "--runs: '0'", "an integer >= 1"),
+    (["--device", "cuda"], {}, "--device=cuda", "cpu, on the wave emulator"),
+])
+def test_first_call_names_the_bad_flag(args, env, flag, accepted):
+    """Checked in the parent: an argparse-style error naming the flag, the value and what is accepted (exit 2),
+    never a measuring process's traceback."""
+    if "cuda" in args and __import__("torch").cuda.is_available():
+        pytest.skip("checks the no-GPU message")
+    res = cli("first-call", *args, env_extra=env, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "python -m rtcattn first-call: error: argument " + flag in res.stderr, res.stderr
+    assert accepted in res.stderr and "Traceback" not in res.stderr and "measuring process" not in res.stderr
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
 def test_bench_without_gpu_says_so():
     res = cli("bench", "--quick")
