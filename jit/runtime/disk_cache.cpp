@@ -191,8 +191,12 @@ namespace {
 std::string own_file_head(const std::string& path, size_t n, std::string* head) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return std::strerror(errno);
-  std::string why = S_ISLNK(st.st_mode) ? "it is a symbolic link" : !S_ISREG(st.st_mode) ? "it is not a regular file" : "";
-  if (why.empty() && st.st_uid != geteuid())
+  std::string why;
+  if (S_ISLNK(st.st_mode))
+    why = "it is a symbolic link";
+  else if (!S_ISREG(st.st_mode))
+    why = "it is not a regular file";
+  else if (st.st_uid != geteuid())
     why = "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user";
   if (!why.empty()) return why;
   int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

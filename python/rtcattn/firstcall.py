@@ -67,7 +67,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=None, choices=("cuda", "cpu"),
                    help="cuda or cpu (cpu needs RTCATTN_EMULATE); default: cuda if present")
     p.add_argument("--shape", default="1,1024,8,128", type=_shape, help="q/k/v shape B,S,H,D (bshd)")
-    p.add_argument("--runs", type=_positive, default=3, help="fresh processes measured (after one that warms the cache)")
+    p.add_argument("--runs", type=_positive, default=3,
+                   help="fresh processes measured (after one that warms the cache)")
     p.add_argument("--steady", type=_positive, default=20, help="calls after the first, for the steady state")
     p.set_defaults(func=cmd, parser=p)
 

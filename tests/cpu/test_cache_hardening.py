@@ -365,7 +365,8 @@ def test_sigterm_handled_by_the_caller_keeps_its_compile_running(tmp_path):
         print("ORIGIN", r.origin, signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, flush=True)
     """)
     started = tmp_path / "started"
-    fake = fake_clang(tmp_path, f'touch "{started}"\nsleep 2\nexec "{shutil.which("clang++-19") or shutil.which("clang++")}" "$@"')
+    real = shutil.which("clang++-19") or shutil.which("clang++")
+    fake = fake_clang(tmp_path, f'touch "{started}"\nsleep 2\nexec "{real}" "$@"')
     caller = subprocess.Popen([sys.executable, "-c", code, json.dumps(request())], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=child_env(tmp_path / "cache", RTCATTN_CLANG=fake))
     deadline = time.time() + 60
@@ -625,8 +626,9 @@ def test_clear_removes_only_files_the_runtime_wrote(tmp_path, lib, capfd):
     assert [p.name for p in kept if not os.path.lexists(p)] == []
     assert victim.read_bytes() == theirs["foreign.co"]  # a link's target is never touched
     assert (cache_dir / "thesis.co").read_bytes() == theirs["thesis.co"]
-    for name, why in [("thesis.co", "header"), ("thesis.co.lock", "pid"), ("notes.co.log", "no cache entry"),
-                      ("link.co", "symbolic link")] + ([("foreign.co", f"owned by uid {OTHER_UID}")] if IS_ROOT else []):
+    reasons = [("thesis.co", "header"), ("thesis.co.lock", "pid"), ("notes.co.log", "no cache entry"),
+               ("link.co", "symbolic link")] + ([("foreign.co", f"owned by uid {OTHER_UID}")] if IS_ROOT else [])
+    for name, why in reasons:
         assert re.search(rf"left {re.escape(str(cache_dir / name))} in place: .*{why}", err), (name, err)
 
 
