@@ -149,6 +149,10 @@ int rtc_cache_clear(const char* dir, int* removed) {
   });
 }
 
+int rtc_cache_prepare(const char* dir, char* buf, size_t n, size_t* len) {
+  return guarded([&] { json_out(user_dir_problem(user_cache_dir(dir)), buf, n, len); });
+}
+
 int rtc_device_count(const char* vendor, int* count) {
   return guarded([&] {
     need(vendor, "vendor");

@@ -5,9 +5,9 @@
 #include "knobs.h"
 #include "sha256.h"
 #include "fsutil.h"
+#include "trust.h"
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
@@ -48,37 +48,6 @@ std::vector<std::string> system_cache_dirs() {
   return dirs;
 }
 
-static std::string mode_text(mode_t mode) {
-  char text[8];
-  snprintf(text, sizeof text, "%03o", unsigned(mode & 07777));  // all bits: 1777, not 777
-  return text;
-}
-
-// Who may have written what we load: this user, or root where allow_root.
-static std::string owner_problem(const struct stat& st, bool allow_root) {
-  uid_t me = geteuid();
-  if (st.st_uid == me || (allow_root && st.st_uid == 0)) return "";
-  return "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " + std::to_string(me) + ")" +
-         (allow_root ? " or root" : "");
-}
-
-static std::string writable_problem(const struct stat& st) {
-  if (!(st.st_mode & (S_IWGRP | S_IWOTH))) return "";
-  return std::string("it is writable by ") + ((st.st_mode & S_IWOTH) ? "other users" : "its group") + " (mode " +
-         mode_text(st.st_mode) + "; fix with chmod go-w)";
-}
-
-bool dir_trusted(const std::string& dir, bool allow_root_owner, std::string* why) {
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    *why = "it is not a directory";
-    return false;
-  }
-  *why = owner_problem(st, allow_root_owner);
-  if (why->empty()) *why = writable_problem(st);
-  return why->empty();
-}
-
 static long cache_temp_pid(const std::string& name) {
   bool ours = name.find(".co.tmp.") != std::string::npos || name.find(".co.log.tmp.") != std::string::npos;
   return ours ? atomic_temp_pid(name) : 0;
@@ -94,17 +63,17 @@ static void sweep_once(const std::string& dir) {
   sweep_stale_temps(dir, cache_temp_pid);
 }
 
+std::string user_dir_problem(const std::string& dir) {
+  std::string err, why;
+  if (!make_dirs(dir, 0700, &err)) return "is unusable (" + err + ")";
+  if (!dir_trusted(dir, false, &why)) return "is not used because " + why;
+  return "";
+}
+
 bool prepare_user_dir(const std::string& dir) {
-  std::string err;
-  if (!make_dirs(dir, 0700, &err)) {
-    warn_once("dir:" + dir, "cache dir " + dir + " is unusable (" + err +
-                                "); code objects are kept in memory only");
-    return false;
-  }
-  std::string why;
-  if (!dir_trusted(dir, false, &why)) {
-    warn_once("dir:" + dir, "cache dir " + dir + " is not used because " + why +
-                                "; code objects are kept in memory only");
+  std::string problem = user_dir_problem(dir);
+  if (!problem.empty()) {
+    warn_once("dir:" + dir, "cache dir " + dir + " " + problem + "; code objects are kept in memory only");
     return false;
   }
   sweep_once(dir);
@@ -167,37 +136,11 @@ std::string parse_entry(const std::string& data, const std::string& key_text, st
 
 // ---- reading and writing entries -------------------------------------------------------------
 
-// What makes an entry file unsafe to load whatever its dir allows: we would run its code, so only
-// this user or root may have written it, and it must be a plain file of a sane size.
-static std::string entry_file_problem(const struct stat& st) {
-  if (S_ISLNK(st.st_mode)) return "it is a symbolic link";
-  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
-  std::string why = owner_problem(st, true);
-  if (why.empty()) why = writable_problem(st);
-  if (why.empty() && size_t(st.st_size) > kMaxReadBytes) why = "it is larger than " + size_text(kMaxReadBytes);
-  return why;
-}
-
-// Reads an entry file without trusting it: checked with lstat before opening; opened with
-// O_NOFOLLOW and O_NONBLOCK (a link or FIFO swapped in meanwhile is refused, never waited on);
-// checked again on the open descriptor, which is what is read, with the size cap.
-static std::string read_entry_file(const std::string& path, const struct stat& before, std::string* data) {
-  std::string why = entry_file_problem(before), err;
-  if (!why.empty()) return why;
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::string("cannot open it: ") + std::strerror(errno);
-  struct stat st {};
-  why = fstat(fd, &st) == 0 ? entry_file_problem(st) : std::string("fstat failed: ") + std::strerror(errno);
-  if (why.empty() && !read_fd(fd, path, data, &err, kMaxReadBytes)) why = err;
-  close(fd);
-  return why;
-}
-
 bool read_entry(const std::string& dir, const CacheKey& key, bool remove_bad, std::string* blob) {
   std::string path = dir + "/" + key.file_name(), data;
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return false;  // not there: a miss
-  std::string why = read_entry_file(path, st, &data);
+  std::string why = read_trusted_file(path, st, &data);
   if (why.empty()) why = parse_entry(data, key.text(), blob);
   if (why.empty()) why = code_object_problem(key.arch, *blob);
   if (why.empty()) return true;
@@ -217,65 +160,6 @@ std::string write_entry(const std::string& dir, const CacheKey& key, const std::
   return path;
 }
 
-// ---- per-key locks ---------------------------------------------------------------------------
-
-constexpr double kLockNoticeSeconds = 2;  // a wait this long gets one message naming the holder
-constexpr useconds_t kLockPollMicros = 50 * 1000;
-
-KeyLock::KeyLock(const std::string& dir, const std::string& name) : path_(dir + "/" + name + ".lock") {
-  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd_ < 0) return;  // no lock: at worst two processes compile the same key
-  wait(name);
-  if (fd_ < 0) return;
-  // Who holds it, for the messages of those who wait (advisory: a failed write only loses that).
-  std::string pid = std::to_string(getpid()) + "\n";
-  bool recorded = ftruncate(fd_, 0) == 0 && pwrite(fd_, pid.data(), pid.size(), 0) == ssize_t(pid.size());
-  if (!recorded) log_line("cannot record the pid in " + path_);
-}
-
-// flock with LOCK_NB, polled: a blocking flock could neither say whom it waits for nor give up.
-void KeyLock::wait(const std::string& name) {
-  long limit = knob_int("LOCK_TIMEOUT", 900);
-  std::string knob = knob_env_name("LOCK_TIMEOUT") + "=" + std::to_string(limit) + " s";
-  double t0 = now_ms();
-  bool told = false;
-  while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) {
-      close(fd_);
-      fd_ = -1;
-      return;
-    }
-    double waited = (now_ms() - t0) / 1000;
-    if (!told && waited >= kLockNoticeSeconds) {
-      told = true;
-      warn("waiting for " + holder() + ", which holds " + path_ + " while it builds " + name + "; " +
-           (limit > 0 ? "giving up after " + knob : "without a limit (" + knob + ")"));
-    }
-    if (limit > 0 && waited >= limit) {
-      std::string who = holder();
-      close(fd_);
-      fd_ = -1;
-      RTC_FAIL(RTC_ERR_COMPILE, "gave up after " + knob + " waiting for the lock file " + path_ + ", held by " +
-                                    who + " (building " + name + "); end that process if it hangs, or raise " +
-                                    knob_env_name("LOCK_TIMEOUT"));
-    }
-    usleep(kLockPollMicros);
-  }
-}
-
-std::string KeyLock::holder() const {
-  char text[32] = {0};
-  ssize_t n = pread(fd_, text, sizeof text - 1, 0);
-  long pid = n > 0 ? std::strtol(text, nullptr, 10) : 0;
-  return pid > 0 ? "pid " + std::to_string(pid) : "a process that has not recorded its pid";
-}
-
-KeyLock::~KeyLock() {
-  if (fd_ < 0) return;
-  if (ftruncate(fd_, 0) != 0) log_line("cannot clear the pid in " + path_);  // no stale pid for later waiters
-  close(fd_);  // closing the descriptor releases the flock
-}
-
 static bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -292,17 +176,98 @@ std::vector<std::string> list_entries(const std::string& dir) {
   return out;
 }
 
-int clear_dir(const std::string& dir) {
-  int removed = 0;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return 0;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    bool ours = ends_with(n, ".co") || ends_with(n, ".co.lock") || ends_with(n, ".co.log") ||
-                n.find(".co.tmp.") != std::string::npos || n.find(".co.log.tmp.") != std::string::npos;
-    if (ours && unlink((dir + "/" + n).c_str()) == 0) ++removed;
+// ---- clear: only what the runtime wrote ------------------------------------------------------
+//
+// clear runs with the user's rights in a dir where anyone with access may have put names of their own,
+// so a name alone proves nothing: an entry is a regular file of this user that starts with the entry
+// magic; its log is the file named after it; a lock or a temp is named after an entry and also either
+// sits beside one of ours or has the content (a lock: empty or a pid) or name (a temp: pid and tid) that
+// the runtime gives it. Never a link, never another user's file, never a file of a dir the runtime
+// itself would refuse.
+
+namespace {
+
+// Up to n bytes from the start of a regular file of this user (lstat, then O_NOFOLLOW); why not otherwise.
+std::string own_file_head(const std::string& path, size_t n, std::string* head) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return std::strerror(errno);
+  std::string why;
+  if (S_ISLNK(st.st_mode))
+    why = "it is a symbolic link";
+  else if (!S_ISREG(st.st_mode))
+    why = "it is not a regular file";
+  else if (st.st_uid != geteuid())
+    why = "it is owned by uid " + std::to_string(st.st_uid) + ", not by this user";
+  if (!why.empty()) return why;
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::string("cannot open it: ") + std::strerror(errno);
+  head->assign(n, '\0');
+  ssize_t got = pread(fd, &(*head)[0], n, 0);
+  close(fd);
+  head->resize(got > 0 ? size_t(got) : 0);
+  return "";
+}
+
+bool is_lock_text(const std::string& text) {  // as KeyLock leaves it: empty, or "<pid>\n"
+  return text.empty() || (text.size() >= 2 && text.back() == '\n' &&
+                          text.find_first_not_of("0123456789") == text.size() - 1);
+}
+
+std::string strip_suffix(const std::string& s, const std::string& suffix) {
+  return ends_with(s, suffix) ? s.substr(0, s.size() - suffix.size()) : "";
+}
+
+// "" when dir/name is the runtime's to remove; why not when the name is one of its kinds; "-" when the name
+// is none of them (left without a word).
+std::string why_kept(const std::string& dir, const std::string& name, const std::set<std::string>& entries) {
+  const std::string path = dir + "/" + name;
+  std::string head, why;
+  size_t cap = magic().size() + 1;
+  if (ends_with(name, ".co") && name[0] != '.') {
+    why = own_file_head(path, cap, &head);
+    if (why.empty() && head.compare(0, magic().size(), magic()) != 0)
+      why = "it does not start with the " + magic().substr(0, magic().size() - 1) + " header (not a cache entry)";
+    return why;
   }
-  closedir(d);
+  std::string base = strip_suffix(name, ".log");
+  if (!base.empty() && ends_with(base, ".co")) {
+    why = own_file_head(path, 0, &head);
+    return why.empty() && !entries.count(base) ? "no cache entry of this runtime is beside it" : why;
+  }
+  base = strip_suffix(name, ".lock");
+  if (!base.empty() && ends_with(base, ".co")) {
+    why = own_file_head(path, cap, &head);
+    return why.empty() && !entries.count(base) && !is_lock_text(head) ? "it does not hold a lock file's pid" : why;
+  }
+  long pid = cache_temp_pid(name);
+  if (pid <= 0) return "-";
+  why = own_file_head(path, 0, &head);
+  return why.empty() && process_alive(pid) ? "process " + std::to_string(pid) + " is writing it" : why;
+}
+
+}  // namespace
+
+int clear_dir(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 && errno == ENOENT) return 0;  // never made: nothing to clear
+  std::string why;
+  RTC_CHECK(dir_trusted(dir, false, &why), RTC_ERR_ARG,
+            "cache dir " + dir + " is not cleared because " + why +
+                "; the runtime does not use such a dir, so nothing in it is its to remove");
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) names.push_back(e->d_name);
+    closedir(d);
+  }
+  std::set<std::string> entries;  // decided before anything is removed: logs and locks are judged by them
+  for (const std::string& n : names)
+    if (ends_with(n, ".co") && why_kept(dir, n, {}).empty()) entries.insert(n);
+  int removed = 0;
+  for (const std::string& n : names) {
+    std::string kept = why_kept(dir, n, entries);
+    if (kept.empty() && unlink((dir + "/" + n).c_str()) == 0) ++removed;
+    if (!kept.empty() && kept != "-") warn("clear: left " + dir + "/" + n + " in place: " + kept);
+  }
   return removed;
 }
 

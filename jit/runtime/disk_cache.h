@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 #include "cache_key.h"
+#include "key_lock.h"
+#include "trust.h"
 
 namespace rtc {
 
@@ -12,12 +14,12 @@ std::string user_cache_dir(const char* override_dir);
 std::vector<std::string> system_cache_dirs();
 void set_package_cache_dir(const std::string& dir);
 
-// A dir we may load from: owned by us (or root for system dirs) and not writable by group or
-// others, since anyone who can write it can plant code that we would run on the GPU.
-bool dir_trusted(const std::string& dir, bool allow_root_owner, std::string* why);
 // Creates the user dir (0700) when missing; false (with a warning once) when it is unusable. The
 // first call per dir also sweeps the temporaries that killed processes left there.
 bool prepare_user_dir(const std::string& dir);
+// The same making and checking, quietly: "" when the dir is usable, else the rest of a sentence that starts
+// with "cache dir <dir> " ("is unusable (mkdir ...: ...)", "is not used because it is writable by ...").
+std::string user_dir_problem(const std::string& dir);
 
 // Reads and verifies an entry: the file itself (regular, not a link, owned by us or root, not
 // group/other-writable, at most kMaxReadBytes), its header, key, checksum and code object. A
@@ -30,23 +32,10 @@ std::string write_entry(const std::string& dir, const CacheKey& key, const std::
 std::string entry_bytes(const std::string& key_text, const std::string& blob);
 std::string parse_entry(const std::string& data, const std::string& key_text, std::string* blob);
 
-// Exclusive per-key lock on <dir>/<name>.lock via flock: the kernel drops it when the holder
-// dies, so a crashed process never leaves a lock that blocks others. The holder writes its pid
-// into the file; a waiter names that pid after a few seconds and gives up with an error after
-// <PRODUCT>_LOCK_TIMEOUT seconds (a live process that hangs holding the lock).
-class KeyLock {
- public:
-  KeyLock(const std::string& dir, const std::string& name);
-  ~KeyLock();
-  bool held() const { return fd_ >= 0; }
- private:
-  void wait(const std::string& name);
-  std::string holder() const;
-  int fd_ = -1;
-  std::string path_;
-};
-
 std::vector<std::string> list_entries(const std::string& dir);  // *.co file names
-int clear_dir(const std::string& dir);                             // removes entries, locks, temps
+// Removes what this runtime wrote into dir (its entries, their logs, locks and temps: see disk_cache.cpp) and
+// returns how many files; warns for each file named like one that it leaves. A missing dir has nothing; a dir
+// the runtime would not use (dir_trusted) is refused with RTC_ERR_ARG.
+int clear_dir(const std::string& dir);
 
 }  // namespace rtc

@@ -2,9 +2,11 @@
 #include "dynlib.h"
 #include "common.h"
 #include "knobs.h"
+#include "trust.h"
 #include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/stat.h>
 #include <climits>
 #include <cstdlib>
 #include <algorithm>
@@ -12,19 +14,61 @@
 
 namespace rtc {
 
+namespace {
+
+std::mutex g_refused_mu;
+std::vector<std::pair<std::string, std::string>> g_refused;  // (path, why), in the order met
+
+void refuse(const std::string& path, const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_refused_mu);
+  for (const auto& r : g_refused)
+    if (r.first == path) return;
+  g_refused.emplace_back(path, why);
+  warn("library " + path + " (from " + knob_env_name("LIBRARY_PATH") + ") is not loaded because " + why);
+}
+
+// dlopen runs a library's constructors before anything else can be checked, so a file from a LIBRARY_PATH
+// dir passes the cache's trust rules first (trust.h): its dir owned by this user or root and writable by
+// nobody else (so the file cannot be swapped after the check), the file itself a regular file, not a
+// symbolic link, owned by this user or root and writable by nobody else. "" when it may be loaded or is
+// missing (dlopen then says so).
+std::string library_problem(const std::string& dir, const std::string& path) {
+  std::string why;
+  if (!dir_trusted(dir, true, &why)) return "its dir " + dir + " is not used: " + why;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return "";
+  return file_problem(st);
+}
+
+}  // namespace
+
 bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs,
                   std::string* tried, bool global, const char* needs) {
   // The LIBRARY_PATH knob's dirs come first, so a user (or a test's stand-in library) overrides what
   // the system's loader path would find; then the loader's own search; then the other dirs.
-  std::vector<std::string> paths;
-  const std::vector<std::string> preferred = knob_paths("LIBRARY_PATH");
-  for (const std::string& d : preferred)
-    for (const std::string& n : names) paths.push_back(d + "/" + n);
-  paths.insert(paths.end(), names.begin(), names.end());
+  struct Candidate {
+    std::string path, knob_dir;  // knob_dir: the LIBRARY_PATH dir it is in, whose files are checked
+  };
+  std::vector<Candidate> paths;
+  auto listed = [&paths](const std::string& p) {
+    for (const Candidate& c : paths)
+      if (c.path == p) return true;
+    return false;
+  };
+  for (const std::string& d : knob_paths("LIBRARY_PATH"))
+    for (const std::string& n : names) paths.push_back({d + "/" + n, d});
+  for (const std::string& n : names) paths.push_back({n, ""});
   for (const std::string& d : dirs)
     for (const std::string& n : names)
-      if (std::find(paths.begin(), paths.end(), d + "/" + n) == paths.end()) paths.push_back(d + "/" + n);
-  for (const std::string& p : paths) {
+      if (!listed(d + "/" + n)) paths.push_back({d + "/" + n, ""});
+  for (const Candidate& c : paths) {
+    const std::string& p = c.path;
+    std::string why = c.knob_dir.empty() ? "" : library_problem(c.knob_dir, p);
+    if (!why.empty()) {
+      refuse(p, why);
+      if (tried) *tried += "  " + p + ": not loaded: " + why + "\n";
+      continue;
+    }
     void* h = dlopen(p.c_str(), RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
     if (h && needs && !dlsym(h, needs)) {
       if (tried) *tried += "  " + p + ": loads but has no " + needs + "\n";
@@ -40,6 +84,11 @@ bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::
     if (tried) *tried += "  " + p + ": " + (err ? err : "not found") + "\n";
   }
   return false;
+}
+
+std::vector<std::pair<std::string, std::string>> refused_libraries() {
+  std::lock_guard<std::mutex> lock(g_refused_mu);
+  return g_refused;
 }
 
 std::string DynLib::real_path() const {

@@ -1,13 +1,16 @@
 // dlopen over a list of candidate names and search dirs; the error lists every path tried.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rtc {
 
 class DynLib {
  public:
-  // Tries each name as given (the loader's own search) and then inside each search dir.
+  // Tries each name inside each <PRODUCT>_LIBRARY_PATH dir (only a file that passes the trust rules of
+  // trust.h: it is refused, never dlopen'ed, otherwise), as given (the loader's own search) and then inside
+  // each search dir.
   // Returns false and fills *tried with "path: dlerror" lines when nothing loads.
   // The first candidate that loads and (when `needs` is given) exports the symbol `needs`: a file
   // of the right name without it (a stub, another version) is skipped and listed in *tried.
@@ -28,6 +31,9 @@ class DynLib {
   void* handle_ = nullptr;
   std::string path_;
 };
+
+// Files of <PRODUCT>_LIBRARY_PATH dirs refused by the trust rules so far: (path, why), for info.
+std::vector<std::pair<std::string, std::string>> refused_libraries();
 
 // Dirs for vendor libraries: $<PRODUCT>_LIBRARY_PATH, dirs added through rtc_add_library_dir, and
 // the pip wheel dirs (site-packages/nvidia/*/lib) next to the package this library sits in.

@@ -219,7 +219,7 @@ long temp_dir_pid(const std::string& name) {
   return pid_at(name, mark + 4, last);
 }
 
-static bool process_alive(long pid) { return kill(pid_t(pid), 0) == 0 || errno == EPERM; }
+bool process_alive(long pid) { return kill(pid_t(pid), 0) == 0 || errno == EPERM; }
 
 // A process in another pid namespace that shares the dir looks dead to us; the age limit keeps its
 // live temporaries (a compile dir is written when the compile starts) safe from the sweep.

@@ -39,5 +39,7 @@ constexpr long kStaleTempSeconds = 600;
 void sweep_stale_temps(const std::string& dir, long (*pid_of)(const std::string& name));
 long atomic_temp_pid(const std::string& name);  // "<file>.tmp.<pid>.<tid>" -> pid
 long temp_dir_pid(const std::string& name);     // "<product>-<what>pid<pid>-XXXXXX" -> pid
+// Whether pid names a live process (one of another user counts: EPERM).
+bool process_alive(long pid);
 
 }  // namespace rtc

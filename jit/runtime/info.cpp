@@ -5,6 +5,7 @@
 #include "common.h"
 #include "compiler.h"
 #include "disk_cache.h"
+#include "dynlib.h"
 #include "knobs.h"
 #include "loader.h"
 #include <cstdio>
@@ -91,11 +92,27 @@ static std::string knobs_json() {
   return out + "}";
 }
 
+// The LIBRARY_PATH dirs with their trust, and the files refused in them so far (the probes above met them).
+static std::string library_path_json() {
+  std::string dirs, refused;
+  for (const std::string& d : knob_paths("LIBRARY_PATH")) {
+    std::string why;
+    bool trusted = dir_trusted(d, true, &why);
+    dirs += std::string(dirs.empty() ? "" : ",") + "{\"path\":" + json_string(d) + ",\"usable\":" +
+            (trusted ? "true" : "false") + ",\"reason\":" + json_string(why) + "}";
+  }
+  for (const auto& r : refused_libraries())
+    refused += std::string(refused.empty() ? "" : ",") + "{\"path\":" + json_string(r.first) + ",\"reason\":" +
+               json_string(r.second) + "}";
+  return "\"library_path\":[" + dirs + "],\"refused_libraries\":[" + refused + "]";
+}
+
 std::string info_json() {
   std::string sys;
   for (const std::string& d : system_cache_dirs()) sys += (sys.empty() ? "" : ",") + dir_json(d, true);
-  return "{\"version\":" + json_string(version()) + ",\"compilers\":" + compilers_json() +
-         ",\"loaders\":" + loaders_json() + ",\"knobs\":" + knobs_json() +
+  std::string compilers = compilers_json(), loaders = loaders_json();  // first: they load the libraries
+  return "{\"version\":" + json_string(version()) + ",\"compilers\":" + compilers + ",\"loaders\":" + loaders +
+         "," + library_path_json() + ",\"knobs\":" + knobs_json() +
          ",\"user_cache\":" + dir_json(user_cache_dir(nullptr), false) + ",\"system_caches\":[" + sys + "]}";
 }
 

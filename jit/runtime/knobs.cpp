@@ -3,6 +3,7 @@
 #include "common.h"
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 
 namespace rtc {
@@ -25,9 +26,11 @@ std::vector<Knob>& registry() {
       {"EMULATE", KnobType::Enum, "", "|gfx942|gfx90a", "run CPU tensors on the wave emulator of this arch"},
       {"LIBRARY_PATH", KnobType::PathList, "", "",
        "extra dirs searched for libnvrtc/libhiprtc/libamdhip64/libcuda, ':'-separated"},
-      {"COMPILE_TIMEOUT", KnobType::Int, "600", "",
+      // A timeout has no "no limit" value: a hung compiler or lock holder must never block a caller forever,
+      // and a week is far beyond any real compile or wait.
+      {"COMPILE_TIMEOUT", KnobType::Int, "600", "1..604800",
        "seconds a compile may take: clang and g++ are killed after it, a hipRTC/NVRTC compile is abandoned"},
-      {"LOCK_TIMEOUT", KnobType::Int, "900", "",
+      {"LOCK_TIMEOUT", KnobType::Int, "900", "1..604800",
        "seconds to wait for another process compiling the same key before giving up with its pid"},
       {"KERNEL", KnobType::Name, "", "",
        "run only the kernel of this name from each op's manifest entry (no fallback; an error if it cannot serve)"},
@@ -78,12 +81,29 @@ static std::string parse_enum(const Knob& k, const std::string& raw) {
   RTC_FAIL(RTC_ERR_ARG, knob_env_name(k.name) + "=" + quote(raw) + " is not accepted; accepted: " + shown);
 }
 
+// The accepted range of an Int knob, from its choices text "min..max".
+static void int_range(const Knob& k, long* lo, long* hi) {
+  const std::string c = k.choices;
+  size_t dots = c.find("..");
+  *lo = std::strtol(c.c_str(), nullptr, 10);
+  *hi = dots == std::string::npos ? *lo : std::strtol(c.c_str() + dots + 2, nullptr, 10);
+}
+
+// Plain decimal digits only: strtol alone would take leading white space and a '+' but stop at trailing
+// ones, and clamp an overflow to LONG_MAX; each of those is refused here instead.
 static std::string parse_int(const Knob& k, const std::string& raw) {
-  char* end = nullptr;
-  std::strtol(raw.c_str(), &end, 10);
-  RTC_CHECK(!raw.empty() && end && *end == '\0', RTC_ERR_ARG,
-            knob_env_name(k.name) + "=" + quote(raw) + " is not an integer; accepted: a decimal integer");
-  return raw;
+  long lo = 0, hi = 0;
+  int_range(k, &lo, &hi);
+  const std::string accepted = "; accepted: an integer from " + std::to_string(lo) + " to " +
+                               std::to_string(hi);
+  const size_t digits_from = raw[0] == '-' ? 1 : 0;
+  RTC_CHECK(raw.size() > digits_from && raw.find_first_not_of("0123456789", digits_from) == std::string::npos,
+            RTC_ERR_ARG, knob_env_name(k.name) + "=" + quote(raw) + " is not an integer" + accepted);
+  errno = 0;
+  long v = std::strtol(raw.c_str(), nullptr, 10);
+  RTC_CHECK(errno != ERANGE && v >= lo && v <= hi, RTC_ERR_ARG,
+            knob_env_name(k.name) + "=" + quote(raw) + " is out of range" + accepted);
+  return std::to_string(v);
 }
 
 static std::string parse_name(const Knob& k, const std::string& raw) {
@@ -129,9 +149,9 @@ std::vector<std::string> knob_paths(const std::string& name) {
   return out;
 }
 
-long knob_int(const std::string& name, long fallback) {
+long knob_int(const std::string& name) {
   std::string v = knob_text(name);
-  return v.empty() ? fallback : std::strtol(v.c_str(), nullptr, 10);
+  return std::strtol(v.empty() ? find_knob(name).default_text : v.c_str(), nullptr, 10);
 }
 
 }  // namespace rtc

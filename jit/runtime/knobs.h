@@ -13,7 +13,7 @@ struct Knob {
   const char* name;           // without the prefix: "CACHE_DIR"
   KnobType type;
   const char* default_text;   // shown in info; the value used when unset
-  const char* choices;        // Enum: '|'-separated accepted values ("" allowed when listed)
+  const char* choices;        // Enum: '|'-separated accepted values ("" allowed when listed); Int: "min..max"
   const char* help;
 };
 
@@ -31,6 +31,6 @@ std::string knob_env_name(const std::string& name);  // "LOG" -> "<PRODUCT>_LOG"
 std::string knob_text(const std::string& name);
 bool knob_bool(const std::string& name);                    // unset -> false (or default)
 std::vector<std::string> knob_paths(const std::string& name);  // ':'-separated, empties dropped
-long knob_int(const std::string& name, long fallback);
+long knob_int(const std::string& name);  // unset -> the declared default
 
 }  // namespace rtc

@@ -13,7 +13,8 @@ struct ProcessResult {
 
 // argv[0] is looked up on PATH unless it contains '/'. log_path (a new file) receives the output.
 // Every process run here is a compiler or a compiler's --version, so each is stopped (with its
-// own children) after <PRODUCT>_COMPILE_TIMEOUT seconds; 0 or less waits without a limit.
+// own children) after <PRODUCT>_COMPILE_TIMEOUT seconds. A SIGTERM that ends this process (its default
+// action) or an exit while it runs stops it too: it never outlives its caller.
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& log_path);
 // The first of names found as an executable (names with '/' are taken as paths); "" if none.
 std::string find_executable(const std::vector<std::string>& names);

@@ -5,6 +5,7 @@
 #include "fsutil.h"
 #include "knobs.h"
 #include <cstring>
+#include <sys/stat.h>
 #include <deque>
 #include <map>
 #include <memory>
@@ -143,9 +144,17 @@ bool from_system_dirs(const CacheKey& key, std::string* blob, std::string* path)
   return false;
 }
 
+// The log is text handed back to the caller (BuildResult.log()), so it is read under the entry's own rules: a
+// link or another user's file in its place must not hand over somebody else's file. Missing is no error.
 void read_log(Code* code) {
-  std::string err;
-  if (!read_file(code->path + ".log", &code->log, &err)) code->log.clear();
+  std::string path = code->path + ".log";
+  struct stat st {};
+  code->log.clear();
+  if (lstat(path.c_str(), &st) != 0) return;
+  std::string why = read_trusted_file(path, st, &code->log);
+  if (why.empty()) return;
+  code->log.clear();
+  warn_once("log:" + path, "compiler log " + path + " is not read (" + why + ")");
 }
 
 // Writes a fresh compile into the user dir (when usable): the entry, and its log beside it.
@@ -238,6 +247,10 @@ Loaded load(const Code& code, const std::string& symbol, Loader& loader, int dev
 void build_program(const rtc_build_request& req, const char* cache_dir, rtc_build_result* out) {
   double t0 = now_ms();
   std::memset(out, 0, sizeof *out);
+  // Read deep in the chain (a compiler's --version probe, a lock wait): checked first, so that a bad value
+  // is the caller's error naming the knob, not a compiler that looks unavailable.
+  knob_int("COMPILE_TIMEOUT");
+  knob_int("LOCK_TIMEOUT");
   CompileInput in = make_input(req);
   const Compiler& c = select_compiler(req.compiler ? req.compiler : "auto", in.arch);
   CacheKey key = make_key(req, in, c);

@@ -68,8 +68,12 @@ RTC_API int rtc_program_bytes(uint64_t program, const void** data, size_t* size)
 // JSON text describing compilers found (with versions), loaders, GPUs, cache dirs and entries.
 // Written into buf (truncated to n); returns the full length via *len.
 RTC_API int rtc_info_json(char* buf, size_t n, size_t* len);
-// Removes every cache entry of the user cache dir (or dir when non-null); *removed counts files.
+// Removes the files the runtime wrote into the user cache dir (or dir when non-null); *removed counts them.
+// A dir the runtime would not use is refused (RTC_ERR_ARG).
 RTC_API int rtc_cache_clear(const char* dir, int* removed);
+// Makes the user cache dir (or dir when non-null) as the first compile would and writes why it is unusable
+// into buf ("" when usable; truncated to n, full length via *len), so a tool can refuse before compiling.
+RTC_API int rtc_cache_prepare(const char* dir, char* buf, size_t n, size_t* len);
 
 // Loader side. vendor: "hip", "cuda" or "host". Returns the number of devices (0 when the driver
 // library is absent), never an error for a missing driver.

@@ -94,6 +94,7 @@ _SIGNATURES = {
     "rtc_cache_check_entry": ([_P, _SZ, ctypes.c_char_p, ctypes.c_char_p, _SZ, ctypes.POINTER(_I)], _I),
     "rtc_info_json": ([ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
     "rtc_cache_clear": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
+    "rtc_cache_prepare": ([ctypes.c_char_p, ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
     "rtc_device_count": ([ctypes.c_char_p, ctypes.POINTER(_I)], _I),
     "rtc_launch": ([ctypes.c_uint64, ctypes.POINTER(LaunchConfig), _P, _SZ], _I),
     "rtc_ops_json": ([ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)], _I),
@@ -223,6 +224,17 @@ def clear_cache(cache_dir: Optional[str] = None) -> int:
     removed = ctypes.c_int()
     _check(_lib.rtc_cache_clear(_b(None if cache_dir is None else str(cache_dir)), ctypes.byref(removed)))
     return removed.value
+
+
+def prepare_cache(cache_dir: Optional[str] = None) -> str:
+    """Makes the user cache dir (or cache_dir) as the first compile would; "" when the runtime will use it, else
+    the rest of a sentence "cache dir <dir> ..." saying why not."""
+    n = ctypes.c_size_t()
+    arg = _b(None if cache_dir is None else str(cache_dir))
+    _check(_lib.rtc_cache_prepare(arg, None, 0, ctypes.byref(n)))
+    buf = ctypes.create_string_buffer(n.value + 1)
+    _check(_lib.rtc_cache_prepare(arg, buf, len(buf), ctypes.byref(n)))
+    return buf.value.decode(errors="replace")
 
 
 def device_count(vendor: str) -> int:

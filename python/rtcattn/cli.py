@@ -94,9 +94,12 @@ def cmd_warm(args) -> int:
     if cache_dir:  # the target is this process's user cache: the runtime's own checks of that dir apply
         os.environ["RTCATTN_CACHE_DIR"] = cache_dir
     target = dispatch.lib().info()["user_cache"]
-    if not target["usable"]:  # warm's job is to write: refuse before compiling anything
-        print(f"rtcattn warm: cache dir {target['path']} is not used because {target['reason']}; "
-              "nothing was written", file=sys.stderr)
+    # warm's job is to write: the dir is made (as the first compile would) and checked before compiling anything
+    problem = dispatch.lib().prepare_cache(target["path"])
+    if not problem and not os.access(target["path"], os.W_OK | os.X_OK):
+        problem = "is not writable by this user"
+    if problem:
+        print(f"rtcattn warm: cache dir {target['path']} {problem}; nothing was written", file=sys.stderr)
         return 2
     print(f"rtcattn warm: {len(variants)} variants, {args.jobs} jobs, cache {target['path']}", flush=True)
     rows, failures, t0 = [], [], time.perf_counter()

@@ -5,6 +5,7 @@ filled the code-object cache: the figure is what a user pays once per process wi
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -34,13 +35,58 @@ print("RESULT " + json.dumps({"import_torch_s": t1 - t0, "import_rtcattn_s": t2 
 """
 
 
+def _shape(text: str) -> str:
+    """--shape: B,S,H,D as four positive integers with a head dim some kernel takes (checked here, in the parent,
+    so a bad value is an error naming the flag rather than a measuring process's traceback)."""
+    from .validate import head_dim_rule
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 4 or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a q/k/v shape; accepted: B,S,H,D, four positive "
+                                         "integers (e.g. 1,1024,8,128)")
+    supports, rule = head_dim_rule()
+    if not supports(dims[3]):
+        raise argparse.ArgumentTypeError(f"{text!r} has head dim D={dims[3]}; accepted: {rule}")
+    return text
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; accepted: an integer >= 1")
+    return n
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("first-call", help="time a fresh process's first forward against the steady state")
-    p.add_argument("--device", default=None, help="cuda or cpu (cpu needs RTCATTN_EMULATE); default: cuda if present")
-    p.add_argument("--shape", default="1,1024,8,128", help="q/k/v shape B,S,H,D (bshd)")
-    p.add_argument("--runs", type=int, default=3, help="fresh processes measured (after one that warms the cache)")
-    p.add_argument("--steady", type=int, default=20, help="calls after the first, for the steady state")
-    p.set_defaults(func=cmd)
+    p.add_argument("--device", default=None, choices=("cuda", "cpu"),
+                   help="cuda or cpu (cpu needs RTCATTN_EMULATE); default: cuda if present")
+    p.add_argument("--shape", default="1,1024,8,128", type=_shape, help="q/k/v shape B,S,H,D (bshd)")
+    p.add_argument("--runs", type=_positive, default=3,
+                   help="fresh processes measured (after one that warms the cache)")
+    p.add_argument("--steady", type=_positive, default=20, help="calls after the first, for the steady state")
+    p.set_defaults(func=cmd, parser=p)
+
+
+def _device(args) -> str:
+    """The device to measure on, checked here so that a machine that cannot run it is told which flag to change."""
+    import torch
+    from . import dispatch
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    chosen = f"--device={args.device}" if args.device else f"--device (default here: {device}, as torch sees no GPU)"
+    if device == "cuda" and not torch.cuda.is_available():
+        args.parser.error(f"argument {chosen}: torch {torch.__version__} sees no CUDA or ROCm GPU on this machine; "
+                          "accepted here: cpu, on the wave emulator (RTCATTN_EMULATE)")
+    try:
+        dispatch.arch_of(torch.device(device))
+    except ValueError as e:
+        args.parser.error(f"argument {chosen}: {e}")
+    return device
 
 
 def _child(device: str, shape: str, steady: int) -> dict:
@@ -53,8 +99,7 @@ def _child(device: str, shape: str, steady: int) -> dict:
 
 
 def cmd(args) -> int:
-    import torch
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = _device(args)
     _child(device, args.shape, 1)  # fills the cache, so every measured process finds its code object
     rows = []
     for i in range(args.runs):

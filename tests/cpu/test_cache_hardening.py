@@ -7,6 +7,7 @@ import random
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -147,6 +148,39 @@ def test_untrusted_entry_is_not_loaded(tmp_path, where, kind, why):
         assert os.path.lexists(entry_dir / good.name)
 
 
+@pytest.mark.parametrize("kind,why", [("symlink", "symbolic link"), ("group-writable", "writable by its group"),
+                                      ("other-owner", f"owned by uid {OTHER_UID}"), ("fifo", "not a regular file")])
+def test_untrusted_log_beside_an_entry_is_not_read(tmp_path, lib, capfd, kind, why):
+    """BuildResult.log() hands the .log beside an entry back to the caller: it is read under the entry's rules, so a
+    link or another user's file planted there gives nothing away."""
+    if kind == "other-owner" and not IS_ROOT:
+        pytest.skip("handing a file to another uid needs root (CI runs as root)")
+    req = request()
+    cache_dir = tmp_path / "cache"
+    first, _ = build_in_child(req, cache_dir)
+    log = Path(first["path"] + ".log")
+    assert log.is_file()
+    log.unlink()
+    secret = tmp_path / "secret"
+    secret.write_text("TOP SECRET")
+    secret.chmod(0o600)
+    if kind == "symlink":
+        log.symlink_to(secret)
+    elif kind == "fifo":
+        os.mkfifo(log, 0o600)
+    else:
+        shutil.copyfile(secret, log)
+        log.chmod(0o664 if kind == "group-writable" else 0o644)
+        if kind == "other-owner":
+            os.chown(log, OTHER_UID, OTHER_UID)
+    r = build_here(lib, req, cache_dir)
+    assert r.origin == "user_cache"
+    assert r.log() == ""
+    err = capfd.readouterr().err
+    assert str(log) in err and "is not read" in err and why in err, err
+    assert secret.read_text() == "TOP SECRET"
+
+
 # ---- 3: reads are bounded ----------------------------------------------------------------------------------
 
 @pytest.mark.no_asan  # the child's address-space limit leaves ASan no room for its shadow memory
@@ -278,6 +312,72 @@ def test_compile_timeout_stops_a_hanging_compiler(tmp_path):
     assert time.time() - t0 < 20
 
 
+def process_gone(pid: int) -> bool:
+    """No such process, or a zombie (its parent is gone and nobody has reaped it yet): it runs no more."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def test_sigterm_of_the_caller_stops_its_compiler_group(tmp_path):
+    """The compiler runs in its own process group (so a timeout can stop all of it), which a SIGTERM of its
+    caller does not reach: the runtime stops the group before the caller ends."""
+    pids = tmp_path / "pids"
+    fake = fake_clang(tmp_path, f'sleep 300 &\necho "$$ $!" > "{pids}.tmp"\nmv "{pids}.tmp" "{pids}"\nwait')
+    env = child_env(tmp_path / "cache", RTCATTN_CLANG=fake)
+    from cpu.test_cache import CHILD
+    caller = subprocess.Popen([sys.executable, "-c", CHILD, str(LIB_PY), json.dumps(request())], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not pids.exists() and time.time() < deadline and caller.poll() is None:
+            time.sleep(0.05)
+        assert pids.exists(), caller.communicate()
+        compiler, grandchild = map(int, pids.read_text().split())
+        caller.send_signal(signal.SIGTERM)
+        caller.communicate(timeout=30)
+        assert caller.returncode == -signal.SIGTERM  # ended by the signal, as without the runtime's handler
+        deadline = time.time() + 10
+        while not (process_gone(compiler) and process_gone(grandchild)) and time.time() < deadline:
+            time.sleep(0.05)
+        assert process_gone(compiler) and process_gone(grandchild)
+    finally:
+        caller.kill()
+        caller.wait()
+        for pid in map(int, pids.read_text().split()) if pids.exists() else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_sigterm_handled_by_the_caller_keeps_its_compile_running(tmp_path):
+    """A SIGTERM handler of the caller's own (here Python's) decides: the runtime does not stop the compile."""
+    code = textwrap.dedent(f"""
+        import importlib.util, json, os, signal, sys
+        signal.signal(signal.SIGTERM, lambda *a: print("HANDLED", flush=True))
+        spec = importlib.util.spec_from_file_location("rtc_lib_child", {str(LIB_PY)!r})
+        L = importlib.util.module_from_spec(spec); sys.modules["rtc_lib_child"] = L; spec.loader.exec_module(L)
+        req = json.loads(sys.argv[1])
+        r = L.build(req["op"], req["variant"], req["arch"], req["symbol"], tuple(req["main"]),
+                    [tuple(h) for h in req["headers"]], req["options"], compiler=req["compiler"])
+        print("ORIGIN", r.origin, signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, flush=True)
+    """)
+    started = tmp_path / "started"
+    real = shutil.which("clang++-19") or shutil.which("clang++")
+    fake = fake_clang(tmp_path, f'touch "{started}"\nsleep 2\nexec "{real}" "$@"')
+    caller = subprocess.Popen([sys.executable, "-c", code, json.dumps(request())], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=child_env(tmp_path / "cache", RTCATTN_CLANG=fake))
+    deadline = time.time() + 60
+    while not started.exists() and time.time() < deadline and caller.poll() is None:
+        time.sleep(0.05)
+    caller.send_signal(signal.SIGTERM)
+    out, err = caller.communicate(timeout=120)
+    assert caller.returncode == 0, err
+    assert "HANDLED" in out and "ORIGIN compile True" in out, out + err
+
+
 def test_lock_wait_names_the_holder_and_times_out(tmp_path, lib):
     req = request()
     name = build_here(lib, req, tmp_path / "probe").cache_name
@@ -306,6 +406,85 @@ def test_lock_wait_names_the_holder_and_times_out(tmp_path, lib):
         assert f"pid {holder.pid}" in text, text
     assert "RTCATTN_LOCK_TIMEOUT" in result["message"] and str(lock_path) in result["message"]
     assert 3 <= waited < 20
+
+
+@pytest.mark.parametrize("recorded", ["dead-pid", "nothing"])
+def test_lock_wait_does_not_blame_a_pid_that_is_not_the_holder(tmp_path, lib, recorded):
+    """The pid in the lock file is advisory: a gone pid (the lock kept by a descriptor a fork inherited) or none
+    at all is said as such, not as the holder."""
+    req = request()
+    name = build_here(lib, req, tmp_path / "probe").cache_name
+    cache_dir = tmp_path / "cache"
+    lock_path = cache_dir / (name + ".lock")
+    text = f"{dead_pid()}\n" if recorded == "dead-pid" else ""
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, time
+        os.makedirs({str(cache_dir)!r}, mode=0o700, exist_ok=True)
+        fd = os.open({str(lock_path)!r}, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.write(fd, {text.encode()!r})
+        print("locked", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result, err = run_child(req, cache_dir, timeout=40, RTCATTN_LOCK_TIMEOUT=3)
+    finally:
+        holder.kill()
+        holder.wait()
+    why = "which is not a live process here" if recorded == "dead-pid" else "wrote no pid into the lock file"
+    for out in (result["message"], err):
+        assert why in out and "has not recorded its pid" not in out, out
+
+
+FORK_CHILD = textwrap.dedent("""
+    import importlib.util, json, os, sys, threading, time
+    spec = importlib.util.spec_from_file_location("rtc_lib_child", sys.argv[1])
+    L = importlib.util.module_from_spec(spec); sys.modules["rtc_lib_child"] = L; spec.loader.exec_module(L)
+    req = json.loads(sys.argv[2])
+    def build():
+        t0 = time.time()
+        try:
+            r = L.build(req["op"], req["variant"], req["arch"], req["symbol"], tuple(req["main"]),
+                        [tuple(h) for h in req["headers"]], req["options"], compiler=req["compiler"])
+            return {"origin": r.origin, "seconds": time.time() - t0}
+        except Exception as e:
+            return {"error": type(e).__name__, "message": str(e), "seconds": time.time() - t0}
+    results = []
+    worker = threading.Thread(target=lambda: results.append(build()))
+    worker.start()
+    time.sleep(0.4)  # the worker holds the key's lock and compiles
+    pid = os.fork()
+    if pid == 0:
+        os.write(1, ("FORKED " + json.dumps(build()) + "\\n").encode())
+        os._exit(0)
+    worker.join()
+    os.waitpid(pid, 0)
+    print("PARENT " + json.dumps(results[0]), flush=True)
+""")
+
+
+def test_fork_while_a_thread_compiles_does_not_deadlock_the_child(tmp_path):
+    """A child forked while another thread holds a key's lock inherits the lock's descriptor; its copy must not
+    keep the lock once the parent's thread releases it, so the child waits for the parent's compile only and
+    then loads the entry from disk (warm in a thread, then fork workers: gunicorn preload, multiprocessing)."""
+    real = shutil.which("clang++-19") or shutil.which("clang++")
+    fake = fake_clang(tmp_path, f'sleep 3\nexec "{real}" "$@"')
+    env = child_env(tmp_path / "cache", RTCATTN_CLANG=fake, RTCATTN_LOCK_TIMEOUT=20)
+    proc = subprocess.Popen([sys.executable, "-c", FORK_CHILD, str(LIB_PY), json.dumps(request())], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    parent = json.loads(out.split("PARENT ")[1].splitlines()[0])
+    forked = json.loads(out.split("FORKED ")[1].splitlines()[0])
+    assert parent["origin"] == "compile", parent
+    assert forked.get("origin") == "user_cache", forked
+    assert forked["seconds"] < 15, forked  # the parent's compile (about 3 s), not the lock timeout
+    assert f"waiting for pid {proc.pid}, which holds" in err, err
 
 
 # ---- 10: compiler output is checked; an entry that fails to load is rebuilt once --------------------------------
@@ -410,6 +589,69 @@ def test_tmpdir_is_named_when_no_temp_dir_can_be_made(tmp_path):
     result, _ = run_child(request(), tmp_path / "cache", TMPDIR=missing)
     assert result.get("error"), result
     assert f"TMPDIR={missing}" in result["message"] and "No such file or directory" in result["message"]
+
+
+# ---- 12: clear removes only what the runtime wrote, and only in a dir it would use ----------------------------
+
+def test_clear_removes_only_files_the_runtime_wrote(tmp_path, lib, capfd):
+    cache_dir = tmp_path / "cache"
+    first, _ = build_in_child(request(), cache_dir)
+    entry = Path(first["path"])
+    gone = dead_pid()
+    ours = [entry, Path(f"{entry}.log"), Path(f"{entry}.lock"), cache_dir / f"{entry.name}.tmp.{gone}.{gone}"]
+    ours[-1].write_bytes(b"half an entry")
+    victim = tmp_path / "victim.co"
+    shutil.copyfile(entry, victim)
+    theirs = {
+        "thesis.co": b"a user's own file that happens to end in .co",
+        "thesis.co.lock": b"not a pid",
+        "notes.co.log": b"no entry beside it",
+        "foreign.co": entry.read_bytes(),
+        "foreign.co.lock": b"",
+    }
+    for name, data in theirs.items():
+        (cache_dir / name).write_bytes(data)
+    if IS_ROOT:
+        os.chown(cache_dir / "foreign.co", OTHER_UID, OTHER_UID)
+        os.chown(cache_dir / "foreign.co.lock", OTHER_UID, OTHER_UID)
+    (cache_dir / "link.co").symlink_to(victim)
+    (cache_dir / "link.co.lock").symlink_to(victim)
+    kept = [cache_dir / n for n in (*theirs, "link.co", "link.co.lock")]
+    if not IS_ROOT:
+        kept = [p for p in kept if not p.name.startswith("foreign")]
+    capfd.readouterr()
+    assert lib.clear_cache(str(cache_dir)) == len(ours)
+    err = capfd.readouterr().err
+    assert [p.name for p in ours if os.path.lexists(p)] == []
+    assert [p.name for p in kept if not os.path.lexists(p)] == []
+    assert victim.read_bytes() == theirs["foreign.co"]  # a link's target is never touched
+    assert (cache_dir / "thesis.co").read_bytes() == theirs["thesis.co"]
+    reasons = [("thesis.co", "header"), ("thesis.co.lock", "pid"), ("notes.co.log", "no cache entry"),
+               ("link.co", "symbolic link")] + ([("foreign.co", f"owned by uid {OTHER_UID}")] if IS_ROOT else [])
+    for name, why in reasons:
+        assert re.search(rf"left {re.escape(str(cache_dir / name))} in place: .*{why}", err), (name, err)
+
+
+@pytest.mark.parametrize("kind,why", [("mode-0777", "writable by other users"),
+                                      ("other-owner", f"owned by uid {OTHER_UID}")])
+def test_clear_refuses_a_dir_the_runtime_would_not_use(tmp_path, kind, why):
+    if kind == "other-owner" and not IS_ROOT:
+        pytest.skip("handing a dir to another uid needs root (CI runs as root)")
+    from cpu.test_cli import cli
+    cache_dir = tmp_path / "cache"
+    first, _ = build_in_child(request(), cache_dir)
+    if kind == "mode-0777":
+        cache_dir.chmod(0o777)
+    else:
+        os.chown(cache_dir, OTHER_UID, OTHER_UID)
+    res = cli("clear", "--cache-dir", str(cache_dir))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert str(cache_dir) in res.stderr and why in res.stderr and "not cleared" in res.stderr, res.stderr
+    assert Path(first["path"]).is_file()
+
+
+def test_clear_of_a_dir_never_made_removes_nothing(tmp_path, lib):
+    assert lib.clear_cache(str(tmp_path / "never-made")) == 0
 
 
 # ---- small ones ----------------------------------------------------------------------------------------------------

@@ -3,8 +3,10 @@ import collections
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,97 @@ def test_warm_then_no_compile_then_clear(tmp_path):
     assert not list(cache.glob("*.co"))
 
 
+def test_warm_refuses_a_cache_dir_it_cannot_make(tmp_path):
+    """The parent of --cache-dir is a regular file: mkdir fails even for root. warm makes the dir first and
+    refuses (exit 2) before compiling anything, as for a 0777 dir."""
+    need_lib()
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("not a dir")
+    res = cli(*WARM, "--cache-dir", str(blocker / "cache"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"cache dir {blocker / 'cache'} is unusable" in res.stderr and "Not a directory" in res.stderr
+    assert "nothing was written" in res.stderr and "[1/" not in res.stdout  # nothing compiled
+
+
+@pytest.mark.parametrize("parent", ["immutable", "sysfs"])
+def test_warm_refuses_a_cache_dir_under_a_parent_it_cannot_write(tmp_path, parent):
+    """The dir does not exist yet and its parent refuses new entries even to root (an immutable dir, sysfs):
+    warm makes the dir first and refuses (exit 2) before compiling, instead of compiling every variant and
+    failing each as not written."""
+    need_lib()
+    if parent == "immutable":
+        base = tmp_path / "immutable"
+        base.mkdir()
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(base)]).returncode != 0:
+            pytest.skip("no chattr +i here (needs root and a file system with the immutable flag)")
+    else:
+        base = Path("/sys") / f"rtcattn-test-{os.getpid()}"
+        if not os.path.ismount("/sys"):
+            pytest.skip("no sysfs at /sys")
+    try:
+        res = cli(*WARM, "--cache-dir", str(base / "cache"))
+    finally:
+        if parent == "immutable":
+            subprocess.run(["chattr", "-i", str(base)], check=True)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"cache dir {base / 'cache'} is unusable (mkdir " in res.stderr and "nothing was written" in res.stderr
+    assert "[1/" not in res.stdout, res.stdout  # nothing compiled
+
+
+def run_as(uid: int, argv: list, out: Path) -> tuple:
+    """cli.main(argv) in a forked child that has dropped to uid (the interpreter's own dir may be closed to
+    other users, so a new process of that uid may not start at all); (exit status, output)."""
+    from rtcattn import cli as cli_module, dispatch
+    dispatch.lib()  # loaded before the fork, as the parent's user
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 70
+        try:
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            code = cli_module.main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root (CI runs as root)")
+@pytest.mark.parametrize("where", ["under-a-root-dir", "own-dir-0500"])
+def test_warm_as_another_user_refuses_a_dir_it_cannot_write(tmp_path, monkeypatch, where):
+    need_lib()
+    for k in [k for k in os.environ if k.startswith("RTCATTN_")]:
+        monkeypatch.delenv(k)
+    # pytest's tmp_path sits under a dir closed to other users: the other uid would fail on that instead
+    base = Path(tempfile.mkdtemp(prefix="rtcattn-other-uid-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        if where == "under-a-root-dir":
+            cache = base / "cache"
+            expect = "is unusable (mkdir " + str(cache) + ": Permission denied)"
+        else:
+            cache = base / "theirs"
+            cache.mkdir(mode=0o500)
+            os.chown(cache, 65534, 65534)
+            expect = "is not writable by this user"
+        code, out = run_as(65534, WARM[:-2] + ["--jobs", "1", "--cache-dir", str(cache)], tmp_path / "out.txt")
+    finally:
+        shutil.rmtree(base)
+    assert code == 2, out
+    assert f"cache dir {cache} {expect}" in out and "nothing was written" in out and "[1/" not in out, out
+
+
 def test_info_lists_compilers_and_cache(tmp_path):
     need_lib()
     res = cli("info", env_extra={"RTCATTN_CACHE_DIR": str(tmp_path)})
@@ -83,6 +176,27 @@ def test_warm_rejects_unknown_arch_and_axis():
     assert res.returncode != 0 and "--op=attention_bwd" in res.stderr and "attention_fwd" in res.stderr
     res = cli("warm", "--arch", "gfx942", "--jobs", "0")
     assert res.returncode != 0 and "--jobs=0" in res.stderr
+
+
+@pytest.mark.parametrize("args,env,flag,accepted", [
+    (["--shape", "1,2"], {}, "--shape: '1,2'", "B,S,H,D, four positive integers"),
+    (["--shape", "1,x,2,64"], {}, "--shape: '1,x,2,64'", "B,S,H,D, four positive integers"),
+    (["--shape", "1,64,2,100"], {}, "--shape: '1,64,2,100' has head dim D=100", "64..256"),
+    (["--device", "tpu"], {}, "--device: invalid choice: 'tpu'", "'cuda', 'cpu'"),
+    (["--device", "cpu"], {}, "--device=cpu", "RTCATTN_EMULATE=gfx942 or gfx90a"),
+    (["--device", "cpu"], {"RTCATTN_EMULATE": "gfx1100"}, "--device=cpu", "RTCATTN_EMULATE='gfx1100'"),
+    (["--runs", "0"], {}, "--runs: '0'", "an integer >= 1"),
+    (["--device", "cuda"], {}, "--device=cuda", "cpu, on the wave emulator"),
+])
+def test_first_call_names_the_bad_flag(args, env, flag, accepted):
+    """Checked in the parent: an argparse-style error naming the flag, the value and what is accepted (exit 2),
+    never a measuring process's traceback."""
+    if "cuda" in args and __import__("torch").cuda.is_available():
+        pytest.skip("checks the no-GPU message")
+    res = cli("first-call", *args, env_extra=env, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "python -m rtcattn first-call: error: argument " + flag in res.stderr, res.stderr
+    assert accepted in res.stderr and "Traceback" not in res.stderr and "measuring process" not in res.stderr
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")

@@ -1,5 +1,6 @@
 """Every knob has a test of its effect: the ones here, and the ones named in EFFECT_TESTS for knobs tested elsewhere."""
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -155,3 +156,97 @@ def test_library_path_dirs_are_searched_first(tmp_path):
     devices, hiprtc = without.stdout.split()
     assert devices == "0"                                   # no GPU: the system's HIP finds none
     assert with_dir.stdout.split() == ["1", hiprtc]         # the stand-in's one device; hipRTC unchanged
+
+
+FAKE_HIPRTC = """
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void planted(void) {
+    const char* path = getenv("PLANTED_MARKER");
+    FILE* f = path ? fopen(path, "a") : NULL;
+    if (f) { fputs("constructor ran\\n", f); fclose(f); }
+}
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing files to another uid needs root (CI runs as root)")
+@pytest.mark.parametrize("kind,why", [("dir-0777", "writable by other users"),
+                                      ("dir-other-owner", "owned by uid 65534"), ("file-symlink", "symbolic link"),
+                                      ("file-other-owner", "owned by uid 65534"),
+                                      ("file-group-writable", "writable by its group")])
+def test_library_path_loads_nothing_from_an_untrusted_place(tmp_path, kind, why):
+    """A library's constructor runs at dlopen, before any check of what it exports: a LIBRARY_PATH file is
+    checked under the cache's trust rules first, and a refused one is reported, never loaded."""
+    gcc = __import__("shutil").which("gcc") or __import__("shutil").which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "planted.c").write_text(FAKE_HIPRTC)
+    built = tmp_path / "real" / "libhiprtc.so"
+    built.parent.mkdir(mode=0o755)
+    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(built), str(tmp_path / "planted.c")], check=True)
+    built.chmod(0o755)
+    lib_dir = tmp_path / "libs"
+    lib_dir.mkdir(mode=0o755)
+    lib = lib_dir / "libhiprtc.so"
+    if kind == "file-symlink":
+        lib.symlink_to(built)
+    else:
+        __import__("shutil").copyfile(built, lib)
+        lib.chmod(0o775 if kind == "file-group-writable" else 0o755)
+    if kind == "file-other-owner":
+        os.chown(lib, 65534, 65534)
+    if kind == "dir-0777":
+        lib_dir.chmod(0o777)
+    if kind == "dir-other-owner":
+        os.chown(lib_dir, 65534, 65534)
+    marker = tmp_path / "marker"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(P)}
+    env.update(PYTHONPATH=str(ROOT / "python"), RTCATTN_LIBRARY_PATH=str(lib_dir), PLANTED_MARKER=str(marker))
+    r = subprocess.run([sys.executable, "-m", "rtcattn", "info", "--json"], capture_output=True, text=True,
+                       env=env, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists(), "the planted library's constructor ran"
+    info = json.loads(r.stdout)
+    [d] = info["library_path"]
+    assert d["path"] == str(lib_dir) and d["usable"] == kind.startswith("file")
+    assert kind.startswith("file") or why in d["reason"]
+    refused = {x["path"]: x["reason"] for x in info["refused_libraries"]}
+    assert why in refused.get(str(lib), ""), refused
+    assert f"library {lib} (from RTCATTN_LIBRARY_PATH) is not loaded because" in r.stderr and why in r.stderr
+    hiprtc = next(c for c in info["compilers"] if c["name"] == "hiprtc")
+    assert str(lib) not in (hiprtc["version"] or "")
+
+@pytest.mark.parametrize("name", [P + "COMPILE_TIMEOUT", P + "LOCK_TIMEOUT"])
+@pytest.mark.parametrize("value,why", [("0", "out of range"), ("-5", "out of range"), ("604801", "out of range"),
+                                       ("99999999999999999999", "out of range"), (" 5", "not an integer"),
+                                       ("5 ", "not an integer"), ("+5", "not an integer"), ("5s", "not an integer"),
+                                       ("1e3", "not an integer")])
+def test_timeout_knobs_accept_only_a_positive_bounded_number_of_seconds(monkeypatch, name, value, why):
+    """No value means "no limit" (a hung compiler or lock holder would block forever); an overflowing value is
+    refused, not clamped; white space is refused on either side."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as e:
+        _lib.knob(name)
+    msg = str(e.value)
+    assert f"{name}={value!r}" in msg and why in msg and "accepted: an integer from 1 to 604800" in msg
+    for good in ("1", "604800", "17"):
+        monkeypatch.setenv(name, good)
+        assert _lib.knob(name) == good
+
+
+def test_bad_timeout_knob_fails_the_build_before_any_compile(tmp_path):
+    code = ("from rtcattn import _lib\n"
+            "src = '#include \"platform.h\"\\nRTC_KERNEL(64) k(int) {}\\n'\n"
+            "plat = open('csrc_common/platform.h').read()\n"
+            "try:\n"
+            "    _lib.build('t', 'v', 'gfx942', 'k', ('k.hip', src), [('platform.h', plat)], compiler='clang', "
+            "cache_dir=%r)\n"
+            "    print('BUILT')\n"
+            "except Exception as e:\n"
+            "    print('ERR', type(e).__name__, e)\n") % str(tmp_path)
+    for knob in ("COMPILE_TIMEOUT", "LOCK_TIMEOUT"):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           env={**{k: v for k, v in os.environ.items() if not k.startswith(P)},
+                                "PYTHONPATH": str(ROOT / "python"), P + knob: "0"})
+        assert f"ERR ValueError {P}{knob}='0' is out of range" in r.stdout, r.stdout + r.stderr
+        assert not list(tmp_path.glob("*.co"))
