@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional
 
 import torch
 
@@ -26,7 +25,7 @@ class Batch:
     cu_k: torch.Tensor
     max_q: int
     max_k: int
-    block_table: Optional[torch.Tensor] = None
+    block_table: torch.Tensor | None = None
 
     def tag(self) -> str:
         lens_q = (self.cu_q[1:] - self.cu_q[:-1]).tolist()

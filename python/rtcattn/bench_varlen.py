@@ -93,9 +93,10 @@ def _time(fns: dict, inputs, reps, budget_s, f: float, label: str) -> list:
 
 def varlen_rows(causal: bool, modes, reps, budget_s) -> list:
     import torch
-    import rtcattn
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    import rtcattn
     lens = list(VARLEN_MIX)
     total, cu, mx = sum(lens), _cu(lens, torch), max(lens)
     mk = lambda h: torch.randn(total, h, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
@@ -121,6 +122,7 @@ def varlen_rows(causal: bool, modes, reps, budget_s) -> list:
 
 def prefill_rows(modes, reps, budget_s) -> list:
     import torch
+
     import rtcattn
     b, sq, sk = PREFILL
     lens_q, lens_k = [sq] * b, [sk] * b

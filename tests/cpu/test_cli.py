@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rtcattn import bench
 from rtc_testing import need_lib
+from rtcattn import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket, one layout.

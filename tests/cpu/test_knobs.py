@@ -129,6 +129,7 @@ def test_host_cxx_names_the_emulator_compiler(tmp_path):
 
 def test_emulate_selects_the_emulated_arch(monkeypatch):
     import torch
+
     from rtcattn import dispatch
     monkeypatch.setenv(P + "EMULATE", "gfx90a")
     assert dispatch.arch_of(torch.device("cpu")) == "gfx90a-emu"

@@ -6,7 +6,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import dev_sm90 as lab  # noqa: E402
+import dev_sm90 as lab
 
 B, H, S = lab.SEED_SHAPES[int(sys.argv[1])]
 configs = sys.argv[2:] or ["rtne"]
