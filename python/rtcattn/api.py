@@ -71,7 +71,8 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
             (("block_table", block_table),) if block_table is not None else ()):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    lens = (validate_varlen.check_max("max_seqlen_q", max_seqlen_q), validate_varlen.check_max("max_seqlen_k", max_seqlen_k))
+    lens = (validate_varlen.check_max("max_seqlen_q", max_seqlen_q),
+            validate_varlen.check_max("max_seqlen_k", max_seqlen_k))
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                 return_lse, left, right, block_table)

@@ -17,7 +17,7 @@ def _ints(text: str) -> list:
     try:
         return [int(x) for x in _csv(text)]
     except ValueError:
-        raise SystemExit(f"rtcattn: {text!r} is not a comma-separated list of integers")
+        raise SystemExit(f"rtcattn: {text!r} is not a comma-separated list of integers") from None
 
 
 def _origin(result) -> str:

@@ -1,4 +1,5 @@
-"""For any op of the manifest: chooses arch, kernel and variant for a call, builds it (once per process) and launches it.
+"""For any op of the manifest: chooses arch, kernel and variant for a call, builds it (once per process) and
+launches it.
 
 An op's Python stub fills its argument block (from the runtime's description of it) and says which
 axis values the call has; everything else here is the same for every op.
