@@ -1,4 +1,5 @@
-"""GPU tests of the sm_90a attention kernel (H100/H200) through rtcattn.forward: docs/numerics.md on the product path."""
+"""GPU tests of the sm_90a attention kernel (H100/H200) through rtcattn.forward: docs/numerics.md on the product
+path."""
 import math
 
 import pytest
