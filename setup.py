@@ -35,7 +35,8 @@ def newest_header_mtime():
 
 def runtime_sources():
     """jit/runtime/*.cpp (op-agnostic) and jit/ops/<op>/*.cpp (each op's host code)."""
-    return sorted(glob.glob(os.path.join("jit", "runtime", "*.cpp")) + glob.glob(os.path.join("jit", "ops", "*", "*.cpp")))
+    return sorted(glob.glob(os.path.join("jit", "runtime", "*.cpp"))
+                  + glob.glob(os.path.join("jit", "ops", "*", "*.cpp")))
 
 
 def include_dirs(src):

@@ -10,8 +10,7 @@ import math
 
 import torch
 
-from rtcattn import reference as ref
-from rtcattn import validate
+from rtcattn import reference as ref, validate
 
 LAYOUTS = validate.axis_values("layout")      # the manifest's values: one definition
 MODES = validate.axis_values("round_mode")

@@ -13,11 +13,9 @@ from __future__ import annotations
 import math
 
 import pytest
-
 import torch
 
-from rtcattn import reference as ref
-from rtcattn import validate
+from rtcattn import reference as ref, validate
 
 D = 128
 SK = 256          # four 64-key blocks of the gfx942 kernel (its tail split has parts), two of sm90's

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional
 
 import torch
 
@@ -26,13 +25,14 @@ class Batch:
     cu_k: torch.Tensor
     max_q: int
     max_k: int
-    block_table: Optional[torch.Tensor] = None
+    block_table: torch.Tensor | None = None
 
     def tag(self) -> str:
         lens_q = (self.cu_q[1:] - self.cu_q[:-1]).tolist()
         lens_k = (self.cu_k[1:] - self.cu_k[:-1]).tolist()
         pages = "" if self.block_table is None else f" page={self.k.shape[1]}"
-        return f"Hq={self.q.shape[1]} Hk={self.k.shape[-2]} lens_q={lens_q[:8]} lens_k={lens_k[:8]} B={len(lens_q)}{pages}"
+        return (f"Hq={self.q.shape[1]} Hk={self.k.shape[-2]} lens_q={lens_q[:8]} lens_k={lens_k[:8]} "
+                f"B={len(lens_q)}{pages}")
 
 
 def cu(lens) -> torch.Tensor:
@@ -109,7 +109,8 @@ def packed_kernels(arch: str) -> list:
     from rtcattn import manifest
     spec = manifest.load().op("attention_fwd")
     kv = spec.axis("kv")
-    return [k.name for k in spec.kernels if arch in k.archs and all(k.why_not(kv, m) is None for m in ("varlen", "paged"))]
+    return [k.name for k in spec.kernels
+            if arch in k.archs and all(k.why_not(kv, m) is None for m in ("varlen", "paged"))]
 
 
 def check_short_max_seqlen_k(b: Batch, max_k: int, mode="rtne", window=(-1, -1), what=""):

@@ -1,7 +1,7 @@
 """rtcattn: a bf16 flash-attention forward op whose kernels are compiled from text at first use and cached."""
 __version__ = "0.1.0"
 
-from .api import flash_attn_func, flash_attn_varlen_func, forward, forward_varlen  # noqa: E402  (registers the ops)
-from . import aiter  # noqa: E402  (rtcattn.aiter.register())
+from . import aiter  # rtcattn.aiter.register()
+from .api import flash_attn_func, flash_attn_varlen_func, forward, forward_varlen  # importing api registers the ops
 
 __all__ = ["forward", "forward_varlen", "flash_attn_func", "flash_attn_varlen_func", "aiter", "__version__"]

@@ -10,9 +10,9 @@ import json
 import os
 import site
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
 # Loadable by file path too (the cache tests' child processes skip the package's torch import).
 LIB_NAME = f"lib{Path(__file__).resolve().parent.name}_jit.so"
@@ -115,7 +115,7 @@ def _check(status: int) -> None:
         raise _EXCEPTIONS.get(status, RuntimeError)(message)
 
 
-def _b(s: Optional[str]) -> Optional[bytes]:
+def _b(s: str | None) -> bytes | None:
     return None if s is None else os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode()
 
 
@@ -164,7 +164,7 @@ class BuildResult:
 
 def build(op: str, variant: str, arch: str, kernel_symbol: str, main: tuple[str, str],
           headers: Sequence[tuple[str, str]] = (), options: Sequence[str] = (), *,
-          compiler: str = "auto", package_version: str = "", cache_dir: Optional[str] = None) -> BuildResult:
+          compiler: str = "auto", package_version: str = "", cache_dir: str | None = None) -> BuildResult:
     """Key -> memory -> user cache -> system caches -> compile. main/headers are (include name, text)."""
     hdrs = (Source * max(1, len(headers)))(*[Source(_b(n), _b(t)) for n, t in headers])
     opts = (ctypes.c_char_p * max(1, len(options)))(*[_b(o) for o in options])
@@ -186,7 +186,7 @@ def program_path(program: int) -> str:
     return os.fsdecode(buf.value)
 
 
-def check_cache_entry(data: bytes, key_text) -> Optional[str]:
+def check_cache_entry(data: bytes, key_text) -> str | None:
     """For tests: None when the runtime's entry parser accepts data as the entry of key_text, else why not."""
     why, valid = ctypes.create_string_buffer(1024), ctypes.c_int()
     key = key_text.encode() if isinstance(key_text, str) else bytes(key_text)
@@ -220,13 +220,13 @@ def info() -> dict:
     return _json(_lib.rtc_info_json)
 
 
-def clear_cache(cache_dir: Optional[str] = None) -> int:
+def clear_cache(cache_dir: str | None = None) -> int:
     removed = ctypes.c_int()
     _check(_lib.rtc_cache_clear(_b(None if cache_dir is None else str(cache_dir)), ctypes.byref(removed)))
     return removed.value
 
 
-def prepare_cache(cache_dir: Optional[str] = None) -> str:
+def prepare_cache(cache_dir: str | None = None) -> str:
     """Makes the user cache dir (or cache_dir) as the first compile would; "" when the runtime will use it, else
     the rest of a sentence "cache dir <dir> ..." saying why not."""
     n = ctypes.c_size_t()
@@ -303,7 +303,7 @@ def _block(args: ctypes.Structure):
     return ctypes.byref(args), ctypes.sizeof(args)
 
 
-def op_supports(op: str, kernel: str, args: ctypes.Structure, vendor: str) -> Optional[str]:
+def op_supports(op: str, kernel: str, args: ctypes.Structure, vendor: str) -> str | None:
     """None when the kernel takes these runtime arguments (alignment, strides) on vendor, else why not."""
     why, ok = ctypes.create_string_buffer(1024), ctypes.c_int()
     _check(_lib.rtc_op_supports(_b(op), _b(kernel), *_block(args), _b(vendor), why, len(why), ctypes.byref(ok)))

@@ -2,12 +2,13 @@
 flash_attn_varlen_func."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 
-from . import ops  # noqa: F401  (registers torch.ops.rtcattn.*)
-from . import validate, validate_varlen
+from . import (
+    ops,  # noqa: F401  (registers torch.ops.rtcattn.*)
+    validate,
+    validate_varlen,
+)
 
 
 def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
@@ -24,9 +25,9 @@ def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
-            round_mode: str = "rtne", softmax_scale: Optional[float] = None,
-            out: Optional[torch.Tensor] = None, return_lse: bool = False, causal: bool = False,
-            window_size: Tuple[int, int] = (-1, -1)):
+            round_mode: str = "rtne", softmax_scale: float | None = None,
+            out: torch.Tensor | None = None, return_lse: bool = False, causal: bool = False,
+            window_size: tuple[int, int] = (-1, -1)):
     """O = softmax(scale * Q K^T) V for bf16 q, k, v in layout "bshd" ([B,S,H,D]) or "bhsd" ([B,H,S,D]).
 
     round_mode ("rtne", "rtna", "rtz") rounds every fp32 -> bf16 conversion (P and O).
@@ -48,9 +49,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
 
 def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, round_mode: str = "rtne",
-                   softmax_scale: Optional[float] = None, out: Optional[torch.Tensor] = None,
-                   return_lse: bool = False, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
-                   block_table: Optional[torch.Tensor] = None):
+                   softmax_scale: float | None = None, out: torch.Tensor | None = None,
+                   return_lse: bool = False, causal: bool = False, window_size: tuple[int, int] = (-1, -1),
+                   block_table: torch.Tensor | None = None):
     """forward() over a batch of sequences packed along one token dimension (the serving layout).
 
     q [total_q, Hq, D] bf16; sequence b owns rows cu_seqlens_q[b]:cu_seqlens_q[b+1] (int32 [B + 1]).
@@ -70,7 +71,8 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
             (("block_table", block_table),) if block_table is not None else ()):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    lens = (validate_varlen.check_max("max_seqlen_q", max_seqlen_q), validate_varlen.check_max("max_seqlen_k", max_seqlen_k))
+    lens = (validate_varlen.check_max("max_seqlen_q", max_seqlen_q),
+            validate_varlen.check_max("max_seqlen_k", max_seqlen_k))
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                 return_lse, left, right, block_table)
@@ -104,8 +106,8 @@ def check_scalars(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
-                    softmax_scale: Optional[float] = None, causal: bool = False,
-                    window_size: Tuple[int, int] = (-1, -1), bias=None, alibi_slopes=None,
+                    softmax_scale: float | None = None, causal: bool = False,
+                    window_size: tuple[int, int] = (-1, -1), bias=None, alibi_slopes=None,
                     deterministic: bool = True, return_lse: bool = False, return_attn_probs: bool = False,
                     how_v3_bf16_cvt: int = 1, cu_seqlens_q=None, cu_seqlens_kv=None):
     """AITER's flash_attn_func (amd-aiter 0.1.7's signature and order) on BSHD tensors.
@@ -129,8 +131,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, min_seqlen_q: int = 0,
-                           dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
-                           logits_soft_cap: float = 0.0, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
+                           dropout_p: float = 0.0, softmax_scale: float | None = None,
+                           logits_soft_cap: float = 0.0, causal: bool = False, window_size: tuple[int, int] = (-1, -1),
                            bias=None, alibi_slopes=None, deterministic: bool = False, return_lse: bool = False,
                            return_attn_probs: bool = False, how_v3_bf16_cvt: int = 1, block_table=None, out=None,
                            cu_seqlens_q_padded=None, cu_seqlens_k_padded=None):

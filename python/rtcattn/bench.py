@@ -74,7 +74,7 @@ def parse_shapes(text: str) -> list:
     return cases
 
 
-def flops(c: "Case", d: int) -> float:
+def flops(c: Case, d: int) -> float:
     """Useful FLOPs: 4 B H Sq Sk D, halved for a causal mask (Sq = Sk), as FlashAttention reports them."""
     return 4.0 * c.b * c.h * c.sq * c.sk * d / (2.0 if c.causal else 1.0)
 
@@ -200,8 +200,9 @@ def _runs(fn, inputs) -> bool:
 
 def _impls(layout: str, modes: list, inputs: list, c: Case) -> dict:
     """(impl, mode) -> fn for every implementation that runs this shape."""
-    import rtcattn
     from torch.nn.attention import SDPBackend
+
+    import rtcattn
     fns = {}
     peers = [("sdpa-cudnn", _sdpa_fn(SDPBackend.CUDNN_ATTENTION, layout, c)),
              ("sdpa-flash", _sdpa_fn(SDPBackend.FLASH_ATTENTION, layout, c)), ("fa4", _fa4_fn(layout, c))]
@@ -209,7 +210,7 @@ def _impls(layout: str, modes: list, inputs: list, c: Case) -> dict:
         if fn is not None and _runs(fn, inputs):
             fns[(name, "-")] = fn
     for mode in modes:
-        fns[("rtcattn", mode)] = (lambda q, k, v, m=mode:  # noqa: E731
+        fns[("rtcattn", mode)] = (lambda q, k, v, m=mode:
                                   rtcattn.forward(q, k, v, layout=layout, round_mode=m, causal=c.causal))
     return fns
 

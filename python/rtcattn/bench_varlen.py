@@ -93,9 +93,10 @@ def _time(fns: dict, inputs, reps, budget_s, f: float, label: str) -> list:
 
 def varlen_rows(causal: bool, modes, reps, budget_s) -> list:
     import torch
-    import rtcattn
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    import rtcattn
     lens = list(VARLEN_MIX)
     total, cu, mx = sum(lens), _cu(lens, torch), max(lens)
     mk = lambda h: torch.randn(total, h, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
@@ -121,6 +122,7 @@ def varlen_rows(causal: bool, modes, reps, budget_s) -> list:
 
 def prefill_rows(modes, reps, budget_s) -> list:
     import torch
+
     import rtcattn
     b, sq, sk = PREFILL
     lens_q, lens_k = [sq] * b, [sk] * b
@@ -143,12 +145,12 @@ def prefill_rows(modes, reps, budget_s) -> list:
     rows += _time(packed, [(q, k, v)], reps, budget_s, f, "prefill 8x512/4096 packed")
     for page in PAGES:
         kp, vp, table = _paged(k, v, lens_k, page, torch, seed=page)
-        fns = {"rtcattn rtne": lambda q, k, v: rtcattn.forward_varlen(q, k, v, cq, ck, sq, sk, causal=True,
-                                                                     block_table=table)}
+        fns = {"rtcattn rtne": lambda q, k, v, table=table: rtcattn.forward_varlen(
+            q, k, v, cq, ck, sq, sk, causal=True, block_table=table)}
         if fa4_varlen is not None:
             used = torch.tensor(lens_k, dtype=torch.int32, device="cuda")
-            fns["fa4"] = lambda q, k, v: _first(fa4_varlen(q, k, v, cu_seqlens_q=cq, max_seqlen_q=sq, seqused_k=used,
-                                                           page_table=table, causal=True))
+            fns["fa4"] = lambda q, k, v, table=table, used=used: _first(fa4_varlen(
+                q, k, v, cu_seqlens_q=cq, max_seqlen_q=sq, seqused_k=used, page_table=table, causal=True))
         rows += _time(fns, [(q, kp, vp)], reps, budget_s, f, f"prefill 8x512/4096 paged {page}")
     return rows
 

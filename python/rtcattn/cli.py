@@ -9,7 +9,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 
-
 def _csv(text: str) -> list:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -18,7 +17,7 @@ def _ints(text: str) -> list:
     try:
         return [int(x) for x in _csv(text)]
     except ValueError:
-        raise SystemExit(f"rtcattn: {text!r} is not a comma-separated list of integers")
+        raise SystemExit(f"rtcattn: {text!r} is not a comma-separated list of integers") from None
 
 
 def _origin(result) -> str:
@@ -134,6 +133,7 @@ def cmd_warm(args) -> int:
 
 def _gpu_lines() -> list:
     import torch
+
     from . import dispatch
     if not torch.cuda.is_available():
         return ["torch GPU: none (torch " + torch.__version__ + ")"]

@@ -1,4 +1,5 @@
-"""For any op of the manifest: chooses arch, kernel and variant for a call, builds it (once per process) and launches it.
+"""For any op of the manifest: chooses arch, kernel and variant for a call, builds it (once per process) and
+launches it.
 
 An op's Python stub fills its argument block (from the runtime's description of it) and says which
 axis values the call has; everything else here is the same for every op.
@@ -11,8 +12,8 @@ import ctypes
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 
@@ -33,7 +34,7 @@ _logged: set = set()
 class Pins:
     """What a lab tool or a test pins for the calls inside `pinned(...)`: a kernel (no fallback), extra
     compile options (a separate cache entry), argument-block fields set before every launch."""
-    kernel: Optional[str] = None
+    kernel: str | None = None
     options: tuple = ()
     args: tuple = ()  # ((field, value), ...)
 
@@ -42,7 +43,7 @@ _pins: contextvars.ContextVar = contextvars.ContextVar("rtcattn_pins", default=P
 
 
 @contextlib.contextmanager
-def pinned(kernel: Optional[str] = None, options=(), **args):
+def pinned(kernel: str | None = None, options=(), **args):
     """Within the block, every call runs `kernel` (as the KERNEL knob does), built with `options`
     appended to the manifest's, with argument fields `args` (e.g. tail_split=4) set before launch."""
     token = _pins.set(Pins(kernel, tuple(options), tuple(sorted(args.items()))))
@@ -161,7 +162,7 @@ class Selection:
     why: str   # why this kernel and not an earlier one in the manifest's order
 
 
-def _rejects(spec: manifest.OpSpec, k: manifest.KernelSpec, arch: str, call: dict) -> Optional[str]:
+def _rejects(spec: manifest.OpSpec, k: manifest.KernelSpec, arch: str, call: dict) -> str | None:
     """Why kernel k cannot serve the call, or None: its archs and the axis values it takes (the manifest's data)."""
     if arch not in k.archs:
         return f"arch {arch} not in {list(k.archs)}"
@@ -172,7 +173,7 @@ def _rejects(spec: manifest.OpSpec, k: manifest.KernelSpec, arch: str, call: dic
     return None
 
 
-def _plan(op: str, arch: str, call: dict, kernel: Optional[str], m: Optional[manifest.Manifest]) -> tuple:
+def _plan(op: str, arch: str, call: dict, kernel: str | None, m: manifest.Manifest | None) -> tuple:
     """Every kernel of the op in the manifest's order: (kernel, its variant, None) or (kernel, None, why not)."""
     m = m or manifest.load()
     spec = m.op(op)
@@ -193,7 +194,7 @@ def _plan(op: str, arch: str, call: dict, kernel: Optional[str], m: Optional[man
     return tuple(plan)
 
 
-def _pick(op: str, plan: tuple, supports: Optional[Callable], what: str) -> Selection:
+def _pick(op: str, plan: tuple, supports: Callable | None, what: str) -> Selection:
     """The first planned kernel that supports (None = ask nothing) accepts; its why lists the ones skipped."""
     skipped = []
     for k, v, why_not in plan:
@@ -209,8 +210,8 @@ def _describe(arch: str, call: dict) -> str:
     return ", ".join([f"arch={arch!r}"] + [f"{a}={v!r}" for a, v in call.items()])
 
 
-def select(op: str, arch: str, call: dict, kernel: Optional[str] = None, m: Optional[manifest.Manifest] = None,
-           supports: Optional[Callable] = None) -> Selection:
+def select(op: str, arch: str, call: dict, kernel: str | None = None, m: manifest.Manifest | None = None,
+           supports: Callable | None = None) -> Selection:
     """The first kernel of the manifest (in its order of preference) whose conditions the call meets.
 
     call: the call's value for every axis of the op (bucketed axes: the integer, e.g. the head dim).
@@ -243,7 +244,7 @@ def choose(op: str, arch: str, call: dict, args, vendor: str) -> Selection:
     return sel
 
 
-def build(variant: manifest.Variant, cache_dir: Optional[str] = None, extra_options=()):
+def build(variant: manifest.Variant, cache_dir: str | None = None, extra_options=()):
     """The built program of a variant: from this process's map, else through the C++ cache/compilers."""
     key = (variant, cache_dir, tuple(extra_options))
     hit = _programs.get(key)

@@ -76,6 +76,7 @@ def add_parser(sub) -> None:
 def _device(args) -> str:
     """The device to measure on, checked here so that a machine that cannot run it is told which flag to change."""
     import torch
+
     from . import dispatch
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     chosen = f"--device={args.device}" if args.device else f"--device (default here: {device}, as torch sees no GPU)"

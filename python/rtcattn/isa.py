@@ -1,4 +1,5 @@
-"""Code-object report of the gfx942 fast kernel (registers, LDS, scratch, per-KV-iteration instruction mix) and its static issue model."""
+"""Code-object report of the gfx942 fast kernel (registers, LDS, scratch, per-KV-iteration instruction mix) and its
+static issue model."""
 from __future__ import annotations
 
 import argparse
@@ -157,8 +158,8 @@ def _loop_bodies(insts: list) -> dict:
 
 
 def count(body: list) -> dict:
-    c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0, "s_waitcnt": 0,
-         "s_barrier": 0, "total": len(body)}
+    c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
+         "s_waitcnt": 0, "s_barrier": 0, "total": len(body)}
     for _, op, args in body:
         if op.startswith("v_mfma"):
             c["mfma"] += 1
@@ -188,7 +189,8 @@ def analyse(code: bytes) -> tuple:
         path.write_bytes(code)
         notes = subprocess.run([_tool("llvm-readelf"), "--notes", str(path)], capture_output=True, text=True,
                                check=True).stdout
-        dis = subprocess.run([_tool("llvm-objdump"), "-d", str(path)], capture_output=True, text=True, check=True).stdout
+        dis = subprocess.run([_tool("llvm-objdump"), "-d", str(path)], capture_output=True, text=True,
+                             check=True).stdout
     m = re.search(r"^([0-9a-f]+) <" + _spec().kernel(KERNEL).symbol + ">:", dis, re.M)
     start = int(m.group(1), 16) if m else 0
     return parse_notes(notes), [(a - start, op, args) for a, op, args in _instructions(dis)]
@@ -252,7 +254,8 @@ def causal_lower_bound_ms(shape: tuple, cycles: float, masked_cycles: float, cus
     `cycles` and the masked at `masked_cycles` per iteration, spread evenly over the CUs (the items go
     longest first), but never below the longest item alone."""
     p = plan(shape, cus, split=False, causal=True)
-    per_item = p["blocks_total"] and (p["blocks_total"] - p["blocks_masked"]) * cycles + p["blocks_masked"] * masked_cycles
+    per_item = p["blocks_total"] and ((p["blocks_total"] - p["blocks_masked"]) * cycles
+                                      + p["blocks_masked"] * masked_cycles)
     return max(per_item / cus, p["blocks_max_item"] * masked_cycles) / CLOCK_HZ * 1e3
 
 
@@ -349,19 +352,21 @@ def print_reports(reports: list) -> None:
     rows = [(f"{r.arch} {r.layout} {r.mode} {r.mask} {r.kv}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
              r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
              r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
-             r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"]) for r in reports]
+             r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"])
+            for r in reports]
     rows += [(f"{r.arch} {r.layout} {r.mode} {r.mask} {r.kv}: cut blocks", r.compiler, "", "", "", "", "", "", "",
               m["mfma"], m["valu"], m["trans"], m["cndmask"], m["lds"], m["vmem"], m["s_waitcnt"], m["s_barrier"])
              for r in reports for m in ([r.masked_loop] if r.masked_loop else [])]
     _table(rows, cols)
-    print("per KV iteration = static counts of the KV loop body of one wave (each wave runs it once per 64-row block);\n"
-          "the loop is the steady state: MFMA step 0 (QK only) before it, the last block's softmax (with the kv\n"
-          "mask) and PV after it are peeled and not counted")
+    print("per KV iteration = static counts of the KV loop body of one wave (each wave runs it once per 64-row "
+          "block);\nthe loop is the steady state: MFMA step 0 (QK only) before it, the last block's softmax "
+          "(with the kv\nmask) and PV after it are peeled and not counted")
 
 
 def print_model(reports: list) -> None:
     print("\nSTATIC ISSUE MODEL — a lower bound from instruction counts, not a measurement "
-          f"({CUS} CUs, {CLOCK_HZ / 1e9:.1f} GHz, MFMA {MFMA_CYCLES} cyc, VALU x{VALU_CYCLES}, transcendental x{TRANS_CYCLES})")
+          f"({CUS} CUs, {CLOCK_HZ / 1e9:.1f} GHz, MFMA {MFMA_CYCLES} cyc, VALU x{VALU_CYCLES}, "
+          f"transcendental x{TRANS_CYCLES})")
     for r in reports:
         c = iteration_cycles(r.loop)
         print(f"{r.arch} {r.layout} {r.mode}: cycles/iteration mfma {c['mfma']:.0f}, valu {c['valu']:.0f}, "
@@ -375,7 +380,8 @@ def print_model(reports: list) -> None:
                 row += ["-", "-", f"{meas:.3f}"]
                 continue
             cyc = iteration_cycles(rep.loop)["bound"]
-            row += [f"{lower_bound_ms(shape, cyc, False):.3f}", f"{lower_bound_ms(shape, cyc, True):.3f}", f"{meas:.3f}"]
+            row += [f"{lower_bound_ms(shape, cyc, False):.3f}", f"{lower_bound_ms(shape, cyc, True):.3f}",
+                    f"{meas:.3f}"]
             if lower_bound_ms(shape, cyc, True) > meas:
                 row[-1] += " (bound above: too much non-MFMA work)"
         rows.append(row)
@@ -389,10 +395,12 @@ def print_model(reports: list) -> None:
             row = [str(shape)]
             for r in causal:
                 full = next(x for x in reports if x.mask == "none" and x.layout == r.layout and x.mode == r.mode)
-                row.append(f"{causal_lower_bound_ms(shape, iteration_cycles(r.loop)['bound'], iteration_cycles(r.masked_loop)['bound']):.3f}")
+                cut = iteration_cycles(r.masked_loop)["bound"]
+                row.append(f"{causal_lower_bound_ms(shape, iteration_cycles(r.loop)['bound'], cut):.3f}")
                 row.append(f"{lower_bound_ms(shape, iteration_cycles(full.loop)['bound'], True):.3f}")
             rows.append(row)
-        _table(rows, ["shape (B,H,S)"] + [c for r in causal for c in (f"causal {r.mode} ms", f"non-causal {r.mode} ms")])
+        _table(rows, ["shape (B,H,S)"]
+               + [c for r in causal for c in (f"causal {r.mode} ms", f"non-causal {r.mode} ms")])
 
 
 def _table(rows, cols) -> None:
@@ -408,7 +416,8 @@ def add_parser(sub) -> None:
     p.add_argument("--kv", default="dense", choices=("dense", "varlen", "paged", "all"),
                    help="which kv variants to report (packed ones are built for layout bshd only)")
     p.add_argument("--varlen-model", action="store_true",
-                   help="print the static model of the 12-sequence varlen mix (Hq 32, Hk 8) beside the padded dense call")
+                   help="print the static model of the 12-sequence varlen mix (Hq 32, Hk 8) beside the padded "
+                        "dense call")
     p.set_defaults(func=cmd_isa)
 
 

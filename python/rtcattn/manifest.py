@@ -9,9 +9,10 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from . import paths
 
@@ -66,7 +67,7 @@ class KernelSpec:
     def accepted(self, axis: Axis):
         return self.axes[axis.name]
 
-    def why_not(self, axis: Axis, value) -> Optional[str]:
+    def why_not(self, axis: Axis, value) -> str | None:
         """Why this kernel does not take value on axis (a call's value: the integer for a bucketed axis)."""
         spec = self.axes[axis.name]
         if axis.buckets:
@@ -146,7 +147,7 @@ class Manifest:
             raise ValueError(f"op={name!r} is not in {self.path}; accepted: {', '.join(self.ops)}")
         return self.ops[name]
 
-    def archs(self, op: Optional[str] = None) -> list:
+    def archs(self, op: str | None = None) -> list:
         seen: list = []
         for spec in ([self.op(op)] if op else self.ops.values()):
             for k in spec.kernels:
@@ -275,7 +276,7 @@ def _op_spec(name: str, op: dict) -> OpSpec:
 _CACHE: dict = {}
 
 
-def load(path: Optional[Path] = None, root: Optional[Path] = None) -> Manifest:
+def load(path: Path | None = None, root: Path | None = None) -> Manifest:
     """Parse and validate the manifest; cached per (path, mtime) so edits during development are seen."""
     path = Path(path) if path is not None else paths.manifest_path()
     root = Path(root) if root is not None else path.resolve().parent.parent
@@ -387,7 +388,7 @@ def check_manifest(data, path, root=None) -> None:
         _check_op(c, op, f"ops.{name}", list(archs), Path(root) / "op_sources" / name if root else None)
 
 
-def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Optional[Path]) -> None:
+def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Path | None) -> None:
     c.get(op, "description", where, str, "a string", optional=True)
     axes = c.get(op, "axes", where, list, "a list of axis objects {name, define, values | buckets}")
     seen_axes: dict = {}
@@ -425,7 +426,7 @@ def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Optional[P
         seen.add(k["name"])
 
 
-def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict, op_dir: Optional[Path]) -> None:
+def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict, op_dir: Path | None) -> None:
     c.name(k, "name", w)
     c.identifier(k, "symbol", w)
     source = c.get(k, "source", w, str, "a file name inside op_sources/<op>/")

@@ -1,4 +1,5 @@
-"""Host references of the numerics contract (docs/numerics.md): bf16 rounding bit for bit, the fp64 output, the "R" algorithm, error metrics."""
+"""Host references of the numerics contract (docs/numerics.md): bf16 rounding bit for bit, the fp64 output, the "R"
+algorithm, error metrics."""
 from __future__ import annotations
 
 import math
@@ -100,9 +101,9 @@ def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, win
     s = (torch.matmul(qd, kd.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m)
-    l = p.sum(dim=-1, keepdim=True)
-    o = torch.matmul(p, torch.nan_to_num(vd, nan=0.0)) / l  # V's NaN comes back through the table below
-    lse = (m + torch.log(l)).squeeze(-1)
+    row_sum = p.sum(dim=-1, keepdim=True)
+    o = torch.matmul(p, torch.nan_to_num(vd, nan=0.0)) / row_sum  # V's NaN comes back through the table below
+    lse = (m + torch.log(row_sum)).squeeze(-1)
     nan = float("nan")
     # The table, applied explicitly so it holds whatever the BLAS does with 0 * NaN; a NaN in K or V
     # reaches the rows that see its key (see numerics.md for what kernels may add to that under a mask).
@@ -131,8 +132,8 @@ def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | No
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m.masked_fill(m == -math.inf, 0.0))                     # a row that sees nothing: p = 0
     pb = round_to_bf16(p, round_mode).to(torch.float32)
-    l = p.sum(dim=-1, keepdim=True)
-    o = torch.matmul(pb, vf) / l.masked_fill(l == 0, 1.0)                    # ... and its output 0
+    row_sum = p.sum(dim=-1, keepdim=True)
+    o = torch.matmul(pb, vf) / row_sum.masked_fill(row_sum == 0, 1.0)        # ... and its output 0
     return from_bhsd(round_to_bf16(o, round_mode), layout)
 
 

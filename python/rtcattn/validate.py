@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -134,7 +133,7 @@ def check_window(window_size, causal: bool = False) -> tuple:
 
 
 def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
-                 out: Optional[torch.Tensor] = None, window: tuple = (-1, -1)) -> Problem:
+                 out: torch.Tensor | None = None, window: tuple = (-1, -1)) -> Problem:
     """Every check that needs no device: types, shapes, strides, devices, out. Returns the problem sizes."""
     check_choice("layout", layout, axis_values("layout"))
     check_choice("round_mode", round_mode, axis_values("round_mode"))

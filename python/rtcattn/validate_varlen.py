@@ -9,7 +9,6 @@ outside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -77,8 +76,8 @@ def check_max(name: str, value) -> int:
 
 
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
-                        softmax_scale=None, out: Optional[torch.Tensor] = None, window: tuple = (-1, -1),
-                        block_table: Optional[torch.Tensor] = None) -> VarlenProblem:
+                        softmax_scale=None, out: torch.Tensor | None = None, window: tuple = (-1, -1),
+                        block_table: torch.Tensor | None = None) -> VarlenProblem:
     """Every check that needs no device memory. q [total_q, Hq, D]; k, v [total_k, Hk, D], or with
     block_table [num_pages, page_size, Hk, D]; cu_seqlens_* int32 [B + 1]; block_table int32 [B, pages]."""
     validate.check_choice("round_mode", round_mode, validate.axis_values("round_mode"))

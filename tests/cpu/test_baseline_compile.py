@@ -18,7 +18,8 @@ AMD_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C}  # EF_AMDGPU_MACH values (low byte o
 LAYOUTS, MODES = SPEC.axis_values("layout"), SPEC.axis_values("round_mode")
 
 # Every layout x mode at head-dim bucket 128; every bucket for bshd/rtne.
-VARIANTS = sorted({(lay, mode, 128) for lay in LAYOUTS for mode in MODES} | {(LAYOUTS[0], MODES[0], d) for d in BUCKETS})
+VARIANTS = sorted({(lay, mode, 128) for lay in LAYOUTS for mode in MODES}
+                  | {(LAYOUTS[0], MODES[0], d) for d in BUCKETS})
 
 
 def _tool(*names):
@@ -35,7 +36,8 @@ OBJDUMP = _tool("llvm-objdump-19", "llvm-objdump")
 def _product_build(arch, compiler, variant, cache_dir):
     """The product path: manifest -> build request -> C++ runtime -> compiler, into a fresh cache dir."""
     lay, mode, d = variant
-    v = manifest.load().variant_for("attention_fwd", "baseline", arch, {"layout": lay, "round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d})
+    call = {"layout": lay, "round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d}
+    v = manifest.load().variant_for("attention_fwd", "baseline", arch, call)
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers,

@@ -65,7 +65,7 @@ def start_child(req, env):
 def finish(proc):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, f"child failed: {err}"
-    line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
+    line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):]), err
 
 
@@ -101,8 +101,10 @@ def test_miss_then_memory_then_user_cache(tmp_path, lib):
 def test_key_changes_with_source_header_options_and_compiler(tmp_path, lib):
     base = request("same-tag")
     names = {"base": build_here(lib, base, tmp_path).cache_name}
-    names["source"] = build_here(lib, request("same-tag", main=["tiny.hip", kernel_source("same-tag", "p.x[i] += 1.0f;")]), tmp_path).cache_name
-    names["header"] = build_here(lib, request("same-tag", headers=[["platform.h", PLATFORM_H + "\n// changed\n"]]), tmp_path).cache_name
+    source = kernel_source("same-tag", "p.x[i] += 1.0f;")
+    names["source"] = build_here(lib, request("same-tag", main=["tiny.hip", source]), tmp_path).cache_name
+    header = PLATFORM_H + "\n// changed\n"
+    names["header"] = build_here(lib, request("same-tag", headers=[["platform.h", header]]), tmp_path).cache_name
     names["options"] = build_here(lib, request("same-tag", options=["-DTINY=2"]), tmp_path).cache_name
     names["variant"] = build_here(lib, request("same-tag", variant="v2"), tmp_path).cache_name
     assert len(set(names.values())) == len(names), names
@@ -165,7 +167,7 @@ def test_unusable_dir_warns_once_and_works_in_memory(tmp_path, lib):
     cache_dir = blocker / "cache"  # mkdir fails even for root: the parent is a regular file
     result, err = build_in_child(request(), cache_dir)
     assert result["origin"] == "compile" and result["path"] == ""
-    warnings = [l for l in err.splitlines() if "warning:" in l]
+    warnings = [ln for ln in err.splitlines() if "warning:" in ln]
     assert len(warnings) == 1 and "is unusable" in warnings[0] and str(cache_dir) in warnings[0]
     req = request()
     assert build_here(lib, req, cache_dir).origin == "compile"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cpu.test_cache import LIB_PY, ROOT, build_here, build_in_child, child_env, kernel_source, lib, request  # noqa: F401
+# `lib as lib`: the fixture, re-exported so that pytest finds it in this module (tests below take it as an argument)
+from cpu.test_cache import LIB_PY, ROOT, build_here, build_in_child, child_env, kernel_source, lib as lib, request
 
 pytestmark = pytest.mark.skipif(shutil.which("clang++-19") is None and shutil.which("clang++") is None,
                                 reason="needs clang++ (the CI installs clang-19)")
@@ -59,7 +60,7 @@ def run_child(req, cache_dir, timeout=60, limit_memory=False, **extra):
         proc.communicate()
         pytest.fail(f"the child did not finish within {timeout} s")
     assert proc.returncode == 0, f"child failed: {err}"
-    line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
+    line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):]), err
 
 

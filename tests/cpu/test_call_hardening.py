@@ -225,8 +225,9 @@ def _warm(cache, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = str(ROOT / "python")
     return subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "gfx942-emu", "--kernels", "baseline",
-                           "--layout", "bshd", "--round-mode", "rtz", "--mask", "none", "--head-dim", "64", "--cache-dir", str(cache),
-                           *extra], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+                           "--layout", "bshd", "--round-mode", "rtz", "--mask", "none", "--head-dim", "64",
+                           "--cache-dir", str(cache), *extra],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
 
 
 def test_warm_into_an_unusable_dir_fails_and_says_why(tmp_path):
@@ -235,7 +236,8 @@ def test_warm_into_an_unusable_dir_fails_and_says_why(tmp_path):
     cache.chmod(0o777)
     res = _warm(cache)
     assert res.returncode != 0, res.stdout
-    assert f"cache dir {cache} is not used because it is writable by" in res.stderr and "nothing was written" in res.stderr
+    assert f"cache dir {cache} is not used because it is writable by" in res.stderr
+    assert "nothing was written" in res.stderr
     assert not list(cache.iterdir())
     other = tmp_path / "foreign"
     other.mkdir()

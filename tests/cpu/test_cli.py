@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from rtcattn import bench
 from rtc_testing import need_lib
+from rtcattn import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket, one layout.
-WARM = ["warm", "--arch", "gfx90a", "--layout", "bshd", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense", "--head-dim", "64",
-        "--jobs", "2"]
+WARM = ["warm", "--arch", "gfx90a", "--layout", "bshd", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense",
+        "--head-dim", "64", "--jobs", "2"]
 
 
 def cli(*args, env_extra=None, timeout=300):
@@ -31,8 +31,8 @@ def cli(*args, env_extra=None, timeout=300):
 def table_rows(stdout: str) -> list:
     """The rows of warm's final table: (arch, variant, size, compile ms, origin, path)."""
     lines = stdout.splitlines()
-    start = next(i for i, l in enumerate(lines) if l.split()[:2] == ["arch", "variant"]) + 2
-    return [l.split() for l in lines[start:] if l.split() and l.split()[0] == "gfx90a"]
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["arch", "variant"]) + 2
+    return [ln.split() for ln in lines[start:] if ln.split() and ln.split()[0] == "gfx90a"]
 
 
 def test_warm_then_no_compile_then_clear(tmp_path):

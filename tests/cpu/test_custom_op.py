@@ -6,8 +6,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import rtcattn
-from rtcattn.ops import attention_fwd
 from rtc_testing import need_lib
+from rtcattn.ops import attention_fwd
 
 BF = torch.bfloat16
 

@@ -1,4 +1,5 @@
-"""Code-object checks of the gfx942 fast kernel: all six variants per arch compile with no scratch, <= 64 KiB LDS, 512 threads, 2 waves/SIMD."""
+"""Code-object checks of the gfx942 fast kernel: all six variants per arch compile with no scratch, <= 64 KiB LDS,
+512 threads, 2 waves/SIMD."""
 import shutil
 
 import pytest

@@ -102,10 +102,10 @@ def test_clang_names_the_compiler_used_for_amd(tmp_path):
             "plat = open('csrc_common/platform.h').read()\n"
             "try:\n"
             "    r = _lib.build('t', 'v', 'gfx942', 'k', ('k.hip', src), [('platform.h', plat)], compiler='clang', "
-            "cache_dir=%r)\n"
+            f"cache_dir={str(tmp_path)!r})\n"
             "    print('ID', r.compiler_id)\n"
             "except Exception as e:\n"
-            "    print('ERR', type(e).__name__, e)\n") % str(tmp_path)
+            "    print('ERR', type(e).__name__, e)\n")
     missing = _child(code, RTCATTN_CLANG=tmp_path / "no-clang")
     assert "ERR UnavailableError" in missing.stdout and "RTCATTN_CLANG=" in missing.stdout, missing.stdout
     clang = next((c for c in ("clang++-19", "clang++") if __import__("shutil").which(c)), None)
@@ -129,6 +129,7 @@ def test_host_cxx_names_the_emulator_compiler(tmp_path):
 
 def test_emulate_selects_the_emulated_arch(monkeypatch):
     import torch
+
     from rtcattn import dispatch
     monkeypatch.setenv(P + "EMULATE", "gfx90a")
     assert dispatch.arch_of(torch.device("cpu")) == "gfx90a-emu"
@@ -240,10 +241,10 @@ def test_bad_timeout_knob_fails_the_build_before_any_compile(tmp_path):
             "plat = open('csrc_common/platform.h').read()\n"
             "try:\n"
             "    _lib.build('t', 'v', 'gfx942', 'k', ('k.hip', src), [('platform.h', plat)], compiler='clang', "
-            "cache_dir=%r)\n"
+            f"cache_dir={str(tmp_path)!r})\n"
             "    print('BUILT')\n"
             "except Exception as e:\n"
-            "    print('ERR', type(e).__name__, e)\n") % str(tmp_path)
+            "    print('ERR', type(e).__name__, e)\n")
     for knob in ("COMPILE_TIMEOUT", "LOCK_TIMEOUT"):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
                            env={**{k: v for k, v in os.environ.items() if not k.startswith(P)},

@@ -100,12 +100,14 @@ def _variant(m, kernel, arch, layout, mode, head_dim):
 def test_variants_and_request():
     m = manifest.load()
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
-    assert len(list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))) == 2 * 3 * 2 * 3 * len(buckets)
+    variants = list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))
+    assert len(variants) == 2 * 3 * 2 * 3 * len(buckets)
     v = _variant(m, "baseline", "gfx942", "bshd", "rtna", 128)
     assert v.name == "baseline-bshd-rtna-none-dense-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
     assert req.variant == "baseline-bshd-rtna-none-dense-d128" and req.arch == "gfx942" and req.package_version == "9.9"
-    assert req.options[:5] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=128")
+    assert req.options[:5] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0",
+                               "-DRTC_HEAD_DIM_MAX=128")
     assert "-O3" in req.options and req.compilers == ("hiprtc", "clang")
     names = [n for n, _ in req.headers]
     assert {"platform.h", "attn_params.h", "bf16_round.h"} <= set(names)

@@ -63,7 +63,7 @@ def test_info_lists_compilers_with_versions_loaders_and_cache(env, tmp_path):
         assert {"gfx942", "gfx90a"} <= set(compilers["clang"]["archs"])
     if compilers["hiprtc"]["available"] and compilers["hiprtc"]["id"] < "hiprtc6":
         assert "gfx942" not in compilers["hiprtc"]["archs"]  # ROCm 5 hipRTC aborts on gfx94x
-    assert {l["vendor"] for l in info["loaders"]} == {"hip", "cuda", "host"}
+    assert {loader["vendor"] for loader in info["loaders"]} == {"hip", "cuda", "host"}
     assert info["user_cache"]["path"] == str(tmp_path)
     assert set(info["knobs"]) >= {"RTCATTN_CACHE_DIR", "RTCATTN_NO_COMPILE", "RTCATTN_EMULATE"}
     assert info["version"] == _lib.version()
@@ -192,7 +192,8 @@ def test_nvrtc_cubin_and_ptxas_report(tmp_path):
     compilers = {c["name"]: c for c in _lib.info()["compilers"]}
     if "sm_90a" not in compilers["nvrtc"]["archs"]:
         pytest.skip("no NVRTC here (pip install nvidia-cuda-nvrtc)")
-    src = '#include "platform.h"\nstruct P { float* x; int n; };\nRTC_KERNEL(128) k(P p) { if ((int)threadIdx.x < p.n) p.x[threadIdx.x] += 1.0f; }\n'
+    src = ('#include "platform.h"\nstruct P { float* x; int n; };\n'
+           'RTC_KERNEL(128) k(P p) { if ((int)threadIdx.x < p.n) p.x[threadIdx.x] += 1.0f; }\n')
     r = _lib.build("tiny", "nv", "sm_90a", "k", ("k.cu", src), [("platform.h", PLATFORM_H)], ["-std=c++17"],
                    cache_dir=str(tmp_path))
     code = r.code()

@@ -1,4 +1,5 @@
-"""The sm_90a kernel on the product path without a GPU: NVRTC compiles from the manifest, ptxas's report, dispatch's fallback."""
+"""The sm_90a kernel on the product path without a GPU: NVRTC compiles from the manifest, ptxas's report, dispatch's
+fallback."""
 import os
 import re
 import struct
@@ -46,7 +47,8 @@ def test_manifest_entry_precedes_baseline():
     k = _sm90()
     hd = k.axes["head_dim"]
     assert k.symbol == SYMBOL and k.archs == ("sm_90a",) and hd.buckets == (128,)
-    v = m.variant_for(OP, "sm90", "sm_90a", {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128})
+    v = m.variant_for(OP, "sm90", "sm_90a",
+                      {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128})
     headers = {n for n, _ in m.request(v, "0").headers}
     assert {"sm90/params.h", "ptx_sm90.h", "wgmma_sm90.h", "sm90/softmax.h", "attn_params.h"} <= headers, headers
     assert hd.accepts(128) and not hd.accepts(64) and not hd.accepts(136)
@@ -82,7 +84,8 @@ def test_warm_lists_and_compiles_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "sm_90a", "--kernels", "sm90",
-                          "--layout", "bhsd", "--round-mode", "rtz", "--mask", "none", "--kv", "dense", "--cache-dir", str(tmp_path), "--jobs", "1"],
+                          "--layout", "bhsd", "--round-mode", "rtz", "--mask", "none", "--kv", "dense",
+                          "--cache-dir", str(tmp_path), "--jobs", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     if "no compiler available" in run.stdout + run.stderr:
         pytest.skip("NVRTC unavailable for sm_90a")
@@ -125,8 +128,8 @@ def test_fallback_for_head_dim_64(capfd, monkeypatch):
     q = torch.zeros(1, 77, 2, 64, dtype=torch.bfloat16)
     sel, err = _choose(q, "bshd", capfd, monkeypatch)
     assert sel.kernel.name == "baseline" and sel.why.startswith("fallback; sm90: head_dim 64")
-    assert ("rtcattn: attention_fwd: kernel baseline (baseline-bshd-rtne-none-dense-d64, sm_90a): fallback; sm90: head_dim 64"
-            in err), err
+    assert ("rtcattn: attention_fwd: kernel baseline (baseline-bshd-rtne-none-dense-d64, sm_90a): fallback; "
+            "sm90: head_dim 64" in err), err
 
 
 def test_fallback_for_misaligned_view(capfd, monkeypatch):

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import rtcattn
-from rtcattn.ops import attention_fwd
 from rtc_testing import need_lib
+from rtcattn.ops import attention_fwd
 
 BF = torch.bfloat16
 

@@ -55,7 +55,8 @@ def test_aiter_call_matches_forward_varlen_and_returns_lse_as_aiter_does():
 @pytest.mark.parametrize("name,value,accepted", [
     ("dropout_p", 0.1, "0.0"), ("logits_soft_cap", 30.0, "0.0"), ("bias", torch.zeros(1), "None"),
     ("alibi_slopes", torch.zeros(4), "None"), ("return_attn_probs", True, "False"),
-    ("cu_seqlens_q_padded", torch.zeros(4, dtype=I32), "None"), ("cu_seqlens_k_padded", torch.zeros(4, dtype=I32), "None"),
+    ("cu_seqlens_q_padded", torch.zeros(4, dtype=I32), "None"),
+    ("cu_seqlens_k_padded", torch.zeros(4, dtype=I32), "None"),
 ])
 def test_unsupported_aiter_arguments_raise_not_implemented_naming_them(name, value, accepted):
     q, k, v, cq, ck, mq, mk = _batch()
@@ -71,7 +72,8 @@ def _bad(what):
 
 
 @pytest.mark.parametrize("edit,pattern", [
-    (lambda a: a.update(cu_seqlens_q=a["cu_seqlens_q"].long()), r"cu_seqlens_q\.dtype=torch\.int64 .*accepted: torch\.int32"),
+    (lambda a: a.update(cu_seqlens_q=a["cu_seqlens_q"].long()),
+     r"cu_seqlens_q\.dtype=torch\.int64 .*accepted: torch\.int32"),
     (lambda a: a.update(cu_seqlens_k=a["cu_seqlens_k"].float()), r"cu_seqlens_k\.dtype=torch\.float32"),
     (lambda a: a.update(cu_seqlens_k=a["cu_seqlens_k"][:-1]), r"len\(cu_seqlens_q\)=4 != len\(cu_seqlens_k\)=3"),
     (lambda a: a.update(cu_seqlens_q=a["cu_seqlens_q"][None]), r"cu_seqlens_q\.ndim=2"),
@@ -82,8 +84,10 @@ def _bad(what):
     (lambda a: a.update(q=a["q"][None]), r"q\.ndim=4 .*accepted: 3 dims, \[total_q, Hq, D\]"),
     (lambda a: a.update(k=a["k"][:, :1]), r"mismatched k and v shapes"),
     (lambda a: a.update(k=a["k"][:, :, :32], v=a["v"][:, :, :32]), r"mismatched head dim"),
-    (lambda a: a.update(k=a["k"][:, :1].repeat(1, 3, 1), v=a["v"][:, :1].repeat(1, 3, 1)), r"mismatched number of heads"),
-    (lambda a: a.update(block_table=torch.zeros(3, 2, dtype=torch.int64)), r"k\.ndim=3 .*\[num_pages, page_size, Hk, D\]"),
+    (lambda a: a.update(k=a["k"][:, :1].repeat(1, 3, 1), v=a["v"][:, :1].repeat(1, 3, 1)),
+     r"mismatched number of heads"),
+    (lambda a: a.update(block_table=torch.zeros(3, 2, dtype=torch.int64)),
+     r"k\.ndim=3 .*\[num_pages, page_size, Hk, D\]"),
 ])
 def test_bad_input_raises_naming_the_argument_before_launch(edit, pattern):
     args = _bad(edit)
@@ -103,7 +107,8 @@ def _paged(page=16, pages=6, width=2):
     (lambda a: a.update(block_table=a["block_table"].long()), r"block_table\.dtype=torch\.int64 .*torch\.int32"),
     (lambda a: a.update(block_table=a["block_table"][:2]), r"block_table\.shape=\(2, 2\) .*\[batch=3, pages >= 1\]"),
     (lambda a: a.update(block_table=a["block_table"][:, 0]), r"block_table\.ndim=1"),
-    (lambda a: a.update(k=a["k"][:, :8], v=a["v"][:, :8]), r"page_size=8 is not accepted; accepted: a power of two >= 16"),
+    (lambda a: a.update(k=a["k"][:, :8], v=a["v"][:, :8]),
+     r"page_size=8 is not accepted; accepted: a power of two >= 16"),
     (lambda a: a.update(k=torch.randn(4, 24, 2, 64).to(BF), v=torch.randn(4, 24, 2, 64).to(BF)),
      r"page_size=24 is not accepted; accepted: a power of two >= 16"),
 ])

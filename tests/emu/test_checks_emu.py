@@ -49,7 +49,8 @@ def cache(tmp_path_factory):
 
 
 def run_case(kernel, cache, block, grid=1, params="out", arch="gfx942-emu"):
-    code = "import sys; sys.argv = ['x', %r, %r, %r, %r, %r, %r]\n" % (kernel, arch, cache, str(block), str(grid), params)
+    code = (f"import sys; sys.argv = ['x', {kernel!r}, {arch!r}, {cache!r}, {str(block)!r}, {str(grid)!r}, "
+            f"{params!r}]\n")
     res = h.run_isolated(code + CHILD, timeout=180)
     assert res.returncode == 3, f"expected a reported error, got rc={res.returncode}\n{res.stdout}\n{res.stderr}"
     return res.stdout

@@ -1,4 +1,5 @@
-"""The gfx942 fast kernel on the wave emulator: numerics contract, tail split forced on and off, gfx942 = gfx90a bit for bit.
+"""The gfx942 fast kernel on the wave emulator: numerics contract, tail split forced on and off, gfx942 = gfx90a bit
+for bit.
 
 Size design (a Latin square, to stay near 2 minutes on 2 cores): S = (1, 17, 100, 384, 385, 1000).
 Every layout x mode x split (off, forced on) runs the diagonal (s_i, s_i) plus one cyclic shift
@@ -90,7 +91,8 @@ def test_softmax_scale_and_split_both_meet_the_contract():
 @pytest.mark.parametrize("tail_split", SPLITS)
 def test_gfx942_and_gfx90a_agree_bit_for_bit(tail_split):
     q, k, v = suite.make_qkv("bshd", 1, 2, 77, 450, 128, "cpu", seed=3)
-    outs = [drv.forward(q, k, v, "bshd", "rtne", None, True, arch=a, tail_split=tail_split) for a in ("gfx942", "gfx90a")]
+    outs = [drv.forward(q, k, v, "bshd", "rtne", None, True, arch=a, tail_split=tail_split)
+            for a in ("gfx942", "gfx90a")]
     assert torch.equal(ref.bf16_bits(outs[0][0]), ref.bf16_bits(outs[1][0]))
     assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
 
@@ -109,7 +111,7 @@ def test_small_workspace_is_refused():
     assert need == 16384  # one 64-row V^T block, no split
     ws = torch.empty(need - 1, dtype=torch.uint8)
     args.workspace, args.workspace_bytes = ws.data_ptr(), need - 1
-    v128 = manifest.load().variant_for("attention_fwd", "gfx942", "gfx942-emu",
-                                       {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128})
+    call = {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128}
+    v128 = manifest.load().variant_for("attention_fwd", "gfx942", "gfx942-emu", call)
     with pytest.raises(ValueError, match="workspace_bytes"):
         _lib.op_launch(dispatch.build(v128).program, "attention_fwd", "gfx942", args, "host", 0)

@@ -45,32 +45,32 @@ def test_mfma_16x16x16_lane_mapping(probe):
     A = np.arange(256, dtype=np.float32).reshape(16, 16)
     B = np.eye(16, dtype=np.float32)
     C = 1000 + np.arange(256, dtype=np.float32).reshape(16, 16)
-    a = np.array([[A[l % 16][4 * (l // 16) + i] for i in range(4)] for l in LANES])
-    b = np.array([[B[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
-    c = np.array([[C[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
+    a = np.array([[A[lane % 16][4 * (lane // 16) + i] for i in range(4)] for lane in LANES])
+    b = np.array([[B[4 * (lane // 16) + i][lane % 16] for i in range(4)] for lane in LANES])
+    c = np.array([[C[4 * (lane // 16) + i][lane % 16] for i in range(4)] for lane in LANES])
     d = probe(MFMA16, mfma_inputs(a, b, c))[:256].view(np.float32).reshape(64, 4)
     # Hand-worked: lane 17 (column 1, row group 1) element 2 is D[6][1] = 16*6 + 1 + 1000 + 16*6 + 1.
     assert d[17][2] == 97 + 1097
     assert d[0][0] == 0 + 1000 and d[63][3] == 255 + 1255
     want = A @ B + C
-    for l in LANES:
+    for lane in LANES:
         for i in range(4):
-            assert d[l][i] == want[4 * (l // 16) + i][l % 16], (l, i)
+            assert d[lane][i] == want[4 * (lane // 16) + i][lane % 16], (lane, i)
 
 
 def test_mfma_16x16x16_integer_products(probe):
     rng = np.random.default_rng(1)
     A, B = (rng.integers(-4, 5, (16, 16)).astype(np.float32) for _ in range(2))
     C = rng.integers(-8, 9, (16, 16)).astype(np.float32)
-    a = np.array([[A[l % 16][4 * (l // 16) + i] for i in range(4)] for l in LANES])
-    b = np.array([[B[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
-    c = np.array([[C[4 * (l // 16) + i][l % 16] for i in range(4)] for l in LANES])
+    a = np.array([[A[lane % 16][4 * (lane // 16) + i] for i in range(4)] for lane in LANES])
+    b = np.array([[B[4 * (lane // 16) + i][lane % 16] for i in range(4)] for lane in LANES])
+    c = np.array([[C[4 * (lane // 16) + i][lane % 16] for i in range(4)] for lane in LANES])
     d = probe(MFMA16, mfma_inputs(a, b, c))[:256].view(np.float32).reshape(64, 4)
     want = A @ B + C
     got = np.zeros((16, 16), dtype=np.float32)
-    for l in LANES:
+    for lane in LANES:
         for i in range(4):
-            got[4 * (l // 16) + i][l % 16] = d[l][i]
+            got[4 * (lane // 16) + i][lane % 16] = d[lane][i]
     np.testing.assert_array_equal(got, want)
 
 
@@ -80,17 +80,18 @@ def test_mfma_32x32x8_lane_mapping(probe):
     B = rng.integers(-3, 4, (8, 32)).astype(np.float32)
     B[:, :8] = np.eye(8)                                          # columns 0..7 copy A
     C = rng.integers(-8, 9, (32, 32)).astype(np.float32)
-    a = np.array([[A[l % 32][4 * (l // 32) + i] for i in range(4)] for l in LANES])
-    b = np.array([[B[4 * (l // 32) + i][l % 32] for i in range(4)] for l in LANES])
-    row = lambda l, r: 8 * (r // 4) + 4 * (l // 32) + r % 4
-    c = np.array([[C[row(l, r)][l % 32] for r in range(16)] for l in LANES])
+    a = np.array([[A[lane % 32][4 * (lane // 32) + i] for i in range(4)] for lane in LANES])
+    b = np.array([[B[4 * (lane // 32) + i][lane % 32] for i in range(4)] for lane in LANES])
+    def row(lane, r):
+        return 8 * (r // 4) + 4 * (lane // 32) + r % 4
+    c = np.array([[C[row(lane, r)][lane % 32] for r in range(16)] for lane in LANES])
     d = probe(MFMA32, mfma_inputs(a, b, c))[:1024].view(np.float32).reshape(64, 16)
     # Hand-worked: lane 33 holds column 1; its register 5 is row 8*1 + 4*1 + 1 = 13: A[13][1] = 105.
     assert d[33][5] == 105 + C[13][1]
     want = A @ B + C
-    for l in LANES:
+    for lane in LANES:
         for r in range(16):
-            assert d[l][r] == want[row(l, r)][l % 32], (l, r)
+            assert d[lane][r] == want[row(lane, r)][lane % 32], (lane, r)
 
 
 def test_exp2(probe):
@@ -152,7 +153,7 @@ def test_ballot_all_any(probe):
     inp = np.zeros(1024, dtype=np.uint32)
     inp[:64] = LANES * 3
     out = probe(VOTE, inp, arg=190)
-    mask = sum(1 << int(l) for l in LANES if (l * 3) & 1)
+    mask = sum(1 << int(lane) for lane in LANES if (lane * 3) & 1)
     assert (out[:64] == (mask & 0xFFFFFFFF)).all() and (out[64:128] == mask >> 32).all()
     assert (out[128:192] == 1).all()             # every lane below 190 (max 189), none equal
     assert (probe(VOTE, inp, arg=189)[128:192] == 2).all()   # lane 63 equals 189: any, not all

@@ -4,10 +4,10 @@ Each accuracy case is checked per sequence against the fp64 reference (tests/var
 mixes with 0, 1, sub-tile and > 384 rows, a batch of one, 40 short sequences, causal / windows, GQA and
 the three round modes. Paged calls (pages of 16..256 rows, shuffled, spare pages of junk, block tables
 longer than needed) must equal the packed call bit for bit. A max_seqlen_k below real KV lengths only
-sizes the launch: every key still counts, and the paged V^T workspace is sized by the block table. Bad metadata (decreasing or out-of-range
-cu_seqlens, block ids out of the pool, lengths past max_seqlen) must only complete: the emulator fails
-a launch on any access outside the tensors, the workspace or the metadata, so completing is the proof
-of memory safety.
+sizes the launch: every key still counts, and the paged V^T workspace is sized by the block table. Bad
+metadata (decreasing or out-of-range cu_seqlens, block ids out of the pool, lengths past max_seqlen) must
+only complete: the emulator fails a launch on any access outside the tensors, the workspace or the
+metadata, so completing is the proof of memory safety.
 """
 from dataclasses import replace
 

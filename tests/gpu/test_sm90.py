@@ -1,4 +1,5 @@
-"""GPU tests of the sm_90a attention kernel (H100/H200) through rtcattn.forward: docs/numerics.md on the product path."""
+"""GPU tests of the sm_90a attention kernel (H100/H200) through rtcattn.forward: docs/numerics.md on the product
+path."""
 import math
 
 import pytest
@@ -114,6 +115,7 @@ def test_special_values(kernels, mode):
 @pytest.mark.parametrize("B,H,S", [(2, 4, 1000), (1, 8, 4096)])
 def test_side_by_side_with_torch_backends(kernels, B, H, S, record_property):
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     from rtcattn import reference
     q, k, v = _inputs(B, H, S, S, "bhsd", seed=S)
     o, _ = kernels["rtne"](q, k, v, "bhsd")

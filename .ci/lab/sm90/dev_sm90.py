@@ -2,7 +2,8 @@
 (`#ifndef LAB_X`), passed here as NAME=VALUE defines. Everything runs through the product: rtcattn.forward under
 dispatch.pinned(kernel="sm90", options=("-DNAME=VALUE", ...)), references from rtcattn.reference. Subcommands:
 check [DEFS] | bench SHAPES [mode[:DEF=1+DEF=2] ...] | build [DEFS] (ptxas report; no GPU needed) |
-sass [DEFS] (build + cuobjdump counts) | once SHAPE CONFIG... (one launch each, for a profiler). Exits 1 on a failure."""
+sass [DEFS] (build + cuobjdump counts) | once SHAPE CONFIG... (one launch each, for a profiler).
+Exits 1 on a failure."""
 import math
 import os
 import re
@@ -14,7 +15,7 @@ import tempfile
 import torch
 
 import rtcattn
-from rtcattn import bench, dispatch, manifest, reference
+from rtcattn import bench as rtc_bench, dispatch, manifest, reference
 
 MODES = ("rtne", "rtna", "rtz")
 SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1, 64, 16384),
@@ -66,8 +67,10 @@ def check_special(defines, mode):
     q, k, v = make(1, 2, 200, 300, "bhsd", gen)
     k[..., 0] = k[..., 0].abs() + 0.1
     q[0, 0, 3] = float("nan")                        # NaN row of Q -> NaN row
-    q[0, 0, 10] = 0; q[0, 0, 10, 0] = float("-inf")  # every score -inf -> zero row, LSE -inf
-    q[0, 0, 20] = 0; q[0, 0, 20, 0] = float("inf")   # +inf score -> NaN row
+    q[0, 0, 10] = 0
+    q[0, 0, 10, 0] = float("-inf")                   # every score -inf -> zero row, LSE -inf
+    q[0, 0, 20] = 0
+    q[0, 0, 20, 0] = float("inf")                    # +inf score -> NaN row
     v[0, 1, 5, 7] = float("nan")                     # NaN in V[j, d] -> column d NaN (head 1)
     o, lse = fwd(q, k, v, "bhsd", mode, defines, out=poisoned(q))
     torch.cuda.synchronize()
@@ -117,7 +120,7 @@ def median_ms(fn, reps):
 def time_interleaved(fns, reps):
     """Median ms of each callable, the reps taken round-robin so that clock drift hits all alike.
     A round is queued without host syncs. DEV_LEAD=1 also queues a GPU sleep ahead of each round and
-    varies the order (bench.round_orders: every callable follows every other equally often; at the power
+    varies the order (rtc_bench.round_orders: every callable follows every other equally often; at the power
     cap a call is faster after a low-power one): otherwise the first callable of a round starts on an
     idle GPU and its events include its host dispatch."""
     lead = os.environ.get("DEV_LEAD", "0") == "1"
@@ -128,12 +131,14 @@ def time_interleaved(fns, reps):
     names = list(fns)
     for r in range(reps):
         ev = {}
-        order = [names[i] for i in bench.round_orders(len(names), reps)[r]] if lead else names
+        order = [names[i] for i in rtc_bench.round_orders(len(names), reps)[r]] if lead else names
         if lead:
             torch.cuda._sleep(5_000_000)
         for k in order:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(); fns[k](); b.record()
+            a.record()
+            fns[k]()
+            b.record()
             ev[k] = (a, b)
         torch.cuda.synchronize()
         for k, (a, b) in ev.items():
@@ -192,8 +197,10 @@ def bench(shapes, configs):
     layout = os.environ.get("DEV_LAYOUT", "bhsd")
     for (B, H, S) in shapes:
         res = timed_shape(B, H, S, layout, configs, gen)
-        tf = lambda t: 4 * B * H * S * S * 128 / t / 1e9
-        line = f"({B},{H},{S}) {layout} cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) fa4 {res.get('fa4', 0):.3f} ({tf(res['fa4']) if 'fa4' in res else 0:.0f})"
+        def tf(t, flop=4 * B * H * S * S * 128):
+            return flop / t / 1e9
+        line = (f"({B},{H},{S}) {layout} cudnn {res['cudnn']:.3f} ({tf(res['cudnn']):.0f}) "
+                f"fa4 {res.get('fa4', 0):.3f} ({tf(res['fa4']) if 'fa4' in res else 0:.0f})")
         for c in configs:
             line += f" | {c} {res[c]:.3f} {tf(res[c]):.0f} x{res['cudnn'] / res[c]:.3f}"
         rows.append(line)
@@ -212,9 +219,9 @@ def summary(table, configs):
     for shp, res in table.items():
         peer = res.get("fa4", res["cudnn"])
         rat = [peer / res[c] for c in configs]
-        logs = [l + math.log(r) for l, r in zip(logs, rat)]
+        logs = [lg + math.log(r) for lg, r in zip(logs, rat)]
         out.append(f"{str(shp):>15} {res['cudnn']:8.3f} " + " ".join(f"{r:6.3f}" for r in rat))
-    out.append(f"{'geomean':>15} {'':>8} " + " ".join(f"{math.exp(l / len(table)):6.3f}" for l in logs))
+    out.append(f"{'geomean':>15} {'':>8} " + " ".join(f"{math.exp(lg / len(table)):6.3f}" for lg in logs))
     return out
 
 
@@ -237,7 +244,8 @@ def build(defines=(), disasm=False):
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for mode in os.environ.get("DEV_MODES", " ".join(MODES)).split():
-            v = m.variant_for("attention_fwd", "sm90", "sm_90a", {"layout": layout, "round_mode": mode, "head_dim": 128})
+            v = m.variant_for("attention_fwd", "sm90", "sm_90a",
+                              {"layout": layout, "round_mode": mode, "head_dim": 128})
             res = dispatch.build(v, cache_dir=os.path.join(tmp, mode), extra_options=options(defines))
             log = res.log().replace("\x00", "").strip()
             regs = re.search(r"Used (\d+) registers", log)

@@ -9,9 +9,9 @@ import time
 
 if len(sys.argv) > 1:
     sys.path.insert(0, sys.argv[1])
-import torch  # noqa: E402
+import torch
 
-import rtcattn  # noqa: E402
+import rtcattn
 
 
 def per_call_us(fn, n=3000):

@@ -16,7 +16,7 @@ for kw in calls.values():
     rtcattn.forward(q, k, v, **kw)
 torch.cuda.synchronize()
 times = {n: [] for n in calls}
-for r in range(reps):
+for _ in range(reps):
     for n, kw in calls.items():
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()

@@ -6,7 +6,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import dev_sm90 as lab  # noqa: E402
+import dev_sm90 as lab
 
 B, H, S = lab.SEED_SHAPES[int(sys.argv[1])]
 configs = sys.argv[2:] or ["rtne"]
@@ -14,7 +14,7 @@ q, k, v = lab.make(B, H, S, S, "bshd", torch.Generator(device="cuda").manual_see
 fa4 = lab.fa4_fn(q, k, v, "bshd")
 calls = ([("fa4", fa4)] if fa4 is not None else []) + [
     (c, (lambda m, d: lambda: lab.fwd(q, k, v, "bshd", m, d, lse=False))(*lab.parse_config(c))) for c in configs]
-for name, f in calls:   # warm-up: compiles, loads; not profiled with --launch-skip
+for _name, f in calls:   # warm-up: compiles, loads; not profiled with --launch-skip
     f()
 torch.cuda.synchronize()
 for name, f in calls:
