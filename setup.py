@@ -143,6 +143,6 @@ setup(
     ext_modules=[Extension("rtcattn.librtcattn_jit",
                            sources=runtime_sources())],
     cmdclass={"build_ext": BuildRuntime, "build_py": BuildPyWithData},
-    entry_points={"console_scripts": ["rtcattn = rtcattn.cli:main"]},
+    entry_points={"console_scripts": ["rtcattn = rtcattn.tools.cli:main"]},
     zip_safe=False,
 )

@@ -1,5 +1,5 @@
 """Helpers shared by the test files."""
-from rtcattn import dispatch
+from rtcattn.runtime import dispatch
 
 
 def need_lib():

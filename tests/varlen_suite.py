@@ -106,7 +106,7 @@ def check_accuracy(b: Batch, mode="rtne", window=(-1, -1), what=""):
 def packed_kernels(arch: str) -> list:
     """Every kernel of the manifest that serves varlen and paged calls on arch (e.g. "gfx942-emu", "sm_90a"):
     a check over all of them covers each new kernel without being told of it."""
-    from rtcattn import manifest
+    from rtcattn.runtime import manifest
     spec = manifest.load().op("attention_fwd")
     kv = spec.axis("kv")
     return [k.name for k in spec.kernels

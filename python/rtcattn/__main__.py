@@ -1,6 +1,6 @@
 """Entry point of `python -m rtcattn`."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -197,7 +197,7 @@ def analyse(code: bytes) -> tuple:
 
 
 def _spec():
-    from . import manifest
+    from .runtime import manifest
     return manifest.load().op(OP)
 
 
@@ -208,7 +208,7 @@ def axis_values(axis: str) -> list:
 def build(arch: str, layout: str, mode: str, mask: str = "none", kv: str = "dense"):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
-    from . import dispatch, manifest
+    from .runtime import dispatch, manifest
     v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "mask": mask,
                                                        "kv": kv, "head_dim": 128})
     return dispatch.build(v)
@@ -239,7 +239,7 @@ def iteration_cycles(loop: dict) -> dict:
 
 def plan(shape: tuple, cus: int = CUS, split: bool = True, causal: bool = False) -> dict:
     """The runtime's launch plan of the gfx942 kernel for a (B, H, S) problem: the planner of a real call."""
-    from . import dispatch
+    from .runtime import dispatch
     b, h, s = shape
     strides = (s * h * 128, h * 128, 128)
     args = dispatch.lib().op_args(OP, q=1, k=1, v=1, o=1, q_strides=strides, k_strides=strides, v_strides=strides,

@@ -12,7 +12,7 @@ HOW_V3_BF16_CVT = {0: "rtne", 1: "rtna", 2: "rtz"}   # AITER's encoding of the r
 
 def axis_values(axis: str) -> tuple:
     """The values of one of the op's axes, as the manifest declares them (layout, round_mode)."""
-    from . import manifest
+    from .runtime import manifest
     return tuple(manifest.load().op(OP).axis_values(axis))
 
 
@@ -60,7 +60,7 @@ def head_dim_rule():
     """(supports(d), description) from the manifest's kernels: a head dim is supported when any kernel takes it."""
     global _head_dim_rule
     if _head_dim_rule is None:  # read once per process: every call checks the head dim
-        from . import manifest
+        from .runtime import manifest
         specs = {k.axes["head_dim"] for k in manifest.load().op(OP).kernels}
         widest = [s for s in specs if not any(o != s and o.lo <= s.lo and s.hi <= o.hi and o.step <= s.step
                                                 for o in specs)]

@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from rtcattn import _lib, dispatch, manifest
+from rtcattn.runtime import _lib, dispatch, manifest
 
 SPEC = manifest.load().op("attention_fwd")
 KERNEL = SPEC.kernel("baseline")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIB_PY = ROOT / "python" / "rtcattn" / "_lib.py"
+LIB_PY = ROOT / "python" / "rtcattn" / "runtime" / "_lib.py"
 PLATFORM_H = (ROOT / "csrc_common" / "platform.h").read_text()
 
 pytestmark = pytest.mark.skipif(shutil.which("clang++-19") is None and shutil.which("clang++") is None,
@@ -75,7 +75,7 @@ def build_in_child(req, cache_dir, **extra):
 
 @pytest.fixture
 def lib():
-    from rtcattn import _lib
+    from rtcattn.runtime import _lib
     return _lib
 
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import rtcattn
-from rtcattn import dispatch, validate_varlen
+from rtcattn import validate_varlen
 from rtcattn.ops import attention_fwd_varlen
+from rtcattn.runtime import dispatch
 
 ROOT = Path(__file__).resolve().parents[2]
 BF = torch.bfloat16

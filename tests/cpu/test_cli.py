@@ -104,7 +104,8 @@ def test_warm_refuses_a_cache_dir_under_a_parent_it_cannot_write(tmp_path, paren
 def run_as(uid: int, argv: list, out: Path) -> tuple:
     """cli.main(argv) in a forked child that has dropped to uid (the interpreter's own dir may be closed to
     other users, so a new process of that uid may not start at all); (exit status, output)."""
-    from rtcattn import cli as cli_module, dispatch
+    from rtcattn.runtime import dispatch
+    from rtcattn.tools import cli as cli_module
     dispatch.lib()  # loaded before the fork, as the parent's user
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rtcattn import manifest  # pure Python: no runtime library is loaded in the pytest process
+from rtcattn.runtime import manifest  # pure Python: no runtime library is loaded in the pytest process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -91,7 +91,7 @@ def _problem(v) -> dict:
 
 def _child(cfg_path: str) -> None:
     cfg = json.load(open(cfg_path))
-    from rtcattn import dispatch
+    from rtcattn.runtime import dispatch
     lib = dispatch.lib()
     m = manifest.load()
     # Archs taken in turn: each arch's compiler may be serialized (hipRTC is, per process), so a

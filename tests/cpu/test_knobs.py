@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtcattn import _lib
+from rtcattn.runtime import _lib
 
 ROOT = Path(__file__).resolve().parents[2]
 P = "RTCATTN_"
@@ -74,7 +74,7 @@ def test_no_tail_turns_off_the_planned_split(monkeypatch):
 
 
 def test_cache_dir_is_where_entries_go(tmp_path):
-    code = ("from rtcattn import dispatch, manifest\n"
+    code = ("from rtcattn.runtime import dispatch, manifest\n"
             "v = manifest.load().variant_for('attention_fwd', 'baseline', 'sm_90a', "
             "{'layout': 'bshd', 'round_mode': 'rtz', 'mask': 'none', 'kv': 'dense', 'head_dim': 64})\n"
             "print(dispatch.build(v).path)")
@@ -97,7 +97,7 @@ def test_log_reports_lookups_and_the_kernel_chosen(tmp_path):
 
 
 def test_clang_names_the_compiler_used_for_amd(tmp_path):
-    code = ("from rtcattn import _lib\n"
+    code = ("from rtcattn.runtime import _lib\n"
             "src = '#include \"platform.h\"\\nRTC_KERNEL(64) k(int) {}\\n'\n"
             "plat = open('csrc_common/platform.h').read()\n"
             "try:\n"
@@ -130,7 +130,7 @@ def test_host_cxx_names_the_emulator_compiler(tmp_path):
 def test_emulate_selects_the_emulated_arch(monkeypatch):
     import torch
 
-    from rtcattn import dispatch
+    from rtcattn.runtime import dispatch
     monkeypatch.setenv(P + "EMULATE", "gfx90a")
     assert dispatch.arch_of(torch.device("cpu")) == "gfx90a-emu"
     monkeypatch.setenv(P + "EMULATE", "gfx942")
@@ -148,7 +148,7 @@ def test_library_path_dirs_are_searched_first(tmp_path):
         pytest.skip("no C compiler")
     subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(tmp_path / "libamdhip64.so"),
                     str(ROOT / "tests" / "cpu" / "hip_standin" / "libamdhip64.c")], check=True)
-    code = ("from rtcattn import _lib\n"
+    code = ("from rtcattn.runtime import _lib\n"
             "hiprtc = next(c for c in _lib.info()['compilers'] if c['name'] == 'hiprtc')\n"
             "print(_lib.device_count('hip'), hiprtc['available'])")
     without = _child(code)
@@ -236,7 +236,7 @@ def test_timeout_knobs_accept_only_a_positive_bounded_number_of_seconds(monkeypa
 
 
 def test_bad_timeout_knob_fails_the_build_before_any_compile(tmp_path):
-    code = ("from rtcattn import _lib\n"
+    code = ("from rtcattn.runtime import _lib\n"
             "src = '#include \"platform.h\"\\nRTC_KERNEL(64) k(int) {}\\n'\n"
             "plat = open('csrc_common/platform.h').read()\n"
             "try:\n"

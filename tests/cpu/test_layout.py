@@ -20,7 +20,7 @@ def test_runtime_includes_only_runtime_and_emulator_abi_headers():
 
 
 def test_each_op_has_host_code_and_kernel_sources():
-    from rtcattn import manifest
+    from rtcattn.runtime import manifest
     for op, spec in manifest.load().ops.items():
         assert (ROOT / "jit" / "ops" / op).is_dir(), op
         for k in spec.kernels:

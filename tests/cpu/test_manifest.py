@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rtcattn import dispatch, manifest, paths
+from rtcattn.runtime import dispatch, manifest, paths
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = json.loads((ROOT / "configs" / "ops.json").read_text())

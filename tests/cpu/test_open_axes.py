@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rtcattn import _lib, cli, dispatch, manifest, paths
+from rtcattn.runtime import _lib, dispatch, manifest, paths
+from rtcattn.tools import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAVOR = {"name": "flavor", "define": "RTC_TEST_FLAVOR", "values": {"plain": 0, "loud": 1}}

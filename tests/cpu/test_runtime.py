@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtcattn import _lib
+from rtcattn.runtime import _lib
 
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM_H = (ROOT / "csrc_common" / "platform.h").read_text()
@@ -248,7 +248,7 @@ def test_sanitized_runs_survive_a_library_that_swaps_a_threads_signal_stack(tmp_
     reports.mkdir()
     # the same options, with this child's reports kept apart from the run's (they would fail the whole run)
     env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + f":log_path={reports}/asan"
-    env.update(PYTHONPATH=str(Path(_lib.__file__).resolve().parents[1]), RTCATTN_LIBRARY_PATH=str(lib_dir))
+    env.update(PYTHONPATH=str(Path(_lib.__file__).resolve().parents[2]), RTCATTN_LIBRARY_PATH=str(lib_dir))
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], capture_output=True, text=True,
                        env=env, timeout=120)
     found = [p.read_text() for p in reports.iterdir()]

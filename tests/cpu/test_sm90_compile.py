@@ -11,8 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rtcattn import _lib, cli, dispatch, manifest, validate  # noqa: E402
+from rtcattn import validate  # noqa: E402
 from rtcattn.ops import attention_fwd  # noqa: E402
+from rtcattn.runtime import _lib, dispatch, manifest  # noqa: E402
+from rtcattn.tools import cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SYMBOL = "attention_fwd_sm90"

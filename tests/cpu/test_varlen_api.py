@@ -181,7 +181,7 @@ def test_check_knob_runs_for_calls_without_sequences_or_query_rows(monkeypatch):
 def test_no_sequence_gives_zero_rows_and_launches_nothing(monkeypatch):
     """batch = 0 with query rows (no CHECK): no sequence owns a row, so every row reads as a row that sees
     no key (O = 0, LSE = -inf), not as the stale memory of an unwritten torch.empty."""
-    from rtcattn import dispatch
+    from rtcattn.runtime import dispatch
     monkeypatch.setattr(dispatch, "launch", lambda *a: pytest.fail("launched"))
     q = torch.randn(120, 4, 64).to(BF)
     k = torch.randn(14, 2, 64).to(BF)

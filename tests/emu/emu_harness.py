@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rtcattn import _lib, manifest
+from rtcattn.runtime import _lib, manifest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import rtcattn
-from rtcattn import dispatch
+from rtcattn.runtime import dispatch
 
 
 def forward(q, k, v, layout, mode, scale=None, lse=False, *, arch="gfx942", tail_split=0, num_cus=304,

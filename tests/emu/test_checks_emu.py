@@ -16,7 +16,7 @@ CHILD = textwrap.dedent("""
     import struct, sys
     import numpy as np
     import emu_harness as h
-    from rtcattn import _lib
+    from rtcattn.runtime import _lib
     kernel, arch, cache, block, grid, params_kind = sys.argv[1:7]
     prog = h.build(kernel + ".hip", kernel, arch, cache)
     out = np.zeros(4096, dtype=np.float32)

@@ -98,7 +98,7 @@ def test_gfx942_and_gfx90a_agree_bit_for_bit(tail_split):
 
 
 def test_small_workspace_is_refused():
-    from rtcattn import _lib, dispatch, manifest
+    from rtcattn.runtime import _lib, dispatch, manifest
     q, k, v = suite.make_qkv("bshd", 1, 1, 10, 10, 128, "cpu")
     out = torch.empty_like(q)
     strides = [(t.stride(0), t.stride(1), t.stride(2)) for t in (q, k, v, out)]

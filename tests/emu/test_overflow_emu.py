@@ -4,7 +4,7 @@ import pytest
 
 import overflow_suite as ovf
 import rtcattn
-from rtcattn import dispatch
+from rtcattn.runtime import dispatch
 
 pytestmark = pytest.mark.emu
 

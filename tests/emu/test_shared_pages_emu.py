@@ -4,7 +4,7 @@ bit, and within the contract against the fp64 reference."""
 import pytest
 
 import varlen_suite as vs
-from rtcattn import dispatch
+from rtcattn.runtime import dispatch
 
 pytestmark = pytest.mark.emu
 

@@ -16,8 +16,9 @@ import torch
 
 import numerics_suite as suite
 import varlen_suite as vs
-from rtcattn import dispatch, reference as ref
+from rtcattn import reference as ref
 from rtcattn.ops import attention_fwd_varlen
+from rtcattn.runtime import dispatch
 
 pytestmark = pytest.mark.emu
 
@@ -128,7 +129,7 @@ def test_packed_tail_split_is_refused_with_a_reason(pin):
 
 
 def test_workspace_is_sized_without_reading_cu_seqlens(pin):
-    from rtcattn import _lib
+    from rtcattn.runtime import _lib
     b = vs.make_batch([10, 200, 3], [70, 129, 1], 4, 2, 128, "cpu")
     p = attention_fwd_varlen.validate_varlen.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k)
     args = attention_fwd_varlen.args_block(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, 304)
@@ -159,7 +160,7 @@ def test_max_seqlen_k_below_the_real_lengths(pin, kernel, kv, lens_q, lens_k, he
 
 def test_paged_workspace_is_sized_by_the_block_table(pin):
     """Paged V^T holds every key the block table can address (seq_of clamps a length to it), not max_seqlen_k."""
-    from rtcattn import _lib
+    from rtcattn.runtime import _lib
     b = vs.to_paged(vs.make_batch([10, 3], [70, 300], 4, 2, 128, "cpu"), 32)
     pages = b.block_table.shape[1]
     p = attention_fwd_varlen.validate_varlen.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, 1,
@@ -172,7 +173,7 @@ def test_paged_workspace_is_sized_by_the_block_table(pin):
 def test_paged_workspace_larger_than_the_device_is_refused(pin, monkeypatch):
     """A block table that addresses more keys than the V^T workspace can hold on the device: a clear error
     naming the sizes, before anything is allocated."""
-    from rtcattn import dispatch
+    from rtcattn.runtime import dispatch
     b = vs.to_paged(vs.make_batch([10, 3], [70, 300], 4, 2, 128, "cpu"), 32)
     wide = torch.zeros((2, 4096), dtype=torch.int32)     # 2 x 4096 x 32 keys: 2 * 2 * 2048 * 16 KiB = 128 MiB
     wide[:, : b.block_table.shape[1]] = b.block_table

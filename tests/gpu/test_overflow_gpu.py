@@ -23,7 +23,7 @@ def kernel(request):
 def runner(kernel):
     def run(q, k, v, scale, window):
         import rtcattn
-        from rtcattn import dispatch
+        from rtcattn.runtime import dispatch
         out = torch.empty_like(q)
         out.view(torch.int16).fill_(-1)   # poisoned: a NaN nobody writes on purpose
         with dispatch.pinned(kernel=kernel):
@@ -34,7 +34,7 @@ def runner(kernel):
 def varlen_runner(kernel):
     def run(q, k, v, cu_q, cu_k, max_q, max_k):
         import rtcattn
-        from rtcattn import dispatch
+        from rtcattn.runtime import dispatch
         with dispatch.pinned(kernel=kernel):
             return rtcattn.forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, return_lse=True)
     return run

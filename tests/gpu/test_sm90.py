@@ -135,7 +135,7 @@ def test_side_by_side_with_torch_backends(kernels, B, H, S, record_property):
 
 def test_fallback_to_baseline_with_reason(kernels, capfd, monkeypatch):
     """Head dim 64 and a misaligned view run the baseline; the reason is logged under RTCATTN_LOG=1."""
-    from rtcattn import dispatch
+    from rtcattn.runtime import dispatch
     monkeypatch.setenv("RTCATTN_LOG", "1")
     monkeypatch.setattr(dispatch, "_logged", set())
     gen = torch.Generator(device="cuda").manual_seed(3)

@@ -108,7 +108,7 @@ SHORT_MAX_K = [  # (lens_q, lens_k, (Hq, Hk), max_seqlen_k, window)
 def test_max_seqlen_k_below_the_real_lengths(kv, lens_q, lens_k, heads, max_k, window):
     """FlashAttention's contract: max_seqlen_k only sizes the launch; every key of each sequence counts. Each
     kernel that serves packed calls on this GPU, pinned (Hopper: sm90 and the CUDA baseline)."""
-    from rtcattn import dispatch
+    from rtcattn.runtime import dispatch
     b = vs.make_batch(lens_q, lens_k, *heads, 128, "cuda", seed=len(lens_k))
     if kv == "paged":
         b = vs.to_paged(b, 16, seed=len(lens_k))

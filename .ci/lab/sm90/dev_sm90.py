@@ -15,7 +15,8 @@ import tempfile
 import torch
 
 import rtcattn
-from rtcattn import bench as rtc_bench, dispatch, manifest, reference
+from rtcattn import bench as rtc_bench, reference
+from rtcattn.runtime import dispatch, manifest
 
 MODES = ("rtne", "rtna", "rtz")
 SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1, 64, 16384),

@@ -28,8 +28,9 @@ def per_call_us(fn, n=3000):
 
 def internal_layers(q, k, v, out):
     """The layers under torch.ops.rtcattn.fwd, as this tree's package has them."""
-    from rtcattn import dispatch, validate
+    from rtcattn import validate
     from rtcattn.ops import attention_fwd as op
+    from rtcattn.runtime import dispatch
     prob = validate.check_inputs(q, k, v, "bshd", "rtne", None)
     _, cus = dispatch.device_facts(q.device)
     call = {"layout": "bshd", "round_mode": "rtne", "head_dim": prob.head_dim}

@@ -5,7 +5,7 @@ kernel outside the manifest. `--build` only compiles it (no GPU needed)."""
 import struct
 import sys
 
-from rtcattn import dispatch, manifest, paths
+from rtcattn.runtime import dispatch, manifest, paths
 
 SRC = r'''
 #include "ptx_sm90.h"

@@ -44,7 +44,7 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
 
     out may be None: the output does not exist yet and will be contiguous; q's address stands in for
     it until launch, so the runtime can check the call before anything is allocated."""
-    from .. import dispatch
+    from ..runtime import dispatch
     o_ptr, o_strides = (q.data_ptr(), _contiguous_strides(q.shape)) if out is None else (out.data_ptr(), out.stride())
     return dispatch.lib().op_args(
         OP, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o_ptr,
@@ -64,7 +64,7 @@ def _call(layout: str, round_mode: str, problem: validate.Problem) -> dict:
 
 def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1)):
     """The kernel and variant a call with these inputs runs (nothing is launched)."""
-    from .. import dispatch
+    from ..runtime import dispatch
     problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window)
     args = args_block(q, k, v, None, None, layout, problem, dispatch.device_facts(q.device)[1])
     return dispatch.select_for(OP, q.device, _call(layout, round_mode, problem), args)
@@ -74,7 +74,7 @@ def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem
     """Checks the call in the runtime, allocates what does not exist yet (out when None, lse), launches.
 
     Returns (out, lse); lse is [B, H, Sq] fp32 when return_lse, else an empty [0] tensor."""
-    from .. import dispatch  # loads the C++ runtime only when something really runs
+    from ..runtime import dispatch  # loads the C++ runtime only when something really runs
     args = args_block(q, k, v, out, None, layout, problem, dispatch.device_facts(q.device)[1])
     sel = dispatch.select_for(OP, q.device, _call(layout, round_mode, problem), args)
     if out is None:

@@ -27,7 +27,7 @@ def _lse_shape(q: torch.Tensor, return_lse: bool):
 
 def args_block(q, k, v, out, cu_q, cu_k, block_table, p: validate_varlen.VarlenProblem, num_cus: int):
     """The runtime's argument block of a packed call; out None: q's address stands in until launch."""
-    from .. import dispatch
+    from ..runtime import dispatch
     o = q if out is None else out
     kv_strides = (lambda t: tuple(t.stride()[:3])) if p.paged else (lambda t: (0, t.stride(0), t.stride(1)))
     fields = dict(
@@ -53,7 +53,7 @@ def _call(round_mode: str, p: validate_varlen.VarlenProblem) -> dict:
 def selection(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
               softmax_scale=None, window=(-1, -1), block_table=None):
     """The kernel and variant a packed call with these inputs runs (nothing is launched)."""
-    from .. import dispatch
+    from ..runtime import dispatch
     p = validate_varlen.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                             round_mode, softmax_scale, None, window, block_table)
     args = args_block(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, dispatch.device_facts(q.device)[1])
@@ -61,7 +61,7 @@ def selection(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, r
 
 
 def _run(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table):
-    from .. import dispatch
+    from ..runtime import dispatch
     p = validate_varlen.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
                                             validate.check_window(window), block_table)
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched

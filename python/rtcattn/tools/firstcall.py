@@ -38,7 +38,7 @@ print("RESULT " + json.dumps({"import_torch_s": t1 - t0, "import_rtcattn_s": t2 
 def _shape(text: str) -> str:
     """--shape: B,S,H,D as four positive integers with a head dim some kernel takes (checked here, in the parent,
     so a bad value is an error naming the flag rather than a measuring process's traceback)."""
-    from .validate import head_dim_rule
+    from ..validate import head_dim_rule
     try:
         dims = tuple(int(x) for x in text.split(","))
     except ValueError:
@@ -77,7 +77,7 @@ def _device(args) -> str:
     """The device to measure on, checked here so that a machine that cannot run it is told which flag to change."""
     import torch
 
-    from . import dispatch
+    from ..runtime import dispatch
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     chosen = f"--device={args.device}" if args.device else f"--device (default here: {device}, as torch sees no GPU)"
     if device == "cuda" and not torch.cuda.is_available():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rtcattn/, one above this engine's folder
 # setup.py copies op_sources/, csrc_common/ and configs/ here, so a wheel needs no source tree.
 INSTALLED_DATA_DIR = PACKAGE_DIR / "_data"
 # python/rtcattn/../.. is the repository root when running from a checkout.

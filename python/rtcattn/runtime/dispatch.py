@@ -83,7 +83,7 @@ def _check_runtime_knows_manifest(_lib) -> None:
 
 
 def package_version() -> str:
-    from . import __version__
+    from .. import __version__
     return __version__
 
 

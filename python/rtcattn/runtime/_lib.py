@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Loadable by file path too (the cache tests' child processes skip the package's torch import).
-LIB_NAME = f"lib{Path(__file__).resolve().parent.name}_jit.so"
-LIB_PATH = Path(__file__).resolve().parent / LIB_NAME
+# Loadable by file path too (the cache tests' child processes skip the package's torch import). The library
+# is built into the package's top folder (rtcattn/librtcattn_jit.so), one above this engine's.
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+LIB_NAME = f"lib{_PACKAGE_DIR.name}_jit.so"
+LIB_PATH = _PACKAGE_DIR / LIB_NAME
 
 
 class CompileError(RuntimeError):

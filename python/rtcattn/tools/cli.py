@@ -37,7 +37,7 @@ def _axis_flag(axis: str) -> str:
 
 def _warm_variants(args):
     """The variants `warm` builds: every op's kernels x archs x axis values, narrowed by the filters."""
-    from . import manifest
+    from ..runtime import manifest
     m = manifest.load()
     ops = _csv(args.op) if args.op else list(m.ops)
     _check_subset("--op", ops, list(m.ops))
@@ -63,7 +63,7 @@ def _warm_variants(args):
 
 def _add_axis_filters(w) -> None:
     """One --<axis> filter per axis of the manifest's ops: adding an axis to ops.json adds its flag."""
-    from . import manifest
+    from ..runtime import manifest
     seen = set()
     for spec in manifest.load().ops.values():
         for axis in spec.axes:
@@ -85,7 +85,7 @@ def _print_table(rows: list, headers: tuple) -> None:
 
 
 def cmd_warm(args) -> int:
-    from . import dispatch
+    from ..runtime import dispatch
     variants = _warm_variants(args)
     if not variants:
         raise SystemExit("rtcattn: no variant matches the given --op/--arch/--kernels and axis filters")
@@ -134,7 +134,7 @@ def cmd_warm(args) -> int:
 def _gpu_lines() -> list:
     import torch
 
-    from . import dispatch
+    from ..runtime import dispatch
     if not torch.cuda.is_available():
         return ["torch GPU: none (torch " + torch.__version__ + ")"]
     lines = []
@@ -166,7 +166,8 @@ def _print_json_tree(value, indent: int = 0) -> None:
 
 
 def cmd_info(args) -> int:
-    from . import __version__, dispatch, paths
+    from .. import __version__
+    from ..runtime import dispatch, paths
     info = dispatch.lib().info()
     if args.json:
         print(json.dumps(info, indent=2))
@@ -182,7 +183,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_clear(args) -> int:
-    from . import dispatch
+    from ..runtime import dispatch
     cache_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None
     removed = dispatch.lib().clear_cache(cache_dir)
     print(f"removed {removed} cache entries from {cache_dir or 'the user cache dir'}")
@@ -190,7 +191,7 @@ def cmd_clear(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from . import bench
+    from .. import bench
     return bench.main(args)
 
 
@@ -211,10 +212,11 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clear", help="remove the entries of the user cache dir (or --cache-dir)")
     c.add_argument("--cache-dir")
     c.set_defaults(func=cmd_clear)
-    from . import bench
+    from .. import bench
     bench.add_arguments(sub.add_parser("bench", help="GPU: rtcattn vs torch SDPA flash and cuDNN"))
     sub.choices["bench"].set_defaults(func=cmd_bench)
-    from . import firstcall, isa
+    from .. import isa
+    from . import firstcall
     isa.add_parser(sub)
     firstcall.add_parser(sub)
     return p
