@@ -1,9 +1,15 @@
-"""The source layout keeps the runtime op-agnostic: jit/runtime/ names no op and includes no op header."""
+"""The source layout keeps the runtime op-agnostic: jit/runtime/ names no op and includes no op header;
+python/rtcattn/runtime/ names no op and imports nothing op-specific."""
+import ast
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "jit" / "runtime"
+PY_RUNTIME = ROOT / "python" / "rtcattn" / "runtime"
+# An op's name as a word of an identifier or string (attention_fwd, fwd_out, flash_attn); not the product's
+# name, rtcattn, whose "attn" is inside a word.
+OP_WORD = re.compile(r"(?<![a-z0-9])(attention|attn|fwd)(?![a-z0-9])", re.I)
 
 
 def test_runtime_names_no_op():
@@ -25,3 +31,34 @@ def test_each_op_has_host_code_and_kernel_sources():
         assert (ROOT / "jit" / "ops" / op).is_dir(), op
         for k in spec.kernels:
             assert (ROOT / "op_sources" / op / k.source).is_file(), (op, k.name)
+
+
+def test_python_runtime_names_no_op():
+    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted(PY_RUNTIME.glob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if OP_WORD.search(line)]
+    assert not hits, hits
+
+
+def _imported_modules(path: Path) -> list:
+    """The absolute names of the modules (and the package members) a file of rtcattn.runtime imports."""
+    here = "rtcattn.runtime"
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here.split(".")[:len(here.split(".")) - node.level + 1]) if node.level else ""
+            module = ".".join(part for part in (base, node.module) if part)
+            names += [module] + [f"{module}.{a.name}" for a in node.names]
+    return names
+
+
+def test_python_runtime_imports_only_itself_from_the_package():
+    """The engine imports no op stub, API, validation, reference, bench or tool: from the package only
+    rtcattn.runtime.* and the package's version."""
+    for p in sorted(PY_RUNTIME.glob("*.py")):
+        for name in _imported_modules(p):
+            if name == "rtcattn" or not name.startswith("rtcattn."):
+                continue
+            own = name == "rtcattn.runtime" or name.startswith("rtcattn.runtime.")
+            assert own or name == "rtcattn.__version__", f"{p.name} imports {name}"
