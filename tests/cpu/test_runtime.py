@@ -232,7 +232,7 @@ def test_sanitized_runs_survive_a_library_that_swaps_a_threads_signal_stack(tmp_
     subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(lib_dir / "libhiprtc.so"),
                     str(ROOT / "tests" / "cpu" / "hip_standin" / "hiprtc_altstack.c"), "-lpthread"], check=True)
     code = ("import sys, threading, time\n"
-            "from rtcattn import _lib\n"
+            "from rtcattn.runtime import _lib\n"
             "def work(i):\n"
             "    try:\n"
             "        _lib.build('alt', f't{i}', 'gfx90a', 'k', ('k.hip', '// ' + str(i)), [], compiler='hiprtc',\n"
