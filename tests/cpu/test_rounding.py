@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from rtc_testing import round_modes
 from rtcattn import reference as ref
+from rtcattn.runtime import manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,12 +48,21 @@ EDGE = [
     (0xFF800001, 0x7FFF, 0x7FFF, 0x7FFF),
     (0xFFFFFFFF, 0x7FFF, 0x7FFF, 0x7FFF),
 ]
-MODES = ("rtne", "rtna", "rtz")
+# The modes the tests cover come from the manifest. EDGE's columns and the C harness's outputs are written by
+# hand per mode, so they name their own order; test_every_mode_has_a_column keeps the two in step.
+MODES = round_modes()
+COLUMNS = ("rtne", "rtna", "rtz")
+# RTC_ROUND's value of each mode, as the manifest passes it to the kernels.
+DEFINES = dict(manifest.load().op("attention_fwd").axis("round_mode").values)
 EDGE_BITS = np.array([e[0] for e in EDGE], dtype=np.uint32)
 
 
 def _expected(mode):
-    return np.array([e[1 + MODES.index(mode)] for e in EDGE], dtype=np.uint16)
+    return np.array([e[1 + COLUMNS.index(mode)] for e in EDGE], dtype=np.uint16)
+
+
+def test_every_mode_has_a_column():
+    assert sorted(MODES) == sorted(COLUMNS), "a mode without hand-worked EDGE bits and harness output (or a stale one)"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -132,7 +143,7 @@ def cxx():
 
 
 @pytest.mark.parametrize("flags", [["-O2"], ["-O2", "-ffast-math"]], ids=["O2", "O2-fast-math"])
-@pytest.mark.parametrize("round_define", [0, 1, 2])
+@pytest.mark.parametrize("round_define", sorted(DEFINES.values()))
 def test_c_header_matches_reference(cxx, tmp_path, flags, round_define):
     src = tmp_path / "h.cpp"
     exe = tmp_path / "h"
@@ -145,11 +156,13 @@ def test_c_header_matches_reference(cxx, tmp_path, flags, round_define):
     n = bits.size
     out = np.frombuffer(r.stdout[: 8 * n], dtype=np.uint16).reshape(n, 4)
     back = np.frombuffer(r.stdout[8 * n:], dtype=np.uint32)
-    for col, mode in enumerate(MODES):
+    for mode in MODES:
+        col = COLUMNS.index(mode)
         want = ref.f32_to_bf16_bits_np(bits.view(np.float32), mode)
         bad = np.nonzero(out[:, col] != want)[0]
         assert bad.size == 0, f"{mode} {flags}: first mismatch input {bits[bad[0]]:#010x} " \
                               f"got {out[bad[0], col]:#06x} want {want[bad[0]]:#06x}"
         assert np.array_equal(out[: len(EDGE), col], _expected(mode))
-    assert np.array_equal(out[:, 3], out[:, round_define]), "RTC_ROUND does not select its mode"
+    selected = next(m for m, n in DEFINES.items() if n == round_define)
+    assert np.array_equal(out[:, 3], out[:, COLUMNS.index(selected)]), f"RTC_ROUND={round_define} is not {selected}"
     assert np.array_equal(back, bits & 0xFFFF0000), "bf16 -> f32 is not exact"

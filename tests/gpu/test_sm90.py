@@ -6,12 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rtc_testing import round_modes  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
 SIZES = [(1, 1), (17, 17), (1, 17), (17, 1000), (1000, 17), (128, 128), (1000, 1000),
          (4096, 4096), (4096, 1), (128, 16384), (16384, 16384)]
 LAYOUTS = ("bshd", "bhsd")
-MODES = ("rtne", "rtna", "rtz")
+MODES = round_modes()
 
 
 def _hopper():

@@ -12,10 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import varlen_suite as vs  # noqa: E402
+from rtc_testing import round_modes  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-MODES = ("rtne", "rtna", "rtz")
+MODES = round_modes()
 WINDOWS = [(-1, -1), (-1, 0), (17, 3), (200, 0), (-1, 5)]
 HEADS = [(8, 8), (8, 2), (4, 1)]
 
