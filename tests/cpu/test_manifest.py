@@ -1,6 +1,8 @@
-"""configs/ops.json: schema errors, variant enumeration, build requests, kernel selection and package paths."""
+"""configs/ops.json: schema errors, variant enumeration, build requests, kernel selection, package paths and the
+head-dim bounds against each kernel's own text."""
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,63 @@ def test_request_headers_are_the_include_closure(tmp_path):
     assert m.request(v, "0").headers == before        # another kernel's private header is not in the closure
     (tmp_path / "csrc_common" / "bf16_round.h").write_text("// edited\n")
     assert dict(m.request(v, "0").headers)["bf16_round.h"] == "// edited\n"
+
+
+# ---- head-dim bounds: the manifest against each kernel's own text ---------------------------------------------------
+# Each kernel states the head dims it is written for in its own text; the manifest's head_dim entry (what dispatch
+# and validation accept) must say the same, so changing one side alone fails here. Read with one regex per statement,
+# each of which must match exactly once:
+#   sm90      sm90/params.h `#define SM90_HEAD_DIM <d>` and sm90.cu's `static_assert(SM90_HEAD_DIM == <d>, ...)`:
+#             one head dim, so min = max = the only bucket.
+#   gfx942    gfx942/params.h `#define GFX942_HEAD_DIM <d>`, gfx942.hip's guard `#if RTC_HEAD_DIM_MAX != <d>` and
+#             the host's refusal in jit/ops/attention_fwd/gfx942.cpp ("... accepted: <d>"): the same.
+#   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`
+#             (step and max) and the buckets its #error names ("head-dim bucket: 64, 96, 128, 192 or 256").
+OP_TEXT = ROOT / "op_sources" / "attention_fwd"
+SINGLE_HEAD_DIM = {
+    "sm90": [(OP_TEXT / "sm90" / "params.h", r"^#define SM90_HEAD_DIM (\d+)\b"),
+             (OP_TEXT / "sm90.cu", r"^static_assert\(SM90_HEAD_DIM == (\d+),")],
+    "gfx942": [(OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_HEAD_DIM (\d+)\b"),
+               (OP_TEXT / "gfx942.hip", r"^#if RTC_HEAD_DIM_MAX != (\d+)$"),
+               (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",
+                r'is not accepted by the gfx942 kernel; accepted: (\d+)"')],
+}
+BASELINE_GUARD = r"^#if RTC_HEAD_DIM_MAX % (\d+) != 0 \|\| RTC_HEAD_DIM_MAX < (\d+) \|\| RTC_HEAD_DIM_MAX > (\d+)$"
+BASELINE_BUCKETS = r'^#error "RTC_HEAD_DIM_MAX \(head-dim bucket: ([\d, ]+ or \d+)\) must be defined"$'
+
+
+def _stated(path: Path, pattern: str):
+    """The groups of pattern's one match in path's text (a second match would leave it unclear which one holds)."""
+    hits = re.findall(pattern, path.read_text(encoding="utf-8"), re.MULTILINE)
+    assert len(hits) == 1, f"{path.relative_to(ROOT)}: {len(hits)} matches of {pattern!r}, expected one"
+    return hits[0]
+
+
+def _head_dim(kernel: str) -> manifest.BucketSpec:
+    return manifest.load(ROOT / "configs" / "ops.json").op("attention_fwd").kernel(kernel).axes["head_dim"]
+
+
+def test_every_kernel_has_its_head_dims_checked():
+    kernels = [k.name for k in manifest.load(ROOT / "configs" / "ops.json").op("attention_fwd").kernels]
+    assert sorted(kernels) == sorted([*SINGLE_HEAD_DIM, "baseline"])
+
+
+@pytest.mark.parametrize("kernel", sorted(SINGLE_HEAD_DIM))
+def test_single_head_dim_kernel_matches_manifest(kernel):
+    stated = {int(_stated(path, pattern)) for path, pattern in SINGLE_HEAD_DIM[kernel]}
+    assert len(stated) == 1, f"{kernel}'s own text states several head dims: {sorted(stated)}"
+    d = stated.pop()
+    spec = _head_dim(kernel)
+    assert (spec.lo, spec.hi, spec.buckets) == (d, d, (d,))
+
+
+def test_baseline_head_dims_match_manifest():
+    hip = OP_TEXT / "baseline.hip"
+    step, lo, hi = (int(n) for n in _stated(hip, BASELINE_GUARD))
+    buckets = tuple(int(b) for b in re.split(r", | or ", _stated(hip, BASELINE_BUCKETS)))
+    spec = _head_dim("baseline")
+    assert (spec.step, spec.hi, spec.buckets) == (step, hi, buckets)
+    # The guard bounds the bucket define, not a call's head dim (a bucket serves every multiple of 8 up to it):
+    # the kernel's own text states no smallest head dim, so the manifest's min is held to its smallest bucket.
+    assert spec.lo == buckets[0]
+    assert all(lo <= b <= hi and b % step == 0 for b in buckets), (buckets, lo, hi, step)
