@@ -10,9 +10,9 @@ import math
 
 import torch
 
-from rtcattn import reference as ref, validate
+from rtcattn.ops.attention_fwd import reference as ref, validate
 
-LAYOUTS = validate.axis_values("layout")      # the manifest's values: one definition
+LAYOUTS = validate.LAYOUTS                    # the op's values: one definition
 MODES = validate.axis_values("round_mode")
 NAN_BITS = ref.BF16_NAN
 

@@ -15,7 +15,8 @@ import math
 import pytest
 import torch
 
-from rtcattn import reference as ref, validate
+from rtcattn.ops import checks
+from rtcattn.ops.attention_fwd import reference as ref
 
 D = 128
 SK = 256          # four 64-key blocks of the gfx942 kernel (its tail split has parts), two of sm90's
@@ -133,7 +134,7 @@ def _all_below(case: str):
         return q, k, v, None
     if case == "c":
         q[..., 0], k[..., 0] = 2.0, -1.0
-        return q, k, v, validate.SCALE_MAX
+        return q, k, v, checks.SCALE_MAX
     q[..., 0], k[..., 0] = 2.0 ** 15, -(2.0 ** 15)
     return q, k, v, 2.0 ** 100
 

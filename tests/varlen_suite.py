@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 import rtcattn
-from rtcattn import reference as ref
+from rtcattn.ops.attention_fwd import reference as ref
 
 
 @dataclass

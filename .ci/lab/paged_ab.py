@@ -7,7 +7,8 @@ import sys
 import torch
 
 import rtcattn
-from rtcattn import bench, bench_varlen as bv
+from rtcattn.ops.attention_fwd import bench as bv
+from rtcattn.tools import timing
 
 b, sq, sk = bv.PREFILL
 HQ, HK, D = bv.HQ, bv.HK, bv.D
@@ -21,6 +22,6 @@ for page in (16, 64, 128, 256):
     kp, vp, table = bv._paged(k, v, [sk] * b, page, torch, seed=page)
     fns[f"paged{page}"] = (lambda kp=kp, vp=vp, table=table:
                            rtcattn.forward_varlen(q, kp, vp, cq, ck, sq, sk, causal=True, block_table=table))
-times = bench.time_rounds({n: (lambda f=f: f()) for n, f in fns.items()}, [()], 30, 6.0)
+times = timing.time_rounds({n: (lambda f=f: f()) for n, f in fns.items()}, [()], 30, 6.0)
 tag = sys.argv[1] if len(sys.argv) > 1 else ""
 print(tag, "  ".join(f"{n} {sorted(t)[len(t) // 2]:.3f}" for n, t in times.items()))

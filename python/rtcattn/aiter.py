@@ -1,91 +1,76 @@
 """Registers rtcattn as AITER ops: torch.ops.aiter.rtcattn_fwd / rtcattn_varlen_fwd and aiter.rtcattn_fwd /
-aiter.rtcattn_varlen_fwd (flash_attn_func's and flash_attn_varlen_func's signatures)."""
+aiter.rtcattn_varlen_fwd, with flash_attn_func's and flash_attn_varlen_func's signatures.
+
+Each op's parameter list is the one of rtcattn.flash_attn_func / flash_attn_varlen_func (api.py, amd-aiter
+0.1.7's order): the schemas are read off those signatures, and the functions set on `aiter` bind their
+arguments to them."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 
 import torch
 
 from . import api, ops  # noqa: F401  (ops registers torch.ops.rtcattn.*, which the aiter op decomposes to)
+from .ops import schema
 
-OP_NAME = "rtcattn_fwd"
-# flash_attn_func's parameters in AITER's order (amd-aiter 0.1.7).
-SCHEMA = (f"{OP_NAME}(Tensor q, Tensor k, Tensor v, float dropout_p=0.0, float? softmax_scale=None, "
-          "bool causal=False, int[2] window_size=[-1, -1], Tensor? bias=None, Tensor? alibi_slopes=None, "
-          "bool deterministic=True, bool return_lse=False, bool return_attn_probs=False, int how_v3_bf16_cvt=1, "
-          "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_kv=None) -> (Tensor, Tensor)")
-
-VARLEN_OP_NAME = "rtcattn_varlen_fwd"
-# flash_attn_varlen_func's parameters in AITER's order (amd-aiter 0.1.7).
-VARLEN_SCHEMA = (f"{VARLEN_OP_NAME}(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
-                 "int max_seqlen_q, int max_seqlen_k, int min_seqlen_q=0, float dropout_p=0.0, "
-                 "float? softmax_scale=None, float logits_soft_cap=0.0, bool causal=False, "
-                 "int[2] window_size=[-1, -1], Tensor? bias=None, Tensor? alibi_slopes=None, "
-                 "bool deterministic=False, bool return_lse=False, bool return_attn_probs=False, "
-                 "int how_v3_bf16_cvt=1, Tensor? block_table=None, Tensor? out=None, "
-                 "Tensor? cu_seqlens_q_padded=None, Tensor? cu_seqlens_k_padded=None) -> (Tensor, Tensor)")
+# AITER op name -> the rtcattn function whose signature and behaviour it has.
+ENTRIES = {"rtcattn_fwd": api.flash_attn_func, "rtcattn_varlen_fwd": api.flash_attn_varlen_func}
+OP_NAME, VARLEN_OP_NAME = ENTRIES
+# Always (out, lse), so the schema has one return type; lse is empty [0] unless return_lse.
+SCHEMAS = {name: schema.schema_of(fn, name, returns="(Tensor, Tensor)") for name, fn in ENTRIES.items()}
 
 _lock = threading.Lock()
 _fragment = None  # kept alive: a torch Library object unregisters its ops when collected
 
 
-def _aiter_op_impl(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), bias=None,
-                   alibi_slopes=None, deterministic=True, return_lse=False, return_attn_probs=False,
-                   how_v3_bf16_cvt=1, cu_seqlens_q=None, cu_seqlens_kv=None):
-    # Always (out, lse) so the schema has one return type; lse is empty [0] unless return_lse.
-    res = api.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, tuple(window_size), bias, alibi_slopes,
-                              deterministic, return_lse, return_attn_probs, how_v3_bf16_cvt, cu_seqlens_q,
-                              cu_seqlens_kv)
-    if return_lse:
-        return res
-    return res, res.new_empty((0,), dtype=torch.float32)
+def _op_impl(fn):
+    """The op's composite kernel: fn on the schema's arguments, returning (out, lse)."""
+    sig = inspect.signature(fn)
+
+    def impl(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        a["window_size"] = tuple(a["window_size"])
+        # With out= given the schema still returns a new tensor (an alias would need an alias annotation
+        # AITER's schema does not have): a copy of out.
+        out = a.pop("out", None)
+        res = fn(**a)
+        o, lse = res if a["return_lse"] else (res, res.new_empty((0,), dtype=torch.float32))
+        if out is not None:
+            out.copy_(o)
+        return o, lse
+    return impl
 
 
-def rtcattn_fwd(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), bias=None,
-                alibi_slopes=None, deterministic=True, return_lse=False, return_attn_probs=False,
-                how_v3_bf16_cvt=1, cu_seqlens_q=None, cu_seqlens_kv=None):
-    """aiter.rtcattn_fwd: flash_attn_func's signature and return convention (out, or (out, lse))."""
-    api.check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
-    out, lse = torch.ops.aiter.rtcattn_fwd(q, k, v, dropout_p, softmax_scale, causal, list(window_size), bias,
-                                           alibi_slopes, deterministic, return_lse, return_attn_probs,
-                                           how_v3_bf16_cvt, cu_seqlens_q, cu_seqlens_kv)
-    return (out, lse) if return_lse else out
+def _entry(name: str, fn):
+    """aiter.<name>: fn's signature and return convention (out, or (out, lse)), through torch.ops.aiter.<name>.
+
+    The scalars are checked before the op: torch's dispatcher refuses an int past 64 bits without naming
+    the accepted range."""
+    sig = inspect.signature(fn)
+    scalars = inspect.signature(api.check_scalars).parameters
+
+    def call(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        api.check_scalars(**{k: a[k] for k in scalars if k in a})
+        a["window_size"] = list(a["window_size"])
+        o, lse = getattr(torch.ops.aiter, name)(*bound.args)
+        if a.get("out") is not None:
+            o = a["out"]
+        return (o, lse) if a["return_lse"] else o
+    call.__name__ = call.__qualname__ = name
+    call.__signature__ = sig
+    call.__doc__ = f"aiter.{name}: {fn.__name__}'s signature and return convention (out, or (out, lse))."
+    return call
 
 
-def _aiter_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, min_seqlen_q=0,
-                       dropout_p=0.0, softmax_scale=None, logits_soft_cap=0.0, causal=False, window_size=(-1, -1),
-                       bias=None, alibi_slopes=None, deterministic=False, return_lse=False, return_attn_probs=False,
-                       how_v3_bf16_cvt=1, block_table=None, out=None, cu_seqlens_q_padded=None,
-                       cu_seqlens_k_padded=None):
-    # Always (out, lse), as _aiter_op_impl. With out= given the schema still returns a new tensor
-    # (an alias would need an alias annotation AITER's schema does not have): a copy of out.
-    res = api.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, min_seqlen_q,
-                                     dropout_p, softmax_scale, logits_soft_cap, causal, tuple(window_size), bias,
-                                     alibi_slopes, deterministic, return_lse, return_attn_probs, how_v3_bf16_cvt,
-                                     block_table, None, cu_seqlens_q_padded, cu_seqlens_k_padded)
-    o, lse = res if return_lse else (res, res.new_empty((0,), dtype=torch.float32))
-    if out is not None:
-        out.copy_(o)
-    return o, lse
-
-
-def rtcattn_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, min_seqlen_q=0,
-                       dropout_p=0.0, softmax_scale=None, logits_soft_cap=0.0, causal=False, window_size=(-1, -1),
-                       bias=None, alibi_slopes=None, deterministic=False, return_lse=False, return_attn_probs=False,
-                       how_v3_bf16_cvt=1, block_table=None, out=None, cu_seqlens_q_padded=None,
-                       cu_seqlens_k_padded=None):
-    """aiter.rtcattn_varlen_fwd: flash_attn_varlen_func's signature and return convention (out, or (out, lse))."""
-    api.check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt, logits_soft_cap, max_seqlen_q,
-                      max_seqlen_k, min_seqlen_q)
-    o, lse = torch.ops.aiter.rtcattn_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                min_seqlen_q, dropout_p, softmax_scale, logits_soft_cap, causal,
-                                                list(window_size), bias, alibi_slopes, deterministic, return_lse,
-                                                return_attn_probs, how_v3_bf16_cvt, block_table, out,
-                                                cu_seqlens_q_padded, cu_seqlens_k_padded)
-    if out is not None:
-        o = out
-    return (o, lse) if return_lse else o
+rtcattn_fwd = _entry(OP_NAME, api.flash_attn_func)
+rtcattn_varlen_fwd = _entry(VARLEN_OP_NAME, api.flash_attn_varlen_func)
 
 
 def _import_aiter():
@@ -104,11 +89,10 @@ def register():
     with _lock:
         if not hasattr(torch.ops.aiter, OP_NAME):
             frag = torch.library.Library("aiter", "FRAGMENT")
-            frag.define(SCHEMA)
-            # Composite: under tracing it decomposes to torch.ops.rtcattn.fwd, whose fake impl gives shapes.
-            frag.impl(OP_NAME, _aiter_op_impl, "CompositeImplicitAutograd")
-            frag.define(VARLEN_SCHEMA)
-            frag.impl(VARLEN_OP_NAME, _aiter_varlen_impl, "CompositeImplicitAutograd")
+            for name, fn in ENTRIES.items():
+                frag.define(SCHEMAS[name])
+                # Composite: under tracing it decomposes to torch.ops.rtcattn.*, whose fakes give shapes.
+                frag.impl(name, _op_impl(fn), "CompositeImplicitAutograd")
             _fragment = frag
         module.rtcattn_fwd = rtcattn_fwd
         module.rtcattn_varlen_fwd = rtcattn_varlen_fwd

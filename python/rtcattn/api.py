@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import torch
 
-from . import (
-    ops,  # noqa: F401  (registers torch.ops.rtcattn.*)
-    validate,
-    validate_varlen,
-)
+from . import ops  # noqa: F401  (registers torch.ops.rtcattn.*)
+from .ops import checks
+from .ops.attention_fwd import validate
+
+HOW_V3_BF16_CVT = {0: "rtne", 1: "rtna", 2: "rtz"}   # AITER's encoding of the rounding mode (AITER's fact)
 
 
 def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
     """Type guards for what the op's schema takes, so a wrong type gets our message, not the dispatcher's.
     The values are checked once, inside the op (and its fake while tracing)."""
-    for name, t in (("q", q), ("k", k), ("v", v)) + ((("out", out),) if out is not None else ()):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    for name, value in (("layout", layout), ("round_mode", round_mode)):
-        if not isinstance(value, str):
-            validate.check_choice(name, value, validate.axis_values(name))  # raises, listing the values
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        checks.check_type(name, t, optional=name == "out")
+    if not isinstance(layout, str):  # each raises, listing the values
+        checks.check_choice("layout", layout, validate.LAYOUTS)
+    if not isinstance(round_mode, str):
+        checks.check_choice("round_mode", round_mode, validate.axis_values("round_mode"))
     if softmax_scale is not None:
-        validate.check_scale(softmax_scale, 1)
+        checks.check_scale(softmax_scale, 1)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
@@ -37,8 +37,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     Returns out, or (out, lse) with lse fp32 [B, H, Sq] (natural log) when return_lse.
     """
     _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
-    validate.check_bool("return_lse", return_lse)
-    left, right = validate.check_window(window_size, causal)
+    checks.check_bool("return_lse", return_lse)
+    left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, return_lse, left, right)
@@ -64,15 +64,12 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
     """
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
-    validate.check_bool("return_lse", return_lse)
-    left, right = validate.check_window(window_size, causal)
+    checks.check_bool("return_lse", return_lse)
+    left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
-    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
-            (("block_table", block_table),) if block_table is not None else ()):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    lens = (validate_varlen.check_max("max_seqlen_q", max_seqlen_q),
-            validate_varlen.check_max("max_seqlen_k", max_seqlen_k))
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("block_table", block_table)):
+        checks.check_type(name, t, optional=name == "block_table")
+    lens = (validate.check_max("max_seqlen_q", max_seqlen_q), validate.check_max("max_seqlen_k", max_seqlen_k))
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                 return_lse, left, right, block_table)
@@ -96,20 +93,24 @@ def check_scalars(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(
     if logits_soft_cap != 0.0:
         _unsupported("logits_soft_cap", logits_soft_cap, "0.0 (no soft cap)")
     if softmax_scale is not None:
-        validate.check_scale(softmax_scale, 1)
-    validate.check_window(window_size, causal)
+        checks.check_scale(softmax_scale, 1)
+    checks.check_window(window_size, causal)
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if value is not None:
-            validate_varlen.check_max(name, value)
-    validate.check_int("min_seqlen_q", min_seqlen_q, 0, validate.MAX_SIZE, " (a hint, ignored)")
-    return validate.check_how_v3_bf16_cvt(how_v3_bf16_cvt)
+            validate.check_max(name, value)
+    checks.check_int("min_seqlen_q", min_seqlen_q, 0, checks.MAX_SIZE, " (a hint, ignored)")
+    if type(how_v3_bf16_cvt) is not int or how_v3_bf16_cvt not in HOW_V3_BF16_CVT:
+        raise ValueError(f"how_v3_bf16_cvt={how_v3_bf16_cvt!r} is not supported; accepted: "
+                         "0 (RTNE), 1 (RTNA), 2 (RTZ)")
+    return HOW_V3_BF16_CVT[how_v3_bf16_cvt]
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                     softmax_scale: float | None = None, causal: bool = False,
-                    window_size: tuple[int, int] = (-1, -1), bias=None, alibi_slopes=None,
-                    deterministic: bool = True, return_lse: bool = False, return_attn_probs: bool = False,
-                    how_v3_bf16_cvt: int = 1, cu_seqlens_q=None, cu_seqlens_kv=None):
+                    window_size: tuple[int, int] = (-1, -1), bias: torch.Tensor | None = None,
+                    alibi_slopes: torch.Tensor | None = None, deterministic: bool = True, return_lse: bool = False,
+                    return_attn_probs: bool = False, how_v3_bf16_cvt: int = 1,
+                    cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_kv: torch.Tensor | None = None):
     """AITER's flash_attn_func (amd-aiter 0.1.7's signature and order) on BSHD tensors.
 
     how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ. Returns out, or (out, softmax_lse)
@@ -124,7 +125,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     for name, value in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv)):
         if value is not None:
             _unsupported(name, type(value).__name__, "None (packed sequences go to flash_attn_varlen_func)")
-    validate.check_bool("deterministic", deterministic)
+    checks.check_bool("deterministic", deterministic)
     return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale, return_lse=return_lse,
                    causal=causal, window_size=window_size)
 
@@ -133,9 +134,11 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, min_seqlen_q: int = 0,
                            dropout_p: float = 0.0, softmax_scale: float | None = None,
                            logits_soft_cap: float = 0.0, causal: bool = False, window_size: tuple[int, int] = (-1, -1),
-                           bias=None, alibi_slopes=None, deterministic: bool = False, return_lse: bool = False,
-                           return_attn_probs: bool = False, how_v3_bf16_cvt: int = 1, block_table=None, out=None,
-                           cu_seqlens_q_padded=None, cu_seqlens_k_padded=None):
+                           bias: torch.Tensor | None = None, alibi_slopes: torch.Tensor | None = None,
+                           deterministic: bool = False, return_lse: bool = False, return_attn_probs: bool = False,
+                           how_v3_bf16_cvt: int = 1, block_table: torch.Tensor | None = None,
+                           out: torch.Tensor | None = None, cu_seqlens_q_padded: torch.Tensor | None = None,
+                           cu_seqlens_k_padded: torch.Tensor | None = None):
     """AITER's flash_attn_varlen_func (amd-aiter 0.1.7's signature and order): packed q [total_q, Hq, D],
     k / v [total_k, Hk, D] or, with block_table, pages [num_pages, page_size, Hk, D].
 
@@ -151,7 +154,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
             _unsupported(name, type(value).__name__, "None")
     if return_attn_probs:
         _unsupported("return_attn_probs", return_attn_probs, "False")
-    validate.check_bool("deterministic", deterministic)
+    checks.check_bool("deterministic", deterministic)
     return forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode=mode,
                           softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
                           window_size=window_size, block_table=block_table)

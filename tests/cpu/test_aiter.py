@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import rtcattn
-from rtcattn.ops import attention_fwd
+from rtcattn.ops.attention_fwd import stub
 
 BF = torch.bfloat16
 _standin_lib = None
@@ -41,7 +41,7 @@ def fake_launch(monkeypatch):
         out.copy_(v)
         lse = torch.full((problem.batch, problem.heads, problem.seq_q) if return_lse else (0,), 3.0)
         return out, lse
-    monkeypatch.setattr(attention_fwd, "launch", run)
+    monkeypatch.setattr(stub, "launch", run)
     return calls
 
 

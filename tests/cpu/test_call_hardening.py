@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import rtcattn
-from rtcattn import validate_varlen
-from rtcattn.ops import attention_fwd_varlen
+from rtcattn.ops import attention_fwd
+from rtcattn.ops.attention_fwd import validate
 from rtcattn.runtime import dispatch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,10 +166,10 @@ def _args_block():
     meta = _metadata()
     q = torch.randn(40, 2, 128).to(BF)
     kp = torch.randn(4, 16, 2, 128).to(BF)
-    p = validate_varlen.check_varlen_inputs(q, kp, kp, meta["cu_seqlens_q"], meta["cu_seqlens_k"], 25, 20,
+    p = validate.check_varlen_inputs(q, kp, kp, meta["cu_seqlens_q"], meta["cu_seqlens_k"], 25, 20,
                                             block_table=meta["block_table"])
     keep = (q, kp, meta)  # the block holds their addresses
-    return attention_fwd_varlen.args_block(q, kp, kp, None, meta["cu_seqlens_q"], meta["cu_seqlens_k"],
+    return attention_fwd.args_block_varlen(q, kp, kp, None, meta["cu_seqlens_q"], meta["cu_seqlens_k"],
                                            meta["block_table"], p, 304), keep
 
 

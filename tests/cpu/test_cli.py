@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rtc_testing import need_lib
-from rtcattn import bench
+from rtcattn.ops.attention_fwd import bench
+from rtcattn.tools import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket, one layout.
@@ -226,7 +227,7 @@ def test_bench_plot_writes_a_png(tmp_path):
             for s in (8192, 16384) for impl, mode, tf in
             (("sdpa-cudnn", "-", 620.0), ("sdpa-flash", "-", 350.0), ("rtcattn", "rtne", 650.0))]
     path = tmp_path / "bench.png"
-    bench.plot(rows, str(path), bench._matplotlib())
+    bench.plot(rows, str(path), timing.matplotlib_pyplot())
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
 
 
@@ -235,7 +236,7 @@ def test_bench_round_orders_balance_neighbours(n):
     """Each round calls every implementation once, and over a full cycle every implementation comes
     right after every other one equally often (a plain rotation keeps the same neighbour forever)."""
     cycle = n if n % 2 == 0 else 2 * n
-    rows = bench.round_orders(n, 3 * cycle)
+    rows = timing.round_orders(n, 3 * cycle)
     assert all(sorted(r) == list(range(n)) for r in rows)
     pairs = collections.Counter((a, b) for r in rows[:cycle] for a, b in zip(r, r[1:]))
     assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1

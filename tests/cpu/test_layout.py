@@ -62,3 +62,66 @@ def test_python_runtime_imports_only_itself_from_the_package():
                 continue
             own = name == "rtcattn.runtime" or name.startswith("rtcattn.runtime.")
             assert own or name == "rtcattn.__version__", f"{p.name} imports {name}"
+
+
+PACKAGE = ROOT / "python" / "rtcattn"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_imports(path: Path) -> set:
+    """The package's modules a file imports, at module level or inside its functions."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+            module = ".".join(part for part in (base, node.module) if part)
+            out |= {module} | {f"{module}.{a.name}" for a in node.names}
+    return {n for n in out if n == "rtcattn" or n.startswith("rtcattn.")}
+
+
+def test_the_package_has_no_import_cycle():
+    """No module imports one that imports it back, at import time or later inside a function (a submodule
+    may import its own package, which Python has half-initialised by then: that edge is left out). The
+    bench driver finds the ops' suites by name at run time, as a plugin registry does, not by import."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges = {m: {n for n in _package_imports(p) if n in files and n != m and not m.startswith(n + ".")}
+             for m, p in files.items()}
+    state: dict = {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(edges[m]):
+            assert state.get(n) != "open", "import cycle: " + " -> ".join(path + [m, n])
+            if n not in state:
+                visit(n, path + [m])
+        state[m] = "done"
+    for m in sorted(files):
+        if m not in state:
+            visit(m, [])
+
+
+def test_the_bench_driver_and_timing_harness_name_no_op():
+    for p in (PACKAGE / "tools" / "bench.py", PACKAGE / "tools" / "timing.py"):
+        hits = [f"{p.name}:{i}: {line.strip()}" for i, line in enumerate(p.read_text().splitlines(), 1)
+                if OP_WORD.search(line)]
+        assert not hits, hits
+
+
+def test_a_new_ops_checklist_touches_no_engine_file():
+    """docs/adding-an-op.md's table for a new op lists its files; none is the engine's (jit/runtime/,
+    python/rtcattn/runtime/, python/rtcattn/tools/, setup.py) and every Python role has its file."""
+    text = (ROOT / "docs" / "adding-an-op.md").read_text()
+    table = text[text.index("## A new op"):text.index("Nothing else changes")]
+    files = re.findall(r"^\| `([^`]+)`", table, re.M)
+    engine = ("jit/runtime/", "python/rtcattn/runtime/", "python/rtcattn/tools/", "setup.py")
+    assert files and not [f for f in files if f.startswith(engine)], files
+    for role in ("__init__", "stub", "validate", "reference", "bench"):
+        assert f"python/rtcattn/ops/my_op/{role}.py" in files, role

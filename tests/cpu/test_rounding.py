@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rtc_testing import round_modes
-from rtcattn import reference as ref
+from rtcattn.ops.attention_fwd import reference as ref
 from rtcattn.runtime import manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rtcattn import validate  # noqa: E402
 from rtcattn.ops import attention_fwd  # noqa: E402
+from rtcattn.ops.attention_fwd import validate  # noqa: E402
 from rtcattn.runtime import _lib, dispatch, manifest  # noqa: E402
 from rtcattn.tools import cli  # noqa: E402
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SYMBOL = "attention_fwd_sm90"
 EM_CUDA = 190
 OP = "attention_fwd"
-LAYOUTS, MODES = validate.axis_values("layout"), validate.axis_values("round_mode")
+LAYOUTS, MODES = validate.LAYOUTS, validate.axis_values("round_mode")
 
 
 def _sm90():

@@ -6,7 +6,7 @@ import torch
 
 import rtcattn
 from rtc_testing import need_lib
-from rtcattn.ops import attention_fwd
+from rtcattn.ops.attention_fwd import stub
 
 BF = torch.bfloat16
 
@@ -28,7 +28,7 @@ def fake_launch(monkeypatch):
         out.fill_(0.5)
         lse = torch.full((problem.batch, problem.heads, problem.seq_q) if return_lse else (0,), -1.0)
         return out, lse
-    monkeypatch.setattr(attention_fwd, "launch", run)
+    monkeypatch.setattr(stub, "launch", run)
     return calls
 
 
@@ -131,7 +131,7 @@ def test_cpu_tensors_without_emulator(monkeypatch):
 def test_seq_q_zero_launches_nothing(monkeypatch):
     def no_launch(*a, **kw):
         raise AssertionError("Sq = 0 must not launch")
-    monkeypatch.setattr(attention_fwd, "launch", no_launch)
+    monkeypatch.setattr(stub, "launch", no_launch)
     q, k, v = qkv(s=0, sk=5)
     out, lse = rtcattn.forward(q, k, v, return_lse=True)
     assert out.shape == (1, 0, 2, 64) and out.dtype == BF

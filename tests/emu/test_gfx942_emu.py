@@ -14,7 +14,7 @@ import torch
 
 import gfx942_driver as drv
 import numerics_suite as suite
-from rtcattn import reference as ref
+from rtcattn.ops.attention_fwd import reference as ref
 
 pytestmark = pytest.mark.emu
 

@@ -12,8 +12,8 @@ import torch
 
 import numerics_suite as suite
 import rtcattn
-from rtcattn import reference as ref
 from rtcattn.ops import attention_fwd
+from rtcattn.ops.attention_fwd import reference as ref
 
 pytestmark = pytest.mark.emu
 

@@ -16,8 +16,8 @@ import torch
 
 import numerics_suite as suite
 import varlen_suite as vs
-from rtcattn import reference as ref
-from rtcattn.ops import attention_fwd_varlen
+from rtcattn.ops import attention_fwd
+from rtcattn.ops.attention_fwd import reference as ref, validate
 from rtcattn.runtime import dispatch
 
 pytestmark = pytest.mark.emu
@@ -53,7 +53,7 @@ def test_packed_calls_select_the_gfx942_kernel_at_d128(monkeypatch):
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     b = vs.make_batch([10, 30], [20, 40], 4, 2, 128, "cpu")
     p = vs.to_paged(b, 16)
-    sel = attention_fwd_varlen.selection
+    sel = attention_fwd.selection_varlen
     assert sel(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k).variant.name == "gfx942-bshd-rtne-none-varlen-d128"
     assert sel(p.q, p.k, p.v, p.cu_q, p.cu_k, p.max_q, p.max_k, window=(-1, 0),
                block_table=p.block_table).variant.name == "gfx942-bshd-rtne-window-paged-d128"
@@ -131,8 +131,8 @@ def test_packed_tail_split_is_refused_with_a_reason(pin):
 def test_workspace_is_sized_without_reading_cu_seqlens(pin):
     from rtcattn.runtime import _lib
     b = vs.make_batch([10, 200, 3], [70, 129, 1], 4, 2, 128, "cpu")
-    p = attention_fwd_varlen.validate_varlen.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k)
-    args = attention_fwd_varlen.args_block(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, 304)
+    p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k)
+    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, 304)
     # Hk * (ceil(total_k / 64) + batch) blocks of 16 KiB: 2 * (4 + 3)
     assert _lib.op_workspace_bytes("attention_fwd", "gfx942", args) == 2 * 7 * 16384
 
@@ -163,9 +163,9 @@ def test_paged_workspace_is_sized_by_the_block_table(pin):
     from rtcattn.runtime import _lib
     b = vs.to_paged(vs.make_batch([10, 3], [70, 300], 4, 2, 128, "cpu"), 32)
     pages = b.block_table.shape[1]
-    p = attention_fwd_varlen.validate_varlen.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, 1,
+    p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, 1,
                                                                 block_table=b.block_table)
-    args = attention_fwd_varlen.args_block(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, 304)
+    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, 304)
     # Hk * B * ceil(pages * 32 / 64) blocks of 16 KiB
     assert _lib.op_workspace_bytes("attention_fwd", "gfx942", args) == 2 * 2 * -(-pages * 32 // 64) * 16384
 
@@ -188,7 +188,7 @@ def test_a_table_past_what_v_transpose_offsets_reach_is_refused(pin):
     pool = torch.zeros((1, 1 << 16, 1, 128), dtype=torch.bfloat16)
     table = torch.zeros((1, 257), dtype=torch.int32)     # 257 pages of 2^16 rows: past 2^24 keys
     with pin(), pytest.raises(ValueError, match=r"block_table.shape\[1\]\*page_size=257\*65536"):
-        attention_fwd_varlen.selection(b.q, pool, pool, b.cu_q, b.cu_k, 4, 4, block_table=table)
+        attention_fwd.selection_varlen(b.q, pool, pool, b.cu_q, b.cu_k, 4, 4, block_table=table)
 
 
 # ---- bad metadata: the launch must complete (the emulator checks every access) -------------------------

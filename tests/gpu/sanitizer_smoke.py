@@ -45,7 +45,6 @@ def packed(gen) -> set:
     """Packed sequences and paged KV (the sm90 schedule, TMA per page, zeroed V tails), with lengths 0, 1
     and past one tile, and with bad metadata: decreasing / out-of-range cu_seqlens and page ids out of
     range must not touch memory outside the tensors."""
-    from rtcattn.ops import attention_fwd_varlen as av
     ran = set()
     lens = [1, 0, 130, 17]
     cu = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
@@ -64,7 +63,7 @@ def packed(gen) -> set:
                 rtcattn.forward_varlen(q, kk, vv, cq, ck, max(lens), max(lens), return_lse=True,
                                        window_size=window, block_table=bt)
                 torch.cuda.synchronize()
-                ran.add(av.selection(q, kk, vv, cq, ck, max(lens), max(lens), window=window,
+                ran.add(attention_fwd.selection_varlen(q, kk, vv, cq, ck, max(lens), max(lens), window=window,
                                      block_table=bt).variant.name)
     return ran
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import numerics_suite as suite
-from rtcattn import reference as ref
+from rtcattn.ops.attention_fwd import reference as ref
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")]

@@ -42,7 +42,7 @@ def kernels():
 
 def _errors(o, q, k, v, layout, mode, scale):
     """(err, normwise err, err of R, lse64) against rtcattn.reference's fp64 output and R."""
-    from rtcattn import reference
+    from rtcattn.ops.attention_fwd import reference
     o64, lse64 = reference.reference_fp64(q, k, v, layout, scale)
     err, norm = reference.errors(o, o64)
     err_r, _ = reference.errors(reference.reference_r(q, k, v, layout, mode, scale), o64)
@@ -62,7 +62,7 @@ def _inputs(B, H, Sq, Sk, layout, seed):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("sq,sk", SIZES)
 def test_accuracy_and_lse(kernels, mode, layout, sq, sk):
-    from rtcattn import reference
+    from rtcattn.ops.attention_fwd import reference
     B, H = (1, 1) if sq * sk > 2 ** 24 else (2, 3)
     q, k, v = _inputs(B, H, sq, sk, layout, seed=sq * 7919 + sk)
     scale = 1 / math.sqrt(128)
@@ -118,7 +118,7 @@ def test_special_values(kernels, mode):
 def test_side_by_side_with_torch_backends(kernels, B, H, S, record_property):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from rtcattn import reference
+    from rtcattn.ops.attention_fwd import reference
     q, k, v = _inputs(B, H, S, S, "bhsd", seed=S)
     o, _ = kernels["rtne"](q, k, v, "bhsd")
     o64, _ = reference.reference_fp64(q, k, v, "bhsd", 1 / math.sqrt(128))

@@ -37,8 +37,9 @@ def _lens(seed, n, hi, zeros=True):
 
 
 def _check_kernel(b: vs.Batch, d: int, window=(-1, -1), mode="rtne"):
-    from rtcattn.ops import attention_fwd_varlen as av
-    sel = av.selection(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, mode, None, window, b.block_table)
+    from rtcattn.ops import attention_fwd
+    sel = attention_fwd.selection_varlen(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, mode, None, window,
+                                         b.block_table)
     assert sel.kernel.name == _expect(d), (sel.kernel.name, sel.why)
 
 

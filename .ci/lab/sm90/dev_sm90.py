@@ -1,7 +1,7 @@
 """Lab harness for the sm_90a kernel: A/B of switches you add to a working copy of op_sources/attention_fwd/sm90.cu
 (`#ifndef LAB_X`), passed here as NAME=VALUE defines. Everything runs through the product: rtcattn.forward under
-dispatch.pinned(kernel="sm90", options=("-DNAME=VALUE", ...)), references from rtcattn.reference. Subcommands:
-check [DEFS] | bench SHAPES [mode[:DEF=1+DEF=2] ...] | build [DEFS] (ptxas report; no GPU needed) |
+dispatch.pinned(kernel="sm90", options=("-DNAME=VALUE", ...)), references from rtcattn.ops.attention_fwd.reference.
+Subcommands: check [DEFS] | bench SHAPES [mode[:DEF=1+DEF=2] ...] | build [DEFS] (ptxas report; no GPU needed) |
 sass [DEFS] (build + cuobjdump counts) | once SHAPE CONFIG... (one launch each, for a profiler).
 Exits 1 on a failure."""
 import math
@@ -15,8 +15,9 @@ import tempfile
 import torch
 
 import rtcattn
-from rtcattn import bench as rtc_bench, reference
+from rtcattn.ops.attention_fwd import reference
 from rtcattn.runtime import dispatch, manifest
+from rtcattn.tools import timing
 
 MODES = ("rtne", "rtna", "rtz")
 SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1, 64, 16384),
@@ -121,7 +122,7 @@ def median_ms(fn, reps):
 def time_interleaved(fns, reps):
     """Median ms of each callable, the reps taken round-robin so that clock drift hits all alike.
     A round is queued without host syncs. DEV_LEAD=1 also queues a GPU sleep ahead of each round and
-    varies the order (rtc_bench.round_orders: every callable follows every other equally often; at the power
+    varies the order (timing.round_orders: every callable follows every other equally often; at the power
     cap a call is faster after a low-power one): otherwise the first callable of a round starts on an
     idle GPU and its events include its host dispatch."""
     lead = os.environ.get("DEV_LEAD", "0") == "1"
@@ -132,7 +133,7 @@ def time_interleaved(fns, reps):
     names = list(fns)
     for r in range(reps):
         ev = {}
-        order = [names[i] for i in rtc_bench.round_orders(len(names), reps)[r]] if lead else names
+        order = [names[i] for i in timing.round_orders(len(names), reps)[r]] if lead else names
         if lead:
             torch.cuda._sleep(5_000_000)
         for k in order:

@@ -28,8 +28,8 @@ def per_call_us(fn, n=3000):
 
 def internal_layers(q, k, v, out):
     """The layers under torch.ops.rtcattn.fwd, as this tree's package has them."""
-    from rtcattn import validate
     from rtcattn.ops import attention_fwd as op
+    from rtcattn.ops.attention_fwd import validate
     from rtcattn.runtime import dispatch
     prob = validate.check_inputs(q, k, v, "bshd", "rtne", None)
     _, cus = dispatch.device_facts(q.device)

@@ -1,5 +1,9 @@
-"""The op stubs: one module per op of configs/ops.json, each a torch custom op with a fake implementation."""
-from . import (
-    attention_fwd,  # noqa: F401  (registers torch.ops.rtcattn.fwd / fwd_out)
-    attention_fwd_varlen,  # noqa: F401  (torch.ops.rtcattn.fwd_varlen / fwd_varlen_out: packed sequences)
-)
+"""The ops: one package per op of configs/ops.json (ops/<op>/: stub.py, validate.py, reference.py, bench.py),
+and what they share (checks.py: argument checks; schema.py: torch schemas from signatures; backward.py:
+autograd). Importing this package imports every op package, which registers its torch ops."""
+import importlib
+import pkgutil
+
+for _m in pkgutil.iter_modules(__path__):
+    if _m.ispkg:
+        importlib.import_module(f"{__name__}.{_m.name}")

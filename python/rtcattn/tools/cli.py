@@ -191,7 +191,7 @@ def cmd_clear(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .. import bench
+    from . import bench
     return bench.main(args)
 
 
@@ -212,8 +212,8 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clear", help="remove the entries of the user cache dir (or --cache-dir)")
     c.add_argument("--cache-dir")
     c.set_defaults(func=cmd_clear)
-    from .. import bench
-    bench.add_arguments(sub.add_parser("bench", help="GPU: rtcattn vs torch SDPA flash and cuDNN"))
+    from . import bench
+    bench.add_arguments(sub.add_parser("bench", help="GPU: the ops' benchmark suites against their peers"))
     sub.choices["bench"].set_defaults(func=cmd_bench)
     from .. import isa
     from . import firstcall

@@ -1,0 +1,389 @@
+"""attention_fwd's benchmark suites for `python -m rtcattn bench`, against torch SDPA (cuDNN, flash) and
+FlashAttention-4 when it is installed, timed by tools/timing.py (interleaved rounds, CUDA events, medians).
+
+- dense (the default): the seed's shapes, or `--shapes "B,H[/Hk],S[,Sk][:causal];..."`, or `--shapes masks`
+  (the causal and GQA shapes of the masks work), in each `--layout`;
+- serving (also `--shapes serving`): packed sequences and paged KV, D 128, Hq 32, Hk 8:
+  - varlen: 12 sequences of a serving mix (VARLEN_MIX, 32 225 tokens), causal and not. FA4 runs its own
+    varlen call; cuDNN runs one SDPA call per sequence (what a dense-only library leaves a server with).
+  - chunked prefill: 8 sequences, 512 new queries over 4096 keys, causal. rtcattn and FA4 dense
+    ([8, 512] over [8, 4096]), rtcattn packed, and rtcattn paged with pages of 16, 64, 128, 256 rows
+    (shuffled page ids), FA4 paged where its version takes a page table.
+  FLOPs are 4 D H per (query, key) pair a row sees (causal: bottom-right), so Sq = Sk causal is half of
+  the full count, as FlashAttention reports it.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+
+from ...tools import bench as driver, timing
+from .validate import LAYOUTS, axis_values
+
+# The seed's shapes (B, H, S) with Sq = Sk = S, D = 128 (shared anchors).
+SEED_SHAPES = [(2, 24, 8192), (2, 24, 16384), (1, 32, 16384), (4, 16, 16384), (1, 64, 16384),
+               (2, 24, 32768), (2, 16, 65536), (2, 8, 86016), (1, 16, 131072)]
+QUICK_SHAPES = [(2, 24, 8192), (1, 32, 16384), (2, 24, 16384)]
+# The masks issue's shapes: causal seed shapes, GQA (Hq 32, Hk 8) full and causal, many short causal sequences.
+MASK_SUITE = "2,24,8192:causal;2,24,16384:causal;1,32,32768:causal;2,32/8,16384;2,32/8,16384:causal;16,32/8,2048:causal"
+# A serving-like packed batch: 12 sequences (self-attention), Hq 32, Hk 8, D 128.
+VARLEN_MIX = (8192, 4096, 4096, 2048, 1024, 1024, 512, 300, 7000, 1500, 333, 2100)
+HQ, HK, D = 32, 8, 128
+PREFILL = (8, 512, 4096)  # sequences, new queries, keys
+PAGES = (16, 64, 128, 256)
+# The ratio columns: each rtcattn time against each peer's in the same rounds (row key, name, impl).
+PEERS = (("vs_cudnn", "cuDNN", "sdpa-cudnn"), ("vs_fa4", "FA4", "fa4"))
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--shapes", help='"B,H[/Hk],S[,Sk][:causal];..." (default: the seed\'s 9 shapes); '
+                                    '"masks": the causal and GQA shapes of the masks work; "serving": the '
+                                    'serving suite (packed sequences and paged KV)')
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--modes", default="rtne,rtna,rtz", help="round modes of rtcattn, comma-separated")
+    p.add_argument("--layout", default="bshd",
+                   help="tensor layout(s), comma-separated: bshd ([B,S,H,D]; SDPA gets transposed views "
+                        "of the same tensors) and/or bhsd ([B,H,S,D], SDPA's own layout)")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmarked problem: B, Hq (and Hk for GQA), Sq, Sk, causal."""
+    b: int
+    h: int
+    sq: int
+    sk: int
+    hk: int = 0        # 0: = h
+    causal: bool = False
+
+    @property
+    def kv_heads(self) -> int:
+        return self.hk or self.h
+
+    def label(self) -> str:
+        heads = f"{self.h}/{self.kv_heads}" if self.kv_heads != self.h else str(self.h)
+        return f"{self.b},{heads},{self.sq},{self.sk}" + (" causal" if self.causal else "")
+
+
+def parse_shapes(text: str) -> list:
+    if text.strip() == "masks":
+        text = MASK_SUITE
+    cases = []
+    for part in (s.strip() for s in text.split(";") if s.strip()):
+        body, _, flag = part.partition(":")
+        fields = body.split(",")
+        try:
+            h, _, hk = fields[1].partition("/") if len(fields) > 1 else ("", "", "")
+            nums = [int(fields[0]), int(h), int(fields[2])] + [int(x) for x in fields[3:]]
+            hk_n = int(hk) if hk else 0
+        except (ValueError, IndexError):
+            nums, hk_n = [], 0
+        if (len(nums) not in (3, 4) or min(nums) < 1 or flag not in ("", "causal")
+                or (hk_n and (hk_n < 1 or nums[1] % hk_n))):
+            raise ValueError(f"--shapes entry {part!r} is not supported; accepted: B,H[/Hk],S[,Sk][:causal] with "
+                             "positive integers (H a multiple of Hk), entries separated by ';'")
+        cases.append(Case(nums[0], nums[1], nums[2], nums[3] if len(nums) == 4 else nums[2], hk_n, flag == "causal"))
+    return cases
+
+
+def flops(c: Case, d: int) -> float:
+    """Useful FLOPs: 4 B H Sq Sk D, halved for a causal mask (Sq = Sk), as FlashAttention reports them."""
+    return 4.0 * c.b * c.h * c.sq * c.sk * d / (2.0 if c.causal else 1.0)
+
+
+def _inputs(c: Case, d, layout):
+    import torch
+    per_set = 2 * (2 * c.b * c.sq * c.h * d + 2 * c.b * c.sk * c.kv_heads * d)
+    n = max(1, min(8, math.ceil(timing.ROTATE_BYTES / per_set)))
+    shape = (lambda s, h: (c.b, s, h, d)) if layout == "bshd" else (lambda s, h: (c.b, h, s, d))
+    mk = lambda s, h: torch.randn(shape(s, h), device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    return [(mk(c.sq, c.h), mk(c.sk, c.kv_heads), mk(c.sk, c.kv_heads)) for _ in range(n)]
+
+
+def _sdpa_fn(backend, layout, c: Case):
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+    gqa = {"enable_gqa": True} if c.kv_heads != c.h else {}
+
+    def run(q, k, v):
+        if layout == "bshd":
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        with sdpa_kernel(backend):
+            return sdpa(q, k, v, is_causal=c.causal, **gqa)
+    return run
+
+
+def _fa4_fn(layout, c: Case):
+    """FlashAttention-4 (flash_attn.cute) when installed; it takes [B, S, H, D] and GQA natively."""
+    fa4 = _fa4()[0]
+    if fa4 is None:
+        return None
+
+    def run(q, k, v):
+        if layout == "bhsd":
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        return _first(fa4(q, k, v, causal=c.causal))
+    return run
+
+
+def _runs(fn, inputs) -> bool:
+    try:
+        fn(*inputs[0])
+        return True
+    except RuntimeError as e:  # a backend that does not take this shape on this GPU
+        print(f"  (skipped: {str(e).splitlines()[0][:120]})", file=sys.stderr)
+        return False
+
+
+def _impls(layout: str, modes: list, inputs: list, c: Case) -> dict:
+    """(impl, mode) -> fn for every implementation that runs this shape."""
+    from torch.nn.attention import SDPBackend
+
+    import rtcattn
+    fns = {}
+    peers = [("sdpa-cudnn", _sdpa_fn(SDPBackend.CUDNN_ATTENTION, layout, c)),
+             ("sdpa-flash", _sdpa_fn(SDPBackend.FLASH_ATTENTION, layout, c)), ("fa4", _fa4_fn(layout, c))]
+    for name, fn in peers:
+        if fn is not None and _runs(fn, inputs):
+            fns[(name, "-")] = fn
+    for mode in modes:
+        fns[("rtcattn", mode)] = (lambda q, k, v, m=mode:
+                                  rtcattn.forward(q, k, v, layout=layout, round_mode=m, causal=c.causal))
+    return fns
+
+
+def _row(base: dict, key, times: list, peers: dict, f: float, kernel: str) -> dict:
+    ms = statistics.median(times)
+    r = dict(base, impl=key[0], mode=key[1], kernel=kernel, ms=ms, reps=len(times),
+             spread=(max(times) - min(times)) / ms, tflops=f / (ms * 1e-3) / 1e12)
+    for name, _, impl in PEERS:
+        r[name] = timing.ratio(peers.get(impl), times)
+    return r
+
+
+def bench_shape(c: Case, d, modes, reps, layout="bshd", budget_s=12.0) -> list:
+    from .stub import selection
+    inputs = _inputs(c, d, layout)
+    fns = _impls(layout, modes, inputs, c)
+    # Which rtcattn kernel serves each mode: the op's own selection for these inputs, launching nothing.
+    window = (-1, 0) if c.causal else (-1, -1)
+    kernels = {key: selection(*inputs[0][:3], layout=layout, round_mode=key[1], window=window).kernel.name
+               for key in fns if key[0] == "rtcattn"}
+    times = timing.time_rounds(fns, inputs, reps, budget_s)
+    base = {"B": c.b, "H": c.h, "Hk": c.kv_heads, "Sq": c.sq, "Sk": c.sk, "causal": c.causal, "D": d,
+            "layout": layout, "case": c.label()}
+    peers = {impl: times.get((impl, "-")) for _, _, impl in PEERS}
+    return [_row(base, key, t, peers, flops(c, d), kernels.get(key, key[0])) for key, t in times.items()]
+
+
+def print_table(rows: list, ceiling: float) -> None:
+    fmt = timing.fmt
+    print(f"bf16 matmul 8192^3 ceiling: {ceiling:.0f} TFLOP/s")
+    head = (f"{'B,H,Sq,Sk D':<30}{'layout':<7}{'impl':<12}{'mode':<6}{'kernel':<12}{'ms':>10}{'spread':>8}"
+            f"{'TFLOP/s':>9}{'x cuDNN':>9}{'x FA4':>8}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        shape = f"{r.get('case', '')} {r['D']}"
+        spread = None if r.get("spread") is None else 100 * r["spread"]
+        print(f"{shape:<30}{r['layout']:<7}{r['impl']:<12}{r['mode']:<6}{r['kernel']:<12}"
+              f"{fmt(r['ms'], '.3f'):>10}{fmt(spread, '.1f'):>7}%{fmt(r['tflops'], '.0f'):>9}"
+              f"{fmt(r['vs_cudnn'], '.3f'):>9}{fmt(r.get('vs_fa4'), '.3f'):>8}")
+    for line in timing.geomeans(rows, PEERS):
+        print(line)
+
+
+def plot(rows: list, path: str, plt, title: str = "") -> None:
+    """The dense suite's chart (timing.plot), rows of older JSON without "case" named by B,H,Sq,Sk."""
+    timing.plot([dict(r, case=r.get("case", f"{r['B']},{r['H']},{r['Sq']},{r['Sk']}")) for r in rows], path, plt,
+                title)
+
+
+def _modes(args) -> list:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        driver.check_choice("--modes", m, axis_values("round_mode"))
+    return modes[:1] if args.quick else modes
+
+
+def dense(args) -> dict:
+    """The dense suite; `--shapes serving` runs the serving suite instead."""
+    if args.shapes and args.shapes.strip() == "serving":
+        return serving(args)
+    import torch
+    shapes = parse_shapes(args.shapes) if args.shapes else [
+        Case(b, h, s, s) for b, h, s in (QUICK_SHAPES if args.quick else SEED_SHAPES)]
+    modes = _modes(args)
+    layouts = [x.strip() for x in args.layout.split(",") if x.strip()]
+    for x in layouts:
+        driver.check_choice("--layout", x, LAYOUTS)
+    ceiling = timing.matmul_ceiling(args.reps)
+    rows = []
+    for shape in shapes:
+        for layout in layouts:
+            print(f"shape {shape.label()}, {layout} ...", file=sys.stderr, flush=True)
+            rows += bench_shape(shape, args.head_dim, modes, args.reps, layout, args.budget_s)
+            torch.cuda.empty_cache()
+    print_table(rows, ceiling)
+    return {"matmul_tflops": ceiling, "rows": rows,
+            "title": f"bf16 D={args.head_dim}, {', '.join(layouts)}, non-causal unless marked"}
+
+
+def _pairs(sq: int, sk: int, causal: bool) -> int:
+    if not causal:
+        return sq * sk
+    # row i sees keys j <= i + sk - sq
+    return sum(max(0, min(sk, i + sk - sq + 1)) for i in range(sq))
+
+
+def _flops(lens_q, lens_k, causal) -> float:
+    return 4.0 * D * HQ * sum(_pairs(a, b, causal) for a, b in zip(lens_q, lens_k))
+
+
+def _cu(lens, torch):
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32, device="cuda")
+
+
+def _paged(k, v, lens, page, torch, seed=0):
+    """k, v [total, Hk, D] -> pools [pages, page, Hk, D] with shuffled page ids, and the block table."""
+    gen = torch.Generator().manual_seed(seed)
+    need = [-(-n // page) for n in lens]
+    order = torch.randperm(sum(need), generator=gen).tolist()
+    pools = [torch.zeros(sum(need), page, HK, D, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    table = torch.zeros(len(lens), max(need), dtype=torch.int32)
+    start, nxt = 0, 0
+    for s, n in enumerate(lens):
+        for j in range(need[s]):
+            pid, rows = order[nxt], min(page, n - j * page)
+            nxt += 1
+            table[s, j] = pid
+            for pool, src in zip(pools, (k, v)):
+                pool[pid, :rows] = src[start + j * page:start + j * page + rows]
+        start += n
+    return pools[0], pools[1], table.to("cuda")
+
+
+def _fa4():
+    try:
+        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+        return flash_attn_func, flash_attn_varlen_func
+    except ImportError:
+        return None, None
+
+
+def _first(res):
+    return res[0] if isinstance(res, tuple) else res
+
+
+def _time(fns: dict, inputs, reps, budget_s, f: float, label: str) -> list:
+    ok = {}
+    for name, fn in fns.items():
+        try:
+            fn(*inputs[0])
+            ok[name] = fn
+        except (RuntimeError, TypeError, ValueError, AssertionError) as e:
+            print(f"  {label}: {name} skipped ({type(e).__name__}: {str(e).splitlines()[0][:100]})", file=sys.stderr)
+    times = timing.time_rounds(ok, inputs, reps, budget_s)
+    rows = []
+    for name, t in times.items():
+        ms = statistics.median(t)
+        rows.append({"case": label, "impl": name, "ms": ms, "tflops": f / (ms * 1e-3) / 1e12, "reps": len(t),
+                     "vs_cudnn": timing.ratio(times.get("cudnn"), t), "vs_fa4": timing.ratio(times.get("fa4"), t)})
+    return rows
+
+
+def varlen_rows(causal: bool, modes, reps, budget_s) -> list:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    import rtcattn
+    lens = list(VARLEN_MIX)
+    total, cu, mx = sum(lens), _cu(lens, torch), max(lens)
+    mk = lambda h: torch.randn(total, h, D, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    inputs = [(mk(HQ), mk(HK), mk(HK)) for _ in range(2)]
+    bounds = [(a, b) for a, b in zip(cu.tolist()[:-1], cu.tolist()[1:])]
+
+    def cudnn(q, k, v):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            for a, b in bounds:
+                sdpa(q[a:b].transpose(0, 1)[None], k[a:b].transpose(0, 1)[None], v[a:b].transpose(0, 1)[None],
+                     is_causal=causal, enable_gqa=True)
+    fns = {"cudnn": cudnn}
+    _, fa4_varlen = _fa4()
+    if fa4_varlen is not None:
+        fns["fa4"] = lambda q, k, v: _first(fa4_varlen(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx,
+                                                       max_seqlen_k=mx, causal=causal))
+    for m in modes:
+        fns[f"rtcattn {m}"] = (lambda q, k, v, m=m: rtcattn.forward_varlen(q, k, v, cu, cu, mx, mx, round_mode=m,
+                                                                           causal=causal))
+    label = f"varlen 12 seqs {total} tok" + (" causal" if causal else "")
+    return _time(fns, inputs, reps, budget_s, _flops(lens, lens, causal), label)
+
+
+def prefill_rows(modes, reps, budget_s) -> list:
+    import torch
+
+    import rtcattn
+    b, sq, sk = PREFILL
+    lens_q, lens_k = [sq] * b, [sk] * b
+    cq, ck = _cu(lens_q, torch), _cu(lens_k, torch)
+    q = torch.randn(b * sq, HQ, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b * sk, HK, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    f = _flops(lens_q, lens_k, True)
+    fa4_dense, fa4_varlen = _fa4()
+    dense = (q.view(b, sq, HQ, D), k.view(b, sk, HK, D), v.view(b, sk, HK, D))
+    fns = {}
+    if fa4_dense is not None:
+        fns["fa4"] = lambda q, k, v: _first(fa4_dense(q, k, v, causal=True))
+    for m in modes:
+        fns[f"rtcattn {m}"] = lambda q, k, v, m=m: rtcattn.forward(q, k, v, round_mode=m, causal=True)
+    rows = _time(fns, [dense], reps, budget_s, f, "prefill 8x512/4096 dense")
+    packed = {"rtcattn rtne": lambda q, k, v: rtcattn.forward_varlen(q, k, v, cq, ck, sq, sk, causal=True)}
+    if fa4_varlen is not None:
+        packed["fa4"] = lambda q, k, v: _first(fa4_varlen(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=sq,
+                                                          max_seqlen_k=sk, causal=True))
+    rows += _time(packed, [(q, k, v)], reps, budget_s, f, "prefill 8x512/4096 packed")
+    for page in PAGES:
+        kp, vp, table = _paged(k, v, lens_k, page, torch, seed=page)
+        fns = {"rtcattn rtne": lambda q, k, v, table=table: rtcattn.forward_varlen(
+            q, k, v, cq, ck, sq, sk, causal=True, block_table=table)}
+        if fa4_varlen is not None:
+            used = torch.tensor(lens_k, dtype=torch.int32, device="cuda")
+            fns["fa4"] = lambda q, k, v, table=table, used=used: _first(fa4_varlen(
+                q, k, v, cu_seqlens_q=cq, max_seqlen_q=sq, seqused_k=used, page_table=table, causal=True))
+        rows += _time(fns, [(q, kp, vp)], reps, budget_s, f, f"prefill 8x512/4096 paged {page}")
+    return rows
+
+
+def print_rows(rows: list) -> None:
+    fmt = timing.fmt
+    head = f"{'problem':<36}{'impl':<14}{'ms':>9}{'TFLOP/s':>9}{'x cuDNN':>9}{'x FA4':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['case']:<36}{r['impl']:<14}{r['ms']:>9.3f}{r['tflops']:>9.0f}"
+              f"{fmt(r['vs_cudnn'], '.3f'):>9}{fmt(r['vs_fa4'], '.3f'):>8}")
+
+
+def serving(args) -> dict:
+    """The serving suite: packed sequences and chunked prefill over packed and paged KV."""
+    modes = _modes(args)
+    rows = []
+    for causal in (False, True):
+        print(f"varlen causal={causal} ...", file=sys.stderr, flush=True)
+        rows += varlen_rows(causal, modes, args.reps, args.budget_s)
+    print("chunked prefill ...", file=sys.stderr, flush=True)
+    rows += prefill_rows(modes, args.reps, args.budget_s)
+    print_rows(rows)
+    return {"rows": rows}
+
+
+driver.register("dense", dense, "seed shapes, --shapes, --shapes masks (default)", add_arguments, plot,
+                default=True)
+driver.register("serving", serving, "packed sequences and paged KV against FA4 and cuDNN")

@@ -1,0 +1,214 @@
+"""attention_fwd's torch ops, one per form of the call, over the one runtime op (configs/ops.json: the kv axis
+"dense", "varlen" or "paged"):
+
+- torch.ops.rtcattn.fwd / fwd_out: dense q, k, v in layout "bshd" or "bhsd"; LSE [B, H, Sq].
+- torch.ops.rtcattn.fwd_varlen / fwd_varlen_out: q [total_q, Hq, D] packed by cu_seqlens_q; k, v packed
+  the same way, or with a block table pages [num_pages, page_size, Hk, D]; LSE [Hq, total_q], as AITER
+  returns it.
+
+Each op's schema is read off its Python signature below (ops/schema.py); its fake is the same
+function with fake=True, so the signature is written once. The ops are defined with torch.library's
+Library API rather than the custom_op decorator, whose eager wrapper imports torch._dynamo at the first
+call (about 2 s): a process's first forward costs what the later ones do, plus the first load of the code
+object.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import backward, checks, schema
+from . import OP, validate
+
+_LIB = torch.library.Library("rtcattn", "DEF")  # kept alive: the ops live as long as this object
+
+
+def _dense_lse_shape(q: torch.Tensor, layout: str, return_lse: bool):
+    b, s, h, _ = validate.shape_of(q, layout)
+    return (b, h, s) if return_lse else (0,)
+
+
+def _packed_lse_shape(q: torch.Tensor, return_lse: bool):
+    return (q.shape[1], q.shape[0]) if return_lse else (0,)
+
+
+def _strides(t, layout: str):
+    """Element strides in (batch, seq, head) order, as the argument block wants them (t: a tensor or its strides)."""
+    s = t.stride() if isinstance(t, torch.Tensor) else t
+    return (s[0], s[1], s[2]) if layout == "bshd" else (s[0], s[2], s[1])
+
+
+def _contiguous_strides(shape) -> tuple:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _fields(problem, num_cus: int) -> dict:
+    """The argument block's size fields every form fills alike."""
+    return dict(heads=problem.heads, head_dim=problem.head_dim, heads_k=problem.heads_k or problem.heads,
+                window_left=problem.window[0], window_right=problem.window[1], softmax_scale=problem.scale,
+                tail_split=-1, num_cus=num_cus)
+
+
+def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
+    """The runtime's argument block of a dense call (pointers and element strides; nothing is read through them).
+
+    out may be None: the output does not exist yet and will be contiguous; q's address stands in for
+    it until launch, so the runtime can check the call before anything is allocated."""
+    from ...runtime import dispatch
+    o_ptr, o_strides = (q.data_ptr(), _contiguous_strides(q.shape)) if out is None else (out.data_ptr(), out.stride())
+    return dispatch.lib().op_args(
+        OP, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o_ptr,
+        lse=lse.data_ptr() if lse is not None else None,
+        q_strides=_strides(q, layout), k_strides=_strides(k, layout), v_strides=_strides(v, layout),
+        o_strides=_strides(o_strides, layout), batch=problem.batch, seq_q=problem.seq_q, seq_k=problem.seq_k,
+        **_fields(problem, num_cus))
+
+
+def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenProblem, num_cus: int):
+    """The runtime's argument block of a packed call; out None: q's address stands in until launch."""
+    from ...runtime import dispatch
+    o = q if out is None else out
+    kv_strides = (lambda t: tuple(t.stride()[:3])) if p.paged else (lambda t: (0, t.stride(0), t.stride(1)))
+    fields = dict(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+        q_strides=(0, q.stride(0), q.stride(1)), k_strides=kv_strides(k), v_strides=kv_strides(v),
+        o_strides=(0, q.shape[1] * q.shape[2], q.shape[2]) if out is None else (0, out.stride(0), out.stride(1)),
+        batch=p.batch, seq_q=p.max_seqlen_q, seq_k=p.max_seqlen_k, cu_seqlens_q=cu_q.data_ptr(),
+        cu_seqlens_k=cu_k.data_ptr(), total_q=p.total_q, total_k=p.total_k, **_fields(p, num_cus))
+    if p.paged:
+        fields.update(block_table=block_table.data_ptr(), page_size=p.page_size, num_pages=p.num_pages,
+                      pages_per_seq=p.pages_per_seq, table_stride=block_table.stride(0))
+    return dispatch.lib().op_args(OP, **fields)
+
+
+def _call(round_mode: str, problem, kv: str) -> dict:
+    """The call's value on each axis of the manifest."""
+    return {"round_mode": round_mode, "mask": "window" if problem.masked else "none", "kv": kv,
+            "head_dim": problem.head_dim}
+
+
+def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1)):
+    """The kernel and variant a dense call with these inputs runs (nothing is launched)."""
+    from ...runtime import dispatch
+    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window)
+    args = args_block(q, k, v, None, None, layout, problem, dispatch.device_facts(q.device)[1])
+    return dispatch.select_for(OP, q.device, _call(round_mode, problem, "dense"), args)
+
+
+def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
+                     softmax_scale=None, window=(-1, -1), block_table=None):
+    """The kernel and variant a packed call with these inputs runs (nothing is launched)."""
+    from ...runtime import dispatch
+    p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
+                                     softmax_scale, None, window, block_table)
+    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p,
+                             dispatch.device_facts(q.device)[1])
+    return dispatch.select_for(OP, q.device, _call(round_mode, p, p.kv), args)
+
+
+def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem: validate.Problem):
+    """A checked dense call: checks it in the runtime, allocates what does not exist yet (out when None, lse),
+    launches. Returns (out, lse); lse is [B, H, Sq] fp32 when return_lse, else an empty [0] tensor."""
+    from ...runtime import dispatch  # loads the C++ runtime only when something really runs
+    args = args_block(q, k, v, out, None, layout, problem, dispatch.device_facts(q.device)[1])
+    sel = dispatch.select_for(OP, q.device, _call(round_mode, problem, "dense"), args)
+    if out is None:
+        dispatch.check_fits(OP, "the output", q.numel() * q.element_size(), args, q.device)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        args.o = out.data_ptr()
+    lse = torch.empty(_dense_lse_shape(q, layout, return_lse), dtype=torch.float32, device=q.device)
+    if return_lse:
+        args.lse = lse.data_ptr()
+    dispatch.launch(OP, q.device, sel, args)
+    return out, lse
+
+
+def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, fake: bool):
+    """A dense call: (out, lse) as launch returns them."""
+    # The one validation of an eager call (the Python API checks only what the schema needs); it also
+    # runs while tracing, so a bad call fails at compile time with the same message.
+    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out, checks.check_window(window))
+    if fake or q.numel() == 0:  # Sq = 0 (or B = 0 / H = 0): nothing to compute, nothing launched
+        lse = q.new_empty(_dense_lse_shape(q, layout, return_lse), dtype=torch.float32)
+        return (q.new_empty(q.shape) if out is None else out), lse
+    return launch(q, k, v, out, return_lse, layout, round_mode, problem)
+
+
+def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
+            fake: bool):
+    """A packed call: (out, lse); lse is [Hq, total_q] fp32 when return_lse, else an empty [0] tensor."""
+    p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
+                                     checks.check_window(window), block_table)
+    if fake:
+        return (q.new_empty(q.shape) if out is None else out), q.new_empty(_packed_lse_shape(q, return_lse),
+                                                                           dtype=torch.float32)
+    from ...runtime import dispatch
+    empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
+    if not empty:
+        args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1])
+        sel = dispatch.select_for(OP, q.device, _call(round_mode, p, p.kv), args)
+    if dispatch.knob("RTCATTN_CHECK") == "1":  # an empty call's metadata too: cu_seqlens=[0] with rows is wrong
+        validate.check_device_metadata(cu_q, cu_k, block_table, p)
+    # The kernels write only rows that a sequence owns; the others (rows past cu_seqlens_q[-1], as padding
+    # for a captured graph leaves them, or every row when batch = 0) read as rows that see no key: O = 0,
+    # LSE = -inf, never uninitialised memory. A given out keeps its values there.
+    lse = torch.full(_packed_lse_shape(q, return_lse), -torch.inf, dtype=torch.float32, device=q.device)
+    if empty:
+        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device) if out is None else out), lse
+    if out is None:
+        dispatch.check_fits(OP, "the output", q.numel() * q.element_size(), args, q.device)
+        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        args.o = out.data_ptr()
+    if return_lse:
+        args.lse = lse.data_ptr()
+    dispatch.launch(OP, q.device, sel, args)
+    return out, lse
+
+
+def _ops(fake: bool) -> tuple:
+    """The four ops, written once: their signatures are the schemas; fake=True gives their fakes."""
+    def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, round_mode: str,
+            softmax_scale: float | None, return_lse: bool, window_left: int = -1,
+            window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) for dense q, k, v."""
+        return _dense(q, k, v, None, layout, round_mode, softmax_scale, return_lse, (window_left, window_right), fake)
+
+    def fwd_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, layout: str, round_mode: str,
+                softmax_scale: float | None, return_lse: bool, window_left: int = -1,
+                window_right: int = -1) -> torch.Tensor:
+        """Writes the output into out; returns lse as fwd does."""
+        return _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, (window_left, window_right),
+                      fake)[1]
+
+    def fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                   cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, round_mode: str,
+                   softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
+                   block_table: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) for packed q, k, v."""
+        return _packed(q, k, v, None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
+                       softmax_scale, return_lse, (window_left, window_right), block_table, fake)
+
+    def fwd_varlen_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                       cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                       round_mode: str, softmax_scale: float | None, return_lse: bool, window_left: int = -1,
+                       window_right: int = -1, block_table: torch.Tensor | None = None) -> torch.Tensor:
+        """Writes the output into out; returns lse as fwd_varlen does."""
+        return _packed(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
+                       softmax_scale, return_lse, (window_left, window_right), block_table, fake)[1]
+
+    return fwd, fwd_out, fwd_varlen, fwd_varlen_out
+
+
+# The public functions that call each op, named by a backward's error.
+_CALLERS = {"fwd": ("rtcattn.forward", "rtcattn.flash_attn_func", "aiter.rtcattn_fwd"),
+            "fwd_out": ("rtcattn.forward(out=...)",),
+            "fwd_varlen": ("rtcattn.forward_varlen", "rtcattn.flash_attn_varlen_func", "aiter.rtcattn_varlen_fwd"),
+            "fwd_varlen_out": ("rtcattn.forward_varlen(out=...)", "rtcattn.flash_attn_varlen_func(out=...)")}
+
+for _op, _fake in zip(_ops(False), _ops(True)):
+    schema.define(_LIB, _op, mutates=("out",))
+    torch.library.register_fake(f"rtcattn::{_op.__name__}", _fake, lib=_LIB)
+    backward.register(_LIB, _op.__name__, _CALLERS[_op.__name__])

@@ -1,0 +1,225 @@
+"""attention_fwd's argument checks, run before anything launches, for its three kv forms: dense ([B, S, H, D]
+or [B, H, S, D]), packed sequences (varlen) and a paged KV cache.
+
+What needs no device memory is checked on every call: types, dtypes, shapes, devices, sizes. What only
+device memory holds (cu_seqlens monotonic and ending at the totals, block ids inside the pool) is checked
+only under RTCATTN_CHECK=1, because reading it costs a host sync; without it the kernels clamp every
+sequence and page to the tensors (docs/numerics.md), so bad metadata never reaches outside them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import checks
+from . import OP
+
+DTYPES = (torch.bfloat16,)
+LAYOUTS = ("bshd", "bhsd")   # dense tensors' dim orders; the strides carry them, no kernel is compiled per layout
+_DENSE_TEXT = "[B, S, H, D] for layout 'bshd' or [B, H, S, D] for 'bhsd'"
+
+
+def axis_values(axis: str) -> tuple:
+    """The values of one of the op's axes, as the manifest declares them (round_mode, mask, kv, ...)."""
+    from ...runtime import manifest
+    return tuple(manifest.load().op(OP).axis_values(axis))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A dense call's sizes."""
+    batch: int
+    heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    scale: float
+    heads_k: int = 0          # K/V heads (GQA/MQA: heads is a multiple of it); 0 = heads
+    window: tuple = (-1, -1)  # (left, right) keys around the diagonal; -1 unbounded; causal: right 0
+
+    @property
+    def masked(self) -> bool:
+        return self.window != (-1, -1)
+
+
+@dataclass(frozen=True)
+class VarlenProblem:
+    """A packed call's sizes."""
+    batch: int          # sequences: len(cu_seqlens_q) - 1
+    heads: int
+    heads_k: int
+    head_dim: int
+    total_q: int
+    total_k: int        # rows of k / v (varlen); 0 when paged
+    max_seqlen_q: int
+    max_seqlen_k: int
+    scale: float
+    window: tuple = (-1, -1)
+    page_size: int = 0  # paged: rows per page; 0 = k / v packed like q
+    num_pages: int = 0
+    pages_per_seq: int = 0
+
+    @property
+    def masked(self) -> bool:
+        return self.window != (-1, -1)
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size > 0
+
+    @property
+    def kv(self) -> str:
+        """The value of the manifest's kv axis this call needs."""
+        return "paged" if self.paged else "varlen"
+
+
+def shape_of(t: torch.Tensor, layout: str):
+    """(B, S, H, D) of a dense tensor, whatever the layout."""
+    b, x, y, d = t.shape
+    return (b, x, y, d) if layout == "bshd" else (b, y, x, d)
+
+
+def head_dim_rule():
+    """(supports(d), description) from the manifest's kernels: a head dim is supported when any kernel takes it."""
+    global _head_dim_rule
+    if _head_dim_rule is None:  # read once per process: every call checks the head dim
+        from ...runtime import manifest
+        specs = {k.axes["head_dim"] for k in manifest.load().op(OP).kernels}
+        widest = [s for s in specs if not any(o != s and o.lo <= s.lo and s.hi <= o.hi and o.step <= s.step
+                                                for o in specs)]
+        text = "; ".join(s.describe() for s in sorted(widest, key=lambda s: s.lo))
+        _head_dim_rule = (lambda d: any(s.accepts(d) for s in specs)), text
+    return _head_dim_rule
+
+
+_head_dim_rule = None
+
+
+def _check_head_dim(d: int, q: torch.Tensor) -> None:
+    supports, rule = head_dim_rule()
+    if not supports(d):
+        raise ValueError(f"head dim D={d} (q.shape={tuple(q.shape)}) is not supported; accepted: {rule}")
+
+
+def _heads_error(hq: int, hk: int, where: str = "") -> ValueError:
+    return ValueError(f"mismatched number of heads{where}: q={hq}, k=v={hk}; accepted: q heads a multiple of the "
+                      "k/v heads (equal, GQA or MQA)")
+
+
+def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
+                 out: torch.Tensor | None = None, window: tuple = (-1, -1)) -> Problem:
+    """A dense call: every check that needs no device. Returns the problem sizes."""
+    checks.check_choice("layout", layout, LAYOUTS)
+    checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        checks.check_tensor(name, t, DTYPES, 4, _DENSE_TEXT)
+    checks.check_same("devices", ("q.device", "k.device", "v.device"), (q.device, k.device, v.device))
+    (bq, sq, hq, dq), (bk, sk, hk, dk), (bv, sv, hv, dv) = (shape_of(t, layout) for t in (q, k, v))
+    checks.check_same(f"batch size (layout {layout!r})", ("q", "k", "v"), (bq, bk, bv))
+    checks.check_same(f"number of heads of k and v (layout {layout!r})", ("k", "v"), (hk, hv))
+    if (hk == 0 and hq != 0) or (hk != 0 and hq % hk != 0):  # H = 0 on both: an empty call
+        raise _heads_error(hq, hk, f" (layout {layout!r})")
+    checks.check_same("head dim", ("q", "k", "v"), (dq, dk, dv))
+    checks.check_same(f"key/value sequence length (layout {layout!r})", ("k", "v"), (sk, sv))
+    if sk == 0:
+        raise ValueError(f"k sequence length Sk=0 (k.shape={tuple(k.shape)}, layout {layout!r}) is not "
+                         "supported; accepted: Sk >= 1")
+    _check_head_dim(dq, q)
+    if out is not None:
+        checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)))
+    return Problem(bq, hq, sq, sk, dq, checks.check_scale(softmax_scale, dq), hk, tuple(window))
+
+
+def check_max(name: str, value) -> int:
+    return checks.check_int(name, value, 1, checks.MAX_SIZE, " (the longest sequence's length)")
+
+
+def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
+                        softmax_scale=None, out: torch.Tensor | None = None, window: tuple = (-1, -1),
+                        block_table: torch.Tensor | None = None) -> VarlenProblem:
+    """A packed call: every check that needs no device memory. q [total_q, Hq, D]; k, v [total_k, Hk, D], or
+    with block_table [num_pages, page_size, Hk, D]; cu_seqlens_* int32 [B + 1]; block_table int32 [B, pages]."""
+    checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
+    paged = block_table is not None
+    kv_text = "[num_pages, page_size, Hk, D] (paged: block_table given)" if paged else "[total_k, Hk, D]"
+    checks.check_tensor("q", q, DTYPES, 3, "[total_q, Hq, D]")
+    for name, t in (("k", k), ("v", v)):
+        checks.check_tensor(name, t, DTYPES, 4 if paged else 3, kv_text)
+    device = q.device
+    checks.check_same("devices", ("q.device", "k.device", "v.device"), (q.device, k.device, v.device))
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        checks.check_index_tensor(name, t, 1, "1 dim, [batch + 1]", device)
+        if t.shape[0] < 1:
+            raise ValueError(f"{name}.shape={tuple(t.shape)} is not supported; accepted: [batch + 1], at least 1 entry")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(f"len(cu_seqlens_q)={cu_seqlens_q.shape[0]} != len(cu_seqlens_k)={cu_seqlens_k.shape[0]}; "
+                         "accepted: equal lengths (batch + 1 each)")
+    batch = cu_seqlens_q.shape[0] - 1
+    check_max("max_seqlen_q", max_seqlen_q)
+    check_max("max_seqlen_k", max_seqlen_k)
+    total_q, hq, d = q.shape
+    checks.check_same("k and v shapes", ("k", "v"), (tuple(k.shape), tuple(v.shape)))
+    hk, dk = k.shape[-2], k.shape[-1]
+    if hk == 0 or hq % hk != 0:
+        raise _heads_error(hq, hk)
+    checks.check_same("head dim", ("q", "k", "v"), (d, dk, v.shape[-1]))
+    _check_head_dim(d, q)
+    page_size = num_pages = pages = 0
+    total_k = 0
+    if paged:
+        checks.check_index_tensor("block_table", block_table, 2, "2 dims, [batch, max_pages_per_seq]", device)
+        if block_table.shape[0] != batch or block_table.shape[1] < 1:
+            raise ValueError(f"block_table.shape={tuple(block_table.shape)} is not supported; accepted: "
+                             f"[batch={batch}, pages >= 1] (batch = len(cu_seqlens_q) - 1)")
+        num_pages, page_size = k.shape[0], k.shape[1]
+        if num_pages < 1 or page_size < 1:
+            raise ValueError(f"k.shape={tuple(k.shape)} is not supported; accepted: [num_pages >= 1, page_size >= 1, "
+                             "Hk, D]")
+        pages = block_table.shape[1]
+    else:
+        total_k = k.shape[0]
+        if total_k == 0 and total_q > 0:
+            raise ValueError(f"k.shape={tuple(k.shape)} (total_k=0) is not supported; accepted: total_k >= 1")
+    if out is not None:  # the metadata too: the kernels read cu_seqlens and the block table all along
+        metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
+            (("block_table", block_table),) if paged else ())
+        checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + metadata)
+    return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
+                         checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages)
+
+
+def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: VarlenProblem) -> None:
+    """RTCATTN_CHECK=1: reads cu_seqlens and the block table back (a host sync) and checks their values."""
+    cq, ck = (t.to("cpu").tolist() for t in (cu_seqlens_q, cu_seqlens_k))
+    # Rows past max_seqlen_q are not computed, so a longer q sequence is refused; max_seqlen_k bounds
+    # nothing (every kernel uses all of a sequence's keys, as FlashAttention does).
+    for name, cu, total, longest in (("cu_seqlens_q", cq, problem.total_q, ("max_seqlen_q", problem.max_seqlen_q)),
+                                     ("cu_seqlens_k", ck, None if problem.paged else problem.total_k, None)):
+        if cu[0] != 0:
+            raise ValueError(f"{name}[0]={cu[0]} is not supported; accepted: 0 (RTCATTN_CHECK=1)")
+        for b in range(problem.batch):
+            if cu[b + 1] < cu[b]:
+                raise ValueError(f"{name}[{b + 1}]={cu[b + 1]} < {name}[{b}]={cu[b]}; accepted: non-decreasing "
+                                 "offsets (RTCATTN_CHECK=1)")
+            if longest is not None and cu[b + 1] - cu[b] > longest[1]:
+                raise ValueError(f"sequence {b} has length {cu[b + 1] - cu[b]} > {longest[0]}={longest[1]}; "
+                                 f"accepted: {longest[0]} >= every length (RTCATTN_CHECK=1)")
+        if total is not None and cu[-1] != total:
+            raise ValueError(f"{name}[-1]={cu[-1]} is not supported; accepted: the packed rows, {total} "
+                             "(RTCATTN_CHECK=1)")
+    if not problem.paged:
+        return
+    table = block_table.to("cpu")
+    for b in range(problem.batch):
+        n = -(-(ck[b + 1] - ck[b]) // problem.page_size)
+        if n > problem.pages_per_seq:
+            raise ValueError(f"sequence {b} has {ck[b + 1] - ck[b]} keys, {n} pages > block_table.shape[1]="
+                             f"{problem.pages_per_seq}; accepted: a block table that holds every page "
+                             "(RTCATTN_CHECK=1)")
+        ids = table[b, :n]
+        bad = ((ids < 0) | (ids >= problem.num_pages)).nonzero()
+        if bad.numel():
+            j = int(bad[0, 0])
+            raise ValueError(f"block_table[{b}, {j}]={int(ids[j])} is not supported; accepted: a page id in "
+                             f"[0, {problem.num_pages}) (RTCATTN_CHECK=1)")

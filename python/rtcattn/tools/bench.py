@@ -1,0 +1,88 @@
+"""`python -m rtcattn bench`: the ops' benchmark suites on a GPU, against their peers.
+
+The driver knows no op: each op's rtcattn/ops/<op>/bench.py registers its suites (register below), and
+`bench` imports every such module it finds. A suite is a function of the parsed arguments that prints its
+table and returns {"rows": [...], ...}; `--json` writes that with the device's name, `--plot` draws it
+when the suite gives a chart."""
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import timing
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    run: object              # (args) -> {"rows": [...], "title": chart title (optional), other JSON fields}
+    help: str
+    add_arguments: object    # (parser) -> None, or None
+    plot: object             # (rows, path, pyplot, title) -> None, or None: no chart
+
+
+SUITES: dict = {}
+_default = []
+
+
+def register(name: str, run, help: str, add_arguments=None, plot=None, default: bool = False) -> None:
+    """Makes a suite selectable with `bench --suite NAME` (default=True: the one run without --suite)."""
+    if name in SUITES:
+        raise ValueError(f"bench suite {name!r} is registered twice")
+    SUITES[name] = Suite(name, run, help, add_arguments, plot)
+    if default:
+        _default.append(name)
+
+
+def check_choice(name: str, value, accepted) -> None:
+    if value not in accepted:
+        raise ValueError(f"{name} {value!r} is not supported; accepted: {', '.join(map(repr, accepted))}")
+
+
+def _discover() -> None:
+    """Imports rtcattn.ops.<op>.bench for every op folder that has one (each registers its suites). By
+    name, as a plugin registry does: the driver imports no op."""
+    ops = Path(__file__).resolve().parent.parent / "ops"
+    package = __package__.rsplit(".", 1)[0] + ".ops"
+    for folder in sorted(ops.iterdir()):
+        if (folder / "bench.py").is_file() and (folder / "__init__.py").is_file():
+            importlib.import_module(f"{package}.{folder.name}.bench")
+
+
+def add_arguments(p) -> None:
+    _discover()
+    p.add_argument("--suite", choices=sorted(SUITES), default=_default[0] if _default else None,
+                   help="; ".join(f"{s.name}: {s.help}" for s in SUITES.values()))
+    p.add_argument("--reps", type=int, default=10, help="timed rounds per case (fewer for slow cases)")
+    p.add_argument("--budget-s", type=float, default=12.0,
+                   help="GPU seconds of timed rounds per case at most (caps --reps)")
+    p.add_argument("--quick", action="store_true", help="3 shapes, 1 mode, 3 reps")
+    p.add_argument("--json", dest="json_out", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="bar chart of TFLOP/s (needs matplotlib)")
+    for suite in SUITES.values():
+        if suite.add_arguments is not None:
+            suite.add_arguments(p)
+
+
+def main(args) -> int:
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("bench needs a CUDA or ROCm GPU and torch sees none "
+                           f"(torch {torch.__version__}); run it on a GPU machine")
+    suite = SUITES[args.suite]
+    plt = timing.matplotlib_pyplot() if args.plot else None   # fails before the runs, not after
+    if args.quick:
+        args.reps = 3
+    result = suite.run(args)
+    title = result.pop("title", None)
+    device = torch.cuda.get_device_name()
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump({"device": device, **result}, fh, indent=1)
+    if plt is not None and suite.plot is not None and title is not None:
+        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        suite.plot(result["rows"], args.plot, plt, f"{device}, {when}: {title}")
+    return 0
