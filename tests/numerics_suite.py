@@ -12,7 +12,7 @@ import torch
 
 from rtcattn import reference as ref, validate
 
-LAYOUTS = validate.axis_values("layout")      # the manifest's values: one definition
+LAYOUTS = validate.LAYOUTS                    # the package's values: one definition
 MODES = validate.axis_values("round_mode")
 NAN_BITS = ref.BF16_NAN
 

@@ -19,7 +19,8 @@ def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
             raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
     for name, value in (("layout", layout), ("round_mode", round_mode)):
         if not isinstance(value, str):
-            validate.check_choice(name, value, validate.axis_values(name))  # raises, listing the values
+            accepted = validate.LAYOUTS if name == "layout" else validate.axis_values(name)
+            validate.check_choice(name, value, accepted)  # raises, listing the values
     if softmax_scale is not None:
         validate.check_scale(softmax_scale, 1)
 

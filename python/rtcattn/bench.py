@@ -312,10 +312,10 @@ def _matplotlib():
 
 
 def _layouts(text: str) -> list:
-    from .validate import axis_values, check_choice
+    from .validate import LAYOUTS, check_choice
     layouts = [x.strip() for x in text.split(",") if x.strip()]
     for x in layouts:
-        check_choice("--layout", x, axis_values("layout"))
+        check_choice("--layout", x, LAYOUTS)
     return layouts
 
 

@@ -34,7 +34,6 @@ VARLEN_HEADS = (32, 8)
 @dataclass
 class Report:
     arch: str
-    layout: str
     mode: str
     compiler: str
     notes: dict
@@ -205,19 +204,18 @@ def axis_values(axis: str) -> list:
     return _spec().axis_values(axis)
 
 
-def build(arch: str, layout: str, mode: str, mask: str = "none", kv: str = "dense"):
+def build(arch: str, mode: str, mask: str = "none", kv: str = "dense"):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from .runtime import dispatch, manifest
-    v = manifest.load().variant_for(OP, KERNEL, arch, {"layout": layout, "round_mode": mode, "mask": mask,
-                                                       "kv": kv, "head_dim": 128})
+    v = manifest.load().variant_for(OP, KERNEL, arch, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128})
     return dispatch.build(v)
 
 
-def report(arch: str, layout: str, mode: str, mask: str = "none", kv: str = "dense") -> Report:
-    res = build(arch, layout, mode, mask, kv)
+def report(arch: str, mode: str, mask: str = "none", kv: str = "dense") -> Report:
+    res = build(arch, mode, mask, kv)
     notes, insts = analyse(res.code())
-    r = Report(arch, layout, mode, res.compiler_id, notes, mask=mask, kv=kv)
+    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv)
     loops = [count(b) for b in kv_loops(insts)]
     r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
     if mask != "none":
@@ -317,9 +315,8 @@ def varlen_model(arch: str = "gfx942", mode: str = "rtne", lens=VARLEN_MIX, head
     """The varlen mix next to the same sequences padded to the longest (a dense (B, Hq, max) call), causal
     and not, from the code objects' loop bounds. Rows of dicts, for the bench or the CLI."""
     hq, _ = heads
-    plain, window = report(arch, "bshd", mode, "none", "varlen"), report(arch, "bshd", mode, "window", "varlen")
-    dense = report(arch, "bshd", mode, "none", "dense")
-    dense_w = report(arch, "bshd", mode, "window", "dense")
+    plain, window = report(arch, mode, "none", "varlen"), report(arch, mode, "window", "varlen")
+    dense, dense_w = report(arch, mode, "none", "dense"), report(arch, mode, "window", "dense")
     rows = []
     for causal in (False, True):
         r = window if causal else plain
@@ -349,12 +346,12 @@ def print_varlen_model(rows: list, lens=VARLEN_MIX, heads=VARLEN_HEADS) -> None:
 def print_reports(reports: list) -> None:
     cols = ("variant", "compiler", "vgpr", "agpr", "sgpr", "lds", "scratch", "wg", "waves/simd",
             "mfma", "valu", "trans", "cndmask", "lds_ops", "vmem", "waitcnt", "barrier")
-    rows = [(f"{r.arch} {r.layout} {r.mode} {r.mask} {r.kv}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
+    rows = [(f"{r.arch} {r.mode} {r.mask} {r.kv}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
              r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
              r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
              r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"])
             for r in reports]
-    rows += [(f"{r.arch} {r.layout} {r.mode} {r.mask} {r.kv}: cut blocks", r.compiler, "", "", "", "", "", "", "",
+    rows += [(f"{r.arch} {r.mode} {r.mask} {r.kv}: cut blocks", r.compiler, "", "", "", "", "", "", "",
               m["mfma"], m["valu"], m["trans"], m["cndmask"], m["lds"], m["vmem"], m["s_waitcnt"], m["s_barrier"])
              for r in reports for m in ([r.masked_loop] if r.masked_loop else [])]
     _table(rows, cols)
@@ -369,13 +366,13 @@ def print_model(reports: list) -> None:
           f"transcendental x{TRANS_CYCLES})")
     for r in reports:
         c = iteration_cycles(r.loop)
-        print(f"{r.arch} {r.layout} {r.mode}: cycles/iteration mfma {c['mfma']:.0f}, valu {c['valu']:.0f}, "
+        print(f"{r.arch} {r.mode} {r.mask}: cycles/iteration mfma {c['mfma']:.0f}, valu {c['valu']:.0f}, "
               f"lds {c['lds']:.0f} -> bound {c['bound']:.0f} ({max(c, key=lambda k: c[k] if k != 'bound' else -1)})")
     rows = []
     for shape, (rtne, rtz) in MOONMATH_MS.items():
         row = [str(shape)]
         for mode, meas in (("rtne", rtne), ("rtz", rtz)):
-            rep = next((r for r in reports if r.mode == mode and r.layout == "bhsd"), None)
+            rep = next((r for r in reports if r.mode == mode and r.mask == "none"), None)
             if rep is None:
                 row += ["-", "-", f"{meas:.3f}"]
                 continue
@@ -387,14 +384,14 @@ def print_model(reports: list) -> None:
         rows.append(row)
     _table(rows, ("shape (B,H,S)", "model rtne ms", "model rtne split", "MoonMath rtne ms (measured)",
                   "model rtz ms", "model rtz split", "MoonMath rtz ms (measured)"))
-    causal = [r for r in reports if r.mask == "window" and r.layout == "bhsd"]
+    causal = [r for r in reports if r.mask == "window"]
     if causal:
         print("\ncausal (window variant: full blocks at the steady loop's bound, cut blocks at the masked loop's)")
         rows = []
         for shape in MOONMATH_MS:
             row = [str(shape)]
             for r in causal:
-                full = next(x for x in reports if x.mask == "none" and x.layout == r.layout and x.mode == r.mode)
+                full = next(x for x in reports if x.mask == "none" and x.mode == r.mode)
                 cut = iteration_cycles(r.masked_loop)["bound"]
                 row.append(f"{causal_lower_bound_ms(shape, iteration_cycles(r.loop)['bound'], cut):.3f}")
                 row.append(f"{lower_bound_ms(shape, iteration_cycles(full.loop)['bound'], True):.3f}")
@@ -414,7 +411,7 @@ def add_parser(sub) -> None:
     p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
     p.add_argument("--model", action="store_true", help="also print the static issue model beside MoonMath's times")
     p.add_argument("--kv", default="dense", choices=("dense", "varlen", "paged", "all"),
-                   help="which kv variants to report (packed ones are built for layout bshd only)")
+                   help="which kv variants to report")
     p.add_argument("--varlen-model", action="store_true",
                    help="print the static model of the 12-sequence varlen mix (Hq 32, Hk 8) beside the padded "
                         "dense call")
@@ -423,8 +420,8 @@ def add_parser(sub) -> None:
 
 def cmd_isa(args) -> int:
     kvs = axis_values("kv") if args.kv == "all" else [args.kv]
-    reports = [report(args.arch, lay, mode, mask, kv) for kv in kvs for mask in axis_values("mask")
-               for lay in (axis_values("layout") if kv == "dense" else ["bshd"]) for mode in axis_values("round_mode")]
+    reports = [report(args.arch, mode, mask, kv) for kv in kvs for mask in axis_values("mask")
+               for mode in axis_values("round_mode")]
     print_reports(reports)
     if args.model:
         print_model([r for r in reports if r.kv == "dense"])

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from .validate import axis_values  # the manifest's axes: one list of layouts and round modes
+from .validate import LAYOUTS, axis_values  # one list of layouts; the round modes are the manifest's axis
 
 BF16_NAN = 0x7FFF
 
@@ -18,8 +18,8 @@ def _check_mode(mode: str) -> None:
 
 
 def _check_layout(layout: str) -> None:
-    if layout not in axis_values("layout"):
-        raise ValueError(f"layout={layout!r} is not one of {list(axis_values('layout'))}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {list(LAYOUTS)}")
 
 
 def _round_int_bits(x, mode: str):

@@ -8,10 +8,13 @@ import torch
 
 OP = "attention_fwd"
 HOW_V3_BF16_CVT = {0: "rtne", 1: "rtna", 2: "rtz"}   # AITER's encoding of the rounding mode (AITER's fact)
+# The tensor layouts a call takes: [B, S, H, D] and [B, H, S, D]. Not an axis of the manifest: the strides
+# carry the layout to the kernels, so one code object serves both.
+LAYOUTS = ("bshd", "bhsd")
 
 
 def axis_values(axis: str) -> tuple:
-    """The values of one of the op's axes, as the manifest declares them (layout, round_mode)."""
+    """The values of one of the op's axes, as the manifest declares them (round_mode, mask, kv)."""
     from .runtime import manifest
     return tuple(manifest.load().op(OP).axis_values(axis))
 
@@ -135,7 +138,7 @@ def check_window(window_size, causal: bool = False) -> tuple:
 def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
                  out: torch.Tensor | None = None, window: tuple = (-1, -1)) -> Problem:
     """Every check that needs no device: types, shapes, strides, devices, out. Returns the problem sizes."""
-    check_choice("layout", layout, axis_values("layout"))
+    check_choice("layout", layout, LAYOUTS)
     check_choice("round_mode", round_mode, axis_values("round_mode"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t)

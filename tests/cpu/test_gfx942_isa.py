@@ -1,5 +1,5 @@
-"""Code-object checks of the gfx942 fast kernel: all six variants per arch compile with no scratch, <= 64 KiB LDS,
-512 threads, 2 waves/SIMD."""
+"""Code-object checks of the gfx942 fast kernel: all six dense variants per arch compile with no scratch, <= 64 KiB
+LDS, 512 threads, 2 waves/SIMD."""
 import shutil
 
 import pytest
@@ -10,13 +10,12 @@ ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19")) i
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("layout", isa.axis_values("layout"))
 @pytest.mark.parametrize("mode", isa.axis_values("round_mode"))
 @pytest.mark.parametrize("mask", isa.axis_values("mask"))
-def test_code_object(arch, layout, mode, mask):
-    r = isa.report(arch, layout, mode, mask)
+def test_code_object(arch, mode, mask):
+    r = isa.report(arch, mode, mask)
     n = r.notes
-    tag = f"{arch} {layout} {mode}: {n}"
+    tag = f"{arch} {mode} {mask}: {n}"
     assert 0 < n["group_segment_fixed_size"] <= 64 * 1024, tag
     assert n["max_flat_workgroup_size"] == 512, tag
     assert r.waves_per_simd >= 2, f"2 waves/SIMD not achievable: {tag}"
@@ -30,7 +29,7 @@ def test_code_object(arch, layout, mode, mask):
     if mask != "none":
         # Blocks fully inside every row's window run the unmasked loop, instruction for instruction as
         # counted in the unmasked variant; the blocks a window cuts have their own loop with the selects.
-        plain = isa.report(arch, layout, mode, "none").loop
+        plain = isa.report(arch, mode, "none").loop
         keys = ("mfma", "valu", "trans", "cndmask", "lds", "vmem", "s_barrier")
         assert {k: r.loop[k] for k in keys} == {k: plain[k] for k in keys}, (tag, r.loop, plain)
         m = r.masked_loop
@@ -85,12 +84,12 @@ def test_packed_code_object(arch, kv, mode, mask):
     """Real compiles (gfx942: clang 19; gfx90a: hipRTC 5.2 first) of the packed variants: no scratch or VGPR
     spills, the dense occupancy, and the same MFMA loop. Varlen's loop is the dense loop instruction for
     instruction; paged adds only the per-page resource of group B's K refill (scalar work, no VALU mask)."""
-    r = isa.report(arch, "bshd", mode, mask, kv)
+    r = isa.report(arch, mode, mask, kv)
     n = r.notes
     tag = f"{arch} {kv} {mode} {mask}: {n}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["max_flat_workgroup_size"] == 512 and r.waves_per_simd >= 2, tag
-    dense = isa.report(arch, "bshd", mode, mask, "dense").loop
+    dense = isa.report(arch, mode, mask, "dense").loop
     keys = ("mfma", "trans", "lds", "s_barrier")
     assert {k: r.loop[k] for k in keys} == {k: dense[k] for k in keys}, (tag, r.loop, dense)
     if kv == "varlen":

@@ -58,8 +58,8 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
 
 def _call(layout: str, round_mode: str, problem: validate.Problem) -> dict:
     """The call's value on each axis of the manifest."""
-    return {"layout": layout, "round_mode": round_mode, "mask": "window" if problem.masked else "none",
-            "kv": "dense", "head_dim": problem.head_dim}
+    return {"round_mode": round_mode, "mask": "window" if problem.masked else "none", "kv": "dense",
+            "head_dim": problem.head_dim}
 
 
 def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1)):

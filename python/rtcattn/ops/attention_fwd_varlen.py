@@ -45,9 +45,8 @@ def args_block(q, k, v, out, cu_q, cu_k, block_table, p: validate_varlen.VarlenP
 
 
 def _call(round_mode: str, p: validate_varlen.VarlenProblem) -> dict:
-    """The call's value on each axis of the manifest (packed rows are read as bshd: rows, then heads)."""
-    return {"layout": "bshd", "round_mode": round_mode, "mask": "window" if p.masked else "none", "kv": p.kv,
-            "head_dim": p.head_dim}
+    """The call's value on each axis of the manifest."""
+    return {"round_mode": round_mode, "mask": "window" if p.masked else "none", "kv": p.kv, "head_dim": p.head_dim}
 
 
 def selection(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
