@@ -22,7 +22,7 @@ typedef struct rtc_source {
 
 typedef struct rtc_build_request {
   const char* op;               // the manifest's op name (part of the file name and key)
-  const char* variant;          // readable variant for the file name, e.g. "baseline-bshd-rtne-d128"
+  const char* variant;          // readable variant for the file name, e.g. "baseline-rtne-none-dense-d128"
   const char* arch;             // gfx942 | gfx90a | sm_80 | sm_90a | gfx942-emu | gfx90a-emu
   const char* compiler;         // "auto" | "clang" | "hiprtc" | "nvrtc" | "host"
   const char* kernel_symbol;    // extern "C" kernel name

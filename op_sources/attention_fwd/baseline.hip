@@ -19,9 +19,6 @@
 #if RTC_HEAD_DIM_MAX % 8 != 0 || RTC_HEAD_DIM_MAX < 8 || RTC_HEAD_DIM_MAX > 256
 #error "RTC_HEAD_DIM_MAX must be a multiple of 8 in [8, 256]"
 #endif
-#ifndef RTC_LAYOUT
-#define RTC_LAYOUT 0  // strides carry the layout, so the baseline reads both the same way
-#endif
 
 namespace {
 

@@ -15,11 +15,10 @@ SYMBOL = KERNEL.symbol
 BUCKETS = list(KERNEL.axes["head_dim"].buckets)
 EM_AMDGPU, EM_CUDA = 224, 190
 AMD_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C}  # EF_AMDGPU_MACH values (low byte of e_flags)
-LAYOUTS, MODES = SPEC.axis_values("layout"), SPEC.axis_values("round_mode")
+MODES = SPEC.axis_values("round_mode")
 
-# Every layout x mode at head-dim bucket 128; every bucket for bshd/rtne.
-VARIANTS = sorted({(lay, mode, 128) for lay in LAYOUTS for mode in MODES}
-                  | {(LAYOUTS[0], MODES[0], d) for d in BUCKETS})
+# Every mode at head-dim bucket 128; every bucket for rtne.
+VARIANTS = sorted({(mode, 128) for mode in MODES} | {(MODES[0], d) for d in BUCKETS})
 
 
 def _tool(*names):
@@ -35,8 +34,8 @@ OBJDUMP = _tool("llvm-objdump-19", "llvm-objdump")
 
 def _product_build(arch, compiler, variant, cache_dir):
     """The product path: manifest -> build request -> C++ runtime -> compiler, into a fresh cache dir."""
-    lay, mode, d = variant
-    call = {"layout": lay, "round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d}
+    mode, d = variant
+    call = {"round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d}
     v = manifest.load().variant_for("attention_fwd", "baseline", arch, call)
     req = manifest.load().request(v, dispatch.package_version())
     try:
@@ -91,13 +90,12 @@ def test_amd(arch, compiler, variant, tmp_path):
     _check_amd(_product_build(arch, compiler, variant, tmp_path).code(), arch)
 
 
-@pytest.mark.parametrize("sm,variant", [("sm_90a", v) for v in VARIANTS] + [("sm_80", ("bhsd", "rtna", 256))])
+@pytest.mark.parametrize("sm,variant", [("sm_90a", v) for v in VARIANTS] + [("sm_80", ("rtna", 256))])
 def test_nvrtc(sm, variant, tmp_path):
     _check_cuda(_product_build(sm, "nvrtc", variant, tmp_path).code(), int(re.sub(r"\D", "", sm)))
 
 
-@pytest.mark.parametrize("sm,variant", [("sm_90a", ("bshd", "rtne", 256)), ("sm_90a", ("bhsd", "rtz", 192)),
-                                        ("sm_80", ("bshd", "rtna", 256))])
+@pytest.mark.parametrize("sm,variant", [("sm_90a", ("rtne", 256)), ("sm_90a", ("rtz", 192)), ("sm_80", ("rtna", 256))])
 def test_nvrtc_no_spills(sm, variant, tmp_path):
     """ptxas's own report, which the runtime keeps beside a product build (NVRTC runs ptxas -v)."""
     log = _product_build(sm, "nvrtc", variant, tmp_path).log()
@@ -110,7 +108,7 @@ def test_plain_simt(tmp_path):
     """The baseline uses no matrix instructions (it is the fallback where those are not wanted)."""
     if OBJDUMP is None:
         pytest.skip("llvm-objdump not found")
-    code = _product_build("gfx942", "clang", ("bshd", "rtne", 256), tmp_path).code()
+    code = _product_build("gfx942", "clang", ("rtne", 256), tmp_path).code()
     with tempfile.NamedTemporaryFile(suffix=".co") as f:
         f.write(code)
         f.flush()

@@ -226,7 +226,7 @@ def _warm(cache, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = str(ROOT / "python")
     return subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "gfx942-emu", "--kernels", "baseline",
-                           "--layout", "bshd", "--round-mode", "rtz", "--mask", "none", "--head-dim", "64",
+                           "--round-mode", "rtz", "--mask", "none", "--head-dim", "64",
                            "--cache-dir", str(cache), *extra],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
 

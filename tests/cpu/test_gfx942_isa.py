@@ -1,22 +1,21 @@
-"""Code-object checks of the gfx942 fast kernel: all six variants per arch compile with no scratch, <= 64 KiB LDS,
-512 threads, 2 waves/SIMD."""
+"""Code-object checks of the gfx942 fast kernel: all six dense variants per arch compile with no scratch, <= 64 KiB
+LDS, 512 threads, 2 waves/SIMD."""
 import shutil
 
 import pytest
 
-from rtcattn import isa
+from rtcattn.tools import coreport
 
 ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19")) if shutil.which(tool)]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("layout", isa.axis_values("layout"))
-@pytest.mark.parametrize("mode", isa.axis_values("round_mode"))
-@pytest.mark.parametrize("mask", isa.axis_values("mask"))
-def test_code_object(arch, layout, mode, mask):
-    r = isa.report(arch, layout, mode, mask)
+@pytest.mark.parametrize("mode", coreport.axis_values("round_mode"))
+@pytest.mark.parametrize("mask", coreport.axis_values("mask"))
+def test_code_object(arch, mode, mask):
+    r = coreport.report(arch, mode, mask)
     n = r.notes
-    tag = f"{arch} {layout} {mode}: {n}"
+    tag = f"{arch} {mode} {mask}: {n}"
     assert 0 < n["group_segment_fixed_size"] <= 64 * 1024, tag
     assert n["max_flat_workgroup_size"] == 512, tag
     assert r.waves_per_simd >= 2, f"2 waves/SIMD not achievable: {tag}"
@@ -30,21 +29,11 @@ def test_code_object(arch, layout, mode, mask):
     if mask != "none":
         # Blocks fully inside every row's window run the unmasked loop, instruction for instruction as
         # counted in the unmasked variant; the blocks a window cuts have their own loop with the selects.
-        plain = isa.report(arch, layout, mode, "none").loop
+        plain = coreport.report(arch, mode, "none").loop
         keys = ("mfma", "valu", "trans", "cndmask", "lds", "vmem", "s_barrier")
         assert {k: r.loop[k] for k in keys} == {k: plain[k] for k in keys}, (tag, r.loop, plain)
         m = r.masked_loop
         assert m["mfma"] == 192 and m["s_barrier"] == 2 and m["cndmask"] >= 48, (tag, m)
-
-
-def test_model_bound_is_the_larger_pipe():
-    loop = {"mfma": 192, "valu": 500, "trans": 50, "lds_bytes": 4096}
-    c = isa.iteration_cycles(loop)
-    assert c["mfma"] == 2 * 192 * 16 and c["valu"] == 2 * (450 * 4 + 50 * 16)
-    assert c["bound"] == max(c["mfma"], c["valu"], c["lds"])
-    # One round of 304 items of 2 kv blocks each; a split can only shorten the fractional round.
-    assert isa.lower_bound_ms((1, 304, 128), 1000.0, False) == pytest.approx(2 * 1000 / 2.1e9 * 1e3)
-    assert isa.lower_bound_ms((4, 16, 16384), 1000.0, True) <= isa.lower_bound_ms((4, 16, 16384), 1000.0, False)
 
 
 def _branch(addr, op, target):
@@ -59,9 +48,9 @@ def test_kv_loop_is_the_natural_loop_not_a_layout_jump():
              _branch(0x10, "s_cbranch_scc1", 0x08), (0x14, "v_mfma_f32_16x16x16_bf16", "v[0:3]"),
              (0x18, "v_mfma_f32_16x16x16_bf16", "v[0:3]"), (0x1C, "s_endpgm", ""), (0x20, "v_mov_b32_e32", "v1, 0"),
              (0x24, "v_mov_b32_e32", "v2, 0"), _branch(0x28, "s_branch", 0x04)]
-    body = isa.kv_loop(insts)
+    body = coreport.kv_loop(insts)
     assert [a for a, _, _ in body] == [0x08, 0x0C, 0x10]
-    c = isa.count(body)
+    c = coreport.count(body)
     assert c["mfma"] == 1 and c["trans"] == 1 and c["cndmask"] == 0
 
 
@@ -70,27 +59,27 @@ def test_kv_loop_includes_a_second_latch_placed_after_the_loop():
     insts = [(0x00, "s_nop", "0"), (0x04, "v_mfma_f32_16x16x16_bf16", "v[0:3]"), _branch(0x08, "s_cbranch_scc0", 0x14),
              _branch(0x0C, "s_cbranch_scc1", 0x04), (0x10, "s_endpgm", ""),
              (0x14, "buffer_load_dword", "v1, s[0:3], s4 offen lds"), _branch(0x18, "s_branch", 0x00)]
-    body = isa.kv_loop(insts)
+    body = coreport.kv_loop(insts)
     assert [a for a, _, _ in body] == [0x00, 0x04, 0x08, 0x0C, 0x14, 0x18]
-    assert isa.count(body)["lds_dma"] == 1
+    assert coreport.count(body)["lds_dma"] == 1
 
 
 # ---- packed sequences (varlen) and paged KV --------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kv", ["varlen", "paged"])
-@pytest.mark.parametrize("mode", isa.axis_values("round_mode"))
-@pytest.mark.parametrize("mask", isa.axis_values("mask"))
+@pytest.mark.parametrize("mode", coreport.axis_values("round_mode"))
+@pytest.mark.parametrize("mask", coreport.axis_values("mask"))
 def test_packed_code_object(arch, kv, mode, mask):
     """Real compiles (gfx942: clang 19; gfx90a: hipRTC 5.2 first) of the packed variants: no scratch or VGPR
     spills, the dense occupancy, and the same MFMA loop. Varlen's loop is the dense loop instruction for
     instruction; paged adds only the per-page resource of group B's K refill (scalar work, no VALU mask)."""
-    r = isa.report(arch, "bshd", mode, mask, kv)
+    r = coreport.report(arch, mode, mask, kv)
     n = r.notes
     tag = f"{arch} {kv} {mode} {mask}: {n}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["max_flat_workgroup_size"] == 512 and r.waves_per_simd >= 2, tag
-    dense = isa.report(arch, "bshd", mode, mask, "dense").loop
+    dense = coreport.report(arch, mode, mask, "dense").loop
     keys = ("mfma", "trans", "lds", "s_barrier")
     assert {k: r.loop[k] for k in keys} == {k: dense[k] for k in keys}, (tag, r.loop, dense)
     if kv == "varlen":
@@ -100,22 +89,3 @@ def test_packed_code_object(arch, kv, mode, mask):
         # the VALU (gfx90a's compiler also keeps the resource selects there: 3 v_cndmask, ~25 VALU).
         assert r.loop["vmem"] <= dense["vmem"] + 1 and r.loop["cndmask"] <= 3, (tag, r.loop, dense)
         assert r.loop["valu"] <= dense["valu"] + 32, (tag, r.loop, dense)
-
-
-def test_varlen_model_blocks_match_the_runtime_plan():
-    """The model's per-item kv blocks add up to the runtime's plan (kv_span) of each sequence."""
-    for causal in (False, True):
-        items = isa.varlen_items(isa.VARLEN_MIX, 1, causal)
-        plans = [isa.plan((1, 1, s), split=False, causal=causal) for s in isa.VARLEN_MIX]
-        assert sum(u + m for u, m in items) == sum(p["blocks_total"] for p in plans)
-        assert sum(m for _, m in items) == sum(p["blocks_masked"] for p in plans)
-        assert len(items) == sum(p["items"] for p in plans)
-    # Grid order: the longest sequence's last q block (the most keys under a causal mask) comes first.
-    assert isa.varlen_items([1000, 100], 2, True)[:2] == [isa._item_blocks(1000, True)[-1]] * 2
-
-
-def test_varlen_model_bounds():
-    m = isa.varlen_model_ms([384] * 304, 1, 1000.0, 1000.0, False)
-    assert m["items"] == 304 and m["bound"] == pytest.approx(6 * 1000 / 2.1e9 * 1e3) == m["greedy"]
-    m = isa.varlen_model_ms([8192, 64], 1, 1000.0, 2000.0, True)
-    assert m["greedy"] >= m["bound"] > 0

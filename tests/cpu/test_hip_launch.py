@@ -69,8 +69,10 @@ def _problem(v) -> dict:
     # A masked variant gets a window (left 17, causal) and, where it takes one, a K/V head count below h.
     hk, window = (h, (-1, -1)) if v["mask"] == "none" else (1 if v.kernel == "baseline" else h, (17, 0))
 
+    # One code object serves both layouts (the strides carry it): the rtna variants get [B, H, S, D] tensors,
+    # the others [B, S, H, D], so both stride orders reach every kernel, arch, mask and head dim.
     def strides(s):  # contiguous, in (batch, seq, head) order whatever the layout
-        return [s * h * d, h * d, d] if v["layout"] == "bshd" else [h * s * d, d, s * d]
+        return [h * s * d, d, s * d] if v["round_mode"] == "rtna" else [s * h * d, h * d, d]
 
     call = dict(ADDR, q_strides=strides(sq), k_strides=strides(sk), v_strides=strides(sk), o_strides=strides(sq),
                 batch=b, heads=h, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=window[0],

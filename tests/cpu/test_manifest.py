@@ -50,20 +50,20 @@ BAD = [
     ("unknown arch", lambda d: kern(d)["archs"].append("gfx1100"), f"kernels[{BASE}].archs[6]", '"gfx1100"', "gfx942"),
     ("bad compiler", lambda d: d["archs"]["gfx942"].update(compiler=["gcc"]), "archs.gfx942.compiler[0]", '"gcc"',
      "hiprtc"),
-    ("value not int", lambda d: axis(d, "round_mode")["values"].update(rtz="2"), "axes[1].values.rtz", '"2"',
+    ("value not int", lambda d: axis(d, "round_mode")["values"].update(rtz="2"), "axes[0].values.rtz", '"2"',
      "mapped to integers"),
-    ("axis define", lambda d: axis(d, "layout").update(define="RTC LAYOUT"), "axes[0].define", '"RTC LAYOUT"',
+    ("axis define", lambda d: axis(d, "mask").update(define="RTC MASK"), "axes[1].define", '"RTC MASK"',
      "C identifier"),
-    ("duplicate axis", lambda d: op(d)["axes"].append(copy.deepcopy(axis(d, "layout"))), "axes[5].name", '"layout"',
-     "not used by another axis"),
+    ("duplicate axis", lambda d: op(d)["axes"].append(copy.deepcopy(axis(d, "round_mode"))),
+     f"axes[{len(op(REAL)['axes'])}].name", '"round_mode"', "not used by another axis"),
     ("head dims", lambda d: kern(d)["axes"]["head_dim"].update(min=300), HD, "300", "min <= max"),
     ("bucket too small", lambda d: kern(d)["axes"]["head_dim"].update(buckets=[64, 128]), f"{HD}.buckets",
      "[64, 128]", ">= max"),
     ("bucket spec missing", lambda d: kern(d)["axes"].pop("head_dim"), HD, "null", "required for a bucketed axis"),
     ("unknown axis", lambda d: kern(d)["axes"].update(seqlen=[1]), f"kernels[{BASE}].axes.seqlen", "[1]",
      "an axis of the op"),
-    ("axis value", lambda d: kern(d)["axes"].update(layout=["bsdh"]), f"kernels[{BASE}].axes.layout[0]", '"bsdh"',
-     "bshd"),
+    ("axis value", lambda d: kern(d)["axes"].update(round_mode=["rne"]), f"kernels[{BASE}].axes.round_mode[0]",
+     '"rne"', "rtne"),
     ("symbol", lambda d: kern(d).update(symbol="not a symbol"), f"kernels[{BASE}].symbol", '"not a symbol"',
      "C identifier"),
     ("source path", lambda d: kern(d).update(source="../evil.hip"), f"kernels[{BASE}].source", "../evil.hip",
@@ -94,29 +94,28 @@ def test_not_json_and_not_evaluated(tmp_path):
         manifest.load(p)
 
 
-def _variant(m, kernel, arch, layout, mode, head_dim):
-    return m.variant_for("attention_fwd", kernel, arch, {"layout": layout, "round_mode": mode, "mask": "none",
-                                                         "kv": "dense", "head_dim": head_dim})
+def _variant(m, kernel, arch, mode, head_dim):
+    return m.variant_for("attention_fwd", kernel, arch, {"round_mode": mode, "mask": "none", "kv": "dense",
+                                                         "head_dim": head_dim})
 
 
 def test_variants_and_request():
     m = manifest.load()
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
     variants = list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))
-    assert len(variants) == 2 * 3 * 2 * 3 * len(buckets)
-    v = _variant(m, "baseline", "gfx942", "bshd", "rtna", 128)
-    assert v.name == "baseline-bshd-rtna-none-dense-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
+    assert len(variants) == 3 * 2 * 3 * len(buckets)
+    v = _variant(m, "baseline", "gfx942", "rtna", 128)
+    assert v.name == "baseline-rtna-none-dense-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
-    assert req.variant == "baseline-bshd-rtna-none-dense-d128" and req.arch == "gfx942" and req.package_version == "9.9"
-    assert req.options[:5] == ("-DRTC_LAYOUT=0", "-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0",
-                               "-DRTC_HEAD_DIM_MAX=128")
+    assert req.variant == "baseline-rtna-none-dense-d128" and req.arch == "gfx942" and req.package_version == "9.9"
+    assert req.options[:4] == ("-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=128")
     assert "-O3" in req.options and req.compilers == ("hiprtc", "clang")
     names = [n for n, _ in req.headers]
     assert {"platform.h", "attn_params.h", "bf16_round.h"} <= set(names)
     assert not any(n.startswith("emu/") for n in names)
     assert req.main[0] == "baseline.hip" and "attention_fwd_baseline" in req.main[1]
-    emu = m.request(_variant(m, "baseline", "gfx942-emu", "bhsd", "rtz", 64), "9.9")
-    assert emu.options[:5] == ("-DRTC_LAYOUT=1", "-DRTC_ROUND=2", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=64")
+    emu = m.request(_variant(m, "baseline", "gfx942-emu", "rtz", 64), "9.9")
+    assert emu.options[:4] == ("-DRTC_ROUND=2", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=64")
     emu_names = [n for n, _ in emu.headers]
     assert any(n.startswith("emu/") for n in emu_names) and emu.compilers == ("host",)
     assert m.request(v, "9.9", ("-DLAB=1",)).options[-1] == "-DLAB=1"
@@ -127,35 +126,35 @@ def test_buckets():
     assert [spec.bucket_for(d) for d in (64, 72, 96, 128, 136, 200, 256)] == [64, 96, 96, 128, 192, 256, 256]
     assert spec.accepts(72) and not spec.accepts(68) and not spec.accepts(264)
     m = manifest.load()
-    assert _variant(m, "baseline", "gfx942", "bshd", "rtne", 72)["head_dim"] == 96
+    assert _variant(m, "baseline", "gfx942", "rtne", 72)["head_dim"] == 96
 
 
-def _call(layout, mode, head_dim, mask="none"):
-    return {"layout": layout, "round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim}
+def _call(mode, head_dim, mask="none"):
+    return {"round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim}
 
 
 def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     fast = dict(copy.deepcopy(kern(REAL)), name="fast", archs=["gfx942"],
-                axes={"head_dim": {"min": 128, "max": 128, "step": 8, "buckets": [128]}, "layout": ["bshd"]})
+                axes={"head_dim": {"min": 128, "max": 128, "step": 8, "buckets": [128]}, "round_mode": ["rtne"]})
 
     def only_fast_and_baseline(d):  # the mechanism under test, without the real fast kernels
         ks = op(d)["kernels"]
         ks[:] = [fast] + [k for k in ks if k["name"] == "baseline"]
     m = manifest.load(write(tmp_path, edited(only_fast_and_baseline)), root=ROOT)
-    sel = dispatch.select("attention_fwd", "gfx942", _call("bshd", "rtne", 128), m=m)
+    sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 128), m=m)
     assert sel.kernel.name == "fast" and sel.why == "first match"
-    assert sel.variant.name == "fast-bshd-rtne-none-dense-d128"
-    sel = dispatch.select("attention_fwd", "gfx942", _call("bshd", "rtne", 64), m=m)
+    assert sel.variant.name == "fast-rtne-none-dense-d128"
+    sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 64), m=m)
     assert sel.kernel.name == "baseline" and "fast" in sel.why and "head_dim 64" in sel.why
-    sel = dispatch.select("attention_fwd", "gfx942", _call("bhsd", "rtne", 128), m=m)
-    assert sel.kernel.name == "baseline" and "layout 'bhsd' not in ['bshd']" in sel.why
-    sel = dispatch.select("attention_fwd", "gfx90a", _call("bhsd", "rtz", 128), m=m)
+    sel = dispatch.select("attention_fwd", "gfx942", _call("rtz", 128), m=m)
+    assert sel.kernel.name == "baseline" and "round_mode 'rtz' not in ['rtne']" in sel.why
+    sel = dispatch.select("attention_fwd", "gfx90a", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "arch gfx90a" in sel.why
-    assert len(list(m.variants("attention_fwd", kernels=["fast"]))) == 1 * 3 * 2 * 3 * 1  # bshd only
+    assert len(list(m.variants("attention_fwd", kernels=["fast"]))) == 1 * 2 * 3 * 1  # rtne only
     with pytest.raises(ValueError, match="no kernel"):
-        dispatch.select("attention_fwd", "gfx1100", _call("bshd", "rtne", 128), m=m)
+        dispatch.select("attention_fwd", "gfx1100", _call("rtne", 128), m=m)
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='nope' is not accepted.*fast, baseline"):
-        dispatch.select("attention_fwd", "gfx942", _call("bshd", "rtne", 128), kernel="nope", m=m)
+        dispatch.select("attention_fwd", "gfx942", _call("rtne", 128), kernel="nope", m=m)
 
 
 def test_cuda_arch_names():

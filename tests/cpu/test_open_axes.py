@@ -38,10 +38,10 @@ def test_axis_reaches_variants_names_defines_and_selection(tree):
     n_real = len(list(real.variants("attention_fwd")))
     assert len(list(m.variants("attention_fwd"))) == 2 * n_real
     names = {v.name for v in m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"], head_dim=[64])}
-    assert "baseline-bshd-rtne-none-dense-d64-loud" in names and "baseline-bhsd-rtz-window-dense-d64-plain" in names
-    call = {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "flavor": "loud"}
+    assert "baseline-rtne-none-dense-d64-loud" in names and "baseline-rtz-window-dense-d64-plain" in names
+    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "flavor": "loud"}
     sel = dispatch.select("attention_fwd", "gfx942", call, m=m)
-    assert sel.variant.name == "gfx942-bshd-rtne-none-dense-d128-loud" and sel.variant["flavor"] == "loud"
+    assert sel.variant.name == "gfx942-rtne-none-dense-d128-loud" and sel.variant["flavor"] == "loud"
     req = m.request(sel.variant, "0")
     assert "-DRTC_TEST_FLAVOR=1" in req.options
 
@@ -49,7 +49,7 @@ def test_axis_reaches_variants_names_defines_and_selection(tree):
 def test_axis_value_reaches_the_kernel_and_the_cache_key(tree, tmp_path_factory):
     m = manifest.load()
     cache = str(tmp_path_factory.mktemp("cache"))
-    call = {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 64}
+    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 64}
     plain = m.request(m.variant_for("attention_fwd", "baseline", "gfx942-emu", dict(call, flavor="plain")), "0")
     loud = m.request(m.variant_for("attention_fwd", "baseline", "gfx942-emu", dict(call, flavor="loud")), "0")
     built = _lib.build(plain.op, plain.variant, plain.arch, plain.kernel_symbol, plain.main, plain.headers,
@@ -67,7 +67,7 @@ def test_a_kernel_may_restrict_the_axis(tree):
     gfx942["axes"]["flavor"] = ["plain"]
     ops.write_text(json.dumps(data))
     m = manifest.load()
-    call = {"layout": "bshd", "round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "flavor": "loud"}
+    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "flavor": "loud"}
     sel = dispatch.select("attention_fwd", "gfx942", call, m=m)
     assert sel.kernel.name == "baseline" and "flavor 'loud' not in ['plain']" in sel.why
     assert {v["flavor"] for v in m.variants("attention_fwd", kernels=["gfx942"])} == {"plain"}
@@ -75,9 +75,9 @@ def test_a_kernel_may_restrict_the_axis(tree):
 
 def test_warm_gets_a_filter_for_the_axis(tree):
     args = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--kernels", "baseline", "--flavor", "loud",
-                                    "--head-dim", "64", "--round-mode", "rtz", "--mask", "none", "--kv", "dense"])
+                                    "--head-dim", "64", "--mask", "none", "--kv", "dense"])
     names = sorted(v.name for v in cli._warm_variants(args))
-    assert names == ["baseline-bhsd-rtz-none-dense-d64-loud", "baseline-bshd-rtz-none-dense-d64-loud"]
+    assert names == [f"baseline-{mode}-none-dense-d64-loud" for mode in ("rtna", "rtne", "rtz")]
     bad = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--flavor", "quiet"])
     with pytest.raises(SystemExit, match="--flavor=quiet is not supported; accepted: plain, loud"):
         cli._warm_variants(bad)

@@ -28,6 +28,21 @@ def test_fast_kernel_is_chosen_for_d128_and_meets_the_contract(monkeypatch, arch
     assert attention_fwd.selection(q, k, v).kernel.name == "gfx942"
 
 
+@pytest.mark.parametrize("d,kernel", [(128, "gfx942"), (64, "baseline")])
+def test_both_layouts_run_one_variant_bit_for_bit(monkeypatch, d, kernel):
+    """The layout is no compile-time axis (the strides carry it): a bhsd call with the transposed tensors of a
+    bshd call selects the same variant and gives the same output and LSE, bit for bit."""
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
+    q, k, v = _qkv(40, 70, d)
+    qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    sel, sel_t = attention_fwd.selection(q, k, v), attention_fwd.selection(qt, kt, vt, layout="bhsd")
+    assert sel.kernel.name == kernel and sel.variant == sel_t.variant, (sel, sel_t)
+    o, lse = run(q, k, v, "bshd", "rtz", None, True)
+    o_t, lse_t = run(qt, kt, vt, "bhsd", "rtz", None, True)
+    assert torch.equal(o.transpose(1, 2), o_t) and torch.equal(lse, lse_t)
+
+
 def test_other_head_dims_fall_back_to_the_baseline(monkeypatch):
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     monkeypatch.delenv("RTCATTN_KERNEL", raising=False)

@@ -238,7 +238,7 @@ def overlapped_ex2(text):
 def build(defines=(), disasm=False):
     """Builds the sm90 variant of each mode (DEV_MODES) through dispatch.build, in a fresh cache so that the
     ptxas report is this compile's; with disasm, counts HGMMA / LDL+STL / overlapped MUFU.EX2 in cuobjdump -sass."""
-    m, layout = manifest.load(), os.environ.get("DEV_LAYOUT", "bshd")
+    m = manifest.load()
     tool = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
     if disasm and not os.path.exists(tool):
         print("cuobjdump not found (PATH, /usr/local/cuda/bin): use `build` for the ptxas report only")
@@ -247,7 +247,7 @@ def build(defines=(), disasm=False):
     with tempfile.TemporaryDirectory() as tmp:
         for mode in os.environ.get("DEV_MODES", " ".join(MODES)).split():
             v = m.variant_for("attention_fwd", "sm90", "sm_90a",
-                              {"layout": layout, "round_mode": mode, "head_dim": 128})
+                              {"round_mode": mode, "mask": "none", "kv": "dense", "head_dim": 128})
             res = dispatch.build(v, cache_dir=os.path.join(tmp, mode), extra_options=options(defines))
             log = res.log().replace("\x00", "").strip()
             regs = re.search(r"Used (\d+) registers", log)

@@ -111,7 +111,7 @@ class Variant:
     kernel: str
     arch: str
     values: tuple           # ((axis name, value), ...) in the op's axis order
-    name: str               # readable, e.g. "gfx942-bshd-rtne-d128": the kernel, then each axis value
+    name: str               # readable, e.g. "gfx942-rtne-none-dense-d128": the kernel, then each axis value
 
     def __getitem__(self, axis: str):
         return dict(self.values)[axis]

@@ -215,9 +215,8 @@ def parser() -> argparse.ArgumentParser:
     from . import bench
     bench.add_arguments(sub.add_parser("bench", help="GPU: the ops' benchmark suites against their peers"))
     sub.choices["bench"].set_defaults(func=cmd_bench)
-    from .. import isa
-    from . import firstcall
-    isa.add_parser(sub)
+    from . import coreport, firstcall
+    coreport.add_parser(sub)
     firstcall.add_parser(sub)
     return p
 

@@ -1,0 +1,271 @@
+"""Code-object report of the gfx942 fast kernel: registers, LDS, scratch, occupancy and the per-KV-iteration
+instruction mix of its loops, read from the very code objects a call loads (`python -m rtcattn isa`).
+
+The static issue model built on these counts, with MoonMath's measured times, is a lab tool:
+`python3 .ci/lab/gfx942/isa_model.py`."""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..ops.attention_fwd import OP
+
+KERNEL = "gfx942"
+ARCHS = ("gfx942", "gfx90a")
+TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
+# Bytes one wave64 instruction moves through the LDS (reads, writes, cross-lane traffic, DMA fill).
+LDS_BYTES = {"ds_read_b32": 256, "ds_write_b32": 256, "ds_read_b64": 512, "ds_write_b64": 512,
+             "ds_read2_b64": 1024, "ds_read_b128": 1024, "ds_write_b128": 1024, "ds_swizzle_b32": 256,
+             "ds_bpermute_b32": 256}
+
+
+@dataclass
+class Report:
+    arch: str
+    mode: str
+    compiler: str
+    notes: dict
+    loop: dict = field(default_factory=dict)   # static counts of the KV loop body (the unmasked steady loop)
+    mask: str = "none"
+    masked_loop: dict = field(default_factory=dict)  # window variants: the loop of the blocks a window cuts
+    kv: str = "dense"
+
+    @property
+    def waves_per_simd(self) -> int:
+        """Waves per SIMD the code object allows (512-entry unified VGPR file, 64 KiB LDS, 4 SIMDs)."""
+        regs = self.notes["vgpr_count"] + self.notes["agpr_count"]
+        by_regs = 8 if regs == 0 else min(8, 512 // (math.ceil(regs / 8) * 8))
+        lds = self.notes["group_segment_fixed_size"]
+        groups = 64 * 1024 // lds if lds else 8
+        waves_per_group_per_simd = math.ceil(self.notes["max_flat_workgroup_size"] / 64 / 4)
+        return min(by_regs, groups * waves_per_group_per_simd)
+
+
+def _tool(name: str) -> str:
+    for cand in (f"{name}-19", name):
+        path = shutil.which(cand)
+        if path:
+            return path
+    raise FileNotFoundError(f"{name}-19 (or {name}) is not on PATH; tried {name}-19, {name}; install llvm-19")
+
+
+def parse_notes(text: str) -> dict:
+    keys = ("vgpr_count", "agpr_count", "sgpr_count", "group_segment_fixed_size", "private_segment_fixed_size",
+            "max_flat_workgroup_size", "vgpr_spill_count", "sgpr_spill_count")
+    out = {k: 0 for k in keys}
+    for k in keys:
+        m = re.search(rf"\.{k}:\s+(\d+)", text)
+        if m:
+            out[k] = int(m.group(1))
+    return out
+
+
+def _instructions(disasm: str) -> list:
+    """(address, mnemonic, operands) of every instruction of the disassembly."""
+    out = []
+    for line in disasm.splitlines():
+        m = re.match(r"^\s+(\S+)\s*(.*?)\s*//\s*([0-9A-Fa-f]+):", line)
+        if m:
+            out.append((int(m.group(3), 16), m.group(1), m.group(2)))
+    return out
+
+
+def _branch_target(addr: int, op: str, args: str):
+    """Target address of an SOPP branch with an immediate, else None."""
+    if not (op.startswith("s_cbranch") or op == "s_branch") or not args.strip().isdigit():
+        return None
+    simm16 = int(args) & 0xFFFF  # SOPP: target = next instruction + 4 * signed simm16
+    return addr + 4 + 4 * (simm16 - 0x10000 if simm16 & 0x8000 else simm16)
+
+
+def _successors(insts: list) -> dict:
+    """Control-flow successors of every instruction address (straight-line, branch target, or both)."""
+    succ = {}
+    for i, (addr, op, args) in enumerate(insts):
+        nxt = [insts[i + 1][0]] if i + 1 < len(insts) else []
+        target = _branch_target(addr, op, args)
+        if op == "s_branch" and target is not None:
+            succ[addr] = [target]
+        elif op.startswith(("s_endpgm", "s_setpc", "s_branch")):
+            succ[addr] = []
+        else:
+            succ[addr] = nxt + ([target] if target is not None else [])
+    return succ
+
+
+def _walk(start: int, edges: dict, stop: int = None) -> set:
+    seen, todo = {start}, [start]
+    while todo:
+        for n in edges.get(todo.pop(), ()):
+            if n not in seen and n != stop:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def kv_loop(insts: list) -> list:
+    """The KV loop: of the loops (back edges whose target reaches the branch again, so that block
+    placement's backward jumps between straight-line code do not count), the one whose body holds
+    the most MFMAs. The body is the natural loop of the head, over all its back edges: what lies on
+    a path from the head back to it, wherever the compiler placed it, and nothing peeled before or
+    after the loop. Ties go to the larger body: clang may give one loop a second latch that jumps
+    to an instruction before the first latch's target (group B's K refill, placed after the loop,
+    does); that is the same loop, since the kernel has no loop around the KV loop."""
+    bodies = _loop_bodies(insts)
+    loops = kv_loops(insts, bodies)
+    return max(loops, key=len) if loops else []
+
+
+def kv_loops(insts: list, bodies: dict = None) -> list:
+    """Every loop with the most MFMAs: the steady KV loop, and under a window also the loops of the
+    blocks the window cuts (the same MFMAs, a masked softmax), in address order."""
+    if bodies is None:
+        return kv_loops(insts, _loop_bodies(insts))
+    loops = [[x for x in insts if x[0] in addrs] for addrs in bodies.values()]
+    most = max((sum(1 for x in b if x[1].startswith("v_mfma")) for b in loops), default=0)
+    return sorted((b for b in loops if most and sum(1 for x in b if x[1].startswith("v_mfma")) == most),
+                  key=lambda b: b[0][0])
+
+
+def _loop_bodies(insts: list) -> dict:
+    succ = _successors(insts)
+    pred = {}
+    for a, ns in succ.items():
+        for n in ns:
+            pred.setdefault(n, []).append(a)
+    bodies = {}
+    for addr, op, args in insts:
+        target = _branch_target(addr, op, args)
+        if target is None or target > addr:
+            continue
+        ahead = _walk(target, succ)
+        if addr in ahead:
+            bodies.setdefault(target, {target}).update(_walk(addr, pred, stop=target) & ahead)
+    return bodies
+
+
+def count(body: list) -> dict:
+    c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
+         "s_waitcnt": 0, "s_barrier": 0, "total": len(body)}
+    for _, op, args in body:
+        if op.startswith("v_mfma"):
+            c["mfma"] += 1
+        elif op.startswith("v_"):
+            c["valu"] += 1
+            c["trans"] += bool(TRANSCENDENTAL.match(op))
+            c["cndmask"] += op.startswith("v_cndmask")
+        elif op.startswith("ds_"):
+            c["lds"] += 1
+            c["lds_bytes"] += LDS_BYTES.get(op, 256)
+        elif op.startswith(("buffer_", "global_", "flat_", "scratch_")):
+            c["vmem"] += 1
+            if args.rstrip().endswith(" lds"):
+                c["lds_dma"] += 1
+                c["lds_bytes"] += 256
+        elif op.startswith("s_waitcnt"):
+            c["s_waitcnt"] += 1
+        elif op == "s_barrier":
+            c["s_barrier"] += 1
+    return c
+
+
+def analyse(code: bytes) -> tuple:
+    """(notes, instructions with addresses relative to the kernel symbol) of one code object."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.co"
+        path.write_bytes(code)
+        notes = subprocess.run([_tool("llvm-readelf"), "--notes", str(path)], capture_output=True, text=True,
+                               check=True).stdout
+        dis = subprocess.run([_tool("llvm-objdump"), "-d", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+    m = re.search(r"^([0-9a-f]+) <" + _spec().kernel(KERNEL).symbol + ">:", dis, re.M)
+    start = int(m.group(1), 16) if m else 0
+    return parse_notes(notes), [(a - start, op, args) for a, op, args in _instructions(dis)]
+
+
+def _spec():
+    from ..runtime import manifest
+    return manifest.load().op(OP)
+
+
+def axis_values(axis: str) -> list:
+    return _spec().axis_values(axis)
+
+
+def build(arch: str, mode: str, mask: str = "none", kv: str = "dense"):
+    """The product's build of one variant (manifest request, runtime cache, compiler order): the very
+    code object a call would load."""
+    from ..runtime import dispatch, manifest
+    v = manifest.load().variant_for(OP, KERNEL, arch, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128})
+    return dispatch.build(v)
+
+
+def report(arch: str, mode: str, mask: str = "none", kv: str = "dense") -> Report:
+    res = build(arch, mode, mask, kv)
+    notes, insts = analyse(res.code())
+    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv)
+    loops = [count(b) for b in kv_loops(insts)]
+    r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
+    if mask != "none":
+        r.masked_loop = max(loops, key=lambda c: (c["cndmask"], c["total"]))
+    r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
+    r.loop["has_mfma16_bf16"] = any(x[1] in ("v_mfma_f32_16x16x16_bf16", "v_mfma_f32_16x16x16bf16_1k") for x in insts)
+    return r
+
+
+# ---- the command -----------------------------------------------------------------------------------
+def print_reports(reports: list) -> None:
+    cols = ("variant", "compiler", "vgpr", "agpr", "sgpr", "lds", "scratch", "wg", "waves/simd",
+            "mfma", "valu", "trans", "cndmask", "lds_ops", "vmem", "waitcnt", "barrier")
+    rows = [(f"{r.arch} {r.mode} {r.mask} {r.kv}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
+             r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
+             r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
+             r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"])
+            for r in reports]
+    rows += [(f"{r.arch} {r.mode} {r.mask} {r.kv}: cut blocks", r.compiler, "", "", "", "", "", "", "",
+              m["mfma"], m["valu"], m["trans"], m["cndmask"], m["lds"], m["vmem"], m["s_waitcnt"], m["s_barrier"])
+             for r in reports for m in ([r.masked_loop] if r.masked_loop else [])]
+    table(rows, cols)
+    print("per KV iteration = static counts of the KV loop body of one wave (each wave runs it once per 64-row "
+          "block);\nthe loop is the steady state: MFMA step 0 (QK only) before it, the last block's softmax "
+          "(with the kv\nmask) and PV after it are peeled and not counted")
+
+
+def table(rows, cols) -> None:
+    w = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
+    for r in (cols, ["-" * n for n in w], *rows):
+        print("  ".join(str(x).ljust(n) for x, n in zip(r, w)))
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernel (registers, LDS, loop "
+                                   "instruction counts)")
+    p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
+    p.add_argument("--kv", default="dense", choices=("dense", "varlen", "paged", "all"),
+                   help="which kv variants to report")
+    p.set_defaults(func=cmd_isa)
+
+
+def variant_reports(arch: str, kv: str = "dense") -> list:
+    """The report of every variant of the kernel for arch (every kv variant for kv="all")."""
+    kvs = axis_values("kv") if kv == "all" else [kv]
+    return [report(arch, mode, mask, k) for k in kvs for mask in axis_values("mask")
+            for mode in axis_values("round_mode")]
+
+
+def cmd_isa(args) -> int:
+    print_reports(variant_reports(args.arch, args.kv))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rtcattn")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
