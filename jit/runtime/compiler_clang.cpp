@@ -98,7 +98,9 @@ CompileOutput ClangCompiler::compile(const CompileInput& in) const {
                                      "--no-gpu-bundle-output", "-I", dir,
                                      // clang derives the HIP compilation-unit id from the (random)
                                      // temp path; fixing it makes identical inputs give identical bytes.
-                                     "-cuid=" + sha256_hex(in.main.text).substr(0, 16)};
+                                     // It names the kernel, not its text: an edit that leaves the code
+                                     // alone (a comment, a dead define) leaves the bytes alone too.
+                                     "-cuid=" + sha256_hex(in.main.name + "\n" + in.kernel_symbol).substr(0, 16)};
     argv.insert(argv.end(), in.options.begin(), in.options.end());  // after -O3 so they win
     argv.insert(argv.end(), {"-c", dir + "/" + in.main.name, "-o", dir + "/out.co"});
     ProcessResult r = run_process(argv, dir + "/log.txt");
