@@ -15,6 +15,7 @@ import torch
 import gfx942_driver as drv
 import numerics_suite as suite
 from rtcattn.ops.attention_fwd import reference as ref
+from rtcattn.runtime import dispatch
 
 pytestmark = pytest.mark.emu
 
@@ -98,7 +99,7 @@ def test_gfx942_and_gfx90a_agree_bit_for_bit(tail_split):
 
 
 def test_small_workspace_is_refused():
-    from rtcattn.runtime import _lib, dispatch, manifest
+    from rtcattn.runtime import _lib, manifest
     q, k, v = suite.make_qkv("bshd", 1, 1, 10, 10, 128, "cpu")
     out = torch.empty_like(q)
     strides = [(t.stride(0), t.stride(1), t.stride(2)) for t in (q, k, v, out)]
@@ -106,7 +107,7 @@ def test_small_workspace_is_refused():
                         q_strides=strides[0], k_strides=strides[1], v_strides=strides[2], o_strides=strides[3],
                         batch=1, heads=1, seq_q=10, seq_k=10, head_dim=128, heads_k=1, window_left=-1, window_right=-1,
                         softmax_scale=0.1, tail_split=0,
-                        num_cus=304)
+                        num_cus=dispatch.EMULATED_CUS["gfx942-emu"])
     need = _lib.op_workspace_bytes("attention_fwd", "gfx942", args)
     assert need == 16384  # one 64-row V^T block, no split
     ws = torch.empty(need - 1, dtype=torch.uint8)
