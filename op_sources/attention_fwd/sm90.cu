@@ -294,7 +294,7 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
-          empty ? blank.o : pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+          empty ? blank.o : rtc_f32x2_to_bf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     if (a.lse != nullptr && lane % 4 == 0)
       a.lse[t.seq.lse_off + (rtc_i64)t.head * t.seq.lse_head_stride + row] =
           empty ? blank.lse : st.m[i] * a.scale + logf(l);
