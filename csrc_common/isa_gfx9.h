@@ -1,4 +1,5 @@
-// One-instruction wrappers for gfx90a/gfx942 kernels: builtins or inline asm on AMD, the instruction's semantics under the emulator.
+// One-instruction wrappers for gfx90a/gfx942 kernels: builtins or inline asm on AMD, the instruction's semantics under
+// the emulator.
 //
 // Every wrapper stands for exactly one instruction (or one builtin that selects one), so the
 // kernel author picks opcodes and the compiler allocates registers. Wave-wide wrappers (MFMA,

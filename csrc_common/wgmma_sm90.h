@@ -3,6 +3,7 @@
 #include "platform.h"
 
 // Accumulator operand lists (thread t holds d[4j+2i+c] = D[16*(t/32) + (t%32)/4 + 8i][8j + 2*(t%4) + c]).
+// clang-format off: the operand lists and the asm text are laid out by hand
 #define SM90_ACC64_STR \
   "{" \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, \
@@ -42,6 +43,7 @@
     "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
     "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), \
     "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+// clang-format on
 
 namespace sm90 {
 
@@ -87,6 +89,7 @@ template <int N> RTC_DEVICE void fence_regs(rtc_u32 (&d)[N]) {
 // D (+)= A * B^T with A (64x16, K-major) and B (Nx16, K-major) both in shared memory, N = 128 or 176.
 // accumulate = 0 overwrites D.
 template <int N> struct WgmmaSS;
+// clang-format off
 #define SM90_DEFINE_SS(N, R, IA, IB, IP)                                                                   \
   template <> struct WgmmaSS<N> {                                                                \
     static RTC_DEVICE void k16(float (&d)[R], rtc_u64 desc_a, rtc_u64 desc_b, int accumulate) { \
@@ -99,6 +102,7 @@ template <int N> struct WgmmaSS;
   };
 SM90_DEFINE_SS(128, 64, 64, 65, 66)  // operand numbers after the accumulators
 SM90_DEFINE_SS(176, 88, 88, 89, 90)
+// clang-format on
 #undef SM90_DEFINE_SS
 
 // D (+)= A * B with A (64x16 bf16) in registers (a0..a3: the mma.m16n8k16 A-fragment per warp)

@@ -1,4 +1,5 @@
-// The memory wrappers of isa_gfx9.h under the emulator: buffer loads/stores with num_records, LDS DMA, checked global and LDS access.
+// The memory wrappers of isa_gfx9.h under the emulator: buffer loads/stores with num_records, LDS DMA, checked global
+// and LDS access.
 #pragma once
 #include <string.h>
 #include "isa_host.h"

@@ -39,7 +39,7 @@ enum rtc_origin { RTC_FROM_COMPILE = 0, RTC_FROM_MEMORY = 1, RTC_FROM_USER_CACHE
 
 typedef struct rtc_build_result {
   uint64_t program;         // opaque handle, valid for the life of the process
-  char path[1024];          // cache file ("" when held in memory only); cut at 1023 bytes: rtc_program_path has it whole
+  char path[1024];          // cache file ("" when only in memory); cut at 1023 bytes: rtc_program_path has it whole
   char compiler_id[64];     // e.g. "clang19", "hiprtc5.2", "nvrtc13.0", "gcc12"
   char cache_name[256];     // readable file name: op-variant-arch-compiler-<8 hex>.co
   double compile_ms;        // 0 unless compiled now
@@ -52,8 +52,8 @@ RTC_API const char* rtc_last_error(void);
 RTC_API const char* rtc_version(void);
 
 // Environment knobs are declared once, in the runtime (knobs.cpp), typed and checked. The value of
-// knob `name` (the full variable name, e.g. "<PRODUCT>_EMULATE") as text, "" when unset; RTC_ERR_ARG with a message naming
-// the variable when its value is malformed or the name is not a declared knob.
+// knob `name` (the full variable name, e.g. "<PRODUCT>_EMULATE") as text, "" when unset; RTC_ERR_ARG with a
+// message naming the variable when its value is malformed or the name is not a declared knob.
 RTC_API int rtc_knob_get(const char* name, char* buf, size_t n);
 // The read-only cache dir shipped inside the installed package (the Python layer sets it once at
 // import); searched after $<PRODUCT>_SYSTEM_CACHE.

@@ -1,4 +1,5 @@
-// bf16 attention forward for MI300X (gfx942; also gfx90a): 8 waves in two phase-offset groups, MFMA 16x16x16, K in LDS, V^T via L1.
+// bf16 attention forward for MI300X (gfx942; also gfx90a): 8 waves in two phase-offset groups, MFMA 16x16x16, K in
+// LDS, V^T via L1.
 //
 // One workgroup = 384 q rows of one (batch, head); wave w owns rows 48w..48w+47 as three 16-row
 // tiles (two in VGPRs, the third in LDS). KV is walked in 64-row blocks. We compute S^T = K Q^T,

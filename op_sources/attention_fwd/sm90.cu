@@ -185,7 +185,7 @@ RTC_DEVICE void fetch_pages(const Sm90AttnParams& p, const Tile& t, int n, rtc_u
 
 RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
                            rtc_u32 slots, int n, int kvh) {
-  const int boxes = kN / p.kv_box, row = (n * kN) & ((1 << p.page_shift) - 1);  // a box starts a page unless page > kN
+  const int boxes = kN / p.kv_box, row = (n * kN) & ((1 << p.page_shift) - 1);  // boxes start pages unless page > kN
   mbar_expect_tx(bar, SM90_KV_BYTES);
   for (int i = 0; i < boxes; ++i) {
     int page;

@@ -1,4 +1,5 @@
-// The gfx942 kernel's packed sequences (RTC_KV): where a sequence's V^T blocks sit, and paged K/V rows through per-page buffer resources.
+// The gfx942 kernel's packed sequences (RTC_KV): where a sequence's V^T blocks sit, and paged K/V rows through
+// per-page buffer resources.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
