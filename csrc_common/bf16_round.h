@@ -27,7 +27,10 @@ RTC_HD unsigned int rtc_f32_bits(float f) {
 #elif defined(RTC_HAS_BIT_CAST)
   return __builtin_bit_cast(unsigned int, f);
 #else
-  union { float f; unsigned int u; } c;
+  union {
+    float f;
+    unsigned int u;
+  } c;
   c.f = f;
   return c.u;
 #endif
@@ -39,7 +42,10 @@ RTC_HD float rtc_bits_f32(unsigned int u) {
 #elif defined(RTC_HAS_BIT_CAST)
   return __builtin_bit_cast(float, u);
 #else
-  union { unsigned int u; float f; } c;
+  union {
+    unsigned int u;
+    float f;
+  } c;
   c.u = u;
   return c.f;
 #endif

@@ -17,7 +17,11 @@ struct RowState {
   float rescale[2];
   RTC_DEVICE void init() {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) { m[i] = neg_inf(); l[i] = 0.f; rescale[i] = 0.f; }
+    for (int i = 0; i < 2; ++i) {
+      m[i] = neg_inf();
+      l[i] = 0.f;
+      rescale[i] = 0.f;
+    }
   }
 };
 
@@ -81,8 +85,7 @@ RTC_DEVICE float row_max(const float (&s)[N], int i, float m_old) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) part[k] = fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]);
 #pragma unroll
-  for (int j = 4; j < N / 4; ++j)
-    part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+  for (int j = 4; j < N / 4; ++j) part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
   return fmaxf(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])), m_old);
 }
 
