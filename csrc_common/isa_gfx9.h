@@ -1,4 +1,5 @@
-// One-instruction wrappers for gfx90a/gfx942 kernels: builtins or inline asm on AMD, the instruction's semantics under the emulator.
+// One-instruction wrappers for gfx90a/gfx942 kernels: builtins or inline asm on AMD, the instruction's semantics under
+// the emulator.
 //
 // Every wrapper stands for exactly one instruction (or one builtin that selects one), so the
 // kernel author picks opcodes and the compiler allocates registers. Wave-wide wrappers (MFMA,
@@ -85,7 +86,9 @@ RTC_ISA rtc_u32 ds_bpermute(int byte_addr, rtc_u32 src) {
   return (rtc_u32)__builtin_amdgcn_ds_bpermute(byte_addr, (int)src);
 }
 template <int pattern>
-RTC_ISA rtc_u32 ds_swizzle(rtc_u32 src) { return (rtc_u32)__builtin_amdgcn_ds_swizzle((int)src, pattern); }
+RTC_ISA rtc_u32 ds_swizzle(rtc_u32 src) {
+  return (rtc_u32)__builtin_amdgcn_ds_swizzle((int)src, pattern);
+}
 #if __has_builtin(__builtin_amdgcn_ballot_w64)
 RTC_ISA rtc_u64 ballot(bool p) { return __builtin_amdgcn_ballot_w64(p); }
 #else
@@ -124,19 +127,37 @@ template <int mask, int size, int group> RTC_ISA void sched_group_barrier() {
 // ---- memory: the LLVM buffer intrinsics bound by name (no clang builtin in every version) -------
 typedef __attribute__((address_space(3))) void* rtc_lds_ptr;
 __device__ rtc_u32 rtc_llvm_buffer_load_b32(rtc_buffer_rsrc, int, int, int) __asm("llvm.amdgcn.raw.buffer.load.i32");
-__device__ rtc_u32x2 rtc_llvm_buffer_load_b64(rtc_buffer_rsrc, int, int, int) __asm("llvm.amdgcn.raw.buffer.load.v2i32");
-__device__ rtc_u32x4 rtc_llvm_buffer_load_b128(rtc_buffer_rsrc, int, int, int) __asm("llvm.amdgcn.raw.buffer.load.v4i32");
-__device__ void rtc_llvm_buffer_store_b32(rtc_u32, rtc_buffer_rsrc, int, int, int) __asm("llvm.amdgcn.raw.buffer.store.i32");
-__device__ void rtc_llvm_buffer_store_b64(rtc_u32x2, rtc_buffer_rsrc, int, int, int) __asm("llvm.amdgcn.raw.buffer.store.v2i32");
-__device__ void rtc_llvm_buffer_store_b128(rtc_u32x4, rtc_buffer_rsrc, int, int, int) __asm("llvm.amdgcn.raw.buffer.store.v4i32");
-__device__ void rtc_llvm_buffer_load_lds(rtc_buffer_rsrc, rtc_lds_ptr, int, int, int, int, int) __asm("llvm.amdgcn.raw.buffer.load.lds");
+__device__ rtc_u32x2 rtc_llvm_buffer_load_b64(rtc_buffer_rsrc, int, int,
+                                              int) __asm("llvm.amdgcn.raw.buffer.load.v2i32");
+__device__ rtc_u32x4 rtc_llvm_buffer_load_b128(rtc_buffer_rsrc, int, int,
+                                               int) __asm("llvm.amdgcn.raw.buffer.load.v4i32");
+__device__ void rtc_llvm_buffer_store_b32(rtc_u32, rtc_buffer_rsrc, int, int,
+                                          int) __asm("llvm.amdgcn.raw.buffer.store.i32");
+__device__ void rtc_llvm_buffer_store_b64(rtc_u32x2, rtc_buffer_rsrc, int, int,
+                                          int) __asm("llvm.amdgcn.raw.buffer.store.v2i32");
+__device__ void rtc_llvm_buffer_store_b128(rtc_u32x4, rtc_buffer_rsrc, int, int,
+                                           int) __asm("llvm.amdgcn.raw.buffer.store.v4i32");
+__device__ void rtc_llvm_buffer_load_lds(rtc_buffer_rsrc, rtc_lds_ptr, int, int, int, int,
+                                         int) __asm("llvm.amdgcn.raw.buffer.load.lds");
 
-RTC_ISA rtc_u32 buffer_load_dword(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) { return rtc_llvm_buffer_load_b32(r, (int)vo, (int)so, 0); }
-RTC_ISA rtc_u32x2 buffer_load_dwordx2(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) { return rtc_llvm_buffer_load_b64(r, (int)vo, (int)so, 0); }
-RTC_ISA rtc_u32x4 buffer_load_dwordx4(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) { return rtc_llvm_buffer_load_b128(r, (int)vo, (int)so, 0); }
-RTC_ISA void buffer_store_dword(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, rtc_u32 v) { rtc_llvm_buffer_store_b32(v, r, (int)vo, (int)so, 0); }
-RTC_ISA void buffer_store_dwordx2(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, rtc_u32x2 v) { rtc_llvm_buffer_store_b64(v, r, (int)vo, (int)so, 0); }
-RTC_ISA void buffer_store_dwordx4(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, rtc_u32x4 v) { rtc_llvm_buffer_store_b128(v, r, (int)vo, (int)so, 0); }
+RTC_ISA rtc_u32 buffer_load_dword(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) {
+  return rtc_llvm_buffer_load_b32(r, (int)vo, (int)so, 0);
+}
+RTC_ISA rtc_u32x2 buffer_load_dwordx2(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) {
+  return rtc_llvm_buffer_load_b64(r, (int)vo, (int)so, 0);
+}
+RTC_ISA rtc_u32x4 buffer_load_dwordx4(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) {
+  return rtc_llvm_buffer_load_b128(r, (int)vo, (int)so, 0);
+}
+RTC_ISA void buffer_store_dword(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, rtc_u32 v) {
+  rtc_llvm_buffer_store_b32(v, r, (int)vo, (int)so, 0);
+}
+RTC_ISA void buffer_store_dwordx2(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, rtc_u32x2 v) {
+  rtc_llvm_buffer_store_b64(v, r, (int)vo, (int)so, 0);
+}
+RTC_ISA void buffer_store_dwordx4(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, rtc_u32x4 v) {
+  rtc_llvm_buffer_store_b128(v, r, (int)vo, (int)so, 0);
+}
 // M0 = lds_base; lane l's dword lands at lds_base + 4*l.
 RTC_ISA void buffer_load_dword_lds(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, void* lds_base) {
   rtc_llvm_buffer_load_lds(r, (rtc_lds_ptr)lds_base, 4, (int)vo, (int)so, 0, 0);
@@ -147,7 +168,5 @@ template <class T> RTC_ISA void global_store(T* p, T v) { *p = v; }
 template <class T> RTC_ISA T ds_read(const void* lds_ptr) {
   return *(const __attribute__((address_space(3))) T*)lds_ptr;
 }
-template <class T> RTC_ISA void ds_write(void* lds_ptr, T v) {
-  *(__attribute__((address_space(3))) T*)lds_ptr = v;
-}
+template <class T> RTC_ISA void ds_write(void* lds_ptr, T v) { *(__attribute__((address_space(3))) T*)lds_ptr = v; }
 #endif

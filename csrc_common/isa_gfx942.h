@@ -1,4 +1,5 @@
-// gfx942/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1 prefetch, gfx90a register-pressure helpers.
+// gfx942/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1
+// prefetch, gfx90a register-pressure helpers.
 //
 // Wait-state rule (LLVM's hazard recognizer does not see MFMAs written as inline asm, so we own it):
 //   * an XDL MFMA result may be read or overwritten by VALU, DS or VMEM only after N+3 wait states

@@ -55,15 +55,15 @@ typedef unsigned short rtc_bf16_t;   // raw bf16 bits
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
 
-#define RTC_AMD_XYZ(name, fx, fy, fz)                                                        \
-  struct name##_t {                                                                          \
-    __declspec(property(get = get_x)) unsigned x;                                            \
-    __declspec(property(get = get_y)) unsigned y;                                            \
-    __declspec(property(get = get_z)) unsigned z;                                            \
-    __device__ __forceinline__ unsigned get_x() const { return fx; }                         \
-    __device__ __forceinline__ unsigned get_y() const { return fy; }                         \
-    __device__ __forceinline__ unsigned get_z() const { return fz; }                         \
-  };                                                                                         \
+#define RTC_AMD_XYZ(name, fx, fy, fz)                                \
+  struct name##_t {                                                  \
+    __declspec(property(get = get_x)) unsigned x;                    \
+    __declspec(property(get = get_y)) unsigned y;                    \
+    __declspec(property(get = get_z)) unsigned z;                    \
+    __device__ __forceinline__ unsigned get_x() const { return fx; } \
+    __device__ __forceinline__ unsigned get_y() const { return fy; } \
+    __device__ __forceinline__ unsigned get_z() const { return fz; } \
+  };                                                                 \
   static constexpr __device__ name##_t name{};
 RTC_AMD_XYZ(threadIdx, __builtin_amdgcn_workitem_id_x(), __builtin_amdgcn_workitem_id_y(),
             __builtin_amdgcn_workitem_id_z())
@@ -95,14 +95,18 @@ struct rtc_smem {
   RTC_DEVICE void st(int i, T v) { data[i] = v; }
   static constexpr int size = N;
 };
-#define RTC_SHARED(Type, name) \
+#define RTC_SHARED(Type, name)    \
   __shared__ Type name##_storage; \
   Type& name = name##_storage
 #define RTC_EXPORT_KERNEL(name, Params)
 
 template <typename T>
-RTC_DEVICE T rtc_gld(const T* p) { return *p; }
+RTC_DEVICE T rtc_gld(const T* p) {
+  return *p;
+}
 template <typename T>
-RTC_DEVICE void rtc_gst(T* p, T v) { *p = v; }
+RTC_DEVICE void rtc_gst(T* p, T v) {
+  *p = v;
+}
 
 #endif  // RTC_EMU

@@ -4,47 +4,39 @@
 
 namespace sm90 {
 
-RTC_DEVICE rtc_u32 smem_addr(const void* p) {
-  return static_cast<rtc_u32>(__cvta_generic_to_shared(p));
-}
+RTC_DEVICE rtc_u32 smem_addr(const void* p) { return static_cast<rtc_u32>(__cvta_generic_to_shared(p)); }
 
 // ---- mbarrier (shared::cta, 64-bit object) ----
 RTC_DEVICE void mbar_init(rtc_u32 bar, rtc_u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 // Makes the initialised barriers visible to the async proxy (TMA) before any copy signals them.
-RTC_DEVICE void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
+RTC_DEVICE void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 RTC_DEVICE void mbar_arrive(rtc_u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 RTC_DEVICE void mbar_expect_tx(rtc_u32 bar, rtc_u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 // Spins until the phase of the given parity has completed. A C++ loop, because labels inside
 // inline asm would be duplicated wherever this is inlined.
 RTC_DEVICE void mbar_wait(rtc_u32 bar, rtc_u32 parity) {
   rtc_u32 done;
   do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
   } while (!done);
 }
 
 // ---- TMA: one 4-D tile (d, s, h, b) into shared memory, completion counted on an mbarrier ----
-RTC_DEVICE void tma_load_4d(rtc_u32 dst, const void* tmap, rtc_u32 bar, int c0, int c1, int c2,
-                            int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
-      "l"(reinterpret_cast<rtc_u64>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
+RTC_DEVICE void tma_load_4d(rtc_u32 dst, const void* tmap, rtc_u32 bar, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+               "l"(reinterpret_cast<rtc_u64>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
 }
 RTC_DEVICE void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<rtc_u64>(tmap)) : "memory");
@@ -54,20 +46,14 @@ RTC_DEVICE void tma_prefetch_desc(const void* tmap) {
 RTC_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // ---- named barriers (id 0 is __syncthreads) ----
-RTC_DEVICE void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
+RTC_DEVICE void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
 RTC_DEVICE void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- register reallocation between warpgroup roles ----
-template <int N> RTC_DEVICE void regs_grow() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
-}
-template <int N> RTC_DEVICE void regs_shrink() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
-}
+template <int N> RTC_DEVICE void regs_grow() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+template <int N> RTC_DEVICE void regs_shrink() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 
 // ---- math ----
 // 2^x on the SFU; ex2(-inf) = +0 and NaN stays NaN, which the softmax relies on.

@@ -3,6 +3,7 @@
 #include "platform.h"
 
 // Accumulator operand lists (thread t holds d[4j+2i+c] = D[16*(t/32) + (t%32)/4 + 8i][8j + 2*(t%4) + c]).
+// clang-format off: the operand lists and the asm text are laid out by hand
 #define SM90_ACC64_STR \
   "{" \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, \
@@ -42,6 +43,7 @@
     "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
     "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), \
     "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+// clang-format on
 
 namespace sm90 {
 
@@ -59,9 +61,7 @@ RTC_DEVICE rtc_u64 desc_at(rtc_u64 desc, rtc_u32 bytes) { return desc + (bytes >
 
 RTC_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 RTC_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> RTC_DEVICE void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
+template <int N> RTC_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 
 // ptxas schedules a wait as if it cost nothing and hoists it to the top of its basic block, which
 // put the whole softmax behind the in-flight P V GEMM (seen in the SASS). A one-trip loop on a
@@ -70,7 +70,9 @@ template <int N> RTC_DEVICE void wgmma_wait() {
 // knows it is 0 and dissolves the next one.
 template <int N> RTC_DEVICE void wgmma_wait_pinned(int never) {
   asm volatile("" : "+r"(never));
-  do { wgmma_wait<N>(); } while (never);
+  do {
+    wgmma_wait<N>();
+  } while (never);
 }
 
 // Pins accumulator registers at this point of the program, so the compiler neither reads them
@@ -87,6 +89,7 @@ template <int N> RTC_DEVICE void fence_regs(rtc_u32 (&d)[N]) {
 // D (+)= A * B^T with A (64x16, K-major) and B (Nx16, K-major) both in shared memory, N = 128 or 176.
 // accumulate = 0 overwrites D.
 template <int N> struct WgmmaSS;
+// clang-format off
 #define SM90_DEFINE_SS(N, R, IA, IB, IP)                                                                   \
   template <> struct WgmmaSS<N> {                                                                \
     static RTC_DEVICE void k16(float (&d)[R], rtc_u64 desc_a, rtc_u64 desc_b, int accumulate) { \
@@ -99,18 +102,18 @@ template <int N> struct WgmmaSS;
   };
 SM90_DEFINE_SS(128, 64, 64, 65, 66)  // operand numbers after the accumulators
 SM90_DEFINE_SS(176, 88, 88, 89, 90)
+// clang-format on
 #undef SM90_DEFINE_SS
 
 // D (+)= A * B with A (64x16 bf16) in registers (a0..a3: the mma.m16n8k16 A-fragment per warp)
 // and B (16 rows of K x 128 columns, N contiguous: "MN-major", transposed) in shared memory.
-RTC_DEVICE void wgmma_rs_k16_tb(float (&d)[64], rtc_u32 a0, rtc_u32 a1, rtc_u32 a2, rtc_u32 a3,
-                                rtc_u64 desc_b, int accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SM90_ACC64_STR
-      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : SM90_ACC64_OPS(d)
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate));
+RTC_DEVICE void wgmma_rs_k16_tb(float (&d)[64], rtc_u32 a0, rtc_u32 a1, rtc_u32 a2, rtc_u32 a3, rtc_u64 desc_b,
+                                int accumulate) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+               " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SM90_ACC64_STR
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+               : SM90_ACC64_OPS(d)
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate));
 }
 
 }  // namespace sm90

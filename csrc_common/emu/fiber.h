@@ -33,8 +33,7 @@ struct StackPool {
     if (n <= count) return true;
     release();
     const size_t bytes = n * kStackBytes;
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
     base = static_cast<char*>(p);
     count = n;
@@ -161,8 +160,8 @@ inline void make_raw_context(Context* c, char* stack_top, fiber_fn fn, void* arg
   c->uc.uc_stack.ss_size = kStackBytes - kGuardBytes;
   c->uc.uc_link = nullptr;
   uintptr_t a = reinterpret_cast<uintptr_t>(arg), f = reinterpret_cast<uintptr_t>(fn);
-  makecontext(&c->uc, reinterpret_cast<void (*)()>(&fiber_trampoline), 4, (unsigned)(a >> 32),
-              (unsigned)a, (unsigned)(f >> 32), (unsigned)f);
+  makecontext(&c->uc, reinterpret_cast<void (*)()>(&fiber_trampoline), 4, (unsigned)(a >> 32), (unsigned)a,
+              (unsigned)(f >> 32), (unsigned)f);
 }
 
 }  // namespace rtc_emu

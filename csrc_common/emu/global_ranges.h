@@ -19,7 +19,8 @@ inline void check_global(const void* p, size_t bytes, const char* what) {
   const Workgroup* wg = t_cur->wg;
   if (wg->n_ranges == 0)
     fail("%s of %zu bytes at global address %p: the launch gave no global ranges, so no global memory "
-         "is valid (pass each buffer's (address, bytes) to the launch)", what, bytes, p);
+         "is valid (pass each buffer's (address, bytes) to the launch)",
+         what, bytes, p);
   const uintptr_t a = (uintptr_t)p;
   for (int i = 0; i < wg->n_ranges; ++i)
     if (a >= wg->ranges[i].lo && a + bytes <= wg->ranges[i].hi && a + bytes >= a) return;

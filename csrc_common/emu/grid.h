@@ -43,12 +43,13 @@ inline void start_workgroup(Workgroup* wg) {
 
 // When no fiber can run and some have not returned, say who waits where.
 inline void report_deadlock(Workgroup* wg) {
-  int n = snprintf(wg->error, sizeof(wg->error), "kernel %s, workgroup (%u,%u,%u): no work-item can proceed:",
-                   wg->kernel, wg->bid.x, wg->bid.y, wg->bid.z);
+  int n =
+      snprintf(wg->error, sizeof(wg->error), "kernel %s, workgroup (%u,%u,%u): no work-item can proceed:", wg->kernel,
+               wg->bid.x, wg->bid.y, wg->bid.z);
   for (int w = 0; w < wg->nwaves && n > 0 && n < (int)sizeof(wg->error); ++w) {
     const Wave& v = wg->waves[w];
-    n += snprintf(wg->error + n, sizeof(wg->error) - n, " wave %d: %d at collective %s, %d at barrier, %d returned;",
-                  w, v.arrived, v.arrived ? v.name : "-", v.at_barrier, v.done);
+    n += snprintf(wg->error + n, sizeof(wg->error) - n, " wave %d: %d at collective %s, %d at barrier, %d returned;", w,
+                  v.arrived, v.arrived ? v.name : "-", v.at_barrier, v.done);
   }
   wg->failed = true;
 }
@@ -124,14 +125,14 @@ inline int launch_error(char* err, size_t errn, const char* kernel, const char* 
 }
 
 template <class P>
-int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, const void* params,
-             size_t size, char* err, size_t errn) {
+int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, const void* params, size_t size,
+             char* err, size_t errn) {
   char msg[256];
   if (!l || l->abi_version != RTC_EMU_ABI_VERSION)
     return launch_error(err, errn, kernel, "launch block of another emulator ABI version");
   if (!params || size != sizeof(P)) {
-    snprintf(msg, sizeof(msg), "params_size %zu does not match the kernel's parameter block (%zu bytes)",
-             size, sizeof(P));
+    snprintf(msg, sizeof(msg), "params_size %zu does not match the kernel's parameter block (%zu bytes)", size,
+             sizeof(P));
     return launch_error(err, errn, kernel, msg);
   }
   const unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
@@ -175,9 +176,9 @@ int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, c
 }  // namespace rtc_emu
 
 // The shared object's entry for kernel `name`: rtc_emu_launch_<name> (see launch_abi.h).
-#define RTC_EXPORT_KERNEL(name, Params)                                                          \
-  static void rtc_emu_body_##name(const void* p) { name(*static_cast<const Params*>(p)); }     \
-  extern "C" __attribute__((visibility("default"))) int rtc_emu_launch_##name(                 \
-      rtc_emu_launch* l, const void* params, size_t size, char* err, size_t errn) {             \
-    return ::rtc_emu::run_grid<Params>(#name, &rtc_emu_body_##name, l, params, size, err, errn); \
+#define RTC_EXPORT_KERNEL(name, Params)                                                                              \
+  static void rtc_emu_body_##name(const void* p) { name(*static_cast<const Params*>(p)); }                           \
+  extern "C" __attribute__((visibility("default"))) int rtc_emu_launch_##name(rtc_emu_launch* l, const void* params, \
+                                                                              size_t size, char* err, size_t errn) { \
+    return ::rtc_emu::run_grid<Params>(#name, &rtc_emu_body_##name, l, params, size, err, errn);                     \
   }

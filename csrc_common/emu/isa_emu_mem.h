@@ -1,4 +1,5 @@
-// The memory wrappers of isa_gfx9.h under the emulator: buffer loads/stores with num_records, LDS DMA, checked global and LDS access.
+// The memory wrappers of isa_gfx9.h under the emulator: buffer loads/stores with num_records, LDS DMA, checked global
+// and LDS access.
 #pragma once
 #include <string.h>
 #include "isa_host.h"
@@ -11,7 +12,8 @@ inline isa::BufferDesc buffer_desc(rtc_buffer_rsrc r, const char* what) {
   uint32_t w[4];
   for (int i = 0; i < 4; ++i) w[i] = (uint32_t)r[i];
   isa::BufferDesc d = isa::decode_rsrc(w);
-  if (d.stride != 0) fail("%s: buffer resource with stride %u; only raw (stride 0) buffers are emulated", what, d.stride);
+  if (d.stride != 0)
+    fail("%s: buffer resource with stride %u; only raw (stride 0) buffers are emulated", what, d.stride);
   return d;
 }
 

@@ -16,8 +16,7 @@ inline float bf16_to_f32(uint16_t b) {
 
 // v_mfma_f32_16x16x16_bf16 (gfx90a: ..._16x16x16bf16_1k), one block, fp32 accumulation.
 // Lane l, element i (0..3): A[l%16][4*(l/16)+i], B[4*(l/16)+i][l%16], C/D[4*(l/16)+i][l%16].
-inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[4],
-                          float (*d)[4]) {
+inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[4], float (*d)[4]) {
   float A[16][16], B[16][16];
   for (int l = 0; l < 64; ++l)
     for (int i = 0; i < 4; ++i) {
@@ -36,8 +35,7 @@ inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const 
 // v_mfma_f32_32x32x8_bf16 (gfx90a: ..._32x32x8bf16_1k), one block.
 // Lane l, element i (0..3): A[l%32][4*(l/32)+i], B[4*(l/32)+i][l%32];
 // accumulator register r (0..15): C/D[8*(r/4) + 4*(l/32) + r%4][l%32].
-inline void mfma_32x32x8(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[16],
-                         float (*d)[16]) {
+inline void mfma_32x32x8(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[16], float (*d)[16]) {
   float A[32][8], B[8][32];
   for (int l = 0; l < 64; ++l)
     for (int i = 0; i < 4; ++i) {
@@ -81,8 +79,8 @@ inline int dpp_source(int ctrl, int lane) {
 
 // v_mov_b32_dpp / __builtin_amdgcn_update_dpp: lanes whose row or bank is masked off keep `old`;
 // an out-of-range source gives 0 with bound_ctrl, else `old`.
-inline bool dpp_mov(const uint32_t* old, const uint32_t* src, uint32_t* out, int ctrl,
-                    int row_mask, int bank_mask, bool bound_ctrl) {
+inline bool dpp_mov(const uint32_t* old, const uint32_t* src, uint32_t* out, int ctrl, int row_mask, int bank_mask,
+                    bool bound_ctrl) {
   for (int l = 0; l < 64; ++l) {
     const int s = dpp_source(ctrl, l);
     if (s == -2) return false;
@@ -146,9 +144,7 @@ inline BufferDesc decode_rsrc(const uint32_t w[4]) {
 
 // Raw-buffer range check (stride 0): each dword of a multi-dword access is checked on its own;
 // a dword is in range when offset + 4 <= num_records, offset counting voffset + soffset + imm.
-inline bool dword_in_range(const BufferDesc& d, uint64_t offset) {
-  return offset + 4 <= (uint64_t)d.num_records;
-}
+inline bool dword_in_range(const BufferDesc& d, uint64_t offset) { return offset + 4 <= (uint64_t)d.num_records; }
 
 }  // namespace isa
 }  // namespace rtc_emu

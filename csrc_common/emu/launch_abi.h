@@ -29,8 +29,7 @@ typedef struct rtc_emu_launch {
 } rtc_emu_launch;
 
 // Each kernel's entry (RTC_EXPORT_KERNEL): 0 on success, else non-zero with a message in err.
-typedef int (*rtc_emu_entry_fn)(rtc_emu_launch* launch, const void* params,
-                                size_t params_size, char* err, size_t errn);
+typedef int (*rtc_emu_entry_fn)(rtc_emu_launch* launch, const void* params, size_t params_size, char* err, size_t errn);
 
 #ifdef __cplusplus
 }

@@ -13,15 +13,17 @@ namespace rtc_emu {
 inline void check_unit_write(ShadowEntry& s, uint32_t E, uint32_t WE, uint8_t W, uint8_t L, size_t off) {
   if (s.w_epoch == E && s.w_wave != W)
     fail("LDS race: write of byte offset %zu, which wave %d (lane %d) wrote in the same barrier "
-         "interval (no __syncthreads between)", off, s.w_wave, s.w_lane);
+         "interval (no __syncthreads between)",
+         off, s.w_wave, s.w_lane);
   if (s.r_epoch == E) {
     if (s.r_wave != W)
       fail("LDS race: write of byte offset %zu, which %s read in the same barrier interval "
-           "(write after read with no __syncthreads between)", off,
-           s.r_wave == kMany ? "several waves" : "another wave");
+           "(write after read with no __syncthreads between)",
+           off, s.r_wave == kMany ? "several waves" : "another wave");
     if (s.r_wepoch == WE && s.r_lane != L)
       fail("LDS race: write of byte offset %zu, which another lane of this wave read with no wave "
-           "sync (collective, s_waitcnt, wave barrier) between", off);
+           "sync (collective, s_waitcnt, wave barrier) between",
+           off);
   }
   s.w_epoch = E;
   s.w_wepoch = WE;
@@ -33,10 +35,12 @@ inline void check_unit_read(ShadowEntry& s, uint32_t E, uint32_t WE, uint8_t W, 
   if (s.w_epoch == E) {
     if (s.w_wave != W)
       fail("LDS race: read of byte offset %zu, which wave %d (lane %d) wrote in the same barrier "
-           "interval (no __syncthreads between)", off, s.w_wave, s.w_lane);
+           "interval (no __syncthreads between)",
+           off, s.w_wave, s.w_lane);
     if (s.w_lane != L && s.w_wepoch == WE)
       fail("LDS race: read of byte offset %zu, which lane %d of this wave wrote with no wave sync "
-           "(collective, s_waitcnt, wave barrier) between", off, s.w_lane);
+           "(collective, s_waitcnt, wave barrier) between",
+           off, s.w_lane);
   }
   if (s.r_epoch != E || (s.r_wave == W && s.r_wepoch != WE)) {
     s.r_epoch = E;
@@ -55,8 +59,8 @@ inline void lds_access(const void* p, size_t bytes, bool write, const char* what
   Workgroup* wg = f->wg;
   const uintptr_t off = (uintptr_t)p - (uintptr_t)wg->lds.bytes;
   if (bytes == 0 || off >= (uintptr_t)kLdsBytes || bytes > (uintptr_t)kLdsBytes - off)
-    fail("%s of %zu bytes at address %p is outside the workgroup's LDS (%d bytes at %p)", what,
-         bytes, p, kLdsBytes, (const void*)wg->lds.bytes);
+    fail("%s of %zu bytes at address %p is outside the workgroup's LDS (%d bytes at %p)", what, bytes, p, kLdsBytes,
+         (const void*)wg->lds.bytes);
   const uint32_t E = wg->epoch, WE = wg->waves[f->wave].epoch;
   const uint8_t W = (uint8_t)f->wave, L = (uint8_t)f->lane;
   const size_t last = (off + bytes - 1) / kShadowGrain;

@@ -41,10 +41,13 @@ inline void san_context(const SanRuntime& r) {
   const Fiber* f = t_cur;
   int n = f ? snprintf(line, sizeof line,
                        "rtc_emu: the sanitizer report above is from kernel %s, workgroup (%u,%u,%u), wave %d, "
-                       "lane %d (thread %u,%u,%u)\n", f->wg->kernel, f->wg->bid.x, f->wg->bid.y, f->wg->bid.z,
-                       f->wave, f->lane, f->tid.x, f->tid.y, f->tid.z)
-            : snprintf(line, sizeof line, "rtc_emu: the sanitizer report above is from the emulator running "
-                       "kernel %s, outside any work-item\n", g_san_kernel ? g_san_kernel : "?");
+                       "lane %d (thread %u,%u,%u)\n",
+                       f->wg->kernel, f->wg->bid.x, f->wg->bid.y, f->wg->bid.z, f->wave, f->lane, f->tid.x, f->tid.y,
+                       f->tid.z)
+            : snprintf(line, sizeof line,
+                       "rtc_emu: the sanitizer report above is from the emulator running "
+                       "kernel %s, outside any work-item\n",
+                       g_san_kernel ? g_san_kernel : "?");
   if (n <= 0) return;
   if (n >= (int)sizeof line) n = (int)sizeof line - 1;
   if (write(2, line, (size_t)n) < 0) return;

@@ -97,11 +97,11 @@ inline void block(Fiber* f) {
 }
 
 inline void vformat_error(Workgroup* wg, const Fiber* f, const char* fmt, va_list ap) {
-  int n = snprintf(wg->error, sizeof(wg->error), "kernel %s, workgroup (%u,%u,%u)", wg->kernel,
-                   wg->bid.x, wg->bid.y, wg->bid.z);
+  int n = snprintf(wg->error, sizeof(wg->error), "kernel %s, workgroup (%u,%u,%u)", wg->kernel, wg->bid.x, wg->bid.y,
+                   wg->bid.z);
   if (f && n > 0 && n < (int)sizeof(wg->error))
-    n += snprintf(wg->error + n, sizeof(wg->error) - n, ", wave %d, lane %d (thread %u,%u,%u)",
-                  f->wave, f->lane, f->tid.x, f->tid.y, f->tid.z);
+    n += snprintf(wg->error + n, sizeof(wg->error) - n, ", wave %d, lane %d (thread %u,%u,%u)", f->wave, f->lane,
+                  f->tid.x, f->tid.y, f->tid.z);
   if (n > 0 && n < (int)sizeof(wg->error)) {
     n += snprintf(wg->error + n, sizeof(wg->error) - n, ": ");
     if (n < (int)sizeof(wg->error)) vsnprintf(wg->error + n, sizeof(wg->error) - n, fmt, ap);
@@ -128,11 +128,9 @@ inline void barrier() {
   Workgroup* wg = f->wg;
   Wave& w = wg->waves[f->wave];
   if (w.arrived)
-    fail("reached a barrier while %d lanes of its wave wait at collective %s (divergent collective)",
-         w.arrived, w.name);
-  if (wg->done)
-    fail("reached a barrier that %d work-items will never reach (they returned from the kernel)",
-         wg->done);
+    fail("reached a barrier while %d lanes of its wave wait at collective %s (divergent collective)", w.arrived,
+         w.name);
+  if (wg->done) fail("reached a barrier that %d work-items will never reach (they returned from the kernel)", wg->done);
   ++w.at_barrier;
   if (++wg->at_barrier == wg->nthreads) {
     wg->at_barrier = 0;
@@ -156,8 +154,8 @@ __attribute__((noinline)) Out wave_op(const char* name, const In& x, F&& op) {
   Workgroup* wg = f->wg;
   Wave& w = wg->waves[f->wave];
   if (w.at_barrier || w.done)
-    fail("collective %s while %d lanes of its wave are at a barrier and %d returned (divergent collective)",
-         name, w.at_barrier, w.done);
+    fail("collective %s while %d lanes of its wave are at a barrier and %d returned (divergent collective)", name,
+         w.at_barrier, w.done);
   if (w.arrived == 0) {
     w.site = site;
     w.name = name;
@@ -202,11 +200,10 @@ inline void fiber_main(void* arg) {
   wg->body(wg->params);
   Wave& w = wg->waves[f->wave];
   if (w.arrived)
-    fail("returned from the kernel while %d lanes of its wave wait at collective %s (divergent collective)",
-         w.arrived, w.name);
+    fail("returned from the kernel while %d lanes of its wave wait at collective %s (divergent collective)", w.arrived,
+         w.name);
   if (wg->at_barrier)
-    fail("returned from the kernel while %d work-items wait at a barrier it never reached",
-         wg->at_barrier);
+    fail("returned from the kernel while %d work-items wait at a barrier it never reached", wg->at_barrier);
   f->state = kDone;
   ++w.done;
   ++wg->done;

@@ -12,8 +12,7 @@ static void add_field(Sha256& h, const std::string& s) {
 }
 
 std::string hash_sources(const SourceText& main, std::vector<SourceText> headers) {
-  std::sort(headers.begin(), headers.end(),
-            [](const SourceText& a, const SourceText& b) { return a.name < b.name; });
+  std::sort(headers.begin(), headers.end(), [](const SourceText& a, const SourceText& b) { return a.name < b.name; });
   Sha256 h;
   add_field(h, main.name);
   add_field(h, main.text);
@@ -31,9 +30,8 @@ static std::string one_line(const std::string& s) {
 }
 
 std::string CacheKey::text() const {
-  std::string t = "op=" + op + "\nvariant=" + variant + "\narch=" + arch +
-                  "\nkernel_symbol=" + kernel_symbol + "\ncompiler_id=" + compiler_id +
-                  "\ncompiler_version=" + one_line(compiler_version) + "\n";
+  std::string t = "op=" + op + "\nvariant=" + variant + "\narch=" + arch + "\nkernel_symbol=" + kernel_symbol +
+                  "\ncompiler_id=" + compiler_id + "\ncompiler_version=" + one_line(compiler_version) + "\n";
   for (const std::string& o : options) t += "option=" + one_line(o) + "\n";
   t += "source_sha256=" + source_sha256 + "\npackage_version=" + package_version + "\n";
   return t;
@@ -50,8 +48,8 @@ static std::string safe(const std::string& s) {
 }
 
 std::string CacheKey::file_name() const {
-  return safe(op) + "-" + safe(variant) + "-" + safe(arch) + "-" + safe(compiler_id) + "-" +
-         digest().substr(0, 8) + ".co";
+  return safe(op) + "-" + safe(variant) + "-" + safe(arch) + "-" + safe(compiler_id) + "-" + digest().substr(0, 8) +
+         ".co";
 }
 
 }  // namespace rtc

@@ -19,8 +19,8 @@ class RtcError : public std::runtime_error {
 
 // RTC_CHECK(cond, status, message-expression): throws with the source location appended, so a
 // user report points at the failing check without a debugger.
-#define RTC_CHECK(cond, status, msg)                              \
-  do {                                                            \
+#define RTC_CHECK(cond, status, msg)                               \
+  do {                                                             \
     if (!(cond)) ::rtc::fail((status), (msg), __FILE__, __LINE__); \
   } while (0)
 #define RTC_FAIL(status, msg) ::rtc::fail((status), (msg), __FILE__, __LINE__)

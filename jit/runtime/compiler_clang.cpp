@@ -93,9 +93,8 @@ CompileOutput ClangCompiler::compile(const CompileInput& in) const {
   CompileOutput out;
   try {
     write_sources(dir, in);
-    std::vector<std::string> argv = {c.path, "-x", "hip", "--offload-arch=" + in.arch, "-nogpulib",
-                                     "-nogpuinc", "-O3", "--cuda-device-only",
-                                     "--no-gpu-bundle-output", "-I", dir,
+    std::vector<std::string> argv = {c.path, "-x", "hip", "--offload-arch=" + in.arch, "-nogpulib", "-nogpuinc", "-O3",
+                                     "--cuda-device-only", "--no-gpu-bundle-output", "-I", dir,
                                      // clang derives the HIP compilation-unit id from the (random)
                                      // temp path; fixing it makes identical inputs give identical bytes.
                                      // It names the kernel, not its text: an edit that leaves the code

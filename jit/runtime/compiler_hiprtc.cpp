@@ -15,8 +15,7 @@ struct HiprtcApi {
   std::string why;  // set when unusable
   int major = 0, minor = 0;
   const char* (*error_string)(int) = nullptr;
-  int (*create)(hiprtcProgram*, const char*, const char*, int, const char* const*,
-                const char* const*) = nullptr;
+  int (*create)(hiprtcProgram*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
   int (*compile)(hiprtcProgram, int, const char* const*) = nullptr;
   int (*log_size)(hiprtcProgram, size_t*) = nullptr;
   int (*log)(hiprtcProgram, char*) = nullptr;
@@ -72,9 +71,9 @@ const HiprtcApi& api() {
 }
 
 bool rocm5_knows(const std::string& arch) {
-  static const char* known[] = {"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a",
-                                "gfx90c", "gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx1031",
-                                "gfx1032", "gfx1033", "gfx1034", "gfx1035"};
+  static const char* known[] = {"gfx900",  "gfx902",  "gfx904",  "gfx906",  "gfx908",  "gfx909",
+                                "gfx90a",  "gfx90c",  "gfx1010", "gfx1011", "gfx1012", "gfx1030",
+                                "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035"};
   for (const char* k : known)
     if (arch == k) return true;
   return false;
@@ -83,9 +82,7 @@ bool rocm5_knows(const std::string& arch) {
 class HiprtcCompiler : public Compiler {
  public:
   std::string name() const override { return "hiprtc"; }
-  std::string id() const override {
-    return "hiprtc" + std::to_string(api().major) + "." + std::to_string(api().minor);
-  }
+  std::string id() const override { return "hiprtc" + std::to_string(api().major) + "." + std::to_string(api().minor); }
   std::string version() const override { return api().lib.real_path() + " " + id(); }
   bool available(const std::string& arch, std::string* why) const override {
     const HiprtcApi& a = api();
@@ -96,8 +93,8 @@ class HiprtcCompiler : public Compiler {
     // from its ISA table - gfx940-942 among them - instead of returning an error, so it is only
     // ever asked for the archs that table is known to hold.
     if (a.major < 6 && !rocm5_knows(arch.substr(0, arch.find(':'))))
-      return *why = id() + " cannot target " + arch +
-                    " (ROCm 5 knows gfx9xx up to gfx90c and gfx10xx; needs ROCm >= 6)",
+      return *why =
+                 id() + " cannot target " + arch + " (ROCm 5 knows gfx9xx up to gfx90c and gfx10xx; needs ROCm >= 6)",
              false;
     return true;
   }

@@ -67,15 +67,15 @@ void write_sources(const CompileInput& in, const std::string& dir) {
 // compiler would misread, so it is refused by name.
 void add_options(const CompileInput& in, std::vector<std::string>* argv) {
   for (const std::string& o : in.options) {
-    bool ok = o.compare(0, 2, "-D") == 0 || o.compare(0, 2, "-U") == 0 ||
-              o.compare(0, 2, "-O") == 0 || o == "-ffast-math" || o.compare(0, 5, "-std=") == 0;
+    bool ok = o.compare(0, 2, "-D") == 0 || o.compare(0, 2, "-U") == 0 || o.compare(0, 2, "-O") == 0 ||
+              o == "-ffast-math" || o.compare(0, 5, "-std=") == 0;
     RTC_CHECK(ok, RTC_ERR_ARG,
               "option " + quote(o) + " is not accepted by the host compiler; accepted: -D, -U, -O, -std=, -ffast-math");
     argv->push_back(o);
   }
 }
 
-const std::vector<const char*> kFlags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread",
+const std::vector<const char*> kFlags = {"-std=c++17",          "-O2",        "-fPIC",      "-shared", "-pthread",
                                          "-fvisibility=hidden", "-Wno-psabi", "-DRTC_EMU=1"};
 
 // <PRODUCT>_EMU_SANITIZE=1: kernels are built with ASan + UBSan (any UB report is fatal). The flags
@@ -141,8 +141,8 @@ class HostCompiler : public Compiler {
     std::vector<std::string> argv = {ident().path};
     const std::vector<const char*> f = flags();
     argv.insert(argv.end(), f.begin(), f.end());
-    argv.insert(argv.end(), {std::string("-DRTC_EMU_ARCH=") + (in.arch == "gfx90a-emu" ? "0x90a" : "0x942"),
-                             "-I", dir});
+    argv.insert(argv.end(),
+                {std::string("-DRTC_EMU_ARCH=") + (in.arch == "gfx90a-emu" ? "0x90a" : "0x942"), "-I", dir});
     add_options(in, &argv);
     argv.insert(argv.end(), {"-x", "c++", dir + "/" + in.main.name, "-o", dir + "/kernel.so"});
     const std::string log_path = dir + "/compile.log";
@@ -176,8 +176,8 @@ class HostCompiler : public Compiler {
     Ident i;
     std::string want = knob_text("HOST_CXX");
     i.wanted = want;
-    for (const std::string& cand : want.empty() ? std::vector<std::string>{"g++", "c++"}
-                                                : std::vector<std::string>{want}) {
+    for (const std::string& cand :
+         want.empty() ? std::vector<std::string>{"g++", "c++"} : std::vector<std::string>{want}) {
       i.path = find_executable({cand});
       if (!i.path.empty()) break;
     }

@@ -15,8 +15,7 @@ struct NvrtcApi {
   int major = 0, minor = 0;
   int (*version)(int*, int*) = nullptr;
   const char* (*error_string)(int) = nullptr;
-  int (*create)(nvrtcProgram*, const char*, const char*, int, const char* const*,
-                const char* const*) = nullptr;
+  int (*create)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
   int (*compile)(nvrtcProgram, int, const char* const*) = nullptr;
   int (*log_size)(nvrtcProgram, size_t*) = nullptr;
   int (*log)(nvrtcProgram, char*) = nullptr;
@@ -69,9 +68,7 @@ const NvrtcApi& api() {
 class NvrtcCompiler : public Compiler {
  public:
   std::string name() const override { return "nvrtc"; }
-  std::string id() const override {
-    return "nvrtc" + std::to_string(api().major) + "." + std::to_string(api().minor);
-  }
+  std::string id() const override { return "nvrtc" + std::to_string(api().major) + "." + std::to_string(api().minor); }
   std::string version() const override { return api().lib.real_path() + " " + id(); }
   bool available(const std::string& arch, std::string* why) const override {
     if (!api().why.empty()) return *why = api().why, false;
@@ -88,8 +85,8 @@ CompileOutput NvrtcCompiler::compile(const CompileInput& in) const {
   // and shared-memory report in the log so tests can check it.
   return compile_on_worker(
       [&a, in] {
-        return compile_in_memory(a, in, {"--gpu-architecture=" + in.arch, "--ptxas-options=-v"}, a.cubin_size,
-                                 a.cubin, "nvrtc");
+        return compile_in_memory(a, in, {"--gpu-architecture=" + in.arch, "--ptxas-options=-v"}, a.cubin_size, a.cubin,
+                                 "nvrtc");
       },
       id());
 }

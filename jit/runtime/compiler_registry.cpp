@@ -21,16 +21,16 @@ static const Compiler& get(const std::string& name) {
     }
     return *made[i];
   }
-  RTC_FAIL(RTC_ERR_ARG, "compiler " + quote(name) +
-                            " is not known; accepted: auto, hiprtc, clang, nvrtc, host or a ','-list");
+  RTC_FAIL(RTC_ERR_ARG,
+           "compiler " + quote(name) + " is not known; accepted: auto, hiprtc, clang, nvrtc, host or a ','-list");
 }
 
 static std::vector<std::string> default_order(const std::string& arch) {
   if (arch.size() > 4 && arch.compare(arch.size() - 4, 4, "-emu") == 0) return {"host"};
   if (arch.compare(0, 3, "sm_") == 0) return {"nvrtc"};
   if (arch.compare(0, 3, "gfx") == 0) return {"hiprtc", "clang"};
-  RTC_FAIL(RTC_ERR_ARG, "arch " + quote(arch) +
-                            " is not known; accepted: gfx942, gfx90a, sm_80, sm_90a, gfx942-emu, gfx90a-emu");
+  RTC_FAIL(RTC_ERR_ARG,
+           "arch " + quote(arch) + " is not known; accepted: gfx942, gfx90a, sm_80, sm_90a, gfx942-emu, gfx90a-emu");
 }
 
 // The arch -> ELF machine rule, kept beside the arch -> compiler rule above.
@@ -58,7 +58,9 @@ static ElfMachine elf_machine(const std::string& arch) {
 
 std::string code_object_problem(const std::string& arch, const std::string& bytes) {
   const unsigned char* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  if (bytes.compare(0, 4, "\x7f" "ELF") != 0)
+  if (bytes.compare(0, 4,
+                    "\x7f"
+                    "ELF") != 0)
     return "it is not an ELF file (it starts with " + to_hex(b, bytes.size() < 4 ? bytes.size() : 4) + ")";
   if (bytes.size() < 64) return "its " + std::to_string(bytes.size()) + " bytes are too few for an ELF header";
   if (b[4] != 2 || b[5] != 1) return "it is not a 64-bit little-endian ELF";
@@ -93,8 +95,8 @@ const Compiler& select_compiler(const std::string& spec, const std::string& arch
     if (c.available(arch, &why)) return c;
     skipped += "\n  " + name + ": " + why;
   }
-  RTC_FAIL(RTC_ERR_UNAVAILABLE, "no compiler available for arch " + quote(arch) + " (compiler=" +
-                                    quote(spec) + "); tried:" + skipped);
+  RTC_FAIL(RTC_ERR_UNAVAILABLE,
+           "no compiler available for arch " + quote(arch) + " (compiler=" + quote(spec) + "); tried:" + skipped);
 }
 
 std::vector<const Compiler*> all_compilers() {

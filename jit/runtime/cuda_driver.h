@@ -21,12 +21,12 @@ struct CudaDriver {
   int (*module_load_data)(void**, const void*) = nullptr;
   int (*module_get_function)(void**, void*, const char*) = nullptr;
   int (*func_set_attribute)(void*, int, int) = nullptr;
-  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
-                void**, void**) = nullptr;
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                void**) = nullptr;
   int (*memset_d32_async)(uint64_t, unsigned, size_t, void*) = nullptr;  // cuMemsetD32Async
   // cuTensorMapEncodeTiled (CUDA >= 12); null on an older driver.
-  int (*encode_tiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
-                      const unsigned*, int, int, int, int) = nullptr;
+  int (*encode_tiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*, const unsigned*,
+                      int, int, int, int) = nullptr;
 };
 
 const CudaDriver& cuda_driver();

@@ -83,8 +83,8 @@ bool prepare_user_dir(const std::string& dir) {
 // ---- the entry format ------------------------------------------------------------------------
 
 std::string entry_bytes(const std::string& key_text, const std::string& blob) {
-  return magic() + "blob-sha256 " + sha256_hex(blob) + "\nblob-size " + std::to_string(blob.size()) +
-         "\nkey-size " + std::to_string(key_text.size()) + "\n" + key_text + blob;
+  return magic() + "blob-sha256 " + sha256_hex(blob) + "\nblob-size " + std::to_string(blob.size()) + "\nkey-size " +
+         std::to_string(key_text.size()) + "\n" + key_text + blob;
 }
 
 // Takes text at *pos when data has it there.
@@ -138,7 +138,7 @@ std::string parse_entry(const std::string& data, const std::string& key_text, st
 
 bool read_entry(const std::string& dir, const CacheKey& key, bool remove_bad, std::string* blob) {
   std::string path = dir + "/" + key.file_name(), data;
-  struct stat st {};
+  struct stat st{};
   if (lstat(path.c_str(), &st) != 0) return false;  // not there: a miss
   std::string why = read_trusted_file(path, st, &data);
   if (why.empty()) why = parse_entry(data, key.text(), blob);
@@ -153,8 +153,8 @@ bool read_entry(const std::string& dir, const CacheKey& key, bool remove_bad, st
 std::string write_entry(const std::string& dir, const CacheKey& key, const std::string& blob) {
   std::string path = dir + "/" + key.file_name(), err;
   if (!write_file_atomic(path, entry_bytes(key.text(), blob), &err)) {
-    warn_once("write:" + dir, "cannot write to cache dir " + dir + " (" + err +
-                                  "); code objects are kept in memory only");
+    warn_once("write:" + dir,
+              "cannot write to cache dir " + dir + " (" + err + "); code objects are kept in memory only");
     return "";
   }
   return path;
@@ -189,7 +189,7 @@ namespace {
 
 // Up to n bytes from the start of a regular file of this user (lstat, then O_NOFOLLOW); why not otherwise.
 std::string own_file_head(const std::string& path, size_t n, std::string* head) {
-  struct stat st {};
+  struct stat st{};
   if (lstat(path.c_str(), &st) != 0) return std::strerror(errno);
   std::string why;
   if (S_ISLNK(st.st_mode))
@@ -209,8 +209,8 @@ std::string own_file_head(const std::string& path, size_t n, std::string* head) 
 }
 
 bool is_lock_text(const std::string& text) {  // as KeyLock leaves it: empty, or "<pid>\n"
-  return text.empty() || (text.size() >= 2 && text.back() == '\n' &&
-                          text.find_first_not_of("0123456789") == text.size() - 1);
+  return text.empty() ||
+         (text.size() >= 2 && text.back() == '\n' && text.find_first_not_of("0123456789") == text.size() - 1);
 }
 
 std::string strip_suffix(const std::string& s, const std::string& suffix) {
@@ -248,7 +248,7 @@ std::string why_kept(const std::string& dir, const std::string& name, const std:
 }  // namespace
 
 int clear_dir(const std::string& dir) {
-  struct stat st {};
+  struct stat st{};
   if (stat(dir.c_str(), &st) != 0 && errno == ENOENT) return 0;  // never made: nothing to clear
   std::string why;
   RTC_CHECK(dir_trusted(dir, false, &why), RTC_ERR_ARG,

@@ -35,15 +35,15 @@ void refuse(const std::string& path, const std::string& why) {
 std::string library_problem(const std::string& dir, const std::string& path) {
   std::string why;
   if (!dir_trusted(dir, true, &why)) return "its dir " + dir + " is not used: " + why;
-  struct stat st {};
+  struct stat st{};
   if (lstat(path.c_str(), &st) != 0) return "";
   return file_problem(st);
 }
 
 }  // namespace
 
-bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs,
-                  std::string* tried, bool global, const char* needs) {
+bool DynLib::open(const std::vector<std::string>& names, const std::vector<std::string>& dirs, std::string* tried,
+                  bool global, const char* needs) {
   // The LIBRARY_PATH knob's dirs come first, so a user (or a test's stand-in library) overrides what
   // the system's loader path would find; then the loader's own search; then the other dirs.
   struct Candidate {

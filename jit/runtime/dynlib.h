@@ -14,8 +14,8 @@ class DynLib {
   // Returns false and fills *tried with "path: dlerror" lines when nothing loads.
   // The first candidate that loads and (when `needs` is given) exports the symbol `needs`: a file
   // of the right name without it (a stub, another version) is skipped and listed in *tried.
-  bool open(const std::vector<std::string>& names, const std::vector<std::string>& dirs,
-            std::string* tried, bool global = false, const char* needs = nullptr);
+  bool open(const std::vector<std::string>& names, const std::vector<std::string>& dirs, std::string* tried,
+            bool global = false, const char* needs = nullptr);
   bool is_open() const { return handle_ != nullptr; }
   const std::string& path() const { return path_; }
   std::string real_path() const;  // the file actually loaded, symlinks resolved

@@ -24,7 +24,7 @@ std::string size_text(size_t bytes) {
 }
 
 bool read_fd(int fd, const std::string& path, std::string* data, std::string* err, size_t max_bytes) {
-  struct stat st {};
+  struct stat st{};
   if (fstat(fd, &st) != 0) return *err = errno_text(path), false;
   if (!S_ISREG(st.st_mode)) return *err = path + " is not a regular file", false;
   std::string too_big = path + " is larger than " + size_text(max_bytes);
@@ -81,8 +81,7 @@ bool write_file(const std::string& path, const std::string& data, std::string* e
 // or thread can share (pid + tid), is fsynced so a crash cannot leave a renamed but empty file,
 // closed, and only then renamed over the final name (rename is atomic within one file system).
 bool write_file_atomic(const std::string& path, const std::string& data, std::string* err) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." +
-                    std::to_string(long(syscall(SYS_gettid)));
+  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(long(syscall(SYS_gettid)));
   int fd = open(tmp.c_str(), kNewFile, 0644);
   if (fd < 0 && errno == EEXIST) {  // left by a killed process whose pid and tid we now have
     unlink(tmp.c_str());
@@ -119,7 +118,7 @@ bool make_dirs(const std::string& dir, unsigned mode, std::string* err) {
       return false;
     }
   }
-  struct stat st {};
+  struct stat st{};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     *err = dir + " is not a directory";
     return false;
@@ -154,8 +153,9 @@ std::string make_temp_dir(const std::string& prefix) {
   std::string base = temp_base(), err;
   sweep_temp_base_once(base);
   std::string dir = make_private_dir(base, product() + "-" + prefix + "pid" + std::to_string(getpid()) + "-", &err);
-  RTC_CHECK(!dir.empty(), RTC_ERR_UNAVAILABLE, "cannot create a temp dir in TMPDIR=" + base + ": " + err +
-                                                   " (set TMPDIR to a writable dir with free space)");
+  RTC_CHECK(
+      !dir.empty(), RTC_ERR_UNAVAILABLE,
+      "cannot create a temp dir in TMPDIR=" + base + ": " + err + " (set TMPDIR to a writable dir with free space)");
   return dir;
 }
 
@@ -166,7 +166,7 @@ void remove_tree(const std::string& dir) {
       std::string n = e->d_name;
       if (n == "." || n == "..") continue;
       std::string p = dir + "/" + n;
-      struct stat st {};
+      struct stat st{};
       if (lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
         remove_tree(p);
       else
@@ -231,7 +231,7 @@ void sweep_stale_temps(const std::string& dir, long (*pid_of)(const std::string&
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name, path = dir + "/" + name;
     long pid = pid_of(name);
-    struct stat st {};
+    struct stat st{};
     if (pid <= 0 || lstat(path.c_str(), &st) != 0 || st.st_uid != me) continue;
     if (now - st.st_mtime < kStaleTempSeconds || process_alive(pid)) continue;
     if (S_ISDIR(st.st_mode))

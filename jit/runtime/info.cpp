@@ -68,7 +68,7 @@ static std::string loaders_json() {
 static std::string dir_json(const std::string& dir, bool system) {
   std::string why, entries;
   bool trusted = dir_trusted(dir, system, &why);
-  struct stat st {};
+  struct stat st{};
   if (!trusted && !system && stat(dir.c_str(), &st) != 0 && errno == ENOENT) {
     trusted = true;  // the user dir is made at the first compile
     why = "";
@@ -98,12 +98,12 @@ static std::string library_path_json() {
   for (const std::string& d : knob_paths("LIBRARY_PATH")) {
     std::string why;
     bool trusted = dir_trusted(d, true, &why);
-    dirs += std::string(dirs.empty() ? "" : ",") + "{\"path\":" + json_string(d) + ",\"usable\":" +
-            (trusted ? "true" : "false") + ",\"reason\":" + json_string(why) + "}";
+    dirs += std::string(dirs.empty() ? "" : ",") + "{\"path\":" + json_string(d) +
+            ",\"usable\":" + (trusted ? "true" : "false") + ",\"reason\":" + json_string(why) + "}";
   }
   for (const auto& r : refused_libraries())
-    refused += std::string(refused.empty() ? "" : ",") + "{\"path\":" + json_string(r.first) + ",\"reason\":" +
-               json_string(r.second) + "}";
+    refused += std::string(refused.empty() ? "" : ",") + "{\"path\":" + json_string(r.first) +
+               ",\"reason\":" + json_string(r.second) + "}";
   return "\"library_path\":[" + dirs + "],\"refused_libraries\":[" + refused + "]";
 }
 
@@ -111,8 +111,8 @@ std::string info_json() {
   std::string sys;
   for (const std::string& d : system_cache_dirs()) sys += (sys.empty() ? "" : ",") + dir_json(d, true);
   std::string compilers = compilers_json(), loaders = loaders_json();  // first: they load the libraries
-  return "{\"version\":" + json_string(version()) + ",\"compilers\":" + compilers + ",\"loaders\":" + loaders +
-         "," + library_path_json() + ",\"knobs\":" + knobs_json() +
+  return "{\"version\":" + json_string(version()) + ",\"compilers\":" + compilers + ",\"loaders\":" + loaders + "," +
+         library_path_json() + ",\"knobs\":" + knobs_json() +
          ",\"user_cache\":" + dir_json(user_cache_dir(nullptr), false) + ",\"system_caches\":[" + sys + "]}";
 }
 

@@ -98,8 +98,8 @@ void KeyLock::wait(const std::string& name) {
     if (waited >= limit) {
       std::string who = holder();
       release();
-      RTC_FAIL(RTC_ERR_COMPILE, "gave up after " + knob + " waiting for the lock file " + path_ + ", held by " +
-                                    who + " (building " + name + "); end that process if it hangs, or raise " +
+      RTC_FAIL(RTC_ERR_COMPILE, "gave up after " + knob + " waiting for the lock file " + path_ + ", held by " + who +
+                                    " (building " + name + "); end that process if it hangs, or raise " +
                                     knob_env_name("LOCK_TIMEOUT"));
     }
     usleep(kLockPollMicros);

@@ -94,8 +94,7 @@ static void int_range(const Knob& k, long* lo, long* hi) {
 static std::string parse_int(const Knob& k, const std::string& raw) {
   long lo = 0, hi = 0;
   int_range(k, &lo, &hi);
-  const std::string accepted = "; accepted: an integer from " + std::to_string(lo) + " to " +
-                               std::to_string(hi);
+  const std::string accepted = "; accepted: an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
   const size_t digits_from = raw[0] == '-' ? 1 : 0;
   RTC_CHECK(raw.size() > digits_from && raw.find_first_not_of("0123456789", digits_from) == std::string::npos,
             RTC_ERR_ARG, knob_env_name(k.name) + "=" + quote(raw) + " is not an integer" + accepted);

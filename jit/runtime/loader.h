@@ -24,8 +24,8 @@ class Loader {
   virtual void* load(int device, const std::string& image) = 0;
   virtual void* function(int device, void* module, const std::string& symbol) = 0;
   // Launches fn with one by-value parameter block on stream (null = default stream).
-  virtual void launch(int device, void* fn, const LaunchDims& dims, void* stream,
-                      const void* params, size_t params_size) = 0;
+  virtual void launch(int device, void* fn, const LaunchDims& dims, void* stream, const void* params,
+                      size_t params_size) = 0;
 };
 
 std::unique_ptr<Loader> make_hip_loader();

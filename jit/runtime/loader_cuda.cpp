@@ -116,8 +116,7 @@ class CudaLoader : public Loader {
   void* load(int device, const std::string& image) override {
     RTC_CHECK(api().why.empty(), RTC_ERR_UNAVAILABLE, api().why);
     RTC_CHECK(device >= 0 && device < device_count(), RTC_ERR_ARG,
-              "device " + std::to_string(device) + " is out of range; CUDA devices: " +
-                  std::to_string(device_count()));
+              "device " + std::to_string(device) + " is out of range; CUDA devices: " + std::to_string(device_count()));
     ContextGuard g(device);
     void* mod = nullptr;
     check(api().module_load_data(&mod, image.data()), RTC_ERR_LOAD, "cuModuleLoadData");
@@ -130,8 +129,7 @@ class CudaLoader : public Loader {
           "cuModuleGetFunction(" + quote(symbol) + ")");
     return fn;
   }
-  void launch(int device, void* fn, const LaunchDims& d, void* stream, const void* params,
-              size_t size) override {
+  void launch(int device, void* fn, const LaunchDims& d, void* stream, const void* params, size_t size) override {
     ContextGuard g(device);
     ensure_shared_limit(fn, d.shared_bytes);
     // Every kernel takes one by-value struct parameter: kernelParams holds its address, and the
@@ -139,8 +137,8 @@ class CudaLoader : public Loader {
     // CU_LAUNCH_PARAM_BUFFER_*, garbled the 64-byte aligned CUtensorMap block of the sm90 kernel.)
     (void)size;
     void* args[] = {const_cast<void*>(params)};
-    check(api().launch(fn, d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2],
-                       d.shared_bytes, stream, args, nullptr),
+    check(api().launch(fn, d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2], d.shared_bytes, stream,
+                       args, nullptr),
           RTC_ERR_LAUNCH, "cuLaunchKernel");
   }
 };

@@ -17,8 +17,8 @@ struct HipApi {
   const char* (*error_string)(int) = nullptr;
   int (*module_load_data)(void**, const void*) = nullptr;
   int (*module_get_function)(void**, void*, const char*) = nullptr;
-  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
-                void**, void**) = nullptr;
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                void**) = nullptr;
 };
 
 const HipApi& api() {
@@ -76,8 +76,7 @@ class HipLoader : public Loader {
   void* load(int device, const std::string& image) override {
     RTC_CHECK(api().why.empty(), RTC_ERR_UNAVAILABLE, api().why);
     RTC_CHECK(device >= 0 && device < device_count(), RTC_ERR_ARG,
-              "device " + std::to_string(device) + " is out of range; HIP devices: " +
-                  std::to_string(device_count()));
+              "device " + std::to_string(device) + " is out of range; HIP devices: " + std::to_string(device_count()));
     DeviceGuard g(device);
     void* mod = nullptr;
     check(api().module_load_data(&mod, image.data()), RTC_ERR_LOAD, "hipModuleLoadData");
@@ -90,14 +89,13 @@ class HipLoader : public Loader {
           "hipModuleGetFunction(" + quote(symbol) + ")");
     return fn;
   }
-  void launch(int device, void* fn, const LaunchDims& d, void* stream, const void* params,
-              size_t size) override {
+  void launch(int device, void* fn, const LaunchDims& d, void* stream, const void* params, size_t size) override {
     DeviceGuard g(device);
     // The parameter block goes in as the raw kernarg buffer (HIP_LAUNCH_PARAM_BUFFER_*).
-    void* extra[] = {reinterpret_cast<void*>(1), const_cast<void*>(params), reinterpret_cast<void*>(2),
-                     &size, reinterpret_cast<void*>(3)};
-    check(api().launch(fn, d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2],
-                       d.shared_bytes, stream, nullptr, extra),
+    void* extra[] = {reinterpret_cast<void*>(1), const_cast<void*>(params), reinterpret_cast<void*>(2), &size,
+                     reinterpret_cast<void*>(3)};
+    check(api().launch(fn, d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2], d.shared_bytes, stream,
+                       nullptr, extra),
           RTC_ERR_LAUNCH, "hipModuleLaunchKernel");
   }
 };

@@ -41,8 +41,8 @@ class HostModule {
     const std::string name = "rtc_emu_launch_" + symbol;
     void* f = dlsym(handle_, name.c_str());
     RTC_CHECK(f != nullptr, RTC_ERR_LOAD,
-              "the emulated kernel object has no entry " + quote(name) +
-                  " (is RTC_EXPORT_KERNEL(" + symbol + ", ...) after the kernel?)");
+              "the emulated kernel object has no entry " + quote(name) + " (is RTC_EXPORT_KERNEL(" + symbol +
+                  ", ...) after the kernel?)");
     return reinterpret_cast<rtc_emu_entry_fn>(f);
   }
 
@@ -77,10 +77,9 @@ void run(const Function& fn, const LaunchDims& dims, const void* params, size_t 
   RTC_CHECK(rc == 0, RTC_ERR_LAUNCH, std::string("emulated ") + err);
   if (log_enabled()) {
     const double ms = now_ms() - t0;
-    log_line("host launch " + fn.symbol + ": " + std::to_string(ms) + " ms, " +
-             std::to_string(l.stats[3]) + " workgroups, " + std::to_string(l.stats[1]) + " barriers, " +
-             std::to_string(l.stats[2]) + " wave collectives, " + std::to_string(l.stats[0]) +
-             " fiber switches");
+    log_line("host launch " + fn.symbol + ": " + std::to_string(ms) + " ms, " + std::to_string(l.stats[3]) +
+             " workgroups, " + std::to_string(l.stats[1]) + " barriers, " + std::to_string(l.stats[2]) +
+             " wave collectives, " + std::to_string(l.stats[0]) + " fiber switches");
   }
 }
 
@@ -115,8 +114,7 @@ class HostLoader : public Loader {
 
  private:
   static void check_device(int device) {
-    RTC_CHECK(device == 0, RTC_ERR_ARG,
-              "device " + std::to_string(device) + " is not a host device; accepted: 0");
+    RTC_CHECK(device == 0, RTC_ERR_ARG, "device " + std::to_string(device) + " is not a host device; accepted: 0");
   }
   std::mutex mu_;
   std::deque<std::unique_ptr<HostModule>> modules_;  // live for the process, like GPU modules

@@ -63,8 +63,9 @@ std::string ops_json() {
                 ",\"offset\":" + std::to_string(f.offset) + ",\"kind\":" + json_string(kind_name(f.kind)) +
                 ",\"count\":" + std::to_string(f.count) + "}";
     for (const KernelHost& k : o.kernels) kernels += std::string(kernels.empty() ? "" : ",") + json_string(k.kernel);
-    out += std::string(out.size() > 1 ? "," : "") + json_string(o.op) + ":{\"args_size\":" +
-           std::to_string(o.args_size) + ",\"fields\":[" + fields + "],\"kernels\":[" + kernels + "]}";
+    out += std::string(out.size() > 1 ? "," : "") + json_string(o.op) +
+           ":{\"args_size\":" + std::to_string(o.args_size) + ",\"fields\":[" + fields + "],\"kernels\":[" + kernels +
+           "]}";
   }
   return out + "}";
 }

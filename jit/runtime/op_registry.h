@@ -60,8 +60,12 @@ std::string ops_json();
 
 // An argument block is declared once, as a list X(name, C type, ArgKind, count): RTC_ARG_MEMBER turns
 // each entry into a struct member (an array when count > 1), RTC_ARG_FIELD into its ArgField.
-template <class T, int N> struct ArgMember { using type = T[N]; };
-template <class T> struct ArgMember<T, 1> { using type = T; };
+template <class T, int N> struct ArgMember {
+  using type = T[N];
+};
+template <class T> struct ArgMember<T, 1> {
+  using type = T;
+};
 #define RTC_ARG_MEMBER(name, ctype, kind, count) ::rtc::ArgMember<ctype, count>::type name;
 #define RTC_ARG_FIELD(Struct, name, kind, count) \
   ::rtc::ArgField { #name, offsetof(Struct, name), ::rtc::ArgKind::kind, count }

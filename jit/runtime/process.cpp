@@ -57,7 +57,7 @@ void on_sigterm(int sig) {
     nanosleep(&ms, nullptr);
   }
   stop_live_groups();
-  struct sigaction dfl {};
+  struct sigaction dfl{};
   dfl.sa_handler = SIG_DFL;
   sigaction(sig, &dfl, nullptr);
   raise(sig);  // pending until this handler returns; then the default action ends the process
@@ -71,9 +71,9 @@ void guard_sigterm() {
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(stop_live_groups); });  // sys.exit while a thread compiles
   std::lock_guard<std::mutex> lock(mu);
-  struct sigaction now {};
+  struct sigaction now{};
   if (sigaction(SIGTERM, nullptr, &now) != 0 || (now.sa_flags & SA_SIGINFO) || now.sa_handler != SIG_DFL) return;
-  struct sigaction mine {};
+  struct sigaction mine{};
   mine.sa_handler = on_sigterm;
   sigemptyset(&mine.sa_mask);
   mine.sa_flags = SA_RESTART;
@@ -104,8 +104,7 @@ struct ForkHandlers {
 
 // Starts argv with stdin from /dev/null and stdout + stderr into log_path (a new file), in a new process group
 // that is recorded before any SIGTERM can be handled. Returns the pid (0 with *err when it did not start).
-pid_t spawn_recorded(const std::vector<std::string>& argv, const std::string& log_path, int* slot,
-                     std::string* err) {
+pid_t spawn_recorded(const std::vector<std::string>& argv, const std::string& log_path, int* slot, std::string* err) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -146,7 +145,7 @@ pid_t spawn_recorded(const std::vector<std::string>& argv, const std::string& lo
 bool wait_until(pid_t pid, double deadline_ms) {
   useconds_t nap = 1000;
   while (true) {
-    siginfo_t info {};
+    siginfo_t info{};
     int rc = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT);
     if ((rc == 0 && info.si_pid == pid) || (rc != 0 && errno != EINTR)) return true;
     if (deadline_ms > 0 && now_ms() >= deadline_ms) return false;

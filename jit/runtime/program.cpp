@@ -107,9 +107,8 @@ CompileOutput compile_now(const CacheKey& key, const CompileInput& in, const Com
     out = c.compile(in);
   } catch (const CompileFailure& f) {
     std::string saved = save_failed(cache_dir, usable, key, in, f.log);
-    RTC_FAIL(RTC_ERR_COMPILE, "compile of " + key.file_name() + " failed for arch " + in.arch + " with " +
-                                  c.id() + "; source saved in " + saved + "\nkey:\n" + key.text() +
-                                  "compiler log:\n" + f.log);
+    RTC_FAIL(RTC_ERR_COMPILE, "compile of " + key.file_name() + " failed for arch " + in.arch + " with " + c.id() +
+                                  "; source saved in " + saved + "\nkey:\n" + key.text() + "compiler log:\n" + f.log);
   }
   *ms = now_ms() - t0;
   std::string bad = code_object_problem(in.arch, out.binary);
@@ -148,7 +147,7 @@ bool from_system_dirs(const CacheKey& key, std::string* blob, std::string* path)
 // link or another user's file in its place must not hand over somebody else's file. Missing is no error.
 void read_log(Code* code) {
   std::string path = code->path + ".log";
-  struct stat st {};
+  struct stat st{};
   code->log.clear();
   if (lstat(path.c_str(), &st) != 0) return;
   std::string why = read_trusted_file(path, st, &code->log);
@@ -296,8 +295,8 @@ void build_program(const rtc_build_request& req, const char* cache_dir, rtc_buil
   copy_text(out->cache_name, sizeof out->cache_name, name);
   out->total_ms = now_ms() - t0;
   static const char* origins[] = {"compiled", "memory", "user cache", "system cache"};
-  log_line("lookup " + name + ": " + origins[out->origin] + (code->path.empty() ? "" : " " + code->path) +
-           " (" + fmt_ms(out->total_ms) + ")");
+  log_line("lookup " + name + ": " + origins[out->origin] + (code->path.empty() ? "" : " " + code->path) + " (" +
+           fmt_ms(out->total_ms) + ")");
 }
 
 const Program& get_program(uint64_t handle) {
@@ -334,8 +333,8 @@ void* program_function(uint64_t handle, Loader& loader, int device) {
     if (e.status() != RTC_ERR_LOAD || !rebuild_after_load_failure(handle, code, e.what())) throw;
     l = load(*program_code(handle), p.kernel_symbol, loader, device);
   }
-  log_line("load " + p.key.file_name() + " on " + loader.vendor() + ":" + std::to_string(device) +
-           " (" + fmt_ms(now_ms() - t0) + ")");
+  log_line("load " + p.key.file_name() + " on " + loader.vendor() + ":" + std::to_string(device) + " (" +
+           fmt_ms(now_ms() - t0) + ")");
   std::lock_guard<std::mutex> lock(s.mu);
   return s.loaded.emplace(slot, l).first->second.fn;
 }
@@ -347,14 +346,16 @@ void launch_program(uint64_t handle, const rtc_launch_config* cfg, const void* p
   for (int i = 0; i < 3; ++i)
     RTC_CHECK(cfg->grid[i] >= 1 && cfg->block[i] >= 1, RTC_ERR_ARG,
               "grid and block sizes must be >= 1 in x, y and z; got grid[" + std::to_string(i) + "]=" +
-                  std::to_string(cfg->grid[i]) + ", block[" + std::to_string(i) +
-                  "]=" + std::to_string(cfg->block[i]));
+                  std::to_string(cfg->grid[i]) + ", block[" + std::to_string(i) + "]=" + std::to_string(cfg->block[i]));
   Loader& loader = get_loader(cfg->vendor);
   void* fn = program_function(handle, loader, cfg->device);
   RTC_CHECK(cfg->n_ranges >= 0 && (cfg->n_ranges == 0 || cfg->ranges), RTC_ERR_ARG,
             "rtc_launch_config.n_ranges=" + std::to_string(cfg->n_ranges) + " with ranges=null");
-  LaunchDims d{{cfg->grid[0], cfg->grid[1], cfg->grid[2]}, {cfg->block[0], cfg->block[1], cfg->block[2]},
-               cfg->shared_bytes, cfg->ranges, cfg->n_ranges};
+  LaunchDims d{{cfg->grid[0], cfg->grid[1], cfg->grid[2]},
+               {cfg->block[0], cfg->block[1], cfg->block[2]},
+               cfg->shared_bytes,
+               cfg->ranges,
+               cfg->n_ranges};
   loader.launch(cfg->device, fn, d, cfg->stream, params, size);
 }
 

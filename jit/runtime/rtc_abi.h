@@ -11,9 +11,16 @@ extern "C" {
 
 // Every function returns 0 on success; on failure a non-zero code and rtc_last_error() holds the
 // message (thread-local, valid until the next failing call of this thread).
-enum rtc_status { RTC_OK = 0, RTC_ERR_ARG = 1, RTC_ERR_COMPILE = 2, RTC_ERR_LOAD = 3,
-                  RTC_ERR_LAUNCH = 4, RTC_ERR_NO_COMPILE = 5, RTC_ERR_UNAVAILABLE = 6,
-                  RTC_ERR_INTERNAL = 7 };
+enum rtc_status {
+  RTC_OK = 0,
+  RTC_ERR_ARG = 1,
+  RTC_ERR_COMPILE = 2,
+  RTC_ERR_LOAD = 3,
+  RTC_ERR_LAUNCH = 4,
+  RTC_ERR_NO_COMPILE = 5,
+  RTC_ERR_UNAVAILABLE = 6,
+  RTC_ERR_INTERNAL = 7
+};
 
 typedef struct rtc_source {
   const char* name;   // include name, e.g. "platform.h" or "baseline.hip"
@@ -34,12 +41,11 @@ typedef struct rtc_build_request {
   const char* package_version;  // part of the cache key
 } rtc_build_request;
 
-enum rtc_origin { RTC_FROM_COMPILE = 0, RTC_FROM_MEMORY = 1, RTC_FROM_USER_CACHE = 2,
-                  RTC_FROM_SYSTEM_CACHE = 3 };
+enum rtc_origin { RTC_FROM_COMPILE = 0, RTC_FROM_MEMORY = 1, RTC_FROM_USER_CACHE = 2, RTC_FROM_SYSTEM_CACHE = 3 };
 
 typedef struct rtc_build_result {
   uint64_t program;         // opaque handle, valid for the life of the process
-  char path[1024];          // cache file ("" when held in memory only); cut at 1023 bytes: rtc_program_path has it whole
+  char path[1024];          // cache file ("" when only in memory); cut at 1023 bytes: rtc_program_path has it whole
   char compiler_id[64];     // e.g. "clang19", "hiprtc5.2", "nvrtc13.0", "gcc12"
   char cache_name[256];     // readable file name: op-variant-arch-compiler-<8 hex>.co
   double compile_ms;        // 0 unless compiled now
@@ -52,8 +58,8 @@ RTC_API const char* rtc_last_error(void);
 RTC_API const char* rtc_version(void);
 
 // Environment knobs are declared once, in the runtime (knobs.cpp), typed and checked. The value of
-// knob `name` (the full variable name, e.g. "<PRODUCT>_EMULATE") as text, "" when unset; RTC_ERR_ARG with a message naming
-// the variable when its value is malformed or the name is not a declared knob.
+// knob `name` (the full variable name, e.g. "<PRODUCT>_EMULATE") as text, "" when unset; RTC_ERR_ARG with a
+// message naming the variable when its value is malformed or the name is not a declared knob.
 RTC_API int rtc_knob_get(const char* name, char* buf, size_t n);
 // The read-only cache dir shipped inside the installed package (the Python layer sets it once at
 // import); searched after $<PRODUCT>_SYSTEM_CACHE.
@@ -99,8 +105,7 @@ typedef struct rtc_launch_config {
 
 // Loads the program on the device (once per device) and launches its kernel with one by-value
 // parameter block (params, params_size bytes). Asynchronous on GPUs; synchronous on "host".
-RTC_API int rtc_launch(uint64_t program, const rtc_launch_config* cfg, const void* params,
-                       size_t params_size);
+RTC_API int rtc_launch(uint64_t program, const rtc_launch_config* cfg, const void* params, size_t params_size);
 
 // ---- ops: host code registered by each op (jit/ops/<op>/), reached by name ----
 // Every registered op as JSON: {op: {"args_size": N, "fields": [{"name", "offset", "kind", "count"}],
@@ -109,18 +114,18 @@ RTC_API int rtc_ops_json(char* buf, size_t n, size_t* len);
 // Whether kernel `kernel` of `op` takes these runtime arguments on vendor (pointer alignment, strides,
 // sizes): *ok = 1, or *ok = 0 with the reason in why (truncated to n bytes, NUL-ended). Needs no
 // device: dispatch asks each candidate kernel in the manifest's order and falls back.
-RTC_API int rtc_op_supports(const char* op, const char* kernel, const void* args, size_t args_size,
-                            const char* vendor, char* why, size_t n, int* ok);
+RTC_API int rtc_op_supports(const char* op, const char* kernel, const void* args, size_t args_size, const char* vendor,
+                            char* why, size_t n, int* ok);
 // Scratch bytes the kernel needs for these arguments (the caller allocates and passes them in args).
 RTC_API int rtc_op_workspace_bytes(const char* op, const char* kernel, const void* args, size_t args_size,
                                    int64_t* bytes);
 // The kernel's launch plan for these arguments as JSON (grids, splits, workspace), with the knobs
 // applied as a launch would apply them.
-RTC_API int rtc_op_plan_json(const char* op, const char* kernel, const void* args, size_t args_size,
-                             char* buf, size_t n, size_t* len);
+RTC_API int rtc_op_plan_json(const char* op, const char* kernel, const void* args, size_t args_size, char* buf,
+                             size_t n, size_t* len);
 // Launches `program` (built from the kernel's source) for these arguments on (vendor, device, stream).
-RTC_API int rtc_op_launch(uint64_t program, const char* op, const char* kernel, const void* args,
-                          size_t args_size, const char* vendor, int device, void* stream);
+RTC_API int rtc_op_launch(uint64_t program, const char* op, const char* kernel, const void* args, size_t args_size,
+                          const char* vendor, int device, void* stream);
 
 // Adds a dir searched for vendor libraries (libnvrtc, libhiprtc, libamdhip64, libcuda); a
 // site-packages dir also brings its pip wheel dirs nvidia/*/lib.

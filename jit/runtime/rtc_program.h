@@ -27,8 +27,7 @@ CompileOutput compile_in_memory(const Api& a, const CompileInput& in, const std:
     names.push_back(h.name.c_str());
   }
   Program prog = nullptr;
-  int rc = a.create(&prog, in.main.text.c_str(), in.main.name.c_str(), int(texts.size()), texts.data(),
-                    names.data());
+  int rc = a.create(&prog, in.main.text.c_str(), in.main.name.c_str(), int(texts.size()), texts.data(), names.data());
   RTC_CHECK(rc == 0, RTC_ERR_COMPILE, who + "CreateProgram failed: " + a.error_string(rc));
   for (const std::string& f : flags) opts.push_back(f.c_str());
   for (const std::string& o : in.options) opts.push_back(o.c_str());
@@ -68,8 +67,8 @@ inline CompileOutput compile_on_worker(std::function<CompileOutput()> work, cons
   if (result.wait_for(std::chrono::seconds(limit)) == std::future_status::ready) return result.get();
   RTC_FAIL(RTC_ERR_COMPILE, who + " did not finish the compile within " + compile_timeout_text() +
                                 "; stopped waiting (the library call runs on, detached, and its result is "
-                                "dropped). Raise " + knob_env_name("COMPILE_TIMEOUT") +
-                                " for a compile that is slow, not stuck");
+                                "dropped). Raise " +
+                                knob_env_name("COMPILE_TIMEOUT") + " for a compile that is slow, not stuck");
 }
 
 }  // namespace rtc

@@ -30,7 +30,7 @@ static std::string writable_problem(const struct stat& st) {
 }
 
 bool dir_trusted(const std::string& dir, bool allow_root_owner, std::string* why) {
-  struct stat st {};
+  struct stat st{};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     *why = "it is not a directory";
     return false;
@@ -59,7 +59,7 @@ std::string read_trusted_file(const std::string& path, const struct stat& before
   if (!why.empty()) return why;
   int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::string("cannot open it: ") + std::strerror(errno);
-  struct stat st {};
+  struct stat st{};
   why = fstat(fd, &st) == 0 ? readable_problem(st) : std::string("fstat failed: ") + std::strerror(errno);
   if (why.empty() && !read_fd(fd, path, data, &err, kMaxReadBytes)) why = err;
   close(fd);

@@ -131,7 +131,8 @@ RTC_HD Seq seq_of(const AttnParams& p, int b) {
   if (RTC_KV == RTC_KV_PAGED) {
     const rtc_i64 cap = (rtc_i64)p.pages_per_seq * p.page_size;
     k0 = clamp_i(p.cu_k[b], 0, 0x7FFFFFFF);
-    s.len_k = clamp_i((rtc_i64)clamp_i(p.cu_k[b + 1], k0, 0x7FFFFFFF) - k0, 0, (int)(cap < 0x7FFFFFFF ? cap : 0x7FFFFFFF));
+    s.len_k =
+        clamp_i((rtc_i64)clamp_i(p.cu_k[b + 1], k0, 0x7FFFFFFF) - k0, 0, (int)(cap < 0x7FFFFFFF ? cap : 0x7FFFFFFF));
     s.k_off = s.v_off = 0;  // rows through the block table (page_row)
   } else {
     seq_rows(p.cu_k, b, p.total_k, k0, s.len_k);

@@ -68,8 +68,7 @@ RTC_DEVICE Chunk load_chunk(const rtc_bf16_t* src, bool aligned) {
     const Chunk g = rtc_gld(reinterpret_cast<const Chunk*>(src));
     for (int i = 0; i < 4; ++i) c.w[i] = g.w[i];
   } else {
-    for (int i = 0; i < 4; ++i)
-      c.w[i] = (rtc_u32)rtc_gld(src + 2 * i) | ((rtc_u32)rtc_gld(src + 2 * i + 1) << 16);
+    for (int i = 0; i < 4; ++i) c.w[i] = (rtc_u32)rtc_gld(src + 2 * i) | ((rtc_u32)rtc_gld(src + 2 * i + 1) << 16);
   }
   return c;
 }
@@ -184,8 +183,8 @@ RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid
 // from a V NaN. A row that sees keys got there through scores past -FLT_MAX (or Inf inputs), and a 0
 // row would pass for a right answer: it is NaN, O 0x7FFF and LSE NaN (numerics §4). A select per row
 // after the KV loop, none in it: the loop cannot tell the two -Inf apart (masking writes -Inf).
-RTC_DEVICE void write_row(const RowState& st, bool sees_key, rtc_bf16_t* orow, float* lse,
-                          int c, int nch, bool aligned) {
+RTC_DEVICE void write_row(const RowState& st, bool sees_key, rtc_bf16_t* orow, float* lse, int c, int nch,
+                          bool aligned) {
   const bool empty = st.l == 0.0f;
   const rtc_u32 blank = sees_key ? 0x7FFF7FFFu : 0u;  // two bf16
   for (int u = 0; u < kChunksPerLane; ++u) {

@@ -1,4 +1,5 @@
-// bf16 attention forward for MI300X (gfx942; also gfx90a): 8 waves in two phase-offset groups, MFMA 16x16x16, K in LDS, V^T via L1.
+// bf16 attention forward for MI300X (gfx942; also gfx90a): 8 waves in two phase-offset groups, MFMA 16x16x16, K in
+// LDS, V^T via L1.
 //
 // One workgroup = 384 q rows of one (batch, head); wave w owns rows 48w..48w+47 as three 16-row
 // tiles (two in VGPRs, the third in LDS). KV is walked in 64-row blocks. We compute S^T = K Q^T,
@@ -147,7 +148,8 @@ RTC_DEVICE const char* vt_blocks(const Gfx942Params& p, const Work& w, const Seq
 #if RTC_KV == RTC_KV_DENSE
   return (const char*)p.workspace + ((rtc_i64)w.b * p.heads_k + hk) * p.nkb * GFX942_VT_BLOCK_BYTES;
 #else
-  return (const char*)p.workspace + ((rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, w.b, s)) * GFX942_VT_BLOCK_BYTES;
+  return (const char*)p.workspace +
+         ((rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, w.b, s)) * GFX942_VT_BLOCK_BYTES;
 #endif
 }
 
@@ -162,8 +164,10 @@ RTC_DEVICE void load_q(Acc& a, AttnSmem& sm, rtc_buffer_rsrc qr, rtc_i64 q_ss, i
       rtc_u32x2 w = {0u, 0u};
       if (r < rows) w = buffer_load_dwordx2(qr, (rtc_u32)(r * q_ss * 2 + (16 * ds + 4 * (lane >> 4)) * 2), 0u);
       const rtc_bf16x4 f = as_bf16x4(w[0], w[1]);
-      if (g < 2) a.q[g][ds] = f;
-      else ds_write<rtc_bf16x4>(&sm.q3[wave][ds][lane], f);
+      if (g < 2)
+        a.q[g][ds] = f;
+      else
+        ds_write<rtc_bf16x4>(&sm.q3[wave][ds][lane], f);
     }
   }
 }
@@ -205,8 +209,10 @@ RTC_DEVICE void fence_acc(Acc& a, bool scores) {
     for (int t = 0; t < kHdTiles; ++t) reg_fence(a.o[g][t]);
 #pragma unroll
     for (int s = 0; s < kSub; ++s) {
-      if (scores) reg_fence(a.s[g][s]);
-      else reg_fence(a.p[g][s]);
+      if (scores)
+        reg_fence(a.s[g][s]);
+      else
+        reg_fence(a.p[g][s]);
     }
   }
 }
@@ -225,12 +231,13 @@ RTC_DEVICE void qk_frags(const AttnSmem& sm, int buf, int ds, int wave, int lane
   reg_fence(l);
   q3 = ds_read<rtc_bf16x4>(&sm.q3[wave][ds][l]);
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) kf[s] = ds_read<rtc_bf16x4>((const char*)&sm.k[0][0] + k_frag_byte(buf, s, ds, (int)l));
+  for (int s = 0; s < kSub; ++s)
+    kf[s] = ds_read<rtc_bf16x4>((const char*)&sm.k[0][0] + k_frag_byte(buf, s, ds, (int)l));
 }
 
 // Stage 1 of an iteration: O^T += V^T(k-1) P^T(k-1), then S^T(k) = K(k) Q^T.
-RTC_DEVICE void mfma_step(Acc& a, const AttnSmem& sm, rtc_buffer_rsrc vt, rtc_u32 vt_off, int buf, bool pv,
-                          bool qk, int wave, int lane) {
+RTC_DEVICE void mfma_step(Acc& a, const AttnSmem& sm, rtc_buffer_rsrc vt, rtc_u32 vt_off, int buf, bool pv, bool qk,
+                          int wave, int lane) {
   s_setprio<3>();
   fence_acc(a, false);  // every VALU write of O and P is above this line ...
   mfma_wait_read();     // ... and 2 wait states before the first MFMA reads them
@@ -289,8 +296,7 @@ constexpr int kSplitFlag = 1 << 16;
 
 RTC_DEVICE OutPlan out_plan(const Gfx942Params& p, const Work& w, const Seq& s) {
   OutPlan op;
-  op.o = uniform_rsrc(p.o + s.o_off + (rtc_i64)w.h * p.o_sh + (rtc_i64)w.q0 * p.o_ss,
-                      rows_span_bytes(w.rows, p.o_ss));
+  op.o = uniform_rsrc(p.o + s.o_off + (rtc_i64)w.h * p.o_sh + (rtc_i64)w.q0 * p.o_ss, rows_span_bytes(w.rows, p.o_ss));
   op.o_row_bytes = (rtc_u32)(p.o_ss * 2);
   if (w.part >= 0)
     op.aux = (char*)p.workspace + p.vt_bytes + (rtc_i64)w.part * GFX942_PART_BYTES;
@@ -402,7 +408,8 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
   } else {
     rtc_u32 l = (rtc_u32)kw.lane;
     reg_fence(l);
-    warm = buffer_load_dword(kw.vt, (rtc_u32)((kw.wave * 64 + (int)l) * 64), readfirstlane((rtc_u32)kb * GFX942_VT_BLOCK_BYTES));
+    warm = buffer_load_dword(kw.vt, (rtc_u32)((kw.wave * 64 + (int)l) * 64),
+                             readfirstlane((rtc_u32)kb * GFX942_VT_BLOCK_BYTES));
   }
   s_waitcnt_vmcnt<0>();  // the K DMA counts on vmcnt, not lgkmcnt
   keep_alive(warm);
@@ -435,8 +442,8 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   const int lane = (int)lane_id(), wave = (int)readfirstlane(threadIdx.x >> 6);
   const bool group_b = wave >= 4;
   const int xaddr = (lane ^ 32) << 2, nblk = w.kb1 - w.kb0;
-  const rtc_buffer_rsrc qr = uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss,
-                                          rows_span_bytes(w.rows, p.q_ss));
+  const rtc_buffer_rsrc qr =
+      uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss, rows_span_bytes(w.rows, p.q_ss));
   const int hk = kv_head(p, w.h);  // GQA/MQA: the K/V head of this q head
   const KRows kr = k_rows(p, seq, w.b, hk);
   // Every V^T access stays inside this item's padded blocks by construction, so the record count
@@ -469,8 +476,20 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (group_b) __syncthreads();
-  const KvWalk kw = {kr, vt, k_ss, w.kb0, nblk, seq_k, c, wave, lane, xaddr, group_b,
-                     w.q0 + 48 * wave + (lane & 15) + seq_k - seq.len_q, p.window_left, p.window_right};
+  const KvWalk kw = {kr,
+                     vt,
+                     k_ss,
+                     w.kb0,
+                     nblk,
+                     seq_k,
+                     c,
+                     wave,
+                     lane,
+                     xaddr,
+                     group_b,
+                     w.q0 + 48 * wave + (lane & 15) + seq_k - seq.len_q,
+                     p.window_left,
+                     p.window_right};
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an
   // iteration: MFMA step 0 (QK only) before it, softmax(nblk-1) and the PV-only step after it.
   // So the loop body has neither the PV/QK switches nor the kv mask, which only the last block

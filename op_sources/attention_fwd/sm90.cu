@@ -70,7 +70,10 @@ struct TileOrder {
   int slot = 0;
   rtc_u32 phase = 0;
   RTC_DEVICE void advance() {
-    if (++slot == 2) { slot = 0; phase ^= 1; }
+    if (++slot == 2) {
+      slot = 0;
+      phase ^= 1;
+    }
   }
 };
 
@@ -150,15 +153,18 @@ struct RingState {
   int stage = 0;
   rtc_u32 phase = 0;
   RTC_DEVICE void advance() {
-    if (++stage == kDepth) { stage = 0; phase ^= 1; }
+    if (++stage == kDepth) {
+      stage = 0;
+      phase ^= 1;
+    }
   }
 };
 using PipeState = RingState<kStages>;
 using QState = RingState<kQStages>;
 
 // ---------------------------------------------------------------- producer (one thread)
-RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 bytes,
-                          int row, int head, int batch, rtc_u32 half_bytes) {
+RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 bytes, int row, int head,
+                          int batch, rtc_u32 half_bytes) {
   mbar_expect_tx(bar, bytes);
   tma_load_4d(dst, &map, bar, 0, row, head, batch);
   tma_load_4d(dst + half_bytes, &map, bar, SM90_BOX_D, row, head, batch);
@@ -183,9 +189,9 @@ RTC_DEVICE void fetch_pages(const Sm90AttnParams& p, const Tile& t, int n, rtc_u
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
-                           rtc_u32 slots, int n, int kvh) {
-  const int boxes = kN / p.kv_box, row = (n * kN) & ((1 << p.page_shift) - 1);  // a box starts a page unless page > kN
+RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 slots,
+                           int n, int kvh) {
+  const int boxes = kN / p.kv_box, row = (n * kN) & ((1 << p.page_shift) - 1);  // boxes start pages unless page > kN
   mbar_expect_tx(bar, SM90_KV_BYTES);
   for (int i = 0; i < boxes; ++i) {
     int page;
@@ -197,8 +203,8 @@ RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rt
   }
 }
 
-RTC_DEVICE void load_kv(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar,
-                        const Tile& t, rtc_u32 slots, int n, int kvh) {
+RTC_DEVICE void load_kv(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, const Tile& t,
+                        rtc_u32 slots, int n, int kvh) {
   if (RTC_KV == RTC_KV_PAGED)
     load_paged(p, map, dst, bar, slots, n, kvh);
   else  // packed rows: batch coordinate 0, the sequence's rows from k_row
@@ -272,8 +278,8 @@ RTC_DEVICE void release(rtc_u32 bar) {
 // ---------------------------------------------------------------- consumer epilogue
 // keys: this thread's two rows' key windows, read under RTC_MASK (unmasked, a row sees a key iff its
 // sequence has one).
-RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float (&o)[64],
-                           RowState& st, const KeyWindow& keys) {
+RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float (&o)[64], RowState& st,
+                           const KeyWindow& keys) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const AttnParams& a = p.a;
 #pragma unroll
@@ -294,7 +300,7 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
-          empty ? blank.o : pack_out(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+          empty ? blank.o : rtc_f32x2_to_bf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     if (a.lse != nullptr && lane % 4 == 0)
       a.lse[t.seq.lse_off + (rtc_i64)t.head * t.seq.lse_head_stride + row] =
           empty ? blank.lse : st.m[i] * a.scale + logf(l);
@@ -420,8 +426,8 @@ RTC_DEVICE void issue_first_qk(const SmemTiles& sm, ConsumerRegs& r, const PipeS
 // that tile has keys: the epilogue (O scaled and stored) then runs under that GEMM, and the tensor cores
 // need not wait for the store, the Q load or a separate first issue (the Q ring is two tiles deep).
 // Returns the next tile's index; `pending` tells whether its S_0 was issued.
-RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t, int ti, int wg,
-                            PipeState& ps, QState& qs, ConsumerRegs& r, bool& pending, TileOrder& order) {
+RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t, int ti, int wg, PipeState& ps,
+                            QState& qs, ConsumerRegs& r, bool& pending, TileOrder& order) {
   const AttnParams& a = t.view;
   const TilePlan plan = TilePlan::of(t);
   const KvSpan& sp = plan.sp;
@@ -430,8 +436,18 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const WindowMask wm{KeyWindow::of(a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
                       sp.full_end};
-  TileLoop L{sm, qs.stage, sm.q_stage(qs.stage) + wg * 64 * 128, ps, ps, 1 + wg, 2 - wg, n_blocks, last_valid,
-             a.scale_log2, p.a.seq_k < 0, wm};
+  TileLoop L{sm,
+             qs.stage,
+             sm.q_stage(qs.stage) + wg * 64 * 128,
+             ps,
+             ps,
+             1 + wg,
+             2 - wg,
+             n_blocks,
+             last_valid,
+             a.scale_log2,
+             p.a.seq_k < 0,
+             wm};
   r.st.init();
 #pragma unroll
   for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
@@ -540,8 +556,9 @@ extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
   sm.bars.base = sm.v + kStages * SM90_KV_BYTES;
   if (threadIdx.x == 0) init_barriers(p, sm.bars);
   if (kPacked)  // after the barrier slots; its own __syncthreads also publishes the barriers' init
-    sm.sched = build_schedule(p.a, p.num_m_blocks, reinterpret_cast<int*>(smem_raw + (sm.bars.base + SM90_BAR_BYTES -
-                                                                                      smem_addr(smem_raw))), kM);
+    sm.sched =
+        build_schedule(p.a, p.num_m_blocks,
+                       reinterpret_cast<int*>(smem_raw + (sm.bars.base + SM90_BAR_BYTES - smem_addr(smem_raw))), kM);
   __syncthreads();
   const int wg = warp_uniform(threadIdx.x / 128);
   if (wg == 0) {

@@ -134,6 +134,52 @@ int main() {
 """
 
 
+# The pair forms (two fp32 -> one bf16x2 word, lo in bits 0..15). sm90 packs P with the raw ones and O with the
+# canonical ones. On NVIDIA devices (sm_80 and later) raw rtne and rtz are one PTX cvt.rn / cvt.rz.bf16x2.f32, which
+# cannot run on the host: what runs here is their host form (the single conversion of each half). The device path
+# is covered on a Hopper GPU by tests/gpu/test_sm90.py: test_output_rounding_bit_exact (O, bit for bit in each mode,
+# through the same raw pair P uses), test_special_values (every NaN 0x7FFF) and test_accuracy_and_lse (P in the mode,
+# against the reference that rounds P and O). rtna's bias trick is the same arithmetic on both (a byte permute there).
+PAIR_HARNESS = r"""
+#include <cstdio>
+#include <vector>
+#include "bf16_round.h"
+// Reads fp32 bits from stdin and packs (in[i], in[n-1-i]): the canonical rtne, rtna, rtz, RTC_ROUND-selected pairs,
+// then the raw ones in the same order.
+int main() {
+  std::vector<unsigned int> in;
+  unsigned int x;
+  while (fread(&x, 4, 1, stdin) == 1) in.push_back(x);
+  const size_t n = in.size();
+  std::vector<unsigned int> out(n * 8);
+  for (size_t i = 0; i < n; ++i) {
+    const float lo = rtc_bits_f32(in[i]), hi = rtc_bits_f32(in[n - 1 - i]);
+    unsigned int* o = &out[8 * i];
+    o[0] = rtc_f32x2_to_bf16x2_rtne(lo, hi);
+    o[1] = rtc_f32x2_to_bf16x2_rtna(lo, hi);
+    o[2] = rtc_f32x2_to_bf16x2_rtz(lo, hi);
+    o[3] = rtc_f32x2_to_bf16x2(lo, hi);
+    o[4] = rtc_f32x2_to_bf16x2_raw_rtne(lo, hi);
+    o[5] = rtc_f32x2_to_bf16x2_raw_rtna(lo, hi);
+    o[6] = rtc_f32x2_to_bf16x2_raw_rtz(lo, hi);
+    o[7] = rtc_f32x2_to_bf16x2_raw(lo, hi);
+  }
+  fwrite(out.data(), 4, out.size(), stdout);
+  return 0;
+}
+"""
+
+
+def _build_and_run(cxx, tmp_path, harness, flags, round_define, bits):
+    src = tmp_path / "h.cpp"
+    exe = tmp_path / "h"
+    src.write_text(harness)
+    inc = os.path.join(ROOT, "csrc_common")
+    subprocess.run([cxx, *flags, f"-DRTC_ROUND={round_define}", "-I", inc, str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    return subprocess.run([str(exe)], input=bits.tobytes(), capture_output=True, check=True).stdout
+
+
 @pytest.fixture(scope="module")
 def cxx():
     c = shutil.which("g++") or shutil.which("c++")
@@ -145,17 +191,11 @@ def cxx():
 @pytest.mark.parametrize("flags", [["-O2"], ["-O2", "-ffast-math"]], ids=["O2", "O2-fast-math"])
 @pytest.mark.parametrize("round_define", sorted(DEFINES.values()))
 def test_c_header_matches_reference(cxx, tmp_path, flags, round_define):
-    src = tmp_path / "h.cpp"
-    exe = tmp_path / "h"
-    src.write_text(HARNESS)
-    inc = os.path.join(ROOT, "csrc_common")
-    subprocess.run([cxx, *flags, f"-DRTC_ROUND={round_define}", "-I", inc, str(src), "-o", str(exe)],
-                   check=True, capture_output=True)
     bits = np.concatenate([EDGE_BITS, _random_bits(1_000_000, seed=3)])
-    r = subprocess.run([str(exe)], input=bits.tobytes(), capture_output=True, check=True)
+    stdout = _build_and_run(cxx, tmp_path, HARNESS, flags, round_define, bits)
     n = bits.size
-    out = np.frombuffer(r.stdout[: 8 * n], dtype=np.uint16).reshape(n, 4)
-    back = np.frombuffer(r.stdout[8 * n:], dtype=np.uint32)
+    out = np.frombuffer(stdout[: 8 * n], dtype=np.uint16).reshape(n, 4)
+    back = np.frombuffer(stdout[8 * n:], dtype=np.uint32)
     for mode in MODES:
         col = COLUMNS.index(mode)
         want = ref.f32_to_bf16_bits_np(bits.view(np.float32), mode)
@@ -166,3 +206,31 @@ def test_c_header_matches_reference(cxx, tmp_path, flags, round_define):
     selected = next(m for m, n in DEFINES.items() if n == round_define)
     assert np.array_equal(out[:, 3], out[:, COLUMNS.index(selected)]), f"RTC_ROUND={round_define} is not {selected}"
     assert np.array_equal(back, bits & 0xFFFF0000), "bf16 -> f32 is not exact"
+
+
+@pytest.mark.parametrize("flags", [["-O2"], ["-O2", "-ffast-math"]], ids=["O2", "O2-fast-math"])
+@pytest.mark.parametrize("round_define", sorted(DEFINES.values()))
+def test_c_header_pairs_match_reference(cxx, tmp_path, flags, round_define):
+    """Canonical pairs: both halves bit for bit the single conversion, NaN included. Raw pairs: the same bits for
+    every non-NaN half (a NaN half is left unspecified); the halves do not interact."""
+    # The EDGE patterns twice, in two orders, so that every hand-worked pattern meets others, NaNs included.
+    bits = np.concatenate([EDGE_BITS, EDGE_BITS[::-1], EDGE_BITS[5:], _random_bits(1_000_000, seed=4)])
+    stdout = _build_and_run(cxx, tmp_path, PAIR_HARNESS, flags, round_define, bits)
+    out = np.frombuffer(stdout, dtype=np.uint32).reshape(bits.size, 8)
+    lo, hi = bits, bits[::-1]
+    lo_nan = (lo & 0x7FFFFFFF) > 0x7F800000
+    hi_nan = (hi & 0x7FFFFFFF) > 0x7F800000
+    for mode in MODES:
+        col = COLUMNS.index(mode)
+        want_lo = ref.f32_to_bf16_bits_np(lo.view(np.float32), mode).astype(np.uint32)
+        want_hi = ref.f32_to_bf16_bits_np(hi.view(np.float32), mode).astype(np.uint32)
+        want = want_lo | (want_hi << 16)
+        bad = np.nonzero(out[:, col] != want)[0]
+        assert bad.size == 0, f"{mode} {flags}: first mismatch ({lo[bad[0]]:#010x}, {hi[bad[0]]:#010x}) " \
+                              f"got {out[bad[0], col]:#010x} want {want[bad[0]]:#010x}"
+        raw = out[:, 4 + col]
+        assert np.array_equal((raw & 0xFFFF)[~lo_nan], want_lo[~lo_nan]), f"{mode} {flags}: raw low half"
+        assert np.array_equal((raw >> 16)[~hi_nan], want_hi[~hi_nan]), f"{mode} {flags}: raw high half"
+    selected = COLUMNS.index(next(m for m, n in DEFINES.items() if n == round_define))
+    assert np.array_equal(out[:, 3], out[:, selected]), f"RTC_ROUND={round_define}: canonical pair"
+    assert np.array_equal(out[:, 7], out[:, 4 + selected]), f"RTC_ROUND={round_define}: raw pair"

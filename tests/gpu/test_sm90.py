@@ -90,6 +90,34 @@ def test_strided_views_and_determinism(kernels, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_output_rounding_bit_exact(kernels, mode, layout):
+    """O bit for bit in each mode: the bf16x2 packing of bf16_round.h (the PTX cvt for rtne and rtz, which the host
+    tests cannot run; the bias for rtna), the raw pair P goes through too. q = 0 makes every score 0 and every p
+    exactly 1, so with two keys O = (v0 + v1) / 2 exactly in fp32 (v in +-[1, 2]: at most 9 significant bits; for
+    about a quarter of the elements a tie between two bf16, where the modes disagree) and the only rounding is
+    O's."""
+    from rtcattn import reference
+    B, H, Sq, Sk = 2, 3, 200, 2
+    gen = torch.Generator(device="cuda").manual_seed(23)
+    shape = (lambda S: (B, S, H, 128)) if layout == "bshd" else (lambda S: (B, H, S, 128))
+    q = torch.zeros(shape(Sq), device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(shape(Sk), generator=gen, device="cuda").to(torch.bfloat16)
+    sign = torch.randint(0, 2, shape(Sk), generator=gen, device="cuda") * 2 - 1
+    v = ((1 + torch.rand(shape(Sk), generator=gen, device="cuda")) * sign).to(torch.bfloat16)
+    o, _ = kernels[mode](q, k, v, layout)
+    torch.cuda.synchronize()
+    vf = reference.to_bhsd(v, layout).float()
+    exact = (vf[:, :, :1] + vf[:, :, 1:]) * 0.5                    # [B, H, 1, D], exact in fp32
+    want = reference.bf16_bits(reference.round_to_bf16(exact, mode)).expand(B, H, Sq, 128)
+    got = reference.bf16_bits(reference.to_bhsd(o, layout))
+    zero = (want & 0x7FFF) == 0                                   # v0 = -v1: the sign of the 0 is the GEMM's
+    assert torch.equal(torch.where(zero, got & 0x7FFF, got), torch.where(zero, want & 0x7FFF, want)), mode
+    ties = (exact.view(torch.int32) & 0xFFFF) == 0x8000
+    assert ties.float().mean().item() > 0.1, "the inputs must hold ties, where the modes differ"
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_special_values(kernels, mode):
     q, k, v = _inputs(1, 2, 200, 300, "bhsd", seed=5)
     k[..., 0] = k[..., 0].abs() + 0.1

@@ -8,6 +8,7 @@
 // X(name, C type, ArgKind, count). Strides are in elements, in (batch, seq, head) order whatever the
 // layout. Sizes travel as 64-bit so the checks see (and name) the caller's true value. The runtime
 // describes this list to Python (rtc_ops_json): it is the only definition.
+// clang-format off: a table, its columns aligned by hand
 #define ATTENTION_FWD_ARGS(X)                                                                  \
   X(q, const void*, Ptr, 1)                                                                    \
   X(k, const void*, Ptr, 1)                                                                    \
@@ -44,6 +45,7 @@
   X(num_pages, int64_t, I64, 1)                                                                \
   X(pages_per_seq, int64_t, I64, 1)     /* block-table entries per sequence */                  \
   X(table_stride, int64_t, I64, 1)
+// clang-format on
 
 struct AttentionFwdArgs {
   ATTENTION_FWD_ARGS(RTC_ARG_MEMBER)

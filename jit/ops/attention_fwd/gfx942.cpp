@@ -47,7 +47,8 @@ std::string span_why_not(const char* name, int64_t rows, int64_t row_stride) {
   const int64_t bytes = rows <= 0 ? 0 : ((rows - 1) * row_stride + GFX942_HEAD_DIM) * 2;
   if (row_stride >= 0 && bytes < (int64_t(1) << 32)) return "";
   return std::string(name) + "_strides[1]=" + std::to_string(row_stride) + " over " + std::to_string(rows) +
-         " rows spans " + std::to_string(bytes) + " bytes; the gfx942 kernel rebases its buffer resources per "
+         " rows spans " + std::to_string(bytes) +
+         " bytes; the gfx942 kernel rebases its buffer resources per "
          "(batch, head) and accepts a non-negative row stride with a span below 4 GiB per (batch, head)";
 }
 
@@ -102,13 +103,13 @@ std::string why_not(const void* p, const char* vendor) {
   // or one page.
   const int mode = kv_mode(a);
   const int64_t kv_rows = mode == RTC_KV_PAGED ? a.page_size : mode == RTC_KV_VARLEN ? a.total_k : a.seq_k;
-  for (const std::string& why : {span_why_not("q", GFX942_Q_ROWS, a.q_strides[1]),
-                                 span_why_not("o", GFX942_Q_ROWS, a.o_strides[1]),
-                                 span_why_not("k", kv_rows, a.k_strides[1]),
-                                 span_why_not("v", kv_rows, a.v_strides[1])})
+  for (const std::string& why :
+       {span_why_not("q", GFX942_Q_ROWS, a.q_strides[1]), span_why_not("o", GFX942_Q_ROWS, a.o_strides[1]),
+        span_why_not("k", kv_rows, a.k_strides[1]), span_why_not("v", kv_rows, a.v_strides[1])})
     if (!why.empty()) return why;
   if (mode != RTC_KV_DENSE && a.tail_split > 1)
-    return "tail_split=" + std::to_string(a.tail_split) + " is not accepted by the gfx942 kernel for packed "
+    return "tail_split=" + std::to_string(a.tail_split) +
+           " is not accepted by the gfx942 kernel for packed "
            "sequences (varlen / paged); accepted: -1 (planned: no split) or 0";
   if (mode != RTC_KV_DENSE) return packed_why_not(a);
   // Every stage's grid is one dimension of < 2^31 workgroups, and the work counters are ints.
@@ -116,8 +117,9 @@ std::string why_not(const void* p, const char* vendor) {
   int64_t vt = 0, items = 0;
   if (__builtin_mul_overflow(a.batch * a.heads, nkb, &vt) || vt >= (int64_t(1) << 31) ||
       __builtin_mul_overflow(a.batch * a.heads, nqb, &items) || items >= (int64_t(1) << 31))
-    return "batch*heads*ceil(seq_k/64)=" + std::to_string(vt) + " V^T blocks or batch*heads*ceil(seq_q/384)=" +
-           std::to_string(items) + " work items is too many for the gfx942 kernel; accepted: < 2^31 each";
+    return "batch*heads*ceil(seq_k/64)=" + std::to_string(vt) +
+           " V^T blocks or batch*heads*ceil(seq_q/384)=" + std::to_string(items) +
+           " work items is too many for the gfx942 kernel; accepted: < 2^31 each";
   return "";
 }
 
@@ -168,11 +170,11 @@ std::vector<std::pair<int, int64_t>> stages(const AttentionFwdArgs& a, const Pla
   // stride of max_seqlen_k's blocks per (sequence, K/V head) (gfx942/companions.h).
   const int mode = kv_mode(a);
   const int64_t vt = mode == RTC_KV_VARLEN ? int64_t(a.heads_k) * pl.vt_head_blocks
-                     : mode == RTC_KV_PAGED ? int64_t(a.batch) * a.heads_k * gfx942_paged_vt_stride(int(a.seq_k), pl.nkb)
-                                            : int64_t(a.batch) * a.heads_k * pl.nkb;
-  std::vector<std::pair<int, int64_t>> s = {
-      {GFX942_STAGE_VT, vt},
-      {GFX942_STAGE_ATTN, pl.n_prefix + int64_t(pl.tail) * pl.split_g}};
+                     : mode == RTC_KV_PAGED
+                         ? int64_t(a.batch) * a.heads_k * gfx942_paged_vt_stride(int(a.seq_k), pl.nkb)
+                         : int64_t(a.batch) * a.heads_k * pl.nkb;
+  std::vector<std::pair<int, int64_t>> s = {{GFX942_STAGE_VT, vt},
+                                            {GFX942_STAGE_ATTN, pl.n_prefix + int64_t(pl.tail) * pl.split_g}};
   if (pl.tail > 0) s.push_back({GFX942_STAGE_MERGE, int64_t(pl.tail) * (GFX942_Q_ROWS / GFX942_MERGE_ROWS)});
   return s;
 }
@@ -206,11 +208,20 @@ std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
   const Plan pl = make_plan(a);
   const BlockCounts bc = block_counts(a, pl);
-  std::vector<std::pair<std::string, int64_t>> f = {
-      {"nqb", pl.nqb}, {"nkb", pl.nkb}, {"items", pl.items}, {"n_prefix", pl.n_prefix}, {"tail", pl.tail},
-      {"split_g", pl.split_g}, {"n_swz", pl.n_swz}, {"vt_head_blocks", pl.vt_head_blocks}, {"vt_bytes", pl.vt_bytes},
-      {"workspace_bytes", pl.workspace_bytes}, {"block", GFX942_THREADS}, {"blocks_total", bc.total},
-      {"blocks_masked", bc.masked}, {"blocks_max_item", bc.max_item}};
+  std::vector<std::pair<std::string, int64_t>> f = {{"nqb", pl.nqb},
+                                                    {"nkb", pl.nkb},
+                                                    {"items", pl.items},
+                                                    {"n_prefix", pl.n_prefix},
+                                                    {"tail", pl.tail},
+                                                    {"split_g", pl.split_g},
+                                                    {"n_swz", pl.n_swz},
+                                                    {"vt_head_blocks", pl.vt_head_blocks},
+                                                    {"vt_bytes", pl.vt_bytes},
+                                                    {"workspace_bytes", pl.workspace_bytes},
+                                                    {"block", GFX942_THREADS},
+                                                    {"blocks_total", bc.total},
+                                                    {"blocks_masked", bc.masked},
+                                                    {"blocks_max_item", bc.max_item}};
   const char* names[] = {"grid_vt", "grid_attn", "grid_merge"};
   for (const auto& s : stages(a, pl)) f.push_back({names[s.first], s.second});
   return json_object(f);
@@ -220,8 +231,9 @@ void launch_gfx942(uint64_t program, const void* p, const rtc::LaunchTarget& t) 
   const AttentionFwdArgs& a = args_of(p);
   const Plan pl = make_plan(a);
   RTC_CHECK(a.workspace && a.workspace_bytes >= pl.workspace_bytes, RTC_ERR_ARG,
-            "workspace_bytes=" + std::to_string(a.workspace_bytes) + " is too small for the gfx942 kernel; accepted: >= " +
-                std::to_string(pl.workspace_bytes) + " (rtc_op_workspace_bytes with the same args)");
+            "workspace_bytes=" + std::to_string(a.workspace_bytes) +
+                " is too small for the gfx942 kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
+                " (rtc_op_workspace_bytes with the same args)");
   Gfx942Params gp;
   std::memset(&gp, 0, sizeof gp);
   static_cast<AttnParams&>(gp) = fill_params(a);

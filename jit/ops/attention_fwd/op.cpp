@@ -53,8 +53,10 @@ std::vector<View> views(const AttentionFwdArgs& a) {
   const int64_t qb = packed ? 1 : a.batch, qs = packed ? a.total_q : a.seq_q;
   const int64_t kb = mode == RTC_KV_PAGED ? a.num_pages : packed ? 1 : a.batch;
   const int64_t ks = mode == RTC_KV_PAGED ? a.page_size : packed ? a.total_k : a.seq_k;
-  return {{"q", a.q, qb, qs, a.heads, a.q_strides}, {"k", a.k, kb, ks, a.heads_k, a.k_strides},
-          {"v", a.v, kb, ks, a.heads_k, a.v_strides}, {"o", a.o, qb, qs, a.heads, a.o_strides}};
+  return {{"q", a.q, qb, qs, a.heads, a.q_strides},
+          {"k", a.k, kb, ks, a.heads_k, a.k_strides},
+          {"v", a.v, kb, ks, a.heads_k, a.v_strides},
+          {"o", a.o, qb, qs, a.heads, a.o_strides}};
 }
 
 // Packed sequences: the sizes that can be checked without reading device memory. The values of
@@ -74,9 +76,10 @@ void validate_sequences(const AttentionFwdArgs& a) {
     // Stride 0 is one row shared by every sequence (an expanded table): the kernels read row b at
     // b * table_stride, so it needs nothing else.
     RTC_CHECK(a.table_stride == 0 || (a.table_stride >= a.pages_per_seq && a.table_stride <= kMaxSize), RTC_ERR_ARG,
-              "block_table.stride(0)=" + std::to_string(a.table_stride) + " is not accepted; accepted: 0 (one row "
-                  "for every sequence) or block_table.shape[1]=" + std::to_string(a.pages_per_seq) + ".." +
-                  std::to_string(kMaxSize));
+              "block_table.stride(0)=" + std::to_string(a.table_stride) +
+                  " is not accepted; accepted: 0 (one row "
+                  "for every sequence) or block_table.shape[1]=" +
+                  std::to_string(a.pages_per_seq) + ".." + std::to_string(kMaxSize));
     int64_t entries = 0;
     RTC_CHECK(!__builtin_mul_overflow(a.batch, a.table_stride, &entries) && entries <= kMaxSize, RTC_ERR_ARG,
               "block_table.stride(0)*batch=" + std::to_string(a.table_stride) + "*" + std::to_string(a.batch) +
@@ -103,14 +106,16 @@ void validate(const void* p) {
                 "; accepted: query heads a multiple of the K/V heads (GQA/MQA)");
   for (const auto& w : {std::make_pair("window_left", a->window_left), std::make_pair("window_right", a->window_right)})
     RTC_CHECK(w.second >= -1 && w.second <= kMaxSize, RTC_ERR_ARG,
-              std::string(w.first) + "=" + std::to_string(w.second) + " is not accepted; accepted: -1 (unbounded) "
-                  "or 0.." + std::to_string(kMaxSize));
+              std::string(w.first) + "=" + std::to_string(w.second) +
+                  " is not accepted; accepted: -1 (unbounded) "
+                  "or 0.." +
+                  std::to_string(kMaxSize));
   if (kv_mode(*a) != RTC_KV_DENSE) validate_sequences(*a);
   for (const View& t : views(*a))
     RTC_CHECK(view_bytes(t.batch, t.rows, t.heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
               std::string(t.name) + "_strides=(" + std::to_string(t.st[0]) + ", " + std::to_string(t.st[1]) + ", " +
-                  std::to_string(t.st[2]) + ") over batch=" + std::to_string(t.batch) + ", rows=" +
-                  std::to_string(t.rows) + ", heads=" + std::to_string(t.heads) +
+                  std::to_string(t.st[2]) + ") over batch=" + std::to_string(t.batch) +
+                  ", rows=" + std::to_string(t.rows) + ", heads=" + std::to_string(t.heads) +
                   " span more than 2^63 bytes; accepted: a view of addressable size");
   RTC_CHECK(std::isfinite(a->softmax_scale) && a->softmax_scale > 0, RTC_ERR_ARG,
             "softmax_scale=" + std::to_string(a->softmax_scale) + " is not accepted; accepted: a finite float > 0");
@@ -131,12 +136,16 @@ void add_view(std::vector<rtc_mem_range>& out, const void* base, size_t elem, in
 const rtc::KnobRegistration kCheck({"CHECK", rtc::KnobType::Bool, "0", "",
                                     "read packed-sequence metadata back before launch and refuse bad values "
                                     "(cu_seqlens order and totals, block ids): costs a host sync per call"});
-const rtc::KnobRegistration kNoTail({"NO_TAIL", rtc::KnobType::Bool, "0", "",
-                                     "turn off the tail KV split the fast attention kernels plan (a forced split stays)"});
+const rtc::KnobRegistration kNoTail(
+    {"NO_TAIL", rtc::KnobType::Bool, "0", "",
+     "turn off the tail KV split the fast attention kernels plan (a forced split stays)"});
 
 #define ATTENTION_FWD_FIELD(name, type, kind, count) RTC_ARG_FIELD(AttentionFwdArgs, name, kind, count),
-const rtc::OpRegistration kOp({"attention_fwd", sizeof(AttentionFwdArgs), {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
-                               validate, {sm90_host(), gfx942_host(), baseline_host()}});
+const rtc::OpRegistration kOp({"attention_fwd",
+                               sizeof(AttentionFwdArgs),
+                               {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
+                               validate,
+                               {sm90_host(), gfx942_host(), baseline_host()}});
 
 }  // namespace
 
@@ -150,12 +159,23 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
   p.lse = a.lse;
   p.workspace = a.workspace;
   p.workspace_bytes = a.workspace_bytes;
-  p.q_sb = a.q_strides[0]; p.q_ss = a.q_strides[1]; p.q_sh = a.q_strides[2];
-  p.k_sb = a.k_strides[0]; p.k_ss = a.k_strides[1]; p.k_sh = a.k_strides[2];
-  p.v_sb = a.v_strides[0]; p.v_ss = a.v_strides[1]; p.v_sh = a.v_strides[2];
-  p.o_sb = a.o_strides[0]; p.o_ss = a.o_strides[1]; p.o_sh = a.o_strides[2];
+  p.q_sb = a.q_strides[0];
+  p.q_ss = a.q_strides[1];
+  p.q_sh = a.q_strides[2];
+  p.k_sb = a.k_strides[0];
+  p.k_ss = a.k_strides[1];
+  p.k_sh = a.k_strides[2];
+  p.v_sb = a.v_strides[0];
+  p.v_ss = a.v_strides[1];
+  p.v_sh = a.v_strides[2];
+  p.o_sb = a.o_strides[0];
+  p.o_ss = a.o_strides[1];
+  p.o_sh = a.o_strides[2];
   // validate() bounded every size by INT32_MAX.
-  p.batch = int(a.batch); p.heads = int(a.heads); p.seq_q = int(a.seq_q); p.seq_k = int(a.seq_k);
+  p.batch = int(a.batch);
+  p.heads = int(a.heads);
+  p.seq_q = int(a.seq_q);
+  p.seq_k = int(a.seq_k);
   p.head_dim = int(a.head_dim);
   p.scale = a.softmax_scale;
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
@@ -190,7 +210,8 @@ std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
     r.push_back(rtc_mem_range{a.cu_seqlens_k, cu_bytes});
   }
   if (mode == RTC_KV_PAGED)
-    r.push_back(rtc_mem_range{a.block_table, (uint64_t(a.batch - 1) * a.table_stride + a.pages_per_seq) * sizeof(int32_t)});
+    r.push_back(
+        rtc_mem_range{a.block_table, (uint64_t(a.batch - 1) * a.table_stride + a.pages_per_seq) * sizeof(int32_t)});
   return r;
 }
 

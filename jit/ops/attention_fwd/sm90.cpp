@@ -47,8 +47,8 @@ Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], 
   unsigned elem[4] = {1, 1, 1, 1};
   Sm90TensorMap m;
   std::memset(&m, 0, sizeof m);
-  cuda_check(cuda_driver().encode_tiled(&m, kBf16, 4, const_cast<void*>(ptr), dims, strides, box, elem,
-                                        kInterleaveNone, kSwizzle128, kL2Promote256, kOobZero),
+  cuda_check(cuda_driver().encode_tiled(&m, kBf16, 4, const_cast<void*>(ptr), dims, strides, box, elem, kInterleaveNone,
+                                        kSwizzle128, kL2Promote256, kOobZero),
              RTC_ERR_LAUNCH, std::string("cuTensorMapEncodeTiled(") + name + ")");
   return m;
 }
@@ -80,24 +80,33 @@ constexpr int64_t kMaxShared = 227 * 1024;  // sm_90's opt-in limit per block
 std::string why_not(const void* p, const char* vendor) {
   const AttentionFwdArgs* a = &args_of(p);
   if (!vendor || std::string(vendor) != "cuda")
-    return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") + " is not accepted by the sm90 kernel; accepted: cuda";
+    return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") +
+           " is not accepted by the sm90 kernel; accepted: cuda";
   if (a->head_dim != SM90_HEAD_DIM)
     return "head_dim=" + std::to_string(a->head_dim) + " is not accepted by the sm90 kernel; accepted: 128";
-  const struct { const char* name; const void* ptr; const int64_t (&st)[3]; int64_t align; } tensors[] = {
-      {"q", a->q, a->q_strides, 8}, {"k", a->k, a->k_strides, 8}, {"v", a->v, a->v_strides, 8},
-      {"o", a->o, a->o_strides, 2}};
+  const struct {
+    const char* name;
+    const void* ptr;
+    const int64_t (&st)[3];
+    int64_t align;
+  } tensors[] = {{"q", a->q, a->q_strides, 8},
+                 {"k", a->k, a->k_strides, 8},
+                 {"v", a->v, a->v_strides, 8},
+                 {"o", a->o, a->o_strides, 2}};
   for (const auto& t : tensors) {
     std::string why = tensor_why_not(t.name, t.ptr, t.st, t.align);
     if (!why.empty()) return why;
   }
   const int64_t tiles = tile_count(*a);
   if (tiles >= (int64_t(1) << 31))
-    return "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) + " is too large for the sm90 kernel; accepted: < 2^31";
+    return "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) +
+           " is too large for the sm90 kernel; accepted: < 2^31";
   if (shared_bytes(*a) > kMaxShared)
     return "batch=" + std::to_string(a->batch) + " sequences with max_seqlen_q=" + std::to_string(a->seq_q) +
            " need a " + std::to_string(shared_bytes(*a) - SM90_SMEM_BYTES(kv_mode(*a))) +
            "-byte tile schedule (sm90/schedule.h), more than the sm90 kernel's free shared memory; accepted: a "
-           "schedule of at most " + std::to_string(kMaxShared - SM90_SMEM_BYTES(kv_mode(*a))) + " bytes";
+           "schedule of at most " +
+           std::to_string(kMaxShared - SM90_SMEM_BYTES(kv_mode(*a))) + " bytes";
   return "";
 }
 
@@ -109,14 +118,16 @@ bool dynamic_tiles(const AttentionFwdArgs& a) {
 
 int64_t workspace_bytes(const void* p) { return dynamic_tiles(args_of(p)) ? SM90_WORKSPACE_BYTES : 0; }
 
-
 std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
   const int64_t tiles = tile_count(a);
   // The grid is min(tiles, SMs); with num_cus unknown here, the plan shows the tile count.
   const int64_t grid = a.num_cus > 0 && a.num_cus < tiles ? a.num_cus : tiles;
-  return json_object({{"num_tiles", tiles}, {"grid_x", grid}, {"block", SM90_THREADS},
-                      {"shared_bytes", shared_bytes(a)}, {"workspace_bytes", workspace_bytes(p)},
+  return json_object({{"num_tiles", tiles},
+                      {"grid_x", grid},
+                      {"block", SM90_THREADS},
+                      {"shared_bytes", shared_bytes(a)},
+                      {"workspace_bytes", workspace_bytes(p)},
                       {"dynamic_tiles", dynamic_tiles(a)}});
 }
 
@@ -158,8 +169,10 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const unsigned grid[3] = {unsigned(tiles < sms ? tiles : sms), 1, 1};
   if (dynamic_tiles(a)) {  // the tile counter starts at 0, on the launch's stream, before the kernel
     RTC_CHECK(a.workspace && a.workspace_bytes >= SM90_WORKSPACE_BYTES, RTC_ERR_ARG,
-              "workspace_bytes=" + std::to_string(a.workspace_bytes) + " is too small for the masked sm90 kernel; "
-              "accepted: >= " + std::to_string(SM90_WORKSPACE_BYTES) + " (rtc_op_workspace_bytes)");
+              "workspace_bytes=" + std::to_string(a.workspace_bytes) +
+                  " is too small for the masked sm90 kernel; "
+                  "accepted: >= " +
+                  std::to_string(SM90_WORKSPACE_BYTES) + " (rtc_op_workspace_bytes)");
     rtc::cuda_memset_d32(t.device, a.workspace, 0u, SM90_WORKSPACE_BYTES / 4, t.stream);
   }
   launch(program, t, a, grid, SM90_THREADS, unsigned(shared_bytes(a)), &sp, sizeof sp);

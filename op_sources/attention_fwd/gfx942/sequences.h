@@ -1,4 +1,5 @@
-// The gfx942 kernel's packed sequences (RTC_KV): where a sequence's V^T blocks sit, and paged K/V rows through per-page buffer resources.
+// The gfx942 kernel's packed sequences (RTC_KV): where a sequence's V^T blocks sit, and paged K/V rows through
+// per-page buffer resources.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -34,8 +35,10 @@ RTC_DEVICE int vt_block_owner(const Gfx942Params& p, int j) {
   int lo = 0, hi = p.batch - 1;
   while (lo < hi) {
     const int mid = uniform_i32((lo + hi + 1) >> 1);
-    if (vt_slot(p, mid) <= j) lo = mid;
-    else hi = mid - 1;
+    if (vt_slot(p, mid) <= j)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -50,8 +53,13 @@ struct PagedRows {
 
 RTC_DEVICE PagedRows paged_rows(const AttnParams& p, const rtc_bf16_t* pool, rtc_i64 page_stride, rtc_i64 row_stride,
                                 rtc_i64 head_stride, int b, int hk, int len) {
-  return PagedRows{p.block_table + (rtc_i64)b * p.table_stride, pool + (rtc_i64)hk * head_stride, page_stride,
-                   row_stride, p.page_size, p.num_pages, len};
+  return PagedRows{p.block_table + (rtc_i64)b * p.table_stride,
+                   pool + (rtc_i64)hk * head_stride,
+                   page_stride,
+                   row_stride,
+                   p.page_size,
+                   p.num_pages,
+                   len};
 }
 
 // The buffer resource of the page holding row j (j uniform): based at the page's row 0 of this head,
@@ -60,10 +68,13 @@ RTC_DEVICE PagedRows paged_rows(const AttnParams& p, const rtc_bf16_t* pool, rtc
 RTC_DEVICE rtc_buffer_rsrc page_rsrc(const PagedRows& r, int j) {
   const int id = j < r.len ? r.table[j / r.page_size] : -1;
   const bool ok = id >= 0 && id < r.num_pages;
-  return uniform_rsrc(r.head + (ok ? (rtc_i64)id * r.page_stride : 0), ok ? rows_span_bytes(r.page_size, r.row_stride) : 0);
+  return uniform_rsrc(r.head + (ok ? (rtc_i64)id * r.page_stride : 0),
+                      ok ? rows_span_bytes(r.page_size, r.row_stride) : 0);
 }
 
 // Byte offset of row j inside page_rsrc(r, j).
-RTC_DEVICE rtc_u32 page_row_byte(const PagedRows& r, int j) { return (rtc_u32)((rtc_i64)(j % r.page_size) * r.row_stride * 2); }
+RTC_DEVICE rtc_u32 page_row_byte(const PagedRows& r, int j) {
+  return (rtc_u32)((rtc_i64)(j % r.page_size) * r.row_stride * 2);
+}
 
 }  // namespace g942

@@ -67,9 +67,8 @@ struct RowState {
 // [lo, hi] (indices relative to the block's first key; hi <= Sk - 1 covers the partial last
 // block too) get -Inf, as past-Sk keys do.
 template <bool kLast, bool kWindow = false>
-RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub],
-                             float& m, float& l, float c, int quad, int valid_kv, int xor32_addr, int lo = 0,
-                             int hi = 0) {
+RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub], float& m, float& l,
+                             float c, int quad, int valid_kv, int xor32_addr, int lo = 0, int hi = 0) {
   // Kept as vectors up to the subtraction of the max: clang then issues v_pk_mul_f32 / v_pk_add_f32,
   // half the instructions (it scalarises vector math whose only uses are element reads).
   rtc_f32x4 t[kSub];

@@ -1,4 +1,5 @@
-// gfx942 kernel data placement: uniform buffer resources, the K tile's XOR swizzle in LDS, the V^T fragment layout, the LDS map.
+// gfx942 kernel data placement: uniform buffer resources, the K tile's XOR swizzle in LDS, the V^T fragment layout,
+// the LDS map.
 #pragma once
 #include "platform.h"
 #include "isa_gfx9.h"

@@ -19,8 +19,7 @@
 // to tile spilled in their builds).
 #define SM90_Q_STAGES(kv) ((kv) == RTC_KV_DENSE ? 2 : 1)
 // +1024: the kernel rounds the dynamic shared-memory base up to the 1024-byte swizzle period.
-#define SM90_SMEM_BYTES(kv) \
-  (SM90_Q_STAGES(kv) * SM90_Q_BYTES + 2 * SM90_STAGES * SM90_KV_BYTES + SM90_BAR_BYTES + 1024)
+#define SM90_SMEM_BYTES(kv) (SM90_Q_STAGES(kv) * SM90_Q_BYTES + 2 * SM90_STAGES * SM90_KV_BYTES + SM90_BAR_BYTES + 1024)
 
 // A CUtensorMap: 128 opaque bytes, 64-byte aligned (cuTensorMapEncodeTiled fills it).
 struct alignas(64) Sm90TensorMap {

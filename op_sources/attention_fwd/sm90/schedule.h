@@ -34,8 +34,10 @@ struct Schedule {
     int lo = 0, hi = levels - 1;
     while (lo < hi) {
       const int mid = (lo + hi) >> 1;
-      if (bef[mid] <= pair) hi = mid;
-      else lo = mid + 1;
+      if (bef[mid] <= pair)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     m_block = lo;
     seq = perm()[pair - bef[lo]];

@@ -3,39 +3,11 @@
 #include "platform.h"
 #include "attn_params.h"
 #include "ptx_sm90.h"
-
-#ifndef RTC_ROUND
-#define RTC_ROUND 0   // 0 rtne, 1 rtna, 2 rtz (docs/numerics.md)
-#endif
+#include "bf16_round.h"  // the rounding mode RTC_ROUND and the bf16x2 packing of P and O
 
 namespace sm90 {
 
 RTC_DEVICE float neg_inf() { return __int_as_float(0xff800000); }
-
-// Two fp32 -> packed bf16x2 (lo in bits 0..15) in the selected mode. cvt has .rn and .rz forms;
-// round-to-nearest-away has none, so it is the integer bias trick.
-RTC_DEVICE rtc_u32 pack_bf16(float lo, float hi) {
-#if RTC_ROUND == 0
-  rtc_u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-#elif RTC_ROUND == 2
-  rtc_u32 r;
-  asm("cvt.rz.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-#else
-  return __byte_perm(__float_as_uint(lo) + 0x8000u, __float_as_uint(hi) + 0x8000u, 0x7632);
-#endif
-}
-
-// Output packing: every NaN becomes the canonical 0x7FFF (the bias trick could carry a NaN
-// payload into the sign bit, and cvt's NaN pattern is not part of our contract).
-RTC_DEVICE rtc_u32 pack_out(float lo, float hi) {
-  rtc_u32 r = pack_bf16(lo, hi);
-  if (lo != lo) r = (r & 0xFFFF0000u) | 0x7FFFu;
-  if (hi != hi) r = (r & 0x0000FFFFu) | 0x7FFF0000u;
-  return r;
-}
 
 // Row state of the two rows a thread owns in a 64-row fragment: raw-score max m, partial sum l
 // of unrounded p over this thread's columns (reduced across the quad only at the end).
@@ -45,7 +17,11 @@ struct RowState {
   float rescale[2];
   RTC_DEVICE void init() {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) { m[i] = neg_inf(); l[i] = 0.f; rescale[i] = 0.f; }
+    for (int i = 0; i < 2; ++i) {
+      m[i] = neg_inf();
+      l[i] = 0.f;
+      rescale[i] = 0.f;
+    }
   }
 };
 
@@ -109,8 +85,7 @@ RTC_DEVICE float row_max(const float (&s)[N], int i, float m_old) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) part[k] = fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]);
 #pragma unroll
-  for (int j = 4; j < N / 4; ++j)
-    part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+  for (int j = 4; j < N / 4; ++j) part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
   return fmaxf(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])), m_old);
 }
 
@@ -195,11 +170,12 @@ RTC_DEVICE void rescale_rows(float (&o)[N], const RowState& st) {
 }
 
 // Accumulator layout of p (pairs of adjacent columns) is already the register A-fragment
-// layout of the next wgmma: packing pairs in order is the whole conversion.
+// layout of the next wgmma: packing pairs in order is the whole conversion. The raw form (bf16_round.h):
+// a NaN p needs no canonical bits here, its row sum l is NaN too and so is the row of O.
 template <int N>
 RTC_DEVICE void pack_p(const float (&s)[N], rtc_u32 (&p)[N / 2]) {
 #pragma unroll
-  for (int q = 0; q < N / 2; ++q) p[q] = pack_bf16(s[2 * q], s[2 * q + 1]);
+  for (int q = 0; q < N / 2; ++q) p[q] = rtc_f32x2_to_bf16x2_raw(s[2 * q], s[2 * q + 1]);
 }
 
 }  // namespace sm90

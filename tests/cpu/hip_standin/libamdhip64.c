@@ -15,11 +15,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorInvalidDevice = 101, hipErrorInvalidImage = 200,
-       hipErrorInvalidHandle = 400 };
+enum {
+  hipSuccess = 0,
+  hipErrorInvalidValue = 1,
+  hipErrorInvalidDevice = 101,
+  hipErrorInvalidImage = 200,
+  hipErrorInvalidHandle = 400
+};
 
-struct module { int id; };
-struct function { int id; int module; char symbol[256]; };
+struct module {
+  int id;
+};
+struct function {
+  int id;
+  int module;
+  char symbol[256];
+};
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int current_device, n_modules, n_functions, n_launches;
@@ -126,8 +137,8 @@ int hipModuleGetFunction(void** function, void* module, const char* symbol) {
   return hipSuccess;
 }
 
-int hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                          unsigned bz, unsigned shared_bytes, void* stream, void** kernel_params, void** extra) {
+int hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shared_bytes, void* stream, void** kernel_params, void** extra) {
   if (!function) return hipErrorInvalidHandle;
   if (kernel_params || !extra || extra[0] != (void*)1 || !extra[1] || extra[2] != (void*)2 || !extra[3] ||
       extra[4] != (void*)3) {
@@ -144,7 +155,6 @@ int hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz,
   const struct function* f = function;
   record("\"call\":\"hipModuleLaunchKernel\",\"launch\":%d,\"function\":%d,\"symbol\":\"%s\",\"grid\":[%u,%u,%u],"
          "\"block\":[%u,%u,%u],\"shared_bytes\":%u,\"stream\":%llu,\"file\":\"%s\",\"size\":%zu",
-         id, f->id, f->symbol, gx, gy, gz, bx, by, bz, shared_bytes, (unsigned long long)(uintptr_t)stream, name,
-         size);
+         id, f->id, f->symbol, gx, gy, gz, bx, by, bz, shared_bytes, (unsigned long long)(uintptr_t)stream, name, size);
   return hipSuccess;
 }

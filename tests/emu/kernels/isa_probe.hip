@@ -12,15 +12,40 @@ struct ProbeParams {
   int arg;
 };
 
-enum { kMfma16, kMfma32, kExp2, kRowShr, kRowRor, kQuadPerm, kRowMirror, kBcast15, kPerm,
-       kReadFirst, kBpermute, kSwizzleXor, kSwizzleQuad, kVote, kBufLoad, kBufLds, kBufStore };
+enum {
+  kMfma16,
+  kMfma32,
+  kExp2,
+  kRowShr,
+  kRowRor,
+  kQuadPerm,
+  kRowMirror,
+  kBcast15,
+  kPerm,
+  kReadFirst,
+  kBpermute,
+  kSwizzleXor,
+  kSwizzleQuad,
+  kVote,
+  kBufLoad,
+  kBufLds,
+  kBufStore
+};
 
 struct ProbeLds {
   rtc_smem<rtc_u32, 64> words;
 };
 
-RTC_DEVICE float as_f32(rtc_u32 u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
-RTC_DEVICE rtc_u32 as_u32(float f) { rtc_u32 u; __builtin_memcpy(&u, &f, 4); return u; }
+RTC_DEVICE float as_f32(rtc_u32 u) {
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+RTC_DEVICE rtc_u32 as_u32(float f) {
+  rtc_u32 u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+}
 
 RTC_DEVICE void probe_mfma16(const ProbeParams& p, int l) {
   rtc_bf16x4 a, b;
