@@ -97,7 +97,7 @@ def test_output_rounding_bit_exact(kernels, mode, layout):
     exactly 1, so with two keys O = (v0 + v1) / 2 exactly in fp32 (v in +-[1, 2]: at most 9 significant bits; for
     about a quarter of the elements a tie between two bf16, where the modes disagree) and the only rounding is
     O's."""
-    from rtcattn import reference
+    from rtcattn.ops.attention_fwd import reference
     B, H, Sq, Sk = 2, 3, 200, 2
     gen = torch.Generator(device="cuda").manual_seed(23)
     shape = (lambda S: (B, S, H, 128)) if layout == "bshd" else (lambda S: (B, H, S, 128))
