@@ -1,4 +1,5 @@
-// sm_90a PTX wrappers used by the Hopper kernels: mbarrier, TMA, named barriers, setmaxnreg, fences.
+// sm_90a PTX wrappers used by the Hopper kernels: mbarrier, TMA, shared-memory loads and stores, cp.async,
+// named barriers, setmaxnreg, fences.
 #pragma once
 #include "platform.h"
 
@@ -44,6 +45,27 @@ RTC_DEVICE void tma_prefetch_desc(const void* tmap) {
 
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma, TMA).
 RTC_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// ---- shared memory by address (shared::cta window), and cp.async into it ----
+RTC_DEVICE void st_shared_u32(rtc_u32 addr, rtc_u32 v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+RTC_DEVICE rtc_u32 ld_shared_u32(rtc_u32 addr) {
+  rtc_u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+// 16 bytes: v in each of the four words.
+RTC_DEVICE void st_shared_v4_splat(rtc_u32 addr, rtc_u32 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(v) : "memory");
+}
+// 4 bytes global -> shared, asynchronous (cached in L1); completes with the group it is committed in.
+RTC_DEVICE void cp_async_4(rtc_u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+RTC_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits for every cp.async of this thread, committed or not.
+RTC_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // ---- named barriers (id 0 is __syncthreads) ----
 RTC_DEVICE void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }

@@ -1,6 +1,7 @@
 """Lab harness for the sm_90a kernel: A/B of switches you add to a working copy of op_sources/attention_fwd/sm90.cu
-(`#ifndef LAB_X`), passed here as NAME=VALUE defines. Everything runs through the product: rtcattn.forward under
-dispatch.pinned(kernel="sm90", options=("-DNAME=VALUE", ...)), references from rtcattn.ops.attention_fwd.reference.
+or its role headers, sm90/ (`#ifndef LAB_X`), passed here as NAME=VALUE defines. Everything runs through the product:
+rtcattn.forward under dispatch.pinned(kernel="sm90", options=("-DNAME=VALUE", ...)), references from
+rtcattn.ops.attention_fwd.reference.
 Subcommands: check [DEFS] | bench SHAPES [mode[:DEF=1+DEF=2] ...] | build [DEFS] (ptxas report; no GPU needed) |
 sass [DEFS] (build + cuobjdump counts) | once SHAPE CONFIG... (one launch each, for a profiler).
 Exits 1 on a failure."""

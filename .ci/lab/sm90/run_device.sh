@@ -4,7 +4,8 @@
 # correctness of each define set, then all CONFIGS timed interleaved against cuDNN on the seed shapes, with SM
 # clock and power sampled alongside. Full log under $OUT; table last.
 #   VARIANTS  define sets to check ("-" = none), e.g. "- LAB_X=1 LAB_X=1+LAB_Y=2": switches you added to a
-#             working copy of op_sources/attention_fwd/sm90.cu (the committed kernel has none)
+#             working copy of op_sources/attention_fwd/sm90.cu or its role headers, sm90/ (the committed kernel
+#             has none)
 #   CONFIGS   bench configs ('mode' or 'mode:DEF=1+DEF=2'); SHAPES: seed shape indices
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp}

@@ -6,6 +6,7 @@
 #include "platform.h"
 #include "bf16_round.h"
 #include "isa_gfx9.h"
+#include "isa_gfx942.h"  // sreg_fence_gfx90a
 #include "gfx942/tiles.h"
 
 namespace g942 {

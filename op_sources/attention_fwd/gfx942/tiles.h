@@ -1,5 +1,5 @@
 // gfx942 kernel data placement: uniform buffer resources, the K tile's XOR swizzle in LDS, the V^T fragment layout,
-// the LDS map.
+// the LDS map, a wave's registers, and the q rows of a work item.
 #pragma once
 #include "platform.h"
 #include "isa_gfx9.h"
@@ -25,6 +25,14 @@ struct AttnSmem {
 union Smem {
   AttnSmem attn;
   rtc_u32 vt[GFX942_KV_ROWS * kKRowDwords];  // V transpose staging, row-major [64][64 dwords]
+};
+
+// Registers of one wave: O^T accumulators, scores, P, two Q tiles.
+struct Acc {
+  rtc_f32x4 o[kTilesPerWave][kHdTiles];
+  rtc_f32x4 s[kTilesPerWave][kSub];
+  rtc_bf16x4 p[kTilesPerWave][kSub];
+  rtc_bf16x4 q[2][kDSteps];
 };
 
 // Buffer resources must live in SGPRs: readfirstlane makes every word provably uniform.

@@ -1,7 +1,8 @@
-// Online softmax and bf16 packing on wgmma accumulator fragments (sm_90a attention consumers).
+// The sm_90a kernel's online softmax on wgmma accumulator fragments: the row state, the row max, the
+// exponentials and the row sum, the O rescale, the bf16 packing of P, and what a zero-sum row writes.
+// The masks that precede it are sm90/mask.h.
 #pragma once
 #include "platform.h"
-#include "attn_params.h"
 #include "ptx_sm90.h"
 #include "bf16_round.h"  // the rounding mode RTC_ROUND and the bf16x2 packing of P and O
 
@@ -24,50 +25,6 @@ struct RowState {
     }
   }
 };
-
-// Columns >= valid of this block get -inf; the row-max guard below keeps -inf - -inf away.
-template <int N>
-RTC_DEVICE void mask_cols(float (&s)[N], int valid) {
-  const int c0 = 2 * (threadIdx.x % 4);
-#pragma unroll
-  for (int j = 0; j < N / 4; ++j)
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (8 * j + c0 + (k & 1) >= valid) s[4 * j + k] = neg_inf();
-}
-
-// The keys of the two rows a thread owns (row0 and row0 + 8) as 32-bit bounds: a row that sees no
-// key gets lo > hi. Computed once per tile; the mask of a block then compares columns only.
-struct KeyWindow {
-  int lo[2], hi[2];
-  RTC_DEVICE static KeyWindow of(const AttnParams& a, rtc_i64 row0) {
-    KeyWindow w;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const KeyRange kr = key_range(a, row0 + 8 * i);
-      w.lo[i] = (int)(kr.lo < a.seq_k ? kr.lo : a.seq_k);  // past every key: clamped, still > hi
-      w.hi[i] = (int)(kr.hi > -1 ? kr.hi : -1);
-    }
-    return w;
-  }
-  RTC_DEVICE bool sees_a_key(int i) const { return lo[i] <= hi[i]; }
-};
-
-// Scores outside each row's key window get -inf (RTC_MASK); col0 is the block's first key, and
-// columns past the last key fall outside too (hi <= Sk - 1).
-template <int N>
-RTC_DEVICE void mask_window(float (&s)[N], const KeyWindow& w, int col0) {
-  const int c0 = col0 + 2 * (threadIdx.x % 4);
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < N / 4; ++j)
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int col = c0 + 8 * j + k;
-        if (col < w.lo[i] || col > w.hi[i]) s[4 * j + 2 * i + k] = neg_inf();
-      }
-}
 
 // The row max m is scaled rounding DOWN (ms = m*c rounded toward -inf), so the single FFMA
 // s*c - ms is exact-or-above zero for the max element: p = 2^x with x >= 0 is >= 1 and every mode

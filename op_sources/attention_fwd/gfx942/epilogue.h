@@ -1,0 +1,79 @@
+// The gfx942 kernel's epilogue: where a work item's output goes (O rows, LSE, or a split part's partials),
+// and the row sums across lanes, O / l in the rounding mode and the LSE, or the unnormalised partial.
+#pragma once
+#include "platform.h"
+#include "attn_params.h"
+#include "bf16_round.h"
+#include "isa_gfx9.h"
+#include "gfx942/params.h"
+#include "gfx942/tiles.h"
+#include "gfx942/softmax.h"
+#include "gfx942/scheduler.h"
+#include "gfx942/mask.h"
+
+namespace g942 {
+
+// Where the epilogue writes, built before the kv loop so that only these few uniform values (not
+// the whole parameter block) stay in SGPRs across it.
+struct OutPlan {
+  rtc_buffer_rsrc o;   // this q block's O rows
+  rtc_u32 o_row_bytes;
+  char* aux;           // split part: its partials; whole item: LSE of row q0 (null: not requested)
+  int rows;            // valid rows, | kSplitFlag for a split part (one SGPR fewer: gfx90a is at the limit)
+};
+constexpr int kSplitFlag = 1 << 16;
+
+RTC_DEVICE OutPlan out_plan(const Gfx942Params& p, const Work& w, const Seq& s) {
+  OutPlan op;
+  op.o = uniform_rsrc(p.o + s.o_off + (rtc_i64)w.h * p.o_sh + (rtc_i64)w.q0 * p.o_ss, rows_span_bytes(w.rows, p.o_ss));
+  op.o_row_bytes = (rtc_u32)(p.o_ss * 2);
+  if (w.part >= 0)
+    op.aux = (char*)p.workspace + p.vt_bytes + (rtc_i64)w.part * GFX942_PART_BYTES;
+  else if (RTC_KV == RTC_KV_DENSE)
+    op.aux = p.lse ? (char*)(p.lse + ((rtc_i64)w.b * p.heads + w.h) * p.seq_q + w.q0) : nullptr;
+  else  // packed: [heads, total_q]
+    op.aux = p.lse ? (char*)(p.lse + s.lse_off + (rtc_i64)w.h * s.lse_head_stride + w.q0) : nullptr;
+  op.rows = w.rows | (w.part >= 0 ? kSplitFlag : 0);
+  return op;
+}
+
+// Stage 3 (epilogue): row sums across lanes, then O / l in the rounding mode and the LSE, or the
+// unnormalised partial (O, m, l) of a split part.
+RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int lane_in, const RowKeys& rk) {
+  rtc_u32 fenced = (rtc_u32)lane_in;
+  reg_fence(fenced);  // lane-derived values are rebuilt here, not held across the kv loop
+  const int lane = (int)fenced, quad = lane >> 4, xaddr = (lane ^ 32) << 2;
+#pragma unroll
+  for (int g = 0; g < kTilesPerWave; ++g) {
+    const float l = row_sum4(st.l[g], xaddr), m = st.m[g];
+    const int r = 48 * wave + 16 * g + (lane & 15);
+    if (r >= (op.rows & (kSplitFlag - 1))) continue;
+    if (op.rows & kSplitFlag) {
+#pragma unroll
+      for (int t = 0; t < kHdTiles; ++t)
+        global_store((rtc_f32x4*)op.aux + (r * GFX942_HEAD_DIM + 16 * t + 4 * quad) / 4, a.o[g][t]);
+      if (quad == 0) {
+        float* ml = (float*)(op.aux + GFX942_Q_ROWS * GFX942_HEAD_DIM * 4);
+        global_store(ml + r, m);
+        global_store(ml + GFX942_Q_ROWS + r, l);
+      }
+      continue;
+    }
+    // All scores -Inf: l = 0, ZeroSumRow's row (exactly, even where O holds 0 * NaN from a V NaN).
+    const bool empty = l == 0.0f;
+    const ZeroSumRow blank = ZeroSumRow::of(sees_a_key(rk, r));
+    const float inv = empty ? 0.0f : rcp_f32(l);
+#pragma unroll
+    for (int t = 0; t < kHdTiles; ++t) {
+      const rtc_f32x4 o = a.o[g][t];
+      rtc_u32x2 v = {(rtc_u32)rtc_f32_to_bf16(o[0] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[1] * inv) << 16),
+                     (rtc_u32)rtc_f32_to_bf16(o[2] * inv) | ((rtc_u32)rtc_f32_to_bf16(o[3] * inv) << 16)};
+      if (empty) v[0] = v[1] = blank.o;
+      buffer_store_dwordx2(op.o, (rtc_u32)r * op.o_row_bytes + (rtc_u32)((16 * t + 4 * quad) * 2), 0u, v);
+    }
+    if (op.aux && quad == 0)
+      global_store((float*)op.aux + r, empty ? blank.lse : (m + log2_f32(l)) * 0.693147180559945309f);
+  }
+}
+
+}  // namespace g942

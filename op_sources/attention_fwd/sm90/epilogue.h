@@ -1,0 +1,48 @@
+// The sm_90a kernel's epilogue: a consumer warpgroup's rows of O normalised by their row sums,
+// packed to bf16 in the rounding mode and stored from registers, and the rows' LSE; a row whose sum
+// is 0 writes the zero-sum row (sm90/softmax.h).
+#pragma once
+#include "platform.h"
+#include "attn_params.h"
+#include "sm90/params.h"
+#include "ptx_sm90.h"
+#include "sm90/pipeline.h"
+#include "sm90/scheduler.h"
+#include "sm90/mask.h"
+#include "sm90/softmax.h"
+
+namespace sm90 {
+
+// Warpgroup wg's 64 rows of tile t: O / l and the LSE (rows past the sequence are skipped).
+// keys: this thread's two rows' key windows, read under RTC_MASK (unmasked, a row sees a key iff its
+// sequence has one).
+RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float (&o)[64], RowState& st,
+                           const KeyWindow& keys) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const AttnParams& a = p.a;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = st.l[i];
+    l += shfl_xor(l, 1);
+    l += shfl_xor(l, 2);
+    l = final_row_sum(l, st.m[i], a.scale_log2);
+    // l == 0: every score the row saw was -inf; it writes ZeroSumRow's row: 0 and LSE -inf when it sees
+    // no key (even where O holds 0 * NaN from a V NaN under a zero weight), NaN when it sees keys.
+    // A NaN l keeps the row NaN.
+    const bool empty = l == 0.f;
+    const float inv = empty ? 0.f : 1.f / l;
+    const ZeroSumRow blank = ZeroSumRow::of(RTC_MASK ? keys.sees_a_key(i) : !kPacked || t.view.seq_k > 0);
+    const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
+    if (row >= t.view.seq_q) continue;
+    rtc_bf16_t* dst = a.o + t.seq.o_off + (rtc_i64)row * a.o_ss + (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
+          empty ? blank.o : rtc_f32x2_to_bf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+    if (a.lse != nullptr && lane % 4 == 0)
+      a.lse[t.seq.lse_off + (rtc_i64)t.head * t.seq.lse_head_stride + row] =
+          empty ? blank.lse : st.m[i] * a.scale + logf(l);
+  }
+}
+
+}  // namespace sm90

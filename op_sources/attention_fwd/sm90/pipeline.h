@@ -1,0 +1,113 @@
+// What the roles of the sm_90a kernel share: its compile-time configuration (variant flags, tile
+// shape, register split), the shared-memory map (Q/K/V tiles, the barrier slots, the packed tile
+// table), the positions in the rings, the barriers' initialisation and a consumer's release of a slot.
+#pragma once
+#include "platform.h"
+#include "attn_params.h"
+#include "sm90/params.h"
+#include "ptx_sm90.h"
+#include "sm90/schedule.h"
+
+// The kernel's compile-time configuration. In the anonymous namespace and in this order (after
+// sm90/softmax.h's kEarlyExp2): the code object keeps these constants as named globals, so their
+// names and their order are part of its bytes (docs/design-sm90.md, "What the code objects show").
+namespace {
+
+constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
+// Tiles differ in length under a mask or across packed sequences: CTAs take them dynamically.
+constexpr bool kDynamic = RTC_MASK || kPacked;
+// Two Q tiles (sm90/params.h): a tile's first Q K^T goes out with the previous tile's last P V
+// (consume_tile, sm90.cu). With one, each tile issues its own first Q K^T.
+constexpr int kQStages = SM90_Q_STAGES(RTC_KV);
+constexpr bool kOverlapTiles = kQStages == 2;
+// setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
+// what the consumers take.
+constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : 24;  // paged: the page walk (ptxas: 32 spills)
+constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 224 : 240;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
+
+constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
+constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
+constexpr rtc_u32 kHalfKV = kN * 128;
+constexpr int kConsumerWarps = 8;
+constexpr int kPingPongThreads = 256;
+constexpr int kAccS = kN / 2;         // score accumulators per thread
+static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
+static_assert(kQStages == 1 || kQStages == 2, "one Q tile, or two for the overlap across tiles");
+static_assert(32 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
+
+}  // namespace
+
+namespace sm90 {
+
+// Barrier slots (8 bytes each) after the tiles.
+struct Bars {
+  rtc_u32 base;
+  RTC_DEVICE rtc_u32 q_full(int s) const { return base + 8 * s; }
+  RTC_DEVICE rtc_u32 q_empty(int s) const { return base + 16 + 8 * s; }
+  RTC_DEVICE rtc_u32 k_full(int s) const { return base + 32 + 8 * s; }
+  RTC_DEVICE rtc_u32 k_empty(int s) const { return base + 32 + 8 * (kStages + s); }
+  RTC_DEVICE rtc_u32 v_full(int s) const { return base + 32 + 8 * (2 * kStages + s); }
+  RTC_DEVICE rtc_u32 v_empty(int s) const { return base + 32 + 8 * (3 * kStages + s); }
+  // Dynamic order: the producer hands each tile's index to the consumers through a 2-slot ring.
+  RTC_DEVICE rtc_u32 tile_full(int s) const { return base + 32 + 8 * (4 * kStages + s); }
+  RTC_DEVICE rtc_u32 tile_empty(int s) const { return base + 32 + 8 * (4 * kStages + 2 + s); }
+  RTC_DEVICE rtc_u32 tile_id(int s) const { return base + 32 + 8 * (4 * kStages + 4) + 4 * s; }
+  // Paged: the page ids of a block (the producer's own scratch, kN / 16 of them), two sets: the
+  // block being loaded and the next one.
+  RTC_DEVICE rtc_u32 pages(int set) const { return base + 32 + 8 * (4 * kStages + 4) + 8 + set * 4 * (kN / 16); }
+};
+
+// The CTA's shared memory as the roles address it (laid out by the kernel entry, sm90.cu).
+struct SmemTiles {
+  rtc_u32 q, k, v;  // q: kQStages tiles
+  Bars bars;
+  Schedule sched;  // packed sequences only
+  RTC_DEVICE rtc_u32 q_stage(int s) const { return q + s * SM90_Q_BYTES; }
+  RTC_DEVICE rtc_u32 k_stage(int s) const { return k + s * SM90_KV_BYTES; }
+  RTC_DEVICE rtc_u32 v_stage(int s) const { return v + s * SM90_KV_BYTES; }
+};
+
+// Position in a ring of kDepth slots (K/V: kStages, Q: kQStages); the parity flips each time it wraps.
+template <int kDepth>
+struct RingState {
+  int stage = 0;
+  rtc_u32 phase = 0;
+  RTC_DEVICE void advance() {
+    if (++stage == kDepth) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+using PipeState = RingState<kStages>;
+using QState = RingState<kQStages>;
+
+// One arrival per consumer warp frees a ring slot (barrier counts are kConsumerWarps).
+RTC_DEVICE void release(rtc_u32 bar) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+}
+
+RTC_DEVICE void init_barriers(const Sm90AttnParams& p, const Bars& b) {
+  for (int s = 0; s < kQStages; ++s) {
+    mbar_init(b.q_full(s), 1);
+    mbar_init(b.q_empty(s), kConsumerWarps);
+  }
+  for (int s = 0; s < kStages; ++s) {
+    mbar_init(b.k_full(s), 1);
+    mbar_init(b.k_empty(s), kConsumerWarps);
+    mbar_init(b.v_full(s), 1);
+    mbar_init(b.v_empty(s), kConsumerWarps);
+  }
+  for (int s = 0; s < 2; ++s) {
+    mbar_init(b.tile_full(s), 1);
+    mbar_init(b.tile_empty(s), kConsumerWarps);
+  }
+  mbar_init_fence();
+  tma_prefetch_desc(&p.tmap_q);
+  tma_prefetch_desc(&p.tmap_k);
+  tma_prefetch_desc(&p.tmap_v);
+}
+
+}  // namespace sm90

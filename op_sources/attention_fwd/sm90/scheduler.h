@@ -1,0 +1,85 @@
+// The sm_90a kernel's tile scheduler: which tile a persistent CTA runs next (a static stride, or
+// dynamically from a counter, handed from the producer to the consumers), and what a tile index
+// means (m-block, head, batch, and its sequence). Packed sequences take the order of the table in
+// sm90/schedule.h.
+#pragma once
+#include "platform.h"
+#include "attn_params.h"
+#include "sm90/params.h"
+#include "ptx_sm90.h"
+#include "sm90/pipeline.h"
+
+namespace sm90 {
+
+// The tiles of one CTA. Unmasked: blockIdx.x, then every gridDim.x-th (all tiles are alike).
+// Masked: the first tile is blockIdx.x; the producer takes each next one from the workspace's
+// counter (gridDim.x + the counter's old value), and passes every index, the end marker
+// (num_tiles) included, to the consumers through the tile_full/tile_empty ring.
+struct TileOrder {
+  int slot = 0;
+  rtc_u32 phase = 0;
+  RTC_DEVICE void advance() {
+    if (++slot == 2) {
+      slot = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+RTC_DEVICE int next_tile(const Sm90AttnParams& p, int ti) {
+  if (!kDynamic) return ti + gridDim.x;
+  return gridDim.x + atomicAdd(static_cast<int*>(p.a.workspace), 1);
+}
+
+RTC_DEVICE void publish_tile(const Bars& b, TileOrder& o, int ti) {
+  mbar_wait(b.tile_empty(o.slot), o.phase ^ 1);
+  st_shared_u32(b.tile_id(o.slot), ti);
+  mbar_arrive(b.tile_full(o.slot));  // release: the consumers' wait acquires the index
+  o.advance();
+}
+
+RTC_DEVICE int receive_tile(const Bars& b, TileOrder& o) {
+  mbar_wait(b.tile_full(o.slot), o.phase);
+  const rtc_u32 ti = ld_shared_u32(b.tile_id(o.slot));
+  release(b.tile_empty(o.slot));
+  o.advance();
+  return (int)ti;
+}
+
+// The tile after `ti` in this CTA's order: the next index of the static order, or the one the producer
+// hands over (dynamic order; it publishes it when it starts that tile's loads).
+RTC_DEVICE int following_tile(const Sm90AttnParams& p, const SmemTiles& sm, TileOrder& order, int ti) {
+  return kDynamic ? receive_tile(sm.bars, order) : ti + (int)gridDim.x;
+}
+
+struct Tile {
+  int m_block, head, batch;
+  Seq seq;          // where the tile's sequence lives (attn_params.h)
+  AttnParams view;  // the parameters as that sequence alone sees them (its own lengths)
+};
+// m-block fastest, then head, then batch: CTAs running together share one head's K/V in L2. Under
+// a mask the last m-blocks see the most keys (bottom-right alignment): they go first, so the
+// persistent CTAs end together (longest processing time first).
+// Packed sequences: the schedule's order (sm90/schedule.h).
+RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t) {
+  Tile r;
+  if (kPacked) {
+    sm.sched.decode(t, p.a.heads, r.m_block, r.head, r.batch);
+  } else {
+    r.m_block = t % p.num_m_blocks;
+    if (RTC_MASK) r.m_block = p.num_m_blocks - 1 - r.m_block;
+    const int bh = t / p.num_m_blocks;
+    r.head = bh % p.a.heads;
+    r.batch = bh / p.a.heads;
+  }
+  r.seq = seq_of(p.a, r.batch);
+  r.view = seq_view(p.a, r.seq);
+  return r;
+}
+
+// Tiles of this launch: the schedule's count when packed (the host's num_tiles is then a bound).
+RTC_DEVICE int tile_count(const Sm90AttnParams& p, const SmemTiles& sm) {
+  return kPacked ? sm.sched.pairs * p.a.heads : p.num_tiles;
+}
+
+}  // namespace sm90
