@@ -41,6 +41,7 @@ constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
 static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
+static_assert(RTC_DTYPE == RTC_DTYPE_BF16, "bf16 only (RTC_DTYPE=0): the manifest sends fp16 calls to the baseline");
 static_assert(kQStages == 1 || kQStages == 2, "one Q tile, or two for the overlap across tiles");
 static_assert(32 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
