@@ -16,7 +16,7 @@ from .. import checks
 from . import OP
 
 # q, k, v and out share one of these dtypes; each one's value on the manifest's dtype axis (LSE is fp32 always).
-DTYPE_AXIS = {torch.bfloat16: "bf16"}
+DTYPE_AXIS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 DTYPES = tuple(DTYPE_AXIS)
 LAYOUTS = ("bshd", "bhsd")   # dense tensors' dim orders; the strides carry them, no kernel is compiled per layout
 _DENSE_TEXT = "[B, S, H, D] for layout 'bshd' or [B, H, S, D] for 'bhsd'"
