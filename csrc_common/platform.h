@@ -10,7 +10,10 @@
 //   RTC_SHARED(Type, name)         declares the block's shared storage `Type& name`
 //   rtc_gld(ptr) / rtc_gst(ptr, v) global-memory load / store of one value; plain on GPUs, checked
 //                                  against the launch's tensors by the emulator (kernel, lane, address)
-//   rtc_bf16_t, rtc_i64, rtc_u32, rtc_u64, rtc_i32
+//   rtc_bf16_t, rtc_elem_t, rtc_i64, rtc_u32, rtc_u64, rtc_i32
+//                                  rtc_elem_t: the raw bits of a 16-bit tensor element, bf16 or fp16 alike
+//                                  (one type for both, so a parameter block is the same whatever the dtype;
+//                                  a kernel reads the bits as its dtype define says)
 //   RTC_WAVE                       lanes per wave/warp (64 on gfx9, 32 on NVIDIA)
 //   RTC_EXPORT_KERNEL(name, P)     after each kernel: the emulator's launch entry (empty on GPUs)
 #pragma once
@@ -25,6 +28,7 @@ typedef unsigned int rtc_u32;
 typedef long long rtc_i64;
 typedef unsigned long long rtc_u64;
 typedef unsigned short rtc_bf16_t;   // raw bf16 bits
+typedef unsigned short rtc_elem_t;   // raw bits of a 16-bit element: bf16 or fp16
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 // ---------------------------------------------------------------- NVIDIA (NVRTC, nvcc)

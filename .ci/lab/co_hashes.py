@@ -5,11 +5,14 @@ Keys are `<op>-<variant>-<arch>-<compiler>` with the variant's layout value left
 axis: bshd and bhsd compiled the same text) and without the cache key's hash (it covers the variant name,
 the defines and the kernel text, which such a change edits on purpose). Values are the sha256 of the code
 object itself: the blob of the cache entry, not the entry's header (which holds the key text). A key whose
-layout variants differ maps to {layout: sha256} instead, and is reported.
+layout variants differ maps to {layout: sha256} instead, and is reported. `--drop-part V` leaves the name part V
+out of the keys too, so that variants of a tree without an axis line up with one value of the axis in a tree that
+has it (e.g. `--drop-part bf16` after the dtype axis came: the bf16 variants then match the old names, and the
+other dtypes' variants keep their part and show as keys only in that tree).
 
   python3 .ci/lab/co_hashes.py warm --cache-dir EMPTY_DIR --arch gfx942,gfx90a,sm_90a --jobs 2 --out A.json
       runs `python3 -m rtcattn warm` of this tree (timed), then hashes what it wrote
-  python3 .ci/lab/co_hashes.py hash DIR [DIR ...] --out A.json [--exclude-arch ARCH,...]
+  python3 .ci/lab/co_hashes.py hash DIR [DIR ...] --out A.json [--exclude-arch ARCH,...] [--drop-part V,...]
   python3 .ci/lab/co_hashes.py compare BEFORE.json AFTER.json
       keys only in one file, keys whose hashes differ, and keys whose layout variants differ in either file
 """
@@ -56,16 +59,16 @@ def read_entry(path: Path) -> tuple[dict, bytes]:
     return fields, blob
 
 
-def split_layout(variant: str) -> tuple[str, str | None]:
-    """(variant name without its layout part, the layout or None)."""
-    parts = variant.split("-")
+def split_layout(variant: str, drop_parts=()) -> tuple[str, str | None]:
+    """(variant name without its layout part and the drop_parts, the layout or None)."""
+    parts = [p for p in variant.split("-") if p not in drop_parts]
     layouts = [p for p in parts if p in LAYOUTS]
     if len(layouts) > 1:
         raise ValueError(f"variant {variant!r} names more than one layout")
     return "-".join(p for p in parts if p not in LAYOUTS), (layouts[0] if layouts else None)
 
 
-def collect(dirs: list, exclude_archs=()) -> tuple[dict, list]:
+def collect(dirs: list, exclude_archs=(), drop_parts=()) -> tuple[dict, list]:
     """{key: {layout or "": sha256}} of every entry under dirs, and the problems found (duplicates)."""
     per_key: dict = {}
     problems = []
@@ -74,7 +77,7 @@ def collect(dirs: list, exclude_archs=()) -> tuple[dict, list]:
             fields, blob = read_entry(path)
             if fields["arch"] in exclude_archs:
                 continue
-            rest, layout = split_layout(fields["variant"])
+            rest, layout = split_layout(fields["variant"], drop_parts)
             key = f"{fields['op']}-{rest}-{fields['arch']}-{fields['compiler_id']}"
             slot = per_key.setdefault(key, {})
             if (layout or "") in slot:
@@ -104,8 +107,8 @@ def layout_report(per_key: dict) -> list:
     return [f"{k}: built for {sorted(v)} only" for k, v in sorted(per_key.items()) if set(v) != set(LAYOUTS)]
 
 
-def write_hashes(dirs: list, out: Path, exclude_archs=()) -> int:
-    per_key, problems = collect(dirs, exclude_archs)
+def write_hashes(dirs: list, out: Path, exclude_archs=(), drop_parts=()) -> int:
+    per_key, problems = collect(dirs, exclude_archs, drop_parts)
     flat, differ = flatten(per_key)
     problems += layout_report(per_key)
     n_files = sum(len(v) for v in per_key.values())
@@ -113,6 +116,8 @@ def write_hashes(dirs: list, out: Path, exclude_archs=()) -> int:
     print(f"{n_files} code objects, {len(flat)} keys -> {out}")
     if exclude_archs:
         print(f"left out archs: {', '.join(exclude_archs)}")
+    if drop_parts:
+        print(f"left out of the keys: variant name parts {', '.join(drop_parts)}")
     by_arch: dict = {}
     for key in flat:
         by_arch[_arch_of(key)] = by_arch.get(_arch_of(key), 0) + 1
@@ -151,11 +156,11 @@ def cmd_warm(args) -> int:
     if run.returncode != 0:
         print(run.stderr[-4000:], file=sys.stderr)
         return run.returncode
-    return write_hashes([cache], Path(args.out), _csv(args.exclude_arch))
+    return write_hashes([cache], Path(args.out), _csv(args.exclude_arch), _csv(args.drop_part))
 
 
 def cmd_hash(args) -> int:
-    return write_hashes(args.dirs, Path(args.out), _csv(args.exclude_arch))
+    return write_hashes(args.dirs, Path(args.out), _csv(args.exclude_arch), _csv(args.drop_part))
 
 
 def cmd_compare(args) -> int:
@@ -179,6 +184,10 @@ def cmd_compare(args) -> int:
     return 1 if only_a or only_b or differ or split else 0
 
 
+DROP_HELP = ("variant name parts to leave out of the keys (comma-separated), e.g. bf16: an axis value that a tree "
+             "before the axis had no part for")
+
+
 def _csv(text) -> list:
     return [x.strip() for x in (text or "").split(",") if x.strip()]
 
@@ -192,11 +201,13 @@ def main(argv=None) -> int:
     w.add_argument("--jobs", type=int, default=1)
     w.add_argument("--out", required=True, help="the JSON to write")
     w.add_argument("--exclude-arch", help="archs to leave out of the JSON (comma-separated)")
+    w.add_argument("--drop-part", help=DROP_HELP)
     w.set_defaults(func=cmd_warm)
     h = sub.add_parser("hash", help="hash the code objects of warmed cache dirs")
     h.add_argument("dirs", nargs="+")
     h.add_argument("--out", required=True)
     h.add_argument("--exclude-arch", help="archs to leave out of the JSON (comma-separated)")
+    h.add_argument("--drop-part", help=DROP_HELP)
     h.set_defaults(func=cmd_hash)
     c = sub.add_parser("compare", help="compare two JSONs of this tool")
     c.add_argument("before")

@@ -16,6 +16,7 @@ typedef unsigned int rtc_u32;
 typedef long long rtc_i64;
 typedef unsigned long long rtc_u64;
 typedef unsigned short rtc_bf16_t;  // raw bf16 bits
+typedef unsigned short rtc_elem_t;  // raw bits of a 16-bit element: bf16 or fp16 (platform.h)
 
 #define RTC_WAVE 64
 #define RTC_DEVICE inline

@@ -4,11 +4,12 @@
 
 // Strides are in elements and always given in (batch, seq, head) order whatever the layout;
 // the head-dim stride is 1 (checked on the host). Offsets are computed in 64 bits.
+// q, k, v and o hold 16-bit elements of the variant's dtype (RTC_DTYPE below): the block is the same for each.
 struct AttnParams {
-  const rtc_bf16_t* q;
-  const rtc_bf16_t* k;
-  const rtc_bf16_t* v;
-  rtc_bf16_t* o;
+  const rtc_elem_t* q;
+  const rtc_elem_t* k;
+  const rtc_elem_t* v;
+  rtc_elem_t* o;
   float* lse;                 // [B, H, Sq] contiguous fp32, natural log; null when not requested
   void* workspace;            // caller-allocated scratch (tail-split partials, V transpose); may be null
   rtc_i64 workspace_bytes;
@@ -39,6 +40,12 @@ struct AttnParams {
 #define RTC_KV_DENSE 0
 #define RTC_KV_VARLEN 1
 #define RTC_KV_PAGED 2
+
+#ifndef RTC_DTYPE
+#define RTC_DTYPE 0  // the manifest's dtype axis: q, k, v and o are 0 bf16, 1 fp16 (LSE is fp32 either way)
+#endif
+#define RTC_DTYPE_BF16 0
+#define RTC_DTYPE_FP16 1
 
 #ifndef RTC_MASK
 #define RTC_MASK 0  // the manifest's mask axis: 0 every row sees every key, 1 the window below

@@ -9,15 +9,21 @@
 //   scores:  keys c, c+8, c+16, c+24 of each 32-row KV tile
 //   P·V:     head-dim chunks (8 values each) c, c+8, c+16, c+24 (those below head_dim/8)
 // K and V tiles are staged in shared memory; the O accumulator stays in registers.
+// Elements (RTC_DTYPE) are bf16 or fp16, read exactly into fp32; P and O are rounded to the element type:
+// bf16 with the variant's mode (RTC_ROUND), fp16 to nearest even (docs/numerics.md).
 #include "platform.h"
 #include "attn_params.h"
 #include "bf16_round.h"
+#include "fp16_round.h"
 
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (head-dim bucket: 64, 96, 128, 192 or 256) must be defined"
 #endif
 #if RTC_HEAD_DIM_MAX % 8 != 0 || RTC_HEAD_DIM_MAX < 8 || RTC_HEAD_DIM_MAX > 256
 #error "RTC_HEAD_DIM_MAX must be a multiple of 8 in [8, 256]"
+#endif
+#if RTC_DTYPE != RTC_DTYPE_BF16 && RTC_DTYPE != RTC_DTYPE_FP16
+#error "RTC_DTYPE must be 0 (bf16) or 1 (fp16)"
 #endif
 
 namespace {
@@ -27,15 +33,33 @@ constexpr int kRows = 16;                        // query rows per block
 constexpr int kTile = 32;                        // KV rows per shared-memory tile
 constexpr int kLanesPerRow = kThreads / kRows;   // 8
 constexpr int kKeysPerLane = kTile / kLanesPerRow;
-constexpr int kChunks = RTC_HEAD_DIM_MAX / 8;    // 16-byte chunks of 8 bf16 per row
+constexpr int kChunks = RTC_HEAD_DIM_MAX / 8;    // 16-byte chunks of 8 elements per row
 constexpr int kChunksPerLane = (kChunks + kLanesPerRow - 1) / kLanesPerRow;
 constexpr int kPad = kChunks + 1;                // one spare chunk per row staggers the banks
 constexpr float kLn2 = 0.693147180559945309f;
 constexpr float kNegMax = -3.402823466e38f;      // -FLT_MAX: the running max never becomes -Inf
 
-struct alignas(16) Chunk {  // 8 bf16, two per word, lower index in the low half
+struct alignas(16) Chunk {  // 8 elements, two per word, lower index in the low half
   rtc_u32 w[4];
 };
+
+// The element type: fp32 of the element in the low / high half of a word, a word of two O values, and a word of two
+// canonical NaNs (a row that sees keys and ends with l = 0); P's rounding is written out in tile_softmax_pv. (A
+// namespace-scope constexpr becomes a device global under NVRTC, and a function for P changes NVRTC's schedule:
+// either would change the bf16 code objects, which these keep byte for byte.)
+#if RTC_DTYPE == RTC_DTYPE_FP16
+RTC_DEVICE float elem_lo_f32(rtc_u32 w) { return rtc_fp16_lo_f32(w); }
+RTC_DEVICE float elem_hi_f32(rtc_u32 w) { return rtc_fp16_hi_f32(w); }
+RTC_DEVICE rtc_u32 pack_o(float a, float b) { return rtc_f32x2_to_fp16x2_rtne(a, b); }
+RTC_DEVICE rtc_u32 nan_pair() { return RTC_FP16_NAN | (RTC_FP16_NAN << 16); }
+#else
+RTC_DEVICE float elem_lo_f32(rtc_u32 w) { return rtc_bf16_lo_f32(w); }
+RTC_DEVICE float elem_hi_f32(rtc_u32 w) { return rtc_bf16_hi_f32(w); }
+RTC_DEVICE rtc_u32 pack_o(float a, float b) {
+  return (rtc_u32)rtc_f32_to_bf16(a) | ((rtc_u32)rtc_f32_to_bf16(b) << 16);
+}
+RTC_DEVICE rtc_u32 nan_pair() { return 0x7FFF7FFFu; }
+#endif
 
 struct Smem {
   rtc_smem<Chunk, kRows * kPad> q;
@@ -60,8 +84,8 @@ RTC_DEVICE float fast_log2(float x) {
 #endif
 }
 
-// A row of 8 consecutive bf16 at `src`; one 16-byte load when the caller proved alignment.
-RTC_DEVICE Chunk load_chunk(const rtc_bf16_t* src, bool aligned) {
+// A row of 8 consecutive elements at `src`; one 16-byte load when the caller proved alignment.
+RTC_DEVICE Chunk load_chunk(const rtc_elem_t* src, bool aligned) {
   Chunk c;
   if (aligned) {
     // Field by field: returning *src or c would merge two pointers and force c into scratch.
@@ -73,19 +97,19 @@ RTC_DEVICE Chunk load_chunk(const rtc_bf16_t* src, bool aligned) {
   return c;
 }
 
-RTC_DEVICE void store_chunk(rtc_bf16_t* dst, const Chunk& c, bool aligned) {
+RTC_DEVICE void store_chunk(rtc_elem_t* dst, const Chunk& c, bool aligned) {
   if (aligned) {
     rtc_gst(reinterpret_cast<Chunk*>(dst), c);
     return;
   }
   for (int i = 0; i < 4; ++i) {
-    rtc_gst(dst + 2 * i, (rtc_bf16_t)(c.w[i] & 0xFFFFu));
-    rtc_gst(dst + 2 * i + 1, (rtc_bf16_t)(c.w[i] >> 16));
+    rtc_gst(dst + 2 * i, (rtc_elem_t)(c.w[i] & 0xFFFFu));
+    rtc_gst(dst + 2 * i + 1, (rtc_elem_t)(c.w[i] >> 16));
   }
 }
 
 // Whether every row start base + i*row_stride is 16-byte aligned (views may start anywhere).
-RTC_DEVICE bool rows_aligned(const rtc_bf16_t* base, rtc_i64 row_stride) {
+RTC_DEVICE bool rows_aligned(const rtc_elem_t* base, rtc_i64 row_stride) {
   return (((rtc_u64)base | (rtc_u64)(row_stride * 2)) & 15u) == 0;
 }
 
@@ -99,7 +123,7 @@ RTC_DEVICE void stage_rows(rtc_smem<Chunk, N>& dst, int pitch, int tile_rows, co
   for (int i = threadIdx.x; i < total; i += kThreads) {
     const int row = i / nch, ch = i - row * nch;
     Chunk c = {{0u, 0u, 0u, 0u}};
-    const rtc_bf16_t* r = row < rows ? src(row) : nullptr;
+    const rtc_elem_t* r = row < rows ? src(row) : nullptr;
     if (r != nullptr) c = load_chunk(r + ch * 8, aligned);
     dst.st(row * pitch + ch, c);
   }
@@ -107,18 +131,18 @@ RTC_DEVICE void stage_rows(rtc_smem<Chunk, N>& dst, int pitch, int tile_rows, co
 
 // Rows `stride` elements apart from `base` (q, and k / v unless paged).
 struct StridedRows {
-  const rtc_bf16_t* base;
+  const rtc_elem_t* base;
   rtc_i64 stride;
-  RTC_DEVICE const rtc_bf16_t* operator()(int row) const { return base + (rtc_i64)row * stride; }
+  RTC_DEVICE const rtc_elem_t* operator()(int row) const { return base + (rtc_i64)row * stride; }
 };
 
 // Key rows j0 + row of sequence b of one K/V head: through the block table when paged.
 struct KvRows {
   const AttnParams& p;
-  const rtc_bf16_t* base;  // dense / varlen: the sequence's row 0 of the head; paged: the pool's head
+  const rtc_elem_t* base;  // dense / varlen: the sequence's row 0 of the head; paged: the pool's head
   rtc_i64 page_stride, row_stride;
   int b, j0;
-  RTC_DEVICE const rtc_bf16_t* operator()(int row) const {
+  RTC_DEVICE const rtc_elem_t* operator()(int row) const {
     const int j = j0 + row;
     if (RTC_KV != RTC_KV_PAGED) return base + (rtc_i64)j * row_stride;
     const int page = page_of(p, b, j);
@@ -126,7 +150,7 @@ struct KvRows {
   }
 };
 
-// fp32 dot products of one query row with this lane's keys, bf16 operands.
+// fp32 dot products of one query row with this lane's keys, the elements' exact fp32 values as operands.
 RTC_DEVICE void tile_scores(const Smem& sm, int r, int c, int nch, float (&acc)[kKeysPerLane]) {
   for (int t = 0; t < kKeysPerLane; ++t) acc[t] = 0.0f;
   for (int ch = 0; ch < nch; ++ch) {
@@ -135,8 +159,8 @@ RTC_DEVICE void tile_scores(const Smem& sm, int r, int c, int nch, float (&acc)[
       const Chunk kc = sm.k.ld((c + kLanesPerRow * t) * kPad + ch);
       float a = acc[t];
       for (int w = 0; w < 4; ++w) {
-        a += rtc_bf16_lo_f32(qc.w[w]) * rtc_bf16_lo_f32(kc.w[w]);
-        a += rtc_bf16_hi_f32(qc.w[w]) * rtc_bf16_hi_f32(kc.w[w]);
+        a += elem_lo_f32(qc.w[w]) * elem_lo_f32(kc.w[w]);
+        a += elem_hi_f32(qc.w[w]) * elem_hi_f32(kc.w[w]);
       }
       acc[t] = a;
     }
@@ -149,7 +173,8 @@ struct RowState {
   float o[kChunksPerLane][8];
 };
 
-// The online-softmax step for one tile: new max, rescale, p = exp2(s - m), O += bf16(p)·V.
+// The online-softmax step for one tile: new max, rescale, p = exp2(s - m), O += p·V with p rounded to the element
+// type.
 // A NaN score leaves m alone (comparisons are false) and makes p, hence l and O, NaN.
 RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid, RowState& st) {
   float mx = st.m;
@@ -165,28 +190,32 @@ RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid
   for (int j = 0; j < valid; ++j) {
     const float p = fast_exp2(sm.s.ld(r * kTile + j) - mx);
     st.l += p;
-    const float pb = rtc_bf16_to_f32(rtc_f32_to_bf16(p));
+#if RTC_DTYPE == RTC_DTYPE_FP16
+    const float pb = rtc_fp16_to_f32(rtc_f32_to_fp16_rtne(p));  // nearest even; below 2^-25 it is 0
+#else
+    const float pb = rtc_bf16_to_f32(rtc_f32_to_bf16(p));  // with the variant's mode
+#endif
     for (int u = 0; u < kChunksPerLane; ++u) {
       const int ch = c + kLanesPerRow * u;
       if (ch >= nch) break;
       const Chunk vc = sm.v.ld(j * kChunks + ch);
       for (int w = 0; w < 4; ++w) {
-        st.o[u][2 * w] += pb * rtc_bf16_lo_f32(vc.w[w]);
-        st.o[u][2 * w + 1] += pb * rtc_bf16_hi_f32(vc.w[w]);
+        st.o[u][2 * w] += pb * elem_lo_f32(vc.w[w]);
+        st.o[u][2 * w + 1] += pb * elem_hi_f32(vc.w[w]);
       }
     }
   }
 }
 
-// O / l rounded with the mode, and the LSE. l == 0: every score the row saw was -Inf. A row that sees
+// O / l rounded to the element type (bf16: with the mode), and the LSE. l == 0: every score the row saw was -Inf. A row that sees
 // no key (sees_key false) is then the empty row: +0, LSE -Inf (numerics §8), even where O holds 0 * NaN
 // from a V NaN. A row that sees keys got there through scores past -FLT_MAX (or Inf inputs), and a 0
-// row would pass for a right answer: it is NaN, O 0x7FFF and LSE NaN (numerics §4). A select per row
+// row would pass for a right answer: it is NaN, O the canonical NaN and LSE NaN (numerics §4). A select per row
 // after the KV loop, none in it: the loop cannot tell the two -Inf apart (masking writes -Inf).
-RTC_DEVICE void write_row(const RowState& st, bool sees_key, rtc_bf16_t* orow, float* lse, int c, int nch,
+RTC_DEVICE void write_row(const RowState& st, bool sees_key, rtc_elem_t* orow, float* lse, int c, int nch,
                           bool aligned) {
   const bool empty = st.l == 0.0f;
-  const rtc_u32 blank = sees_key ? 0x7FFF7FFFu : 0u;  // two bf16
+  const rtc_u32 blank = sees_key ? nan_pair() : 0u;  // two elements
   for (int u = 0; u < kChunksPerLane; ++u) {
     const int ch = c + kLanesPerRow * u;
     if (ch >= nch) break;
@@ -194,7 +223,7 @@ RTC_DEVICE void write_row(const RowState& st, bool sees_key, rtc_bf16_t* orow, f
     for (int w = 0; w < 4; ++w) {
       const float a = empty ? 0.0f : st.o[u][2 * w] / st.l;
       const float b = empty ? 0.0f : st.o[u][2 * w + 1] / st.l;
-      out.w[w] = empty ? blank : (rtc_u32)rtc_f32_to_bf16(a) | ((rtc_u32)rtc_f32_to_bf16(b) << 16);
+      out.w[w] = empty ? blank : pack_o(a, b);
     }
     store_chunk(orow + ch * 8, out, aligned);
   }
@@ -212,7 +241,7 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   const AttnParams p = seq_view(whole, seq);  // this sequence's lengths: its own bottom-right masks
   const int r = threadIdx.x / kLanesPerRow, c = threadIdx.x % kLanesPerRow;
   const int nch = p.head_dim / 8;
-  const rtc_bf16_t* qb = p.q + seq.q_off + (rtc_i64)h * p.q_sh + (rtc_i64)q0 * p.q_ss;
+  const rtc_elem_t* qb = p.q + seq.q_off + (rtc_i64)h * p.q_sh + (rtc_i64)q0 * p.q_ss;
   const int hk = kv_head(p, h);
   const KvRows kr{p, p.k + seq.k_off + (rtc_i64)hk * p.k_sh, p.k_sb, p.k_ss, b, 0};
   const KvRows vr{p, p.v + seq.v_off + (rtc_i64)hk * p.v_sh, p.v_sb, p.v_ss, b, 0};
@@ -258,7 +287,7 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   }
 
   if (r >= q_rows) return;
-  rtc_bf16_t* orow = p.o + seq.o_off + (rtc_i64)h * p.o_sh + (rtc_i64)(q0 + r) * p.o_ss;
+  rtc_elem_t* orow = p.o + seq.o_off + (rtc_i64)h * p.o_sh + (rtc_i64)(q0 + r) * p.o_ss;
   float* lse = p.lse ? p.lse + seq.lse_off + (rtc_i64)h * seq.lse_head_stride + q0 + r : nullptr;
   write_row(st, mine.lo <= mine.hi, orow, lse, c, nch, rows_aligned(orow, 0));
 }

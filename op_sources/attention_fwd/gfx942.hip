@@ -40,6 +40,9 @@
 #if RTC_HEAD_DIM_MAX != 128
 #error "attention_fwd_gfx942 is built for head dim 128 only (RTC_HEAD_DIM_MAX=128)"
 #endif
+#if RTC_DTYPE != RTC_DTYPE_BF16
+#error "attention_fwd_gfx942 reads and writes bf16 only (RTC_DTYPE=0); the manifest sends fp16 calls to the baseline"
+#endif
 
 namespace g942 {
 

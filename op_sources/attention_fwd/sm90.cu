@@ -31,6 +31,7 @@ namespace {
 using namespace sm90;
 
 static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
+static_assert(RTC_DTYPE == RTC_DTYPE_BF16, "bf16 only (RTC_DTYPE=0): the manifest sends fp16 calls to the baseline");
 
 // One tile of one consumer warpgroup. With `pending`, the tile's S_0 is already in flight (issued by the
 // previous tile's last block). The last P V of a tile goes out in one issue with the next tile's S_0 when

@@ -28,9 +28,12 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
             round_mode: str = "rtne", softmax_scale: float | None = None,
             out: torch.Tensor | None = None, return_lse: bool = False, causal: bool = False,
             window_size: tuple[int, int] = (-1, -1)):
-    """O = softmax(scale * Q K^T) V for bf16 q, k, v in layout "bshd" ([B,S,H,D]) or "bhsd" ([B,H,S,D]).
+    """O = softmax(scale * Q K^T) V for bf16 or fp16 q, k, v (one dtype for all, and out's) in layout "bshd"
+    ([B,S,H,D]) or "bhsd" ([B,H,S,D]); out has q's dtype.
 
-    round_mode ("rtne", "rtna", "rtz") rounds every fp32 -> bf16 conversion (P and O).
+    round_mode ("rtne", "rtna", "rtz") rounds every fp32 -> bf16 conversion (P and O) of a bf16 call. fp16 calls
+    round P and O to nearest even whatever round_mode says (it is still checked): fp16 has one rounding, as in
+    AITER / CK; an output past fp16's largest value (65504: from 65520 on) is +-Inf.
     k and v may have fewer heads than q (GQA/MQA: q heads a multiple of theirs).
     causal / window_size=(left, right) mask keys as FlashAttention >= 2.1 does, aligned bottom-right:
     row i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right (-1: unbounded; causal: right = 0).
@@ -54,7 +57,8 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
                    block_table: torch.Tensor | None = None):
     """forward() over a batch of sequences packed along one token dimension (the serving layout).
 
-    q [total_q, Hq, D] bf16; sequence b owns rows cu_seqlens_q[b]:cu_seqlens_q[b+1] (int32 [B + 1]).
+    q [total_q, Hq, D] bf16 or fp16 (k, v and out of the same dtype); sequence b owns rows
+    cu_seqlens_q[b]:cu_seqlens_q[b+1] (int32 [B + 1]).
     k, v [total_k, Hk, D] packed the same way by cu_seqlens_k, or, with block_table (int32 [B, pages]),
     a paged KV cache [num_pages, page_size, Hk, D] (page_size a power of two >= 16): key j of sequence b is
     row j % page_size of page block_table[b, j // page_size], and its KV length is
@@ -113,8 +117,9 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_kv: torch.Tensor | None = None):
     """AITER's flash_attn_func (amd-aiter 0.1.7's signature and order) on BSHD tensors.
 
-    how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ. Returns out, or (out, softmax_lse)
-    when return_lse, as AITER does. Every call is deterministic, whatever `deterministic` says.
+    q, k, v: bf16 or fp16, one dtype. how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ, for bf16
+    conversions only (as its name says): fp16 rounds to nearest even. Returns out, or (out, softmax_lse) when
+    return_lse, as AITER does. Every call is deterministic, whatever `deterministic` says.
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes)):
@@ -140,7 +145,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            out: torch.Tensor | None = None, cu_seqlens_q_padded: torch.Tensor | None = None,
                            cu_seqlens_k_padded: torch.Tensor | None = None):
     """AITER's flash_attn_varlen_func (amd-aiter 0.1.7's signature and order): packed q [total_q, Hq, D],
-    k / v [total_k, Hk, D] or, with block_table, pages [num_pages, page_size, Hk, D].
+    k / v [total_k, Hk, D] or, with block_table, pages [num_pages, page_size, Hk, D]; bf16 or fp16, one dtype.
+    how_v3_bf16_cvt applies to bf16 conversions only: fp16 rounds to nearest even.
 
     Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
     kernels may use; it does not change the result, so it is accepted and ignored.

@@ -17,8 +17,8 @@ from rtcattn.tools import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket.
-WARM = ["warm", "--arch", "gfx90a", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense", "--head-dim", "64",
-        "--jobs", "2"]
+WARM = ["warm", "--arch", "gfx90a", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense", "--dtype", "bf16",
+        "--head-dim", "64", "--jobs", "2"]
 
 
 def cli(*args, env_extra=None, timeout=300):
@@ -43,8 +43,8 @@ def test_warm_then_no_compile_then_clear(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "[2/2]" in first.stdout and "2 ready (2 compiled), 0 failed" in first.stdout
     rows = table_rows(first.stdout)
-    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-rtne-none-dense-d64",
-                                          "attention_fwd/baseline-rtz-none-dense-d64"]
+    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-rtne-none-dense-d64-bf16",
+                                          "attention_fwd/baseline-rtz-none-dense-d64-bf16"]
     assert all(r[4] == "compile" and int(r[2]) > 0 and Path(r[5]).is_file() for r in rows)
     assert all(Path(r[5]).parent == cache for r in rows)
 

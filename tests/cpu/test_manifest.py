@@ -73,6 +73,22 @@ BAD = [
     ("duplicate", lambda d: op(d)["kernels"].append(copy.deepcopy(kern(d))), f"kernels[{NKERN}].name", "baseline",
      "not used by another"),
     ("type", lambda d: kern(d)["axes"]["head_dim"].update(buckets="64"), f"{HD}.buckets", '"64"', "list of integers"),
+    ("exclude type", lambda d: op(d).update(exclude={"dtype": ["fp16"]}), "ops.attention_fwd.exclude",
+     '{"dtype": ["fp16"]}', "a list of objects"),
+    ("exclude one axis", lambda d: op(d).update(exclude=[{"dtype": ["fp16"]}]), "ops.attention_fwd.exclude[0]",
+     '{"dtype": ["fp16"]}', "two or more enumerated axes"),
+    ("exclude not an object", lambda d: op(d).update(exclude=[["dtype", "fp16"]]), "ops.attention_fwd.exclude[0]",
+     '["dtype", "fp16"]', "two or more enumerated axes"),
+    ("exclude unknown axis", lambda d: op(d)["exclude"][0].update(flavor=["x"]), "exclude[0].flavor", '["x"]',
+     "an enumerated axis of the op (round_mode, mask, kv, dtype)"),
+    ("exclude bucketed axis", lambda d: op(d)["exclude"][0].update(head_dim=[64]), "exclude[0].head_dim", "[64]",
+     "an enumerated axis of the op"),
+    ("exclude value", lambda d: op(d)["exclude"][0].update(round_mode=["rtn"]), "exclude[0].round_mode[0]",
+     '"rtn"', "one of rtne, rtna, rtz"),
+    ("exclude no values", lambda d: op(d)["exclude"][0].update(round_mode=[]), "exclude[0].round_mode", "[]",
+     "a non-empty list"),
+    ("exclude values not a list", lambda d: op(d)["exclude"][0].update(dtype="fp16"), "exclude[0].dtype",
+     '"fp16"', "a list of strings"),
 ]
 
 
@@ -96,19 +112,20 @@ def test_not_json_and_not_evaluated(tmp_path):
 
 def _variant(m, kernel, arch, mode, head_dim):
     return m.variant_for("attention_fwd", kernel, arch, {"round_mode": mode, "mask": "none", "kv": "dense",
-                                                         "head_dim": head_dim})
+                                                         "head_dim": head_dim, "dtype": "bf16"})
 
 
 def test_variants_and_request():
     m = manifest.load()
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
-    variants = list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"]))
+    variants = list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"], dtype=["bf16"]))
     assert len(variants) == 3 * 2 * 3 * len(buckets)
     v = _variant(m, "baseline", "gfx942", "rtna", 128)
-    assert v.name == "baseline-rtna-none-dense-d128" and v["round_mode"] == "rtna" and v["head_dim"] == 128
+    assert v.name == "baseline-rtna-none-dense-d128-bf16" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
-    assert req.variant == "baseline-rtna-none-dense-d128" and req.arch == "gfx942" and req.package_version == "9.9"
-    assert req.options[:4] == ("-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=128")
+    assert req.variant == "baseline-rtna-none-dense-d128-bf16" and req.arch == "gfx942" and req.package_version == "9.9"
+    assert req.options[:5] == ("-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=128",
+                               "-DRTC_DTYPE=0")
     assert "-O3" in req.options and req.compilers == ("hiprtc", "clang")
     names = [n for n, _ in req.headers]
     assert {"platform.h", "attn_params.h", "bf16_round.h"} <= set(names)
@@ -130,7 +147,7 @@ def test_buckets():
 
 
 def _call(mode, head_dim, mask="none"):
-    return {"round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim}
+    return {"round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim, "dtype": "bf16"}
 
 
 def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
@@ -143,18 +160,66 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     m = manifest.load(write(tmp_path, edited(only_fast_and_baseline)), root=ROOT)
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 128), m=m)
     assert sel.kernel.name == "fast" and sel.why == "first match"
-    assert sel.variant.name == "fast-rtne-none-dense-d128"
+    assert sel.variant.name == "fast-rtne-none-dense-d128-bf16"
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 64), m=m)
     assert sel.kernel.name == "baseline" and "fast" in sel.why and "head_dim 64" in sel.why
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "round_mode 'rtz' not in ['rtne']" in sel.why
     sel = dispatch.select("attention_fwd", "gfx90a", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "arch gfx90a" in sel.why
-    assert len(list(m.variants("attention_fwd", kernels=["fast"]))) == 1 * 2 * 3 * 1  # rtne only
+    assert len(list(m.variants("attention_fwd", kernels=["fast"], dtype=["bf16"]))) == 1 * 2 * 3 * 1  # rtne only
     with pytest.raises(ValueError, match="no kernel"):
         dispatch.select("attention_fwd", "gfx1100", _call("rtne", 128), m=m)
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='nope' is not accepted.*fast, baseline"):
         dispatch.select("attention_fwd", "gfx942", _call("rtne", 128), kernel="nope", m=m)
+
+
+# ---- the op's exclude list: fp16 has one rounding, so fp16 x rtna / rtz is no variant ----------------------------
+
+def test_no_fp16_variant_rounds_other_than_rtne():
+    """Nothing enumerates (so nothing compiles: warm, dispatch) an fp16 variant in rtna or rtz; fp16 rtne is there
+    for every arch and bucket of the baseline, and bf16 keeps its three modes."""
+    m = manifest.load()
+    fp16 = [v for v in m.variants("attention_fwd") if v["dtype"] == "fp16"]
+    assert fp16 and {v["round_mode"] for v in fp16} == {"rtne"} and {v.kernel for v in fp16} == {"baseline"}
+    base = op(REAL)["kernels"][BASE]
+    assert len(fp16) == len(base["archs"]) * 2 * 3 * len(base["axes"]["head_dim"]["buckets"])
+    bf16 = [v for v in m.variants("attention_fwd", kernels=["baseline"]) if v["dtype"] == "bf16"]
+    assert {v["round_mode"] for v in bf16} == {"rtne", "rtna", "rtz"}
+    assert not list(m.variants("attention_fwd", dtype=["fp16"], round_mode=["rtna", "rtz"]))
+
+
+def test_warm_enumerates_no_excluded_variant():
+    from rtcattn.tools import cli
+    args = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--head-dim", "64", "--mask", "none",
+                                    "--kv", "dense"])
+    names = sorted(v.name for v in cli._warm_variants(args))
+    assert names == ["baseline-rtna-none-dense-d64-bf16", "baseline-rtne-none-dense-d64-bf16",
+                     "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16"]
+    only = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode", "rtna,rtz"])
+    assert cli._warm_variants(only) == []
+
+
+def test_an_excluded_combination_is_refused_by_name():
+    m = manifest.load()
+    call = dict(_call("rtz", 64), dtype="fp16")
+    with pytest.raises(ValueError, match=r"dtype='fp16', round_mode='rtz' is no variant of op 'attention_fwd': "
+                                         r"the manifest's ops.attention_fwd.exclude\[0\]"):
+        m.variant_for("attention_fwd", "baseline", "gfx942", call)
+    with pytest.raises(ValueError, match=r"asks for no variant: dtype='fp16', round_mode='rtz' is no variant"):
+        dispatch.select("attention_fwd", "gfx942", call, m=m)
+    sel = dispatch.select("attention_fwd", "gfx942", dict(call, round_mode="rtne"), m=m)
+    assert sel.variant.name == "baseline-rtne-none-dense-d64-fp16"
+
+
+def test_fp16_falls_back_to_the_baseline_saying_why():
+    """The fast kernels take bf16 only: an fp16 call they would otherwise serve goes to the baseline."""
+    m = manifest.load()
+    for arch, fast in (("sm_90a", "sm90"), ("gfx942", "gfx942"), ("gfx90a", "gfx942"), ("gfx942-emu", "gfx942")):
+        assert dispatch.select("attention_fwd", arch, _call("rtne", 128), m=m).kernel.name == fast
+        sel = dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), dtype="fp16"), m=m)
+        assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
+        assert f"{fast}: dtype 'fp16' not in ['bf16']" in sel.why, sel.why
 
 
 def test_cuda_arch_names():
@@ -184,7 +249,7 @@ def test_request_headers_are_the_include_closure(tmp_path):
     m = _tree_copy(tmp_path)
     v = next(iter(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"])))
     names = [n for n, _ in m.request(v, "0").headers]
-    assert names == ["attn_params.h", "bf16_round.h", "platform.h"]
+    assert names == ["attn_params.h", "bf16_round.h", "fp16_round.h", "platform.h"]
     emu = next(iter(m.variants("attention_fwd", archs=["gfx942-emu"], kernels=["baseline"])))
     emu_names = [n for n, _ in m.request(emu, "0").headers]
     assert "emu/prelude_host.h" in emu_names and "emu/workgroup.h" in emu_names

@@ -234,3 +234,137 @@ def test_c_header_pairs_match_reference(cxx, tmp_path, flags, round_define):
     selected = COLUMNS.index(next(m for m, n in DEFINES.items() if n == round_define))
     assert np.array_equal(out[:, 3], out[:, selected]), f"RTC_ROUND={round_define}: canonical pair"
     assert np.array_equal(out[:, 7], out[:, 4 + selected]), f"RTC_ROUND={round_define}: raw pair"
+
+
+# ---- fp16: round to nearest even only (csrc_common/fp16_round.h; docs/numerics.md, fp16) ------------------------
+# fp32 bits -> expected fp16 bits, worked out by hand: numpy's float16 cast is the reference (it rounds to nearest
+# even, keeps subnormals, gives +-Inf from 65520 on) except that every NaN becomes the canonical 0x7E00.
+FP16_EDGE = [
+    (0x00000000, 0x0000),  # +0
+    (0x80000000, 0x8000),  # -0
+    (0x3F800000, 0x3C00),  # 1.0, exact
+    (0x3F801000, 0x3C00),  # 1 + 2^-11: tie, even mantissa stays
+    (0x3F803000, 0x3C02),  # 1 + 3 * 2^-11: tie, odd mantissa goes up
+    (0xBF801000, 0xBC00),  # negative tie: to even as well (no bias away from zero)
+    (0x3F800FFF, 0x3C00),  # just below a tie
+    (0x3F801001, 0x3C01),  # just above a tie
+    (0x40490FDB, 0x4248),  # pi -> 3.140625
+    (0x477FE000, 0x7BFF),  # 65504, the largest finite fp16
+    (0x477FEFFF, 0x7BFF),  # just below 65520: stays finite
+    (0x477FF000, 0x7C00),  # 65520, the overflow tie: +Inf (0x7BFF is odd)
+    (0xC77FF000, 0xFC00),  # -65520: -Inf
+    (0x47800000, 0x7C00),  # 65536
+    (0x7F7FFFFF, 0x7C00),  # the largest finite fp32
+    (0x7F800000, 0x7C00),  # +Inf
+    (0xFF800000, 0xFC00),  # -Inf
+    (0x38800000, 0x0400),  # 2^-14, the smallest normal fp16
+    (0x387FC000, 0x03FF),  # 1023 * 2^-24, the largest subnormal
+    (0x387FE000, 0x0400),  # 2^-14 - 2^-25: a subnormal tie rounding up into the normals
+    (0x33800000, 0x0001),  # 2^-24, the smallest subnormal
+    (0x33000000, 0x0000),  # 2^-25: the tie below it goes to the even 0
+    (0x33000001, 0x0001),  # just above it
+    (0xB3000000, 0x8000),  # -2^-25: -0
+    (0x33C00000, 0x0002),  # 3 * 2^-25: tie between 1 and 2 subnormal units -> 2
+    (0x34200000, 0x0002),  # 5 * 2^-25: tie between 2 and 3 -> 2
+    (0x32800000, 0x0000),  # 2^-26
+    (0x00000001, 0x0000),  # the smallest fp32 subnormal
+    (0x807FFFFF, 0x8000),  # the largest negative fp32 subnormal
+    (0x7FC00000, 0x7E00),  # quiet NaN
+    (0x7F800001, 0x7E00),  # the smallest payload: dropping the low bits would give Inf
+    (0x7FBFFFFF, 0x7E00),  # signalling NaN
+    (0x7FFFFFFF, 0x7E00),
+    (0xFFC00000, 0x7E00),  # negative NaNs become the positive canonical one
+    (0xFF800001, 0x7E00),
+]
+FP16_EDGE_BITS = np.array([e[0] for e in FP16_EDGE], dtype=np.uint32)
+FP16_EDGE_WANT = np.array([e[1] for e in FP16_EDGE], dtype=np.uint16)
+
+
+def _fp16_random_bits(n, seed):
+    """Uniform 32-bit patterns plus values spread over fp16's range (subnormals to overflow) and near its ties."""
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32)
+    spread = (rng.standard_normal(n) * np.exp2(rng.uniform(-27, 17, n))).astype(np.float32).view(np.uint32)
+    near_tie = (spread & 0xFFFFE000) | (0x1000 + rng.integers(-2, 3, size=n)).astype(np.uint32)
+    pick = rng.random(n)
+    return np.where(pick < 0.3, u, np.where(pick < 0.65, spread, near_tie)).astype(np.uint32)
+
+
+def test_fp16_numpy_reference_edge_cases():
+    got = ref.f32_to_fp16_bits_np(FP16_EDGE_BITS.view(np.float32))
+    bad = [(hex(b), hex(g), hex(w)) for b, g, w in zip(FP16_EDGE_BITS, got, FP16_EDGE_WANT) if g != w]
+    assert not bad, f"(input, got, want) {bad}"
+
+
+def test_fp16_torch_reference_matches_numpy_and_torch_cast():
+    bits = np.concatenate([FP16_EDGE_BITS, _fp16_random_bits(400_000, seed=5)])
+    x = torch.from_numpy(bits.view(np.float32).copy())
+    got = ref.bf16_bits(ref.round_to_fp16(x))
+    want = ref.f32_to_fp16_bits_np(bits.view(np.float32)).astype(np.int32)
+    assert np.array_equal(got.numpy(), want)
+    assert np.array_equal(got[: len(FP16_EDGE)].numpy(), FP16_EDGE_WANT.astype(np.int32))
+    fin = ~torch.isnan(x)  # torch's own cast (nearest even) keeps NaN payloads; ours makes them 0x7E00
+    assert torch.equal(got[fin], ref.bf16_bits(x[fin].to(torch.float16)))
+
+
+def test_round_to_picks_the_dtype_rounding():
+    x = torch.tensor([1 + 2**-9 + 2**-11], dtype=torch.float32)   # a bf16 non-tie, an fp16 tie (to even: down)
+    assert ref.round_to(x, torch.float16, "rtz").item() == 1 + 2**-9  # fp16: nearest even, whatever the mode
+    assert ref.round_to(x, torch.bfloat16, "rtz").item() == 1.0       # bf16: the mode
+    with pytest.raises(ValueError, match="round_mode='rtn'"):
+        ref.round_to(x, torch.float16, "rtn")
+
+
+FP16_HARNESS = r"""
+#include <cstdio>
+#include <vector>
+#include "fp16_round.h"
+// Reads fp32 bits from stdin. Writes rtc_f32_to_fp16_rtne of each; the pair (in[i], in[n-1-i]); then, for every
+// fp16 pattern h, the fp32 bits of rtc_fp16_to_f32(h), of rtc_fp16_lo_f32 and of rtc_fp16_hi_f32 of the word
+// h | (65535 - h) << 16.
+int main() {
+  std::vector<unsigned int> in;
+  unsigned int x;
+  while (fread(&x, 4, 1, stdin) == 1) in.push_back(x);
+  const size_t n = in.size();
+  std::vector<unsigned short> one(n);
+  std::vector<unsigned int> pair(n), back(3 * 65536);
+  for (size_t i = 0; i < n; ++i) {
+    one[i] = rtc_f32_to_fp16_rtne(rtc_bits_f32(in[i]));
+    pair[i] = rtc_f32x2_to_fp16x2_rtne(rtc_bits_f32(in[i]), rtc_bits_f32(in[n - 1 - i]));
+  }
+  for (unsigned int h = 0; h < 65536; ++h) {
+    const unsigned int w = h | ((65535u - h) << 16);
+    back[3 * h] = rtc_f32_bits(rtc_fp16_to_f32((unsigned short)h));
+    back[3 * h + 1] = rtc_f32_bits(rtc_fp16_lo_f32(w));
+    back[3 * h + 2] = rtc_f32_bits(rtc_fp16_hi_f32(w));
+  }
+  fwrite(one.data(), 2, n, stdout);
+  fwrite(pair.data(), 4, n, stdout);
+  fwrite(back.data(), 4, back.size(), stdout);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("flags", [["-O2"], ["-O2", "-ffast-math"]], ids=["O2", "O2-fast-math"])
+def test_fp16_c_header_matches_reference(cxx, tmp_path, flags):
+    """fp16_round.h bit for bit: fp32 -> fp16 against numpy's cast (NaN: 0x7E00) on the hand-worked patterns and a
+    large random sample, the pair form's halves, and fp16 -> fp32 exact for all 65536 patterns (NaN payloads
+    included, as numpy widens them). -ffast-math (which also sets flush-to-zero) changes nothing."""
+    bits = np.concatenate([FP16_EDGE_BITS, FP16_EDGE_BITS[::-1], _fp16_random_bits(1_000_000, seed=6)])
+    stdout = _build_and_run(cxx, tmp_path, FP16_HARNESS, flags, 0, bits)
+    n = bits.size
+    one = np.frombuffer(stdout[: 2 * n], dtype=np.uint16)
+    pair = np.frombuffer(stdout[2 * n: 6 * n], dtype=np.uint32)
+    back = np.frombuffer(stdout[6 * n:], dtype=np.uint32).reshape(65536, 3)
+    want = ref.f32_to_fp16_bits_np(bits.view(np.float32))
+    bad = np.nonzero(one != want)[0]
+    assert bad.size == 0, f"{flags}: first mismatch input {bits[bad[0]]:#010x} got {one[bad[0]]:#06x} " \
+                          f"want {want[bad[0]]:#06x}"
+    assert np.array_equal(one[: len(FP16_EDGE)], FP16_EDGE_WANT)
+    assert np.array_equal(pair, want.astype(np.uint32) | (want[::-1].astype(np.uint32) << 16)), "pair halves"
+    h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    exact = h.view(np.float16).astype(np.float32).view(np.uint32)
+    assert np.array_equal(back[:, 0], exact), "fp16 -> f32 is not exact"
+    assert np.array_equal(back[:, 1], exact) and np.array_equal(back[:, 2], exact[::-1]), "lo / hi halves"

@@ -29,7 +29,8 @@ def _sm90():
 
 def _build(mode, cache_dir, mask="none", kv="dense"):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
-    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128})
+    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128,
+                                                           "dtype": "bf16"})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -49,7 +50,7 @@ def test_manifest_entry_precedes_baseline():
     hd = k.axes["head_dim"]
     assert k.symbol == SYMBOL and k.archs == ("sm_90a",) and hd.buckets == (128,)
     v = m.variant_for(OP, "sm90", "sm_90a",
-                      {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128})
+                      {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16"})
     headers = {n for n, _ in m.request(v, "0").headers}
     assert {"sm90/params.h", "ptx_sm90.h", "wgmma_sm90.h", "sm90/softmax.h", "attn_params.h"} <= headers, headers
     assert hd.accepts(128) and not hd.accepts(64) and not hd.accepts(136)
@@ -68,7 +69,7 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, mode, tmp_path):
     assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
     assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
     assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
-    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d128-sm_90a-")
+    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d128-bf16-sm_90a-")
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
@@ -80,7 +81,7 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, mode, tmp_path):
 def test_warm_lists_and_compiles_sm90(tmp_path):
     args = cli.parser().parse_args(["warm", "--arch", "sm_90a"])
     names = {v.name for v in cli._warm_variants(args) if v.kernel == "sm90"}
-    assert names == {f"sm90-{mode}-{mask}-{kv}-d128" for mode in MODES for mask in ("none", "window")
+    assert names == {f"sm90-{mode}-{mask}-{kv}-d128-bf16" for mode in MODES for mask in ("none", "window")
                      for kv in ("dense", "varlen", "paged")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
@@ -92,7 +93,7 @@ def test_warm_lists_and_compiles_sm90(tmp_path):
         pytest.skip("NVRTC unavailable for sm_90a")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 ready (1 compiled), 0 failed" in run.stdout, run.stdout
-    assert list(tmp_path.glob("attention_fwd-sm90-rtz-none-dense-d128-sm_90a-*.co")), list(tmp_path.iterdir())
+    assert list(tmp_path.glob("attention_fwd-sm90-rtz-none-dense-d128-bf16-sm_90a-*.co")), list(tmp_path.iterdir())
 
 
 # ---- selection: the sm90 kernel when its conditions hold, else the baseline with the reason logged ----
@@ -104,7 +105,7 @@ def _args(q, k, v, out, layout):
 
 
 def _call(p):
-    return {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": p.head_dim}
+    return {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": p.head_dim, "dtype": "bf16"}
 
 
 def _choose(q, layout, capfd, monkeypatch, view=None):
@@ -122,15 +123,15 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     q = torch.zeros(2, 3, 200, 128, dtype=torch.bfloat16)
     sel, err = _choose(q, layout, capfd, monkeypatch)
     assert sel.kernel.name == "sm90" and sel.why == "first match"
-    assert sel.variant.name == "sm90-rtne-none-dense-d128"
-    assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128, sm_90a): first match" in err, err
+    assert sel.variant.name == "sm90-rtne-none-dense-d128-bf16"
+    assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16, sm_90a): first match" in err, err
 
 
 def test_fallback_for_head_dim_64(capfd, monkeypatch):
     q = torch.zeros(1, 77, 2, 64, dtype=torch.bfloat16)
     sel, err = _choose(q, "bshd", capfd, monkeypatch)
     assert sel.kernel.name == "baseline" and sel.why.startswith("fallback; sm90: head_dim 64")
-    assert ("rtcattn: attention_fwd: kernel baseline (baseline-rtne-none-dense-d64, sm_90a): fallback; "
+    assert ("rtcattn: attention_fwd: kernel baseline (baseline-rtne-none-dense-d64-bf16, sm_90a): fallback; "
             "sm90: head_dim 64" in err), err
 
 

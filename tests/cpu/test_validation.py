@@ -42,9 +42,62 @@ def raises(exc, call, *words):
 
 def test_dtype():
     q, k, v = qkv()
-    raises(TypeError, lambda: rtcattn.forward(q.half(), k, v), "q.dtype=torch.float16", "torch.bfloat16")
-    raises(TypeError, lambda: rtcattn.forward(q, k.float(), v), "k.dtype=torch.float32", "torch.bfloat16")
+    raises(TypeError, lambda: rtcattn.forward(q.half(), k, v), "mismatched dtypes", "q.dtype=torch.float16",
+           "k.dtype=torch.bfloat16", "v.dtype=torch.bfloat16", "one dtype for all of q, k, v")
+    raises(TypeError, lambda: rtcattn.forward(q, k.float(), v), "k.dtype=torch.float32", "torch.bfloat16",
+           "torch.float16")
     raises(TypeError, lambda: rtcattn.forward(q, k, "v"), "v must be a torch.Tensor", "str")
+
+
+FP8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz") if hasattr(torch, n)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, *FP8], ids=str)
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_dtypes_other_than_bf16_and_fp16_are_refused(dtype, which):
+    """fp8 and fp32 (any of q, k, v, all three alike too) are refused, naming the argument and both accepted dtypes."""
+    q, k, v = (t.half() for t in qkv())
+    args = {"q": q, "k": k, "v": v, which: torch.zeros((1, 4, 2, 64), dtype=dtype)}
+    raises(TypeError, lambda: rtcattn.forward(**args), f"{which}.dtype={dtype}", "torch.bfloat16, torch.float16")
+    raises(TypeError, lambda: rtcattn.forward(*(t.to(dtype) for t in (q, k, v))), f"q.dtype={dtype}",
+           "torch.bfloat16, torch.float16")
+
+
+@pytest.mark.parametrize("which", ["k", "v"])
+def test_mixed_fp16_and_bf16_is_refused_naming_both(which):
+    q, k, v = (t.half() for t in qkv())
+    args = {"q": q, "k": k, "v": v, which: {"k": k, "v": v}[which].bfloat16()}
+    err = raises(TypeError, lambda: rtcattn.forward(**args), "mismatched dtypes", "q.dtype=torch.float16",
+                 f"{which}.dtype=torch.bfloat16", "accepted: one dtype for all of q, k, v")
+    assert "torch.bfloat16 or torch.float16" in str(err)
+
+
+def test_out_must_have_the_inputs_dtype():
+    q, k, v = (t.half() for t in qkv())
+    raises(TypeError, lambda: rtcattn.forward(q, k, v, out=torch.empty_like(q, dtype=BF)), "mismatched dtypes",
+           "q.dtype=torch.float16", "out.dtype=torch.bfloat16")
+    q, k, v = qkv()
+    raises(TypeError, lambda: rtcattn.forward(q, k, v, out=torch.empty_like(q, dtype=torch.float16)),
+           "q.dtype=torch.bfloat16", "out.dtype=torch.float16")
+
+
+def test_fp16_call_reaches_launch_and_round_mode_is_still_checked(fake_launch):
+    q, k, v = (t.half() for t in qkv())
+    out = rtcattn.forward(q, k, v, round_mode="rtz")
+    assert out.dtype == torch.float16 and fake_launch[-1]["round_mode"] == "rtz"  # the stub maps it (selection)
+    raises(ValueError, lambda: rtcattn.forward(q, k, v, round_mode="rne"), "round_mode='rne'", "'rtne', 'rtna', 'rtz'")
+    raises(ValueError, lambda: rtcattn.flash_attn_func(q, k, v, how_v3_bf16_cvt=3), "how_v3_bf16_cvt=3")
+
+
+def test_varlen_dtypes():
+    q, k, v = (t[0].half() for t in qkv(s=6))
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    raises(TypeError, lambda: rtcattn.forward_varlen(q, k.bfloat16(), v, cu, cu, 6, 6), "mismatched dtypes",
+           "q.dtype=torch.float16", "k.dtype=torch.bfloat16")
+    raises(TypeError, lambda: rtcattn.forward_varlen(q, k, v, cu, cu, 6, 6, out=torch.empty_like(q, dtype=BF)),
+           "q.dtype=torch.float16", "out.dtype=torch.bfloat16")
+    raises(TypeError, lambda: rtcattn.forward_varlen(q.float(), k.float(), v.float(), cu, cu, 6, 6),
+           "q.dtype=torch.float32", "torch.bfloat16, torch.float16")
 
 
 def test_ndim():

@@ -152,10 +152,10 @@ const rtc::OpRegistration kOp({"attention_fwd",
 AttnParams fill_params(const AttentionFwdArgs& a) {
   AttnParams p;
   std::memset(&p, 0, sizeof p);
-  p.q = static_cast<const rtc_bf16_t*>(a.q);
-  p.k = static_cast<const rtc_bf16_t*>(a.k);
-  p.v = static_cast<const rtc_bf16_t*>(a.v);
-  p.o = static_cast<rtc_bf16_t*>(a.o);
+  p.q = static_cast<const rtc_elem_t*>(a.q);
+  p.k = static_cast<const rtc_elem_t*>(a.k);
+  p.v = static_cast<const rtc_elem_t*>(a.v);
+  p.o = static_cast<rtc_elem_t*>(a.o);
   p.lse = a.lse;
   p.workspace = a.workspace;
   p.workspace_bytes = a.workspace_bytes;

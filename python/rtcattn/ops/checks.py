@@ -89,6 +89,15 @@ def check_tensor(name: str, t, dtypes: tuple, dims: int, shape_text: str) -> Non
                          "contiguous; accepted: stride 1 in the last dim (e.g. call .contiguous())")
 
 
+def check_same_dtype(tensors, dtypes: tuple) -> None:
+    """(name, tensor) pairs that must share one dtype (of dtypes, each already checked): a mismatch names every one."""
+    if any(t.dtype != tensors[0][1].dtype for _, t in tensors[1:]):
+        shown = ", ".join(f"{name}.dtype={t.dtype}" for name, t in tensors)
+        names = ", ".join(name for name, _ in tensors)
+        raise TypeError(f"mismatched dtypes: {shown}; accepted: one dtype for all of {names} "
+                        f"({' or '.join(map(str, dtypes))})")
+
+
 def check_index_tensor(name: str, t, dims: int, shape_text: str, device: torch.device) -> None:
     """Metadata the kernels read (sequence offsets, block tables): int32 on the inputs' device."""
     check_type(name, t)

@@ -181,6 +181,10 @@ def _plan(op: str, arch: str, call: dict, kernel: str | None, m: manifest.Manife
     if missing:  # an op stub that does not say its value on an axis of the manifest: a bug in the stub
         raise ValueError(f"the call of {op} gives no value for axes {missing} of the manifest; "
                          f"the op's stub must pass one value per axis ({', '.join(a.name for a in spec.axes)})")
+    excluded = spec.why_excluded(call)
+    if excluded:  # no kernel has a variant for it: the op's stub must map such a call to a compiled combination
+        raise ValueError(f"the call of {op} ({_describe(arch, call)}) asks for no variant: {excluded}; the op's "
+                         "stub must pass a combination of axis values the manifest compiles")
     if kernel is not None and kernel not in [k.name for k in spec.kernels]:
         raise ValueError(f"RTCATTN_KERNEL={kernel!r} is not accepted for op {op!r}; accepted: "
                          f"{', '.join(k.name for k in spec.kernels)}")

@@ -1,8 +1,10 @@
 """The op manifest (configs/ops.json): parsed as JSON, validated, enumerated into variants and build requests.
 
 Nothing here knows an op: each op declares its axes (a name, a -D define, and either enumerated
-values or head-dim style buckets) and each kernel its archs and the axis values it takes. Variants,
-their names, the defines of a build, `warm`'s enumeration and dispatch's conditions all come from that.
+values or head-dim style buckets), optionally the combinations of values of its enumerated axes that are
+no variant (`exclude`: values an axis takes that mean nothing next to another axis's value), and each
+kernel its archs and the axis values it takes. Variants, their names, the defines of a build, `warm`'s
+enumeration and dispatch's conditions all come from that.
 """
 from __future__ import annotations
 
@@ -76,11 +78,38 @@ class KernelSpec:
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """One entry of an op's `exclude` list: every combination whose value on each named axis is among the
+    listed ones is no variant (nothing is compiled for it and no call may ask for it)."""
+    index: int              # its place in the manifest's list, named in messages
+    values: tuple           # ((axis name, frozenset of value names), ...) in the manifest's order
+
+    def matches(self, values: dict) -> bool:
+        return all(values.get(axis) in names for axis, names in self.values)
+
+    def describe(self) -> str:
+        return ", ".join(f"{axis} in {sorted(names)}" for axis, names in self.values)
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     description: str
     axes: tuple             # Axis, in the manifest's order (the order of variant names and defines)
     kernels: tuple          # KernelSpec, in order of preference: dispatch takes the first that fits
+    exclude: tuple = ()     # Exclusion: combinations of axis values that are no variant
+
+    def exclusion(self, values: dict) -> Exclusion | None:
+        """The first entry of the op's exclude list that the axis values (a variant's or a call's) match."""
+        return next((e for e in self.exclude if e.matches(values)), None)
+
+    def why_excluded(self, values: dict) -> str | None:
+        e = self.exclusion(values)
+        if e is None:
+            return None
+        shown = ", ".join(f"{axis}={values[axis]!r}" for axis, _ in e.values)
+        return (f"{shown} is no variant of op {self.name!r}: the manifest's ops.{self.name}.exclude[{e.index}] "
+                f"({e.describe()}) leaves it out")
 
     def kernel(self, name: str) -> KernelSpec:
         for k in self.kernels:
@@ -111,7 +140,7 @@ class Variant:
     kernel: str
     arch: str
     values: tuple           # ((axis name, value), ...) in the op's axis order
-    name: str               # readable, e.g. "gfx942-rtne-none-dense-d128": the kernel, then each axis value
+    name: str               # readable, e.g. "gfx942-rtne-none-dense-d128-bf16": the kernel, then each axis value
 
     def __getitem__(self, axis: str):
         return dict(self.values)[axis]
@@ -167,11 +196,13 @@ class Manifest:
                 accepted = k.axes[axis.name].buckets if axis.buckets else k.axes[axis.name]
                 wanted = axis_filters.get(axis.name)
                 per_axis.append([v for v in accepted if wanted is None or v in wanted])
+            combos = [tuple(zip((a.name for a in spec.axes), combo)) for combo in itertools.product(*per_axis)]
+            combos = [c for c in combos if spec.exclusion(dict(c)) is None]
             for arch in k.archs:
                 if archs is not None and arch not in archs:
                     continue
-                for combo in itertools.product(*per_axis):
-                    yield _variant(spec, k.name, arch, tuple(zip((a.name for a in spec.axes), combo)))
+                for values in combos:
+                    yield _variant(spec, k.name, arch, values)
 
     def variant_for(self, op: str, kernel: str, arch: str, call: dict) -> Variant:
         """The variant of kernel that serves a call's axis values (bucketed axes rounded up to their bucket)."""
@@ -179,6 +210,9 @@ class Manifest:
         k = spec.kernel(kernel)
         values = tuple((a.name, k.axes[a.name].bucket_for(call[a.name]) if a.buckets else call[a.name])
                        for a in spec.axes)
+        why = spec.why_excluded(dict(values))
+        if why:
+            raise ValueError(why)
         return _variant(spec, kernel, arch, values)
 
     def request(self, v: Variant, package_version: str, extra_options=()) -> BuildRequest:
@@ -270,7 +304,10 @@ def _op_spec(name: str, op: dict) -> OpSpec:
                 per_axis[a.name] = tuple(spec) if spec is not None else tuple(a.value_names())
         kernels.append(KernelSpec(name=k["name"], symbol=k["symbol"], source=k["source"], archs=tuple(k["archs"]),
                                   axes=per_axis))
-    return OpSpec(name=name, description=op.get("description", ""), axes=axes, kernels=tuple(kernels))
+    exclude = tuple(Exclusion(i, tuple((axis, frozenset(names)) for axis, names in e.items()))
+                    for i, e in enumerate(op.get("exclude", [])))
+    return OpSpec(name=name, description=op.get("description", ""), axes=axes, kernels=tuple(kernels),
+                  exclude=exclude)
 
 
 _CACHE: dict = {}
@@ -412,6 +449,7 @@ def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Path | Non
                 if not re.fullmatch(r"[A-Za-z0-9_]+", v) or not isinstance(n, int) or isinstance(n, bool):
                     c.fail(f"{w}.values.{v}", n, "value names of letters, digits and '_' mapped to integers")
         seen_axes[name] = a
+    _check_exclude(c, op, where, seen_axes)
     kernels = c.get(op, "kernels", where, list, "a non-empty list of kernel objects")
     if not kernels:
         c.fail(f"{where}.kernels", kernels, "a non-empty list of kernel objects")
@@ -424,6 +462,22 @@ def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Path | Non
         if k["name"] in seen:
             c.fail(f"{w}.name", k["name"], "a name not used by another kernel of the op")
         seen.add(k["name"])
+
+
+def _check_exclude(c: _Checker, op: dict, where: str, axes: dict) -> None:
+    """`exclude`: a list of objects, each naming two or more enumerated axes of the op, each with a non-empty list
+    of its values; a combination matching every named axis is no variant."""
+    entries = c.get(op, "exclude", where, list, "a list of objects {axis name: [values], ...}", optional=True)
+    enumerated = [n for n, a in axes.items() if a.get("buckets", False) is not True]
+    for i, e in enumerate(entries or []):
+        w = f"{where}.exclude[{i}]"
+        if not isinstance(e, dict) or len(e) < 2:
+            c.fail(w, e, "an object naming two or more enumerated axes of the op, each with a list of its values "
+                         "(to drop a value everywhere, remove it from its axis)")
+        for name, values in e.items():
+            if name not in enumerated:
+                c.fail(f"{w}.{name}", values, f"an enumerated axis of the op ({', '.join(enumerated)})")
+            c.str_list(e, name, w, choices=list(axes[name]["values"]))
 
 
 def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict, op_dir: Path | None) -> None:

@@ -202,7 +202,8 @@ def build(arch: str, mode: str, mask: str = "none", kv: str = "dense"):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from ..runtime import dispatch, manifest
-    v = manifest.load().variant_for(OP, KERNEL, arch, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128})
+    v = manifest.load().variant_for(OP, KERNEL, arch, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128,
+                                                        "dtype": "bf16"})
     return dispatch.build(v)
 
 

@@ -1,5 +1,5 @@
-"""Host references of the numerics contract (docs/numerics.md): bf16 rounding bit for bit, the fp64 output, the "R"
-algorithm, error metrics."""
+"""Host references of the numerics contract (docs/numerics.md): bf16 and fp16 rounding bit for bit, the fp64 output,
+the "R" algorithm, error metrics."""
 from __future__ import annotations
 
 import math
@@ -10,6 +10,8 @@ import torch
 from .validate import LAYOUTS, axis_values  # the op's layouts; the manifest's round modes
 
 BF16_NAN = 0x7FFF
+FP16_NAN = 0x7E00  # the canonical quiet NaN of fp32 -> fp16 (csrc_common/fp16_round.h)
+NAN_BITS = {torch.bfloat16: BF16_NAN, torch.float16: FP16_NAN}  # what every NaN the kernels write is, per dtype
 
 
 def _check_mode(mode: str) -> None:
@@ -54,8 +56,46 @@ def round_to_bf16(x: torch.Tensor, mode: str) -> torch.Tensor:
     return ((out ^ 0x8000) - 0x8000).to(torch.int16).view(torch.bfloat16)
 
 
+def f32_to_fp16_bits_np(x: np.ndarray) -> np.ndarray:
+    """fp32 array -> uint16 fp16 bit patterns: numpy's cast (round to nearest even; subnormals kept, +-Inf from
+    65520 on), every NaN -> the canonical 0x7E00 (numpy keeps the payload)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = x.astype(np.float16).view(np.uint16)
+    nan = (x.view(np.uint32) & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, np.uint16(FP16_NAN), out)
+
+
+def round_to_fp16(x: torch.Tensor) -> torch.Tensor:
+    """fp32 tensor -> fp16 tensor rounded to nearest even, bit for bit as fp16_round.h (the same integer formulas
+    on int64 views, any device): subnormals rounded, never flushed; +-Inf from 65520 on; every NaN 0x7E00."""
+    bits = x.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    sign, a = (bits >> 16) & 0x8000, bits & 0x7FFFFFFF
+    r = a - 0x38000000                                           # normal: rebias 127 -> 15, drop 13 bits
+    normal = (r + 0x0FFF + ((r >> 13) & 1)) >> 13
+    s = (126 - (a >> 23)).clamp(14, 25)                          # subnormal: m / 2^s, 14 <= s <= 24 where used
+    m = (a & 0x7FFFFF) | 0x800000
+    q, rest, half = m >> s, m & ((1 << s) - 1), 1 << (s - 1)
+    sub = q + ((rest > half) | ((rest == half) & ((q & 1) == 1))).to(torch.int64)
+    out = torch.where(a >= 0x38800000, normal, torch.where(a < 0x33000000, torch.zeros_like(sub), sub))
+    out = torch.where(a >= 0x47800000, torch.full_like(out, 0x7C00), out) | sign
+    out = torch.where(a > 0x7F800000, torch.full_like(out, FP16_NAN), out)
+    return ((out ^ 0x8000) - 0x8000).to(torch.int16).view(torch.float16)
+
+
+def round_to(x: torch.Tensor, dtype: torch.dtype, mode: str) -> torch.Tensor:
+    """fp32 tensor -> the kernels' element dtype as they round it: bf16 with `mode`, fp16 to nearest even (the mode,
+    checked, does not apply: the stub sends fp16 calls to the rtne variant)."""
+    _check_mode(mode)
+    if dtype == torch.bfloat16:
+        return round_to_bf16(x, mode)
+    if dtype == torch.float16:
+        return round_to_fp16(x)
+    raise ValueError(f"dtype={dtype} is not one of {list(NAN_BITS)}")
+
+
 def bf16_bits(t: torch.Tensor) -> torch.Tensor:
-    """bf16 tensor -> int32 tensor of its 16-bit patterns (0..65535)."""
+    """16-bit tensor (bf16 or fp16) -> int32 tensor of its 16-bit patterns (0..65535)."""
     return t.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
 
 
@@ -123,7 +163,8 @@ def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, win
 
 
 def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | None = None, window=(-1, -1)):
-    """The "R" reference: the kernels' algorithm in the same precision, plainly in torch (bf16 out)."""
+    """The "R" reference: the kernels' algorithm in the same precision, plainly in torch; P and O rounded to q's
+    dtype (bf16 with round_mode, fp16 to nearest even), O returned in it."""
     qf = to_bhsd(q, layout).to(torch.float32)
     kf, vf = (_kv_heads(to_bhsd(t, layout).to(torch.float32), qf.shape[1]) for t in (k, v))
     scale = default_scale(q.shape[-1], softmax_scale)
@@ -131,10 +172,10 @@ def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | No
     s = (torch.matmul(qf, kf.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m.masked_fill(m == -math.inf, 0.0))                     # a row that sees nothing: p = 0
-    pb = round_to_bf16(p, round_mode).to(torch.float32)
+    pb = round_to(p, q.dtype, round_mode).to(torch.float32)
     row_sum = p.sum(dim=-1, keepdim=True)
     o = torch.matmul(pb, vf) / row_sum.masked_fill(row_sum == 0, 1.0)        # ... and its output 0
-    return from_bhsd(round_to_bf16(o, round_mode), layout)
+    return from_bhsd(round_to(o, q.dtype, round_mode), layout)
 
 
 def errors(x: torch.Tensor, o64: torch.Tensor) -> tuple[float, float]:
@@ -154,7 +195,8 @@ def _ordered(bits: torch.Tensor) -> torch.Tensor:
 
 
 def share_within_ulp(x: torch.Tensor, y: torch.Tensor, ulps: int = 1) -> float:
-    """Share of elements of two bf16 tensors at most `ulps` bf16 ULPs apart (finite pairs only)."""
+    """Share of elements of two bf16 (or two fp16) tensors at most `ulps` ULPs of their dtype apart (finite pairs
+    only)."""
     fin = torch.isfinite(x.float()) & torch.isfinite(y.float())
     d = (_ordered(bf16_bits(x)) - _ordered(bf16_bits(y))).abs()[fin]
     return 1.0 if d.numel() == 0 else (d <= ulps).double().mean().item()
@@ -183,10 +225,10 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None
                      softmax_scale: float | None = None, window=(-1, -1), block_table=None):
     """Per sequence: the dense reference on [1, S, H, D] slices (masks aligned to each sequence's own
     lengths). Returns (O64 [total_q, H, D] float64, lse64 [H, total_q] float64), or with round_mode the
-    "R" output [total_q, H, D] bf16. k, v are packed [total_k, Hk, D] or, with block_table, pages."""
+    "R" output [total_q, H, D] in q's dtype. k, v are packed [total_k, Hk, D] or, with block_table, pages."""
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     total_q, heads = q.shape[0], q.shape[1]
-    o = torch.zeros(q.shape, dtype=torch.float64 if round_mode is None else torch.bfloat16, device=q.device)
+    o = torch.zeros(q.shape, dtype=torch.float64 if round_mode is None else q.dtype, device=q.device)
     lse = torch.full((heads, total_q), -math.inf, dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
         q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]

@@ -84,10 +84,12 @@ def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenP
     return dispatch.lib().op_args(OP, **fields)
 
 
-def _call(round_mode: str, problem, kv: str) -> dict:
-    """The call's value on each axis of the manifest."""
-    return {"round_mode": round_mode, "mask": "window" if problem.masked else "none", "kv": kv,
-            "head_dim": problem.head_dim}
+def _call(q: torch.Tensor, round_mode: str, problem, kv: str) -> dict:
+    """The call's value on each axis of the manifest. round_mode applies to bf16 only: fp16 rounds to nearest even
+    (its only variant, the manifest's exclude list leaves out the others), whatever mode the call names."""
+    dtype = validate.DTYPE_AXIS[q.dtype]
+    return {"round_mode": round_mode if dtype == "bf16" else "rtne", "mask": "window" if problem.masked else "none",
+            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype}
 
 
 def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1)):
@@ -95,7 +97,7 @@ def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_s
     from ...runtime import dispatch
     problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window)
     args = args_block(q, k, v, None, None, layout, problem, dispatch.device_facts(q.device)[1])
-    return dispatch.select_for(OP, q.device, _call(round_mode, problem, "dense"), args)
+    return dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
 
 
 def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
@@ -106,7 +108,7 @@ def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                      softmax_scale, None, window, block_table)
     args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p,
                              dispatch.device_facts(q.device)[1])
-    return dispatch.select_for(OP, q.device, _call(round_mode, p, p.kv), args)
+    return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
 
 
 def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem: validate.Problem):
@@ -114,7 +116,7 @@ def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem
     launches. Returns (out, lse); lse is [B, H, Sq] fp32 when return_lse, else an empty [0] tensor."""
     from ...runtime import dispatch  # loads the C++ runtime only when something really runs
     args = args_block(q, k, v, out, None, layout, problem, dispatch.device_facts(q.device)[1])
-    sel = dispatch.select_for(OP, q.device, _call(round_mode, problem, "dense"), args)
+    sel = dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
     if out is None:
         dispatch.check_fits(OP, "the output", q.numel() * q.element_size(), args, q.device)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -149,7 +151,7 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
     if not empty:
         args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1])
-        sel = dispatch.select_for(OP, q.device, _call(round_mode, p, p.kv), args)
+        sel = dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
     if dispatch.knob("RTCATTN_CHECK") == "1":  # an empty call's metadata too: cu_seqlens=[0] with rows is wrong
         validate.check_device_metadata(cu_q, cu_k, block_table, p)
     # The kernels write only rows that a sequence owns; the others (rows past cu_seqlens_q[-1], as padding

@@ -15,7 +15,9 @@ import torch
 from .. import checks
 from . import OP
 
-DTYPES = (torch.bfloat16,)
+# q, k, v and out share one of these dtypes; each one's value on the manifest's dtype axis (LSE is fp32 always).
+DTYPE_AXIS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+DTYPES = tuple(DTYPE_AXIS)
 LAYOUTS = ("bshd", "bhsd")   # dense tensors' dim orders; the strides carry them, no kernel is compiled per layout
 _DENSE_TEXT = "[B, S, H, D] for layout 'bshd' or [B, H, S, D] for 'bhsd'"
 
@@ -114,6 +116,7 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
     checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(name, t, DTYPES, 4, _DENSE_TEXT)
+    checks.check_same_dtype((("q", q), ("k", k), ("v", v)), DTYPES)
     checks.check_same("devices", ("q.device", "k.device", "v.device"), (q.device, k.device, v.device))
     (bq, sq, hq, dq), (bk, sk, hk, dk), (bv, sv, hv, dv) = (shape_of(t, layout) for t in (q, k, v))
     checks.check_same(f"batch size (layout {layout!r})", ("q", "k", "v"), (bq, bk, bv))
@@ -128,6 +131,7 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
     _check_head_dim(dq, q)
     if out is not None:
         checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)))
+        checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return Problem(bq, hq, sq, sk, dq, checks.check_scale(softmax_scale, dq), hk, tuple(window))
 
 
@@ -146,6 +150,7 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     checks.check_tensor("q", q, DTYPES, 3, "[total_q, Hq, D]")
     for name, t in (("k", k), ("v", v)):
         checks.check_tensor(name, t, DTYPES, 4 if paged else 3, kv_text)
+    checks.check_same_dtype((("q", q), ("k", k), ("v", v)), DTYPES)
     device = q.device
     checks.check_same("devices", ("q.device", "k.device", "v.device"), (q.device, k.device, v.device))
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -185,6 +190,7 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
             (("block_table", block_table),) if paged else ())
         checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + metadata)
+        checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
                          checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages)
 
