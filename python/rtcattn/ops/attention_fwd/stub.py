@@ -84,6 +84,33 @@ def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenP
     return dispatch.lib().op_args(OP, **fields)
 
 
+def _padded_head_dim(problem, make_args, tensors, device) -> int | None:
+    """The head dim the kernels run a call with when it is not the call's own (a head dim that is not a multiple
+    of 8), else None. The op then runs the same call on copies of the tensors with zero columns up to it (they add
+    nothing to q·k, and the columns they give the output are dropped) and the call's scale, 1/sqrt(D) of its own
+    head dim by default. make_args(): the call's argument block, whose sizes name the call if the copies cannot
+    fit the device (checked here, before they are allocated)."""
+    d = validate.padded_head_dim(problem.head_dim)
+    if d == problem.head_dim:
+        return None
+    from ...runtime import dispatch
+    args = make_args()
+    nbytes = sum(t.numel() // max(problem.head_dim, 1) * d * t.element_size() for t in tensors if t is not None)
+    dispatch.check_fits(OP, f"the copies of the inputs padded from head dim {problem.head_dim} to {d}", nbytes, args,
+                        device)
+    return d
+
+
+def _pad(t: torch.Tensor | None, d: int) -> torch.Tensor | None:
+    """A contiguous copy of t (same dim order) with zero columns up to head dim d."""
+    if t is None:
+        return None
+    out = t.new_empty((*t.shape[:-1], d))
+    out[..., :t.shape[-1]].copy_(t)
+    out[..., t.shape[-1]:].zero_()
+    return out
+
+
 def _call(round_mode: str, problem, kv: str) -> dict:
     """The call's value on each axis of the manifest."""
     return {"round_mode": round_mode, "mask": "window" if problem.masked else "none", "kv": kv,
@@ -95,6 +122,9 @@ def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_s
     from ...runtime import dispatch
     problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window)
     args = args_block(q, k, v, None, None, layout, problem, dispatch.device_facts(q.device)[1])
+    d = _padded_head_dim(problem, lambda: args, (q, k, v), q.device)
+    if d is not None:  # the padded call's selection, as the call runs it
+        return selection(_pad(q, d), _pad(k, d), _pad(v, d), layout, round_mode, problem.scale, window)
     return dispatch.select_for(OP, q.device, _call(round_mode, problem, "dense"), args)
 
 
@@ -106,7 +136,16 @@ def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                      softmax_scale, None, window, block_table)
     args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p,
                              dispatch.device_facts(q.device)[1])
+    d = _padded_head_dim(p, lambda: args, (q, k, v), q.device)
+    if d is not None:  # the padded call's selection, as the call runs it
+        return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, round_mode, p.scale, window, block_table)
     return dispatch.select_for(OP, q.device, _call(round_mode, p, p.kv), args)
+
+
+def _dense_args(q, k, v, out, layout, problem):
+    from ...runtime import dispatch
+    return args_block(q, k, v, out, None, layout, problem, dispatch.device_facts(q.device)[1])
 
 
 def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem: validate.Problem):
@@ -134,7 +173,14 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
     if fake or q.numel() == 0:  # Sq = 0 (or B = 0 / H = 0): nothing to compute, nothing launched
         lse = q.new_empty(_dense_lse_shape(q, layout, return_lse), dtype=torch.float32)
         return (q.new_empty(q.shape) if out is None else out), lse
-    return launch(q, k, v, out, return_lse, layout, round_mode, problem)
+    d = _padded_head_dim(problem, lambda: _dense_args(q, k, v, out, layout, problem), (q, k, v), q.device)
+    if d is None:
+        return launch(q, k, v, out, return_lse, layout, round_mode, problem)
+    # Every output row is written: the padded call's output needs no values of out's. Contiguous, as the fake's.
+    o, lse = _dense(_pad(q, d), _pad(k, d), _pad(v, d), None, layout, round_mode, problem.scale, return_lse, window,
+                    False)
+    o = o[..., :problem.head_dim]
+    return (o.contiguous() if out is None else out.copy_(o)), lse
 
 
 def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
@@ -149,6 +195,13 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
     if not empty:
         args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1])
+        d = _padded_head_dim(p, lambda: args, (q, k, v, out), q.device)
+        if d is not None:
+            # A paged pool is copied whole. A given out is copied too, so rows no sequence owns keep its values.
+            o, lse = _packed(_pad(q, d), _pad(k, d), _pad(v, d), _pad(out, d), cu_q, cu_k, max_q, max_k,
+                             round_mode, p.scale, return_lse, window, block_table, False)
+            o = o[..., :p.head_dim]
+            return (o.contiguous() if out is None else out.copy_(o)), lse
         sel = dispatch.select_for(OP, q.device, _call(round_mode, p, p.kv), args)
     if dispatch.knob("RTCATTN_CHECK") == "1":  # an empty call's metadata too: cu_seqlens=[0] with rows is wrong
         validate.check_device_metadata(cu_q, cu_k, block_table, p)
