@@ -140,3 +140,29 @@ def test_padded_packed_call_equals_zero_padded_inputs_sliced(kernel, d, paged):
     assert o.shape == b.q.shape and o.is_contiguous()
     assert same(o, o_p[..., :d]) and same(lse, lse_p), f"padded call != zero-padded call sliced (d={d})"
     assert res is out and same(out, o) and same(lse_out, lse)
+
+
+# ---- a padded call is checked whole before its copies are made -------------------------------------------------
+
+@pytest.fixture
+def no_copies(monkeypatch):
+    from rtcattn.ops.attention_fwd import stub
+    monkeypatch.setattr(stub, "_pad", lambda *a: pytest.fail("the padding copies were made before the refusal"))
+
+
+def test_runtime_refusal_comes_before_the_copies(no_copies):
+    """The runtime checks the padded call (here: a block table past what the gfx942 kernel's V^T offsets reach)
+    on the copies' shapes and strides, before they exist."""
+    b = vs.make_batch([4], [4], 1, 1, 123, "cpu")
+    pool = torch.zeros((1, 1 << 16, 1, 123), dtype=torch.bfloat16)
+    table = torch.zeros((1, 257), dtype=torch.int32)     # 257 pages of 2^16 rows: past 2^24 keys
+    with dispatch.pinned(kernel="gfx942"), pytest.raises(ValueError, match=r"block_table.shape\[1\]\*page_size=257"):
+        rtcattn.forward_varlen(b.q, pool, pool, b.cu_q, b.cu_k, 4, 4, block_table=table)
+
+
+def test_copies_larger_than_the_device_are_refused_before_they_are_made(no_copies, monkeypatch):
+    q, k, v = suite.make_qkv("bshd", 1, 2, 64, 64, 59, "cpu")
+    monkeypatch.setattr(dispatch, "_memory_bytes", lambda device: 4 * 64 * 2 * 64 * 2 - 1)
+    with pytest.raises(ValueError, match=r"copies of the inputs and output padded from head dim 59 to 64 of 65536 "
+                                         r"bytes .*head_dim=64"):
+        rtcattn.forward(q, k, v)
