@@ -95,9 +95,8 @@ def head_dim_rule():
         for d in range(lo, hi + 1):
             j += taken[j] < d
             padded.append(taken[j])
-        _head_dim_rule = padded, lo, _head_dim_text(specs, lo, hi)
-    padded, lo, text = _head_dim_rule
-    return (lambda d: lo <= d < lo + len(padded)), text
+        _head_dim_rule = (lambda d: lo <= d <= hi), _head_dim_text(specs, lo, hi), padded, lo
+    return _head_dim_rule[:2]
 
 
 def _head_dim_text(specs, lo: int, hi: int) -> str:
@@ -115,7 +114,7 @@ def padded_head_dim(d: int) -> int:
     """The head dim the kernels run a call of head dim d (one head_dim_rule supports) with: d when a kernel takes
     it, else the next one that a kernel takes, q, k and v padded with zero columns up to it."""
     head_dim_rule()
-    padded, lo, _ = _head_dim_rule
+    _, _, padded, lo = _head_dim_rule
     return padded[d - lo]
 
 
