@@ -17,8 +17,10 @@
 #include "fp16_round.h"
 
 #ifndef RTC_HEAD_DIM_MAX
-#error "RTC_HEAD_DIM_MAX (head-dim bucket: 64, 96, 128, 192 or 256) must be defined"
+#error "RTC_HEAD_DIM_MAX (head-dim bucket: 32, 64, 96, 128, 192 or 256) must be defined"
 #endif
+// A bucket serves every head dim from one chunk (8) up to it in steps of 8: the loops run p.head_dim / 8
+// chunks, so only the shared-memory pitch and the accumulator's size follow the bucket.
 #if RTC_HEAD_DIM_MAX % 8 != 0 || RTC_HEAD_DIM_MAX < 8 || RTC_HEAD_DIM_MAX > 256
 #error "RTC_HEAD_DIM_MAX must be a multiple of 8 in [8, 256]"
 #endif

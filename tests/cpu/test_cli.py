@@ -183,7 +183,8 @@ def test_warm_rejects_unknown_arch_and_axis():
 @pytest.mark.parametrize("args,env,flag,accepted", [
     (["--shape", "1,2"], {}, "--shape: '1,2'", "B,S,H,D, four positive integers"),
     (["--shape", "1,x,2,64"], {}, "--shape: '1,x,2,64'", "B,S,H,D, four positive integers"),
-    (["--shape", "1,64,2,100"], {}, "--shape: '1,64,2,100' has head dim D=100", "64..256"),
+    (["--shape", "1,64,2,264"], {}, "--shape: '1,64,2,264' has head dim D=264", "a head dim in 8..256"),
+    (["--shape", "1,64,2,4"], {}, "--shape: '1,64,2,4' has head dim D=4", "padded to the next multiple of 8"),
     (["--device", "tpu"], {}, "--device: invalid choice: 'tpu'", "'cuda', 'cpu'"),
     (["--device", "cpu"], {}, "--device=cpu", "RTCATTN_EMULATE=gfx942 or gfx90a"),
     (["--device", "cpu"], {"RTCATTN_EMULATE": "gfx1100"}, "--device=cpu", "RTCATTN_EMULATE='gfx1100'"),

@@ -50,11 +50,60 @@ def test_fake_impl_shapes(layout):
         assert no_lse.shape == (0,)
 
 
-def test_fake_impl_validates():
+@pytest.mark.parametrize("d", [4, 264])
+def test_fake_impl_validates(d):
     with FakeTensorMode():
-        q = torch.empty(1, 4, 2, 60, dtype=BF)
-        with pytest.raises(ValueError, match="D=60"):
+        q = torch.empty(1, 4, 2, d, dtype=BF)
+        with pytest.raises(ValueError, match=f"D={d} .*accepted: a head dim in 8..256"):
             torch.ops.rtcattn.fwd(q, q, q, "bshd", "rtne", 0.1, False)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_fake_impl_shapes_for_a_padded_head_dim(layout):
+    """D = 59 runs padded to 64 inside the op; its fakes give q's shape, not the padded one."""
+    with FakeTensorMode():
+        q = torch.empty(2, 5, 3, 59, dtype=BF)
+        out, lse = torch.ops.rtcattn.fwd(q, q, q, layout, "rtne", None, True)
+        assert out.shape == q.shape and out.is_contiguous()
+        assert lse.shape == ((2, 3, 5) if layout == "bshd" else (2, 5, 3))
+        packed = torch.empty(7, 4, 59, dtype=BF)
+        cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+        out, lse = torch.ops.rtcattn.fwd_varlen(packed, packed, packed, cu, cu, 4, 4, "rtne", None, True)
+        assert out.shape == packed.shape and lse.shape == (4, 7)
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    """A padded call is sized in the runtime before its copies exist: CPU tensors need the emulated arch."""
+    need_lib()
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+
+
+def test_opcheck_padded_head_dim(fake_launch, emulated):
+    """The eager padded call's output (shape, strides, dtype) is what its fake says it is."""
+    q = torch.randn(1, 4, 2, 59, dtype=BF)
+    k = torch.randn(1, 6, 2, 59, dtype=BF)
+    torch.library.opcheck(torch.ops.rtcattn.fwd.default, (q, k, k, "bshd", "rtna", None, True),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    out = torch.empty_like(q)
+    torch.library.opcheck(torch.ops.rtcattn.fwd_out.default, (q, k, k, out, "bshd", "rtz", 0.125, False),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_torch_compile_fullgraph_padded_head_dim(fake_launch, emulated):
+    graphs = []
+
+    @torch.compile(fullgraph=True, backend=_recording_backend(graphs))
+    def f(q, k, v):
+        out, lse = rtcattn.forward(q, k, v, layout="bhsd", return_lse=True)
+        return out.reshape(-1, 43) * 2, lse + 1
+
+    q = torch.randn(1, 2, 4, 43, dtype=BF)
+    k = torch.randn(1, 2, 9, 43, dtype=BF)
+    out, lse = f(q, k, k)
+    assert len(graphs) == 1 and "rtcattn.fwd" in targets(graphs[0])
+    assert torch.equal(out, q.reshape(-1, 43) * 2)   # the launch echoes the padded q: the op slices it back
+    assert lse.shape == (1, 2, 4) and bool((lse == 10.0).all())
 
 
 def test_make_fx_symbolic_traces_the_op():

@@ -140,8 +140,10 @@ def test_variants_and_request():
 
 def test_buckets():
     spec = manifest.load().op("attention_fwd").kernel("baseline").axes["head_dim"]
-    assert [spec.bucket_for(d) for d in (64, 72, 96, 128, 136, 200, 256)] == [64, 96, 96, 128, 192, 256, 256]
-    assert spec.accepts(72) and not spec.accepts(68) and not spec.accepts(264)
+    assert [spec.bucket_for(d) for d in (8, 32, 40, 64, 72, 96, 128, 136, 200, 256)] == [32, 32, 64, 64, 96, 96, 128,
+                                                                                        192, 256, 256]
+    assert spec.accepts(72) and spec.accepts(8) and not spec.accepts(68) and not spec.accepts(264)
+    assert not spec.accepts(0) and not spec.accepts(4)
     m = manifest.load()
     assert _variant(m, "baseline", "gfx942", "rtne", 72)["head_dim"] == 96
 
@@ -275,7 +277,7 @@ def test_request_headers_are_the_include_closure(tmp_path):
 #   gfx942    gfx942/params.h `#define GFX942_HEAD_DIM <d>`, gfx942.hip's guard `#if RTC_HEAD_DIM_MAX != <d>` and
 #             the host's refusal in jit/ops/attention_fwd/gfx942.cpp ("... accepted: <d>"): the same.
 #   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`
-#             (step and max) and the buckets its #error names ("head-dim bucket: 64, 96, 128, 192 or 256").
+#             (step, min and max) and the buckets its #error names ("head-dim bucket: 32, 64, ... or 256").
 OP_TEXT = ROOT / "op_sources" / "attention_fwd"
 SINGLE_HEAD_DIM = {
     "sm90": [(OP_TEXT / "sm90" / "params.h", r"^#define SM90_HEAD_DIM (\d+)\b"),
@@ -320,7 +322,7 @@ def test_baseline_head_dims_match_manifest():
     buckets = tuple(int(b) for b in re.split(r", | or ", _stated(hip, BASELINE_BUCKETS)))
     spec = _head_dim("baseline")
     assert (spec.step, spec.hi, spec.buckets) == (step, hi, buckets)
-    # The guard bounds the bucket define, not a call's head dim (a bucket serves every multiple of 8 up to it):
-    # the kernel's own text states no smallest head dim, so the manifest's min is held to its smallest bucket.
-    assert spec.lo == buckets[0]
+    # The guard bounds the bucket define; its lower bound is one chunk of 8 values, which is also the smallest head
+    # dim any bucket serves (a bucket serves every multiple of 8 up to it: the loops run head_dim / 8 chunks).
+    assert spec.lo == lo
     assert all(lo <= b <= hi and b % step == 0 for b in buckets), (buckets, lo, hi, step)

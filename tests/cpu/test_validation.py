@@ -136,10 +136,61 @@ def test_sk_zero():
     raises(ValueError, lambda: rtcattn.forward(q, k, v), "Sk=0", "Sk >= 1")
 
 
-@pytest.mark.parametrize("d", [32, 60, 100, 264, 512])
+HEAD_DIM_RULE = "a head dim in 8..256; one that is not a multiple of 8 is padded to the next multiple of 8"
+
+
+@pytest.mark.parametrize("d", [0, 1, 4, 7, 257, 264, 512])
 def test_head_dim_unsupported(d):
     q, k, v = qkv(d=d)
-    raises(ValueError, lambda: rtcattn.forward(q, k, v), f"D={d}", "64..256 in steps of 8")
+    raises(ValueError, lambda: rtcattn.forward(q, k, v), f"D={d} (q.shape={tuple(q.shape)})", HEAD_DIM_RULE)
+    raises(ValueError, lambda: rtcattn.flash_attn_func(q, k, v), f"D={d}", HEAD_DIM_RULE)
+    raises(ValueError, lambda: rtcattn.forward(q, k, v, out=torch.empty_like(q)), f"D={d}", HEAD_DIM_RULE)
+
+
+@pytest.fixture
+def echo_launch(monkeypatch):
+    """The launch replaced by one that writes q into the output (what the padded call gives is then known) and
+    records what it was called with; CPU tensors need the emulated arch (the call is sized in the runtime)."""
+    need_lib()
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    calls = []
+
+    def run(q, k, v, out, return_lse, layout, round_mode, problem):
+        calls.append(dict(q=q, k=k, v=v, out=out, problem=problem))
+        out = torch.empty(q.shape, dtype=q.dtype) if out is None else out   # contiguous, as launch allocates it
+        out.copy_(q)
+        b, s, h, _ = q.shape if layout == "bshd" else (q.shape[0], q.shape[2], q.shape[1], q.shape[3])
+        return out, torch.full((b, h, s) if return_lse else (0,), -1.0)
+    monkeypatch.setattr(stub, "launch", run)
+    return calls
+
+
+@pytest.mark.parametrize("d,padded", [(8, 8), (32, 32), (40, 40), (60, 64), (100, 104), (111, 112), (255, 256)])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_head_dims_from_8_reach_the_kernels_padded_to_a_multiple_of_8(echo_launch, d, padded, layout):
+    """D = 32 and 40 (refused before head dims went down to 8) run as they are; D = 60, 100 (refused: not
+    multiples of 8) run padded with zero columns; the scale stays 1/sqrt(D) of the call's own head dim."""
+    q, k, v = qkv(d=d, sk=6)
+    if layout == "bhsd":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))   # views: padding copies them in their own dim order
+    out, lse = rtcattn.forward(q, k, v, layout=layout, return_lse=True)
+    call = echo_launch[-1]
+    assert call["problem"].head_dim == padded and call["q"].shape == (*q.shape[:3], padded)
+    assert math.isclose(call["problem"].scale, 1 / math.sqrt(d), rel_tol=1e-6)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        assert torch.equal(call[name][..., :d], t), name
+        assert not bool(call[name][..., d:].any()), f"{name}'s padding columns are not zero"
+    assert out.shape == q.shape and out.is_contiguous() and torch.equal(out, q)
+    assert lse.shape == (1, 2, 4)
+    given = torch.full_like(q, 7.0)
+    res, _ = rtcattn.forward(q, k, v, layout=layout, out=given, return_lse=True)
+    assert res is given and torch.equal(given, q)
+
+
+def test_padded_call_keeps_an_explicit_scale(echo_launch):
+    q, k, v = qkv(d=59)
+    rtcattn.forward(q, k, v, softmax_scale=0.3)
+    assert echo_launch[-1]["problem"].scale == 0.3 and echo_launch[-1]["problem"].head_dim == 64
 
 
 def test_last_dim_not_contiguous():

@@ -219,3 +219,36 @@ def test_fake_gives_shapes_under_tracing():
 def test_signature_helper_is_the_api_one():
     assert rtcattn.flash_attn_varlen_func is api.flash_attn_varlen_func
     assert rtcattn.forward_varlen is api.forward_varlen
+
+
+HEAD_DIM_RULE = r"accepted: a head dim in 8\.\.256; one that is not a multiple of 8 is padded to the next multiple of 8"
+
+
+@pytest.mark.parametrize("d", [0, 4, 264])
+@pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
+def test_bad_head_dim_raises_on_every_packed_entry(d, paged):
+    q, k, v, cq, ck, mq, mk = _batch(d=d)
+    table = None
+    if paged:
+        k, v = (torch.randn(4, 16, 2, d).to(BF) for _ in range(2))
+        table = torch.zeros(3, 1, dtype=I32)
+    pattern = rf"head dim D={d} \(q\.shape=\(14, 4, {d}\)\) is not supported; {HEAD_DIM_RULE}"
+    with pytest.raises(ValueError, match=pattern):
+        rtcattn.forward_varlen(q, k, v, cq, ck, mq, mk, block_table=table)
+    with pytest.raises(ValueError, match=pattern):
+        rtcattn.flash_attn_varlen_func(q, k, v, cq, ck, mq, mk, block_table=table, out=torch.empty_like(q))
+    with pytest.raises(ValueError, match=pattern):
+        torch.ops.rtcattn.fwd_varlen(q, k, v, cq, ck, mq, mk, "rtne", None, False, block_table=table)
+
+
+def test_padded_out_keeps_rows_no_sequence_owns():
+    """D = 59 runs padded to 64 on a copy of out: rows past cu_seqlens_q[-1] keep out's values, the sequences'
+    rows equal the call without out, bit for bit."""
+    q, k, v, cq, ck, mq, mk = _batch(d=59)
+    padded = torch.cat([q, torch.randn(6, 4, 59).to(BF)])
+    given = torch.full_like(padded, 7.0)
+    res, lse = rtcattn.forward_varlen(padded, k, v, cq, ck, mq, mk, causal=True, return_lse=True, out=given)
+    want, want_lse = rtcattn.forward_varlen(q, k, v, cq, ck, mq, mk, causal=True, return_lse=True)
+    assert res is given and want.shape == q.shape and want.is_contiguous()
+    assert torch.equal(given[:14].view(torch.int16), want.view(torch.int16)) and torch.equal(lse[:, :14], want_lse)
+    assert bool((given[14:] == 7.0).all()) and bool((lse[:, 14:] == -torch.inf).all())

@@ -36,7 +36,7 @@ print("RESULT " + json.dumps({"import_torch_s": t1 - t0, "import_rtcattn_s": t2 
 
 
 def _shape(text: str) -> str:
-    """--shape: B,S,H,D as four positive integers with a head dim some kernel takes (checked here, in the parent,
+    """--shape: B,S,H,D as four positive integers with a head dim the op accepts (checked here, in the parent,
     so a bad value is an error naming the flag rather than a measuring process's traceback)."""
     from ..ops.attention_fwd.validate import head_dim_rule
     try:

@@ -14,6 +14,8 @@ object.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from .. import backward, checks, schema
@@ -33,7 +35,7 @@ def _packed_lse_shape(q: torch.Tensor, return_lse: bool):
 
 def _strides(t, layout: str):
     """Element strides in (batch, seq, head) order, as the argument block wants them (t: a tensor or its strides)."""
-    s = t.stride() if isinstance(t, torch.Tensor) else t
+    s = t if isinstance(t, tuple) else t.stride()
     return (s[0], s[1], s[2]) if layout == "bshd" else (s[0], s[2], s[1])
 
 
@@ -92,11 +94,64 @@ def _call(q: torch.Tensor, round_mode: str, problem, kv: str) -> dict:
             "kv": kv, "head_dim": problem.head_dim, "dtype": dtype}
 
 
+class _Copy:
+    """A tensor's padded copy before it exists, for the runtime's checks: its shape, its contiguous strides and,
+    standing in for its address (as q's stands in for an output not allocated yet), the tensor's own rounded down
+    to 256 bytes, an alignment the allocator gives the copy."""
+
+    def __init__(self, t: torch.Tensor, d: int):
+        self.shape = torch.Size((*t.shape[:-1], d))
+        self._strides = _contiguous_strides(self.shape)
+        self._ptr = max(t.data_ptr() // 256 * 256, 256)
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    def stride(self, dim: int | None = None):
+        return self._strides if dim is None else self._strides[dim]
+
+
+def _padded_head_dim(problem, round_mode: str, kv: str, make_args, tensors, device) -> int | None:
+    """The head dim the kernels run a call with when it is not the call's own (one that is not a multiple of 8),
+    else None. The op then runs the same call on copies of the tensors with zero columns up to it (they add nothing
+    to q·k, and the columns they give the output are dropped) with the call's scale, 1/sqrt of its own head dim by
+    default. make_args(padded_problem, copy) fills the padded call's argument block, copy(t) standing in for the
+    copy of t: the runtime checks that call, and the device's memory the copies, before they are made."""
+    d = validate.padded_head_dim(problem.head_dim)
+    if d == problem.head_dim:
+        return None
+    from ...runtime import dispatch
+    padded = dataclasses.replace(problem, head_dim=d)
+    args = make_args(padded, lambda t: None if t is None else _Copy(t, d))
+    dispatch.select_for(OP, device, _call(tensors[0], round_mode, padded, kv), args)
+    copies = [t for t in tensors if t is not None] + [tensors[0]]  # and the padded call's output, q's size
+    nbytes = sum(t.numel() // problem.head_dim * d * t.element_size() for t in copies)
+    dispatch.check_fits(OP, f"the copies of the inputs and output padded from head dim {problem.head_dim} to {d}",
+                        nbytes, args, device)
+    return d
+
+
+def _pad(t: torch.Tensor | None, d: int) -> torch.Tensor | None:
+    """A contiguous copy of t (same dim order) with zero columns up to head dim d."""
+    if t is None:
+        return None
+    out = t.new_empty((*t.shape[:-1], d))
+    out[..., :t.shape[-1]].copy_(t)
+    out[..., t.shape[-1]:].zero_()
+    return out
+
+
 def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1)):
     """The kernel and variant a dense call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
     problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window)
-    args = args_block(q, k, v, None, None, layout, problem, dispatch.device_facts(q.device)[1])
+    cus = dispatch.device_facts(q.device)[1]
+    d = _padded_head_dim(problem, round_mode, "dense",
+                         lambda p, copy: args_block(copy(q), copy(k), copy(v), None, None, layout, p, cus), (q, k, v),
+                         q.device)
+    if d is not None:  # the padded call's selection, as the call runs it
+        return selection(_pad(q, d), _pad(k, d), _pad(v, d), layout, round_mode, problem.scale, window)
+    args = args_block(q, k, v, None, None, layout, problem, cus)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
 
 
@@ -106,9 +161,19 @@ def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     from ...runtime import dispatch
     p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                                      softmax_scale, None, window, block_table)
-    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p,
-                             dispatch.device_facts(q.device)[1])
+    cus = dispatch.device_facts(q.device)[1]
+    d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
+        copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus), (q, k, v), q.device)
+    if d is not None:  # the padded call's selection, as the call runs it
+        return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, round_mode, p.scale, window, block_table)
+    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
+
+
+def _num_cus(q) -> int:
+    from ...runtime import dispatch
+    return dispatch.device_facts(q.device)[1]
 
 
 def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem: validate.Problem):
@@ -136,7 +201,15 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
     if fake or q.numel() == 0:  # Sq = 0 (or B = 0 / H = 0): nothing to compute, nothing launched
         lse = q.new_empty(_dense_lse_shape(q, layout, return_lse), dtype=torch.float32)
         return (q.new_empty(q.shape) if out is None else out), lse
-    return launch(q, k, v, out, return_lse, layout, round_mode, problem)
+    d = _padded_head_dim(problem, round_mode, "dense", lambda p, copy: args_block(
+        copy(q), copy(k), copy(v), None, None, layout, p, _num_cus(q)), (q, k, v), q.device)
+    if d is None:
+        return launch(q, k, v, out, return_lse, layout, round_mode, problem)
+    # Every output row is written: the padded call's output needs no values of out's. Contiguous, as the fake's.
+    o, lse = _dense(_pad(q, d), _pad(k, d), _pad(v, d), None, layout, round_mode, problem.scale, return_lse, window,
+                    False)
+    o = o[..., :problem.head_dim]
+    return (o.contiguous() if out is None else out.copy_(o)), lse
 
 
 def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
@@ -151,6 +224,15 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
     if not empty:
         args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1])
+        d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
+            copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, args.num_cus), (q, k, v, out),
+            q.device)
+        if d is not None:
+            # A paged pool is copied whole. A given out is copied too, so rows no sequence owns keep its values.
+            o, lse = _packed(_pad(q, d), _pad(k, d), _pad(v, d), _pad(out, d), cu_q, cu_k, max_q, max_k,
+                             round_mode, p.scale, return_lse, window, block_table, False)
+            o = o[..., :p.head_dim]
+            return (o.contiguous() if out is None else out.copy_(o)), lse
         sel = dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
     if dispatch.knob("RTCATTN_CHECK") == "1":  # an empty call's metadata too: cu_seqlens=[0] with rows is wrong
         validate.check_device_metadata(cu_q, cu_k, block_table, p)

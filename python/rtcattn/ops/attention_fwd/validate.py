@@ -83,16 +83,41 @@ def shape_of(t: torch.Tensor, layout: str):
 
 
 def head_dim_rule():
-    """(supports(d), description) from the manifest's kernels: a head dim is supported when any kernel takes it."""
+    """(supports(d), description) from the manifest's kernels. The kernels take the head dims of their buckets
+    (8..256 in steps of 8 today); a head dim between those, no smaller than the smallest one, is supported too:
+    the op pads q, k and v with zero columns to the next head dim a kernel takes (padded_head_dim)."""
     global _head_dim_rule
     if _head_dim_rule is None:  # read once per process: every call checks the head dim
         from ...runtime import manifest
         specs = {k.axes["head_dim"] for k in manifest.load().op(OP).kernels}
-        widest = [s for s in specs if not any(o != s and o.lo <= s.lo and s.hi <= o.hi and o.step <= s.step
-                                                for o in specs)]
-        text = "; ".join(s.describe() for s in sorted(widest, key=lambda s: s.lo))
-        _head_dim_rule = (lambda d: any(s.accepts(d) for s in specs)), text
-    return _head_dim_rule
+        lo, hi = min(s.lo for s in specs), max(s.hi for s in specs)
+        taken = sorted({d for s in specs for d in range(s.lo, s.hi + 1, s.step)})
+        # padded[d - lo]: the smallest head dim >= d that some kernel takes (d itself when one does)
+        padded, j = [], 0
+        for d in range(lo, hi + 1):
+            j += taken[j] < d
+            padded.append(taken[j])
+        _head_dim_rule = (lambda d: lo <= d <= hi), _head_dim_text(specs, lo, hi), padded, lo
+    return _head_dim_rule[:2]
+
+
+def _head_dim_text(specs, lo: int, hi: int) -> str:
+    widest = [s for s in specs if not any(o != s and o.lo <= s.lo and s.hi <= o.hi and o.step <= s.step
+                                            for o in specs)]
+    if len(widest) == 1 and (widest[0].lo, widest[0].hi, widest[0].lo % widest[0].step) == (lo, hi, 0):
+        step = widest[0].step  # one kernel takes every multiple of step in lo..hi
+        return (f"a head dim in {lo}..{hi}; one that is not a multiple of {step} is padded to the next multiple "
+                f"of {step}")
+    taken = "; ".join(s.describe() for s in sorted(widest, key=lambda s: s.lo))
+    return f"a head dim in {lo}..{hi}; the kernels take {taken}, any other is padded to the next one they take"
+
+
+def padded_head_dim(d: int) -> int:
+    """The head dim the kernels run a call of head dim d (one head_dim_rule supports) with: d when a kernel takes
+    it, else the next one that a kernel takes, q, k and v padded with zero columns up to it."""
+    head_dim_rule()
+    _, _, padded, lo = _head_dim_rule
+    return padded[d - lo]
 
 
 _head_dim_rule = None
