@@ -142,18 +142,18 @@ def test_head_dim_padded_to_128_selects_sm90(d, monkeypatch):
     monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", 132))
     monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
     q = torch.zeros(1, 200, 2, d, dtype=torch.bfloat16)
-    assert attention_fwd.selection(q, q, q).variant.name == "sm90-rtne-none-dense-d128"
-    assert attention_fwd.selection(q, q, q, window=(-1, 0)).variant.name == "sm90-rtne-window-dense-d128"
+    assert attention_fwd.selection(q, q, q).variant.name == "sm90-rtne-none-dense-d128-bf16"
+    assert attention_fwd.selection(q, q, q, window=(-1, 0)).variant.name == "sm90-rtne-window-dense-d128-bf16"
     packed = torch.zeros(60, 2, d, dtype=torch.bfloat16)
     cu = torch.tensor([0, 20, 60], dtype=torch.int32)
     sel = attention_fwd.selection_varlen(packed, packed, packed, cu, cu, 40, 40)
-    assert sel.variant.name == "sm90-rtne-none-varlen-d128"
+    assert sel.variant.name == "sm90-rtne-none-varlen-d128-bf16"
     pages = torch.zeros(4, 16, 2, d, dtype=torch.bfloat16)
     table = torch.tensor([[0, 1, 2], [3, 0, 1]], dtype=torch.int32)
     sel = attention_fwd.selection_varlen(packed, pages, pages, cu, cu, 40, 40, window=(-1, 0), block_table=table)
-    assert sel.variant.name == "sm90-rtne-window-paged-d128"
+    assert sel.variant.name == "sm90-rtne-window-paged-d128-bf16"
     q = torch.zeros(1, 200, 2, 120, dtype=torch.bfloat16)
-    assert attention_fwd.selection(q, q, q).variant.name == "baseline-rtne-none-dense-d128"
+    assert attention_fwd.selection(q, q, q).variant.name == "baseline-rtne-none-dense-d128-bf16"
 
 
 def test_fallback_for_misaligned_view(capfd, monkeypatch):
