@@ -61,3 +61,24 @@ RTC_HD float rtc_fp16_hi_f32(unsigned int w) { return rtc_fp16_to_f32((unsigned 
 RTC_HD unsigned int rtc_f32x2_to_fp16x2_rtne(float lo, float hi) {
   return (unsigned int)rtc_f32_to_fp16_rtne(lo) | ((unsigned int)rtc_f32_to_fp16_rtne(hi) << 16);
 }
+
+// The raw pair (a NaN half left as the conversion gives it): for values whose NaN is carried elsewhere (sm90's
+// P, where a NaN p also makes its row sum NaN). On NVIDIA (sm_80 and later) one cvt.rn.f16x2.f32, which rounds to
+// nearest even and overflows to Inf as above; elsewhere the exact pair form.
+RTC_HD unsigned int rtc_f32x2_to_fp16x2_raw_rtne(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned int r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return rtc_f32x2_to_fp16x2_rtne(lo, hi);
+#endif
+}
+
+// The pair with every NaN half made the canonical RTC_FP16_NAN: the bits of rtc_f32x2_to_fp16x2_rtne.
+RTC_HD unsigned int rtc_f32x2_to_fp16x2_fast(float lo, float hi) {
+  unsigned int r = rtc_f32x2_to_fp16x2_raw_rtne(lo, hi);
+  if (rtc_f32_is_nan(lo)) r = (r & 0xFFFF0000u) | RTC_FP16_NAN;
+  if (rtc_f32_is_nan(hi)) r = (r & 0x0000FFFFu) | (RTC_FP16_NAN << 16);
+  return r;
+}

@@ -1,48 +1,51 @@
-// wgmma.mma_async wrappers for sm_90a: bf16 inputs, fp32 accumulators (SS m64nNk16, RS m64n128k16).
+// wgmma.mma_async wrappers for sm_90a: 16-bit inputs (bf16 or fp16), fp32 accumulators. SS: A (64x16) and B
+// (Nx16) both K-major in shared memory; RS: A from registers, B (16 x N, N contiguous) in shared memory.
+// One wrapper per N the attention kernels use (the accumulator count R = N / 2 per thread).
 #pragma once
 #include "platform.h"
 
-// Accumulator operand lists (thread t holds d[4j+2i+c] = D[16*(t/32) + (t%32)/4 + 8i][8j + 2*(t%4) + c]).
-// clang-format off: the operand lists and the asm text are laid out by hand
-#define SM90_ACC64_STR \
-  "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, \
-    %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, \
-    %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, \
-    %59, %60, %61, %62, %63" \
-  "}"
-#define SM90_ACC64_OPS(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
-    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
-    "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
-    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), \
-    "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
-    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
-    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define SM90_ACC88_STR \
-  "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, \
-    %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, \
-    %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, \
-    %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, \
-    %78, %79, %80, %81, %82, %83, %84, %85, %86, %87" \
-  "}"
-#define SM90_ACC88_OPS(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
-    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
-    "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
-    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), \
-    "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
-    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
-    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), \
-    "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
-    "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), \
-    "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+// Accumulator operand lists (thread t holds d[4j+2i+c] = D[16*(t/32) + (t%32)/4 + 8i][8j + 2*(t%4) + c]):
+// the asm text "{%0, ..., %R-1}" from 8-operand blocks, and the "+f" constraints in the same blocks.
+// clang-format off: the operand lists are laid out by hand
+#define SM90_A0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define SM90_A8 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define SM90_A16 "%16, %17, %18, %19, %20, %21, %22, %23"
+#define SM90_A24 "%24, %25, %26, %27, %28, %29, %30, %31"
+#define SM90_A32 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define SM90_A40 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define SM90_A48 "%48, %49, %50, %51, %52, %53, %54, %55"
+#define SM90_A56 "%56, %57, %58, %59, %60, %61, %62, %63"
+#define SM90_A64 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define SM90_A72 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define SM90_A80 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define SM90_A88 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define SM90_A96 "%96, %97, %98, %99, %100, %101, %102, %103"
+#define SM90_A104 "%104, %105, %106, %107, %108, %109, %110, %111"
+#define SM90_A112 "%112, %113, %114, %115, %116, %117, %118, %119"
+#define SM90_A120 "%120, %121, %122, %123, %124, %125, %126, %127"
+#define SM90_O8(d, b) \
+  "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), "+f"(d[b + 6]), \
+      "+f"(d[b + 7])
+#define SM90_ACC32_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 "}"
+#define SM90_ACC32_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24)
+#define SM90_ACC40_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 "}"
+#define SM90_ACC40_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32)
+#define SM90_ACC48_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 "}"
+#define SM90_ACC48_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40)
+#define SM90_ACC56_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 "}"
+#define SM90_ACC56_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48)
+#define SM90_ACC64_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 "}"
+#define SM90_ACC64_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56)
+#define SM90_ACC72_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 "}"
+#define SM90_ACC72_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64)
+#define SM90_ACC80_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 "}"
+#define SM90_ACC80_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72)
+#define SM90_ACC88_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 "}"
+#define SM90_ACC88_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80)
+#define SM90_ACC96_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 ", " SM90_A88 "}"
+#define SM90_ACC96_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80), SM90_O8(d, 88)
+#define SM90_ACC128_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 ", " SM90_A88 ", " SM90_A96 ", " SM90_A104 ", " SM90_A112 ", " SM90_A120 "}"
+#define SM90_ACC128_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80), SM90_O8(d, 88), SM90_O8(d, 96), SM90_O8(d, 104), SM90_O8(d, 112), SM90_O8(d, 120)
 // clang-format on
 
 namespace sm90 {
@@ -86,34 +89,67 @@ template <int N> RTC_DEVICE void fence_regs(rtc_u32 (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
-// D (+)= A * B^T with A (64x16, K-major) and B (Nx16, K-major) both in shared memory, N = 128 or 176.
-// accumulate = 0 overwrites D.
-template <int N> struct WgmmaSS;
+// The element type of A and B: its PTX type pair.
+enum class Elem { bf16, f16 };
+
+// D (+)= A * B^T with A (64x16, K-major) and B (Nx16, K-major) both in shared memory; accumulate = 0
+// overwrites D.
+template <int N, Elem E> struct WgmmaSS;
+// D (+)= A * B with A (64x16) in registers (a0..a3: the mma.m16n8k16 A-fragment per warp) and B (16 rows of
+// K x N columns, N contiguous: "MN-major", transposed) in shared memory.
+template <int N, Elem E> struct WgmmaRS;
 // clang-format off
-#define SM90_DEFINE_SS(N, R, IA, IB, IP)                                                                   \
-  template <> struct WgmmaSS<N> {                                                                \
+#define SM90_DEFINE_SS(N, R, T, IA, IB, IP) \
+  template <> struct WgmmaSS<N, Elem::T> { \
     static RTC_DEVICE void k16(float (&d)[R], rtc_u64 desc_a, rtc_u64 desc_b, int accumulate) { \
-      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IP ", 0;\n"                          \
-                   " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " SM90_ACC##R##_STR \
-                   ", %" #IA ", %" #IB ", p, 1, 1, 0, 0;\n}\n"                                   \
-                   : SM90_ACC##R##_OPS(d)                                                        \
-                   : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                 \
-    }                                                                                            \
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IP ", 0;\n" \
+                   " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T "." #T " " SM90_ACC##R##_STR \
+                   ", %" #IA ", %" #IB ", p, 1, 1, 0, 0;\n}\n" \
+                   : SM90_ACC##R##_OPS(d) \
+                   : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+    } \
   };
-SM90_DEFINE_SS(128, 64, 64, 65, 66)  // operand numbers after the accumulators
-SM90_DEFINE_SS(176, 88, 88, 89, 90)
+#define SM90_DEFINE_RS(N, R, T, IA, IB, IC, ID, IDESC, IP) \
+  template <> struct WgmmaRS<N, Elem::T> { \
+    static RTC_DEVICE void k16(float (&d)[R], rtc_u32 a0, rtc_u32 a1, rtc_u32 a2, rtc_u32 a3, rtc_u64 desc_b, \
+                               int accumulate) { \
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IP ", 0;\n" \
+                   " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T "." #T " " SM90_ACC##R##_STR \
+                   ", {%" #IA ", %" #IB ", %" #IC ", %" #ID "}, %" #IDESC ", p, 1, 1, 1;\n}\n" \
+                   : SM90_ACC##R##_OPS(d) \
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate)); \
+    } \
+  };
+SM90_DEFINE_SS(64, 32, bf16, 32, 33, 34)
+SM90_DEFINE_SS(64, 32, f16, 32, 33, 34)
+SM90_DEFINE_SS(80, 40, bf16, 40, 41, 42)
+SM90_DEFINE_SS(80, 40, f16, 40, 41, 42)
+SM90_DEFINE_SS(96, 48, bf16, 48, 49, 50)
+SM90_DEFINE_SS(96, 48, f16, 48, 49, 50)
+SM90_DEFINE_SS(112, 56, bf16, 56, 57, 58)
+SM90_DEFINE_SS(112, 56, f16, 56, 57, 58)
+SM90_DEFINE_SS(128, 64, bf16, 64, 65, 66)
+SM90_DEFINE_SS(128, 64, f16, 64, 65, 66)
+SM90_DEFINE_SS(144, 72, bf16, 72, 73, 74)
+SM90_DEFINE_SS(144, 72, f16, 72, 73, 74)
+SM90_DEFINE_SS(160, 80, bf16, 80, 81, 82)
+SM90_DEFINE_SS(160, 80, f16, 80, 81, 82)
+SM90_DEFINE_SS(176, 88, bf16, 88, 89, 90)
+SM90_DEFINE_SS(176, 88, f16, 88, 89, 90)
+SM90_DEFINE_SS(192, 96, bf16, 96, 97, 98)
+SM90_DEFINE_SS(192, 96, f16, 96, 97, 98)
+SM90_DEFINE_SS(256, 128, bf16, 128, 129, 130)
+SM90_DEFINE_SS(256, 128, f16, 128, 129, 130)
+SM90_DEFINE_RS(64, 32, bf16, 32, 33, 34, 35, 36, 37)
+SM90_DEFINE_RS(64, 32, f16, 32, 33, 34, 35, 36, 37)
+SM90_DEFINE_RS(128, 64, bf16, 64, 65, 66, 67, 68, 69)
+SM90_DEFINE_RS(128, 64, f16, 64, 65, 66, 67, 68, 69)
+SM90_DEFINE_RS(192, 96, bf16, 96, 97, 98, 99, 100, 101)
+SM90_DEFINE_RS(192, 96, f16, 96, 97, 98, 99, 100, 101)
+SM90_DEFINE_RS(256, 128, bf16, 128, 129, 130, 131, 132, 133)
+SM90_DEFINE_RS(256, 128, f16, 128, 129, 130, 131, 132, 133)
 // clang-format on
 #undef SM90_DEFINE_SS
-
-// D (+)= A * B with A (64x16 bf16) in registers (a0..a3: the mma.m16n8k16 A-fragment per warp)
-// and B (16 rows of K x 128 columns, N contiguous: "MN-major", transposed) in shared memory.
-RTC_DEVICE void wgmma_rs_k16_tb(float (&d)[64], rtc_u32 a0, rtc_u32 a1, rtc_u32 a2, rtc_u32 a3, rtc_u64 desc_b,
-                                int accumulate) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-               " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SM90_ACC64_STR
-               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-               : SM90_ACC64_OPS(d)
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate));
-}
+#undef SM90_DEFINE_RS
 
 }  // namespace sm90

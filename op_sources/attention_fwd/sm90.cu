@@ -30,9 +30,6 @@
 namespace {
 using namespace sm90;
 
-static_assert(SM90_HEAD_DIM == 128, "head dim 128 only");
-static_assert(RTC_DTYPE == RTC_DTYPE_BF16, "bf16 only (RTC_DTYPE=0): the manifest sends fp16 calls to the baseline");
-
 // One tile of one consumer warpgroup. With `pending`, the tile's S_0 is already in flight (issued by the
 // previous tile's last block). The last P V of a tile goes out in one issue with the next tile's S_0 when
 // that tile has keys: the epilogue (O scaled and stored) then runs under that GEMM, and the tensor cores
@@ -50,7 +47,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
                       sp.full_end};
   TileLoop L{sm,
              qs.stage,
-             sm.q_stage(qs.stage) + wg * 64 * 128,
+             sm.q_stage(qs.stage) + wg * 64 * 128,  // the warpgroup's rows of block 0
              ps,
              ps,
              1 + wg,
@@ -62,7 +59,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
              wm};
   r.st.init();
 #pragma unroll
-  for (int i = 0; i < 64; ++i) r.o[i] = 0.f;
+  for (int i = 0; i < kAccO; ++i) r.o[i] = 0.f;
   if ((RTC_MASK || kPacked) && n_blocks == 0) {  // no row sees a key: zeros, LSE -inf, nothing read
     store_tile(p, t, wg, r.o, r.st, wm.rows);
     pending = false;
@@ -147,9 +144,9 @@ extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
   const rtc_u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   SmemTiles sm;
   sm.q = base;
-  sm.k = sm.q + kQStages * SM90_Q_BYTES;
-  sm.v = sm.k + kStages * SM90_KV_BYTES;
-  sm.bars.base = sm.v + kStages * SM90_KV_BYTES;
+  sm.k = sm.q + kQStages * kQBytes;
+  sm.v = sm.k + kStages * kKVBytes;
+  sm.bars.base = sm.v + kStages * kKVBytes;
   if (threadIdx.x == 0) init_barriers(p, sm.bars);
   if (kPacked)  // after the barrier slots; its own __syncthreads also publishes the barriers' init
     sm.sched =

@@ -37,18 +37,23 @@ std::string tensor_why_not(const char* name, const void* ptr, const int64_t (&st
   return "";
 }
 
-// 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order).
-Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], int64_t seq, int64_t heads,
+// The plan of the bucket the call's variant was compiled for (the manifest's sm90 buckets are the plans').
+Sm90Plan plan_of(const AttentionFwdArgs& a) { return sm90_plan(int(a.head_dim)); }
+
+// 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order). d is the call's head
+// dim: the boxes of a tile's last 64-column block past it read zeros.
+Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], int64_t d, int64_t seq, int64_t heads,
                      int64_t batch, unsigned box_rows) {
-  const int kBf16 = 9, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote256 = 3, kOobZero = 0;
-  uint64_t dims[4] = {SM90_HEAD_DIM, uint64_t(seq), uint64_t(heads), uint64_t(batch)};
+  // Elements travel as 16-bit words, bf16 and fp16 alike: TMA only moves them, and its zero fill is +0 in both.
+  const int kUint16 = 1, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote256 = 3, kOobZero = 0;
+  uint64_t dims[4] = {uint64_t(d), uint64_t(seq), uint64_t(heads), uint64_t(batch)};
   uint64_t strides[3] = {uint64_t(st[1]) * 2, uint64_t(st[2]) * 2, uint64_t(st[0]) * 2};
   unsigned box[4] = {SM90_BOX_D, box_rows, 1, 1};
   unsigned elem[4] = {1, 1, 1, 1};
   Sm90TensorMap m;
   std::memset(&m, 0, sizeof m);
-  cuda_check(cuda_driver().encode_tiled(&m, kBf16, 4, const_cast<void*>(ptr), dims, strides, box, elem, kInterleaveNone,
-                                        kSwizzle128, kL2Promote256, kOobZero),
+  cuda_check(cuda_driver().encode_tiled(&m, kUint16, 4, const_cast<void*>(ptr), dims, strides, box, elem,
+                                        kInterleaveNone, kSwizzle128, kL2Promote256, kOobZero),
              RTC_ERR_LAUNCH, std::string("cuTensorMapEncodeTiled(") + name + ")");
   return m;
 }
@@ -71,19 +76,22 @@ int64_t tile_count(const AttentionFwdArgs& a) {
 }
 
 // The dynamic shared memory of a launch: tiles, rings and barriers, plus the packed schedule's table.
+int64_t tiles_bytes(const AttentionFwdArgs& a) { return sm90_smem_bytes(plan_of(a), kv_mode(a)); }
 int64_t shared_bytes(const AttentionFwdArgs& a) {
   const int64_t levels = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
-  return SM90_SMEM_BYTES(kv_mode(a)) + (kv_mode(a) == RTC_KV_DENSE ? 0 : SM90_SCHEDULE_BYTES(a.batch, levels));
+  return tiles_bytes(a) + (kv_mode(a) == RTC_KV_DENSE ? 0 : SM90_SCHEDULE_BYTES(a.batch, levels));
 }
-constexpr int64_t kMaxShared = 227 * 1024;  // sm_90's opt-in limit per block
+constexpr int64_t kMaxShared = kSm90MaxShared;
 
 std::string why_not(const void* p, const char* vendor) {
   const AttentionFwdArgs* a = &args_of(p);
   if (!vendor || std::string(vendor) != "cuda")
     return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") +
            " is not accepted by the sm90 kernel; accepted: cuda";
-  if (a->head_dim != SM90_HEAD_DIM)
-    return "head_dim=" + std::to_string(a->head_dim) + " is not accepted by the sm90 kernel; accepted: 128";
+  const int64_t d_max = kSm90Plans[kSm90PlanCount - 1].head_dim;
+  if (a->head_dim < 8 || a->head_dim > d_max || a->head_dim % 8 != 0)
+    return "head_dim=" + std::to_string(a->head_dim) +
+           " is not accepted by the sm90 kernel; accepted: a multiple of 8 in [8, " + std::to_string(d_max) + "]";
   const struct {
     const char* name;
     const void* ptr;
@@ -103,10 +111,10 @@ std::string why_not(const void* p, const char* vendor) {
            " is too large for the sm90 kernel; accepted: < 2^31";
   if (shared_bytes(*a) > kMaxShared)
     return "batch=" + std::to_string(a->batch) + " sequences with max_seqlen_q=" + std::to_string(a->seq_q) +
-           " need a " + std::to_string(shared_bytes(*a) - SM90_SMEM_BYTES(kv_mode(*a))) +
+           " need a " + std::to_string(shared_bytes(*a) - tiles_bytes(*a)) +
            "-byte tile schedule (sm90/schedule.h), more than the sm90 kernel's free shared memory; accepted: a "
            "schedule of at most " +
-           std::to_string(kMaxShared - SM90_SMEM_BYTES(kv_mode(*a))) + " bytes";
+           std::to_string(kMaxShared - tiles_bytes(*a)) + " bytes";
   return "";
 }
 
@@ -123,7 +131,12 @@ std::string plan_json(const void* p) {
   const int64_t tiles = tile_count(a);
   // The grid is min(tiles, SMs); with num_cus unknown here, the plan shows the tile count.
   const int64_t grid = a.num_cus > 0 && a.num_cus < tiles ? a.num_cus : tiles;
-  return json_object({{"num_tiles", tiles},
+  const Sm90Plan pl = plan_of(a);
+  return json_object({{"head_dim_bucket", pl.head_dim},
+                      {"block_n", pl.block_n},
+                      {"stages", pl.stages},
+                      {"q_stages", sm90_q_stages(pl, kv_mode(a))},
+                      {"num_tiles", tiles},
                       {"grid_x", grid},
                       {"block", SM90_THREADS},
                       {"shared_bytes", shared_bytes(a)},
@@ -140,27 +153,31 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   alignas(64) Sm90AttnParams sp;
   std::memset(&sp, 0, sizeof sp);
   const int mode = kv_mode(a);
+  const unsigned block_n = unsigned(plan_of(a).block_n);
+  const int64_t d = a.head_dim;
   if (mode == RTC_KV_DENSE) {
-    sp.tmap_q = encode("q", a.q, a.q_strides, a.seq_q, a.heads, a.batch, SM90_BLOCK_M);
-    sp.tmap_k = encode("k", a.k, a.k_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
-    sp.tmap_v = encode("v", a.v, a.v_strides, a.seq_k, a.heads_k, a.batch, SM90_BLOCK_N);
+    sp.tmap_q = encode("q", a.q, a.q_strides, d, a.seq_q, a.heads, a.batch, SM90_BLOCK_M);
+    sp.tmap_k = encode("k", a.k, a.k_strides, d, a.seq_k, a.heads_k, a.batch, block_n);
+    sp.tmap_v = encode("v", a.v, a.v_strides, d, a.seq_k, a.heads_k, a.batch, block_n);
   } else {
     // Packed rows: one "batch" of total rows (its stride is never stepped; any valid value does).
     const int64_t q_st[3] = {a.q_strides[1], a.q_strides[1], a.q_strides[2]};
-    sp.tmap_q = encode("q", a.q, q_st, a.total_q, a.heads, 1, SM90_BLOCK_M);
+    sp.tmap_q = encode("q", a.q, q_st, d, a.total_q, a.heads, 1, SM90_BLOCK_M);
     if (mode == RTC_KV_PAGED) {  // [num_pages, page_size, Hk, D]: the page is the batch coordinate
-      sp.kv_box = a.page_size < SM90_BLOCK_N ? int(a.page_size) : SM90_BLOCK_N;
+      // Boxes of gcd(page_size, block_n) rows (page sizes are powers of two): none crosses a page.
+      sp.kv_box = int(block_n & -block_n);
+      if (a.page_size < sp.kv_box) sp.kv_box = int(a.page_size);
       while ((int64_t(1) << sp.page_shift) < a.page_size) ++sp.page_shift;
-      sp.tmap_k = encode("k", a.k, a.k_strides, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
-      sp.tmap_v = encode("v", a.v, a.v_strides, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
+      sp.tmap_k = encode("k", a.k, a.k_strides, d, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
+      sp.tmap_v = encode("v", a.v, a.v_strides, d, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
     } else {
       const int64_t k_st[3] = {a.k_strides[1], a.k_strides[1], a.k_strides[2]};
       const int64_t v_st[3] = {a.v_strides[1], a.v_strides[1], a.v_strides[2]};
-      sp.tmap_k = encode("k", a.k, k_st, a.total_k, a.heads_k, 1, SM90_BLOCK_N);
-      sp.tmap_v = encode("v", a.v, v_st, a.total_k, a.heads_k, 1, SM90_BLOCK_N);
+      sp.tmap_k = encode("k", a.k, k_st, d, a.total_k, a.heads_k, 1, block_n);
+      sp.tmap_v = encode("v", a.v, v_st, d, a.total_k, a.heads_k, 1, block_n);
     }
   }
-  if (mode != RTC_KV_PAGED) sp.kv_box = SM90_BLOCK_N;
+  if (mode != RTC_KV_PAGED) sp.kv_box = int(block_n);
   sp.a = fill_params(a);
   sp.num_m_blocks = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
   const int64_t tiles = tile_count(a);

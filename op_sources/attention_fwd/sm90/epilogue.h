@@ -1,5 +1,5 @@
 // The sm_90a kernel's epilogue: a consumer warpgroup's rows of O normalised by their row sums,
-// packed to bf16 in the rounding mode and stored from registers, and the rows' LSE; a row whose sum
+// packed to the element type (bf16 in the rounding mode, fp16 to nearest even) and stored from registers, and the rows' LSE; a row whose sum
 // is 0 writes the zero-sum row (sm90/softmax.h).
 #pragma once
 #include "platform.h"
@@ -16,7 +16,7 @@ namespace sm90 {
 // Warpgroup wg's 64 rows of tile t: O / l and the LSE (rows past the sequence are skipped).
 // keys: this thread's two rows' key windows, read under RTC_MASK (unmasked, a row sees a key iff its
 // sequence has one).
-RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float (&o)[64], RowState& st,
+RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float (&o)[kAccO], RowState& st,
                            const KeyWindow& keys) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const AttnParams& a = p.a;
@@ -34,11 +34,13 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
     const ZeroSumRow blank = ZeroSumRow::of(RTC_MASK ? keys.sees_a_key(i) : !kPacked || t.view.seq_k > 0);
     const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
     if (row >= t.view.seq_q) continue;
-    rtc_bf16_t* dst = a.o + t.seq.o_off + (rtc_i64)row * a.o_ss + (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
+    rtc_elem_t* dst = a.o + t.seq.o_off + (rtc_i64)row * a.o_ss + (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
+    // Columns past the call's head dim (a D below the bucket) are zeros of the tiles: not stored.
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-      *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
-          empty ? blank.o : rtc_f32x2_to_bf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+    for (int j = 0; j < kD / 8; ++j)
+      if (8 * j < kDMin || 8 * j < a.head_dim)
+        *reinterpret_cast<rtc_u32*>(dst + 8 * j) =
+            empty ? blank.o : pack2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     if (a.lse != nullptr && lane % 4 == 0)
       a.lse[t.seq.lse_off + (rtc_i64)t.head * t.seq.lse_head_stride + row] =
           empty ? blank.lse : st.m[i] * a.scale + logf(l);

@@ -14,35 +14,35 @@
 
 namespace sm90 {
 
-// S = Q K^T over d = 128: 8 k-steps of 16; each step moves 32 bytes inside the 128-byte rows
-// and jumps to the second column half after 4 steps.
+// S = Q K^T over the bucket's kD columns: kD / 16 k-steps of 16; each step moves 32 bytes inside the
+// 128-byte rows and jumps to the next 64-column block after 4 steps.
 RTC_DEVICE void issue_qk(float (&s)[kAccS], rtc_u32 q_rows, rtc_u32 k_tile) {
   wgmma_fence();
   const rtc_u64 da0 = smem_desc(q_rows, 16, 1024), db0 = smem_desc(k_tile, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
+  for (int kk = 0; kk < kD / 16; ++kk) {
     const rtc_u32 off = (kk & 3) * 32;
-    WgmmaSS<kN>::k16(s, desc_at(da0, (kk >> 2) * kHalfQ + off), desc_at(db0, (kk >> 2) * kHalfKV + off), kk > 0);
+    WgmmaSS<kN, kElem>::k16(s, desc_at(da0, (kk >> 2) * kHalfQ + off), desc_at(db0, (kk >> 2) * kHalfKV + off), kk > 0);
   }
   wgmma_commit();
 }
 
-// O += P V: k-steps of 16 kv rows (2048 bytes of the V tile each), P from registers. V is read
-// "MN-major" (head dim contiguous): LBO steps between the two 64-column halves, SBO between groups
-// of 8 kv rows (CUTLASS's canonical SW128 MN-major layout).
-RTC_DEVICE void issue_pv(float (&o)[64], const rtc_u32 (&pk)[kN / 4], rtc_u32 v_tile) {
+// O += P V: k-steps of 16 kv rows (2048 bytes of each 64-column block of the V tile), P from registers,
+// N = kD. V is read "MN-major" (head dim contiguous): LBO steps between the 64-column blocks, SBO between
+// groups of 8 kv rows (the canonical SW128 MN-major layout).
+RTC_DEVICE void issue_pv(float (&o)[kAccO], const rtc_u32 (&pk)[kN / 4], rtc_u32 v_tile) {
   wgmma_fence();
   const rtc_u64 db0 = smem_desc(v_tile, kHalfKV, 1024);
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk)
-    wgmma_rs_k16_tb(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], desc_at(db0, kk * 2048), 1);
+    WgmmaRS<kD, kElem>::k16(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3], desc_at(db0, kk * 2048), 1);
   wgmma_commit();
 }
 
 // Registers of one consumer warpgroup: scores, output, packed P, row state.
 struct ConsumerRegs {
   float s[kAccS];
-  float o[64];
+  float o[kAccO];
   rtc_u32 pk[kN / 4];
   RowState st;
 };
@@ -104,14 +104,14 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
 
 // Packed sequences: the V rows of a partial last block past the sequence's keys hold another
 // sequence's values (or a page's stale rows). Their weights are 0, but 0 * Inf or NaN is NaN in the
-// GEMM: zero them, both halves, before this warpgroup's P V. Both warpgroups do it (each before its
+// GEMM: zero them, in every 64-column block, before this warpgroup's P V. Both warpgroups do it (each before its
 // own GEMM; the second writes zeros over zeros), so neither waits for the other.
 RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid, int wg) {
   const int tid = threadIdx.x % 128;
-  const rtc_u32 from = valid * 128, bytes = (kN - valid) * 128;  // per 64-column half
-  for (rtc_u32 off = tid * 16; off < 2 * bytes; off += 128 * 16) {
-    const rtc_u32 at = v_tile + (off < bytes ? from + off : kHalfKV + from + off - bytes);
-    st_shared_v4_splat(at, 0u);
+  const rtc_u32 from = valid * 128, bytes = (kN - valid) * 128;  // per 64-column block
+  for (rtc_u32 off = tid * 16; off < kDBlocks * bytes; off += 128 * 16) {
+    const rtc_u32 blk = off / bytes;
+    st_shared_v4_splat(v_tile + blk * kHalfKV + from + (off - blk * bytes), 0u);
   }
   fence_proxy_async_smem();         // the generic-proxy stores, before wgmma's async-proxy reads
   named_sync(3 + wg, 128);          // every warp of the warpgroup has stored

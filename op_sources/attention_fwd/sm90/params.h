@@ -2,32 +2,70 @@
 #pragma once
 #include "attn_params.h"
 
-// Tile shape and pipeline depth. The host sizes shared memory and the tensor-map boxes from these.
-#define SM90_BLOCK_M 128        // q rows per tile: 2 consumer warpgroups x 64 rows
-#define SM90_BLOCK_N 128        // kv rows per pipeline stage
-#define SM90_HEAD_DIM 128
-#define SM90_STAGES 2
-#define SM90_THREADS 384        // producer warpgroup + 2 consumer warpgroups
-// A TMA box is at most 128 bytes wide under the 128-byte swizzle: each tile is loaded as two
-// column halves of 64 bf16, stored one after the other ([half][rows][64]).
+// The tile plan of each head-dim bucket: the kernel is compiled for one (RTC_HEAD_DIM_MAX, the manifest's
+// bucket), the host sizes shared memory and the tensor-map boxes from the same entry. Tiles are `head_dim`
+// columns wide; a call's D below its bucket reads zeros past D (TMA fills the columns out of bounds) and
+// stores only D columns. The buckets and their plans were chosen by measurement (docs/NOTES.md,
+// "sm90 per head-dim bucket"); the manifest's sm90 buckets are this list (tests/cpu/test_sm90_compile.py).
+struct Sm90Plan {
+  int head_dim;  // the bucket: columns of the Q, K and V tiles, a multiple of 64 (SM90_BOX_D)
+  int block_n;   // kv rows per pipeline stage, a multiple of 16
+  int stages;    // depth of the K and V rings
+  int q_stages;  // Q tiles of a dense call: 2 lets a tile's first Q K^T go out with the previous tile's
+                 // last P V (consume_tile, sm90.cu); packed calls keep 1 (their carried state spilled)
+};
+constexpr Sm90Plan kSm90Plans[] = {
+    {64, 128, 2, 2},
+    {128, 128, 2, 2},
+    {192, 112, 2, 1},
+    {256, 80, 2, 1},
+};
+constexpr int kSm90PlanCount = int(sizeof(kSm90Plans) / sizeof(kSm90Plans[0]));
+// The plan of the smallest bucket that holds head dim d (the last one past every bucket).
+RTC_HD constexpr Sm90Plan sm90_plan(int d) {
+  for (int i = 0; i < kSm90PlanCount; ++i)
+    if (kSm90Plans[i].head_dim >= d) return kSm90Plans[i];
+  return kSm90Plans[kSm90PlanCount - 1];
+}
+// The smallest head dim bucket d serves: 8 past the bucket below it (head dims are multiples of 8).
+RTC_HD constexpr int sm90_min_head_dim(int d) {
+  int below = 0;
+  for (int i = 0; i < kSm90PlanCount; ++i)
+    if (kSm90Plans[i].head_dim < d) below = kSm90Plans[i].head_dim;
+  return below + 8;
+}
+
+#define SM90_BLOCK_M 128  // q rows per tile: 2 consumer warpgroups x 64 rows
+#define SM90_THREADS 384  // producer warpgroup + 2 consumer warpgroups
+// A TMA box is at most 128 bytes wide under the 128-byte swizzle: each tile is loaded as column blocks
+// of 64 16-bit elements, stored one after the other ([block][rows][64]).
 #define SM90_BOX_D 64
-#define SM90_Q_BYTES (SM90_BLOCK_M * SM90_HEAD_DIM * 2)
-#define SM90_KV_BYTES (SM90_BLOCK_N * SM90_HEAD_DIM * 2)
 #define SM90_BAR_BYTES 256
-// Q tiles in shared memory per K/V mode: dense calls load the next tile's Q while this one runs (its
-// first Q K^T goes out with this tile's last P V); packed calls keep one (the state carried from tile
-// to tile spilled in their builds).
-#define SM90_Q_STAGES(kv) ((kv) == RTC_KV_DENSE ? 2 : 1)
+RTC_HD constexpr int sm90_q_bytes(const Sm90Plan& pl) { return SM90_BLOCK_M * pl.head_dim * 2; }
+RTC_HD constexpr int sm90_kv_bytes(const Sm90Plan& pl) { return pl.block_n * pl.head_dim * 2; }
+RTC_HD constexpr int sm90_q_stages(const Sm90Plan& pl, int kv) { return kv == RTC_KV_DENSE ? pl.q_stages : 1; }
 // +1024: the kernel rounds the dynamic shared-memory base up to the 1024-byte swizzle period.
-#define SM90_SMEM_BYTES(kv) (SM90_Q_STAGES(kv) * SM90_Q_BYTES + 2 * SM90_STAGES * SM90_KV_BYTES + SM90_BAR_BYTES + 1024)
+RTC_HD constexpr int sm90_smem_bytes(const Sm90Plan& pl, int kv) {
+  return sm90_q_stages(pl, kv) * sm90_q_bytes(pl) + 2 * pl.stages * sm90_kv_bytes(pl) + SM90_BAR_BYTES + 1024;
+}
+constexpr int kSm90MaxShared = 227 * 1024;  // sm_90's opt-in limit per block
+RTC_HD constexpr bool sm90_plans_fit() {
+  for (int i = 0; i < kSm90PlanCount; ++i)
+    for (int kv = 0; kv < 3; ++kv)
+      if (sm90_smem_bytes(kSm90Plans[i], kv) > kSm90MaxShared || kSm90Plans[i].head_dim % SM90_BOX_D != 0 ||
+          kSm90Plans[i].block_n % 16 != 0)
+        return false;
+  return true;
+}
+static_assert(sm90_plans_fit(), "every plan's tiles fit sm_90's shared memory, in whole 64-column blocks");
 
 // A CUtensorMap: 128 opaque bytes, 64-byte aligned (cuTensorMapEncodeTiled fills it).
 struct alignas(64) Sm90TensorMap {
   rtc_u64 opaque[16];
 };
 
-// Tensor maps are 4-D over (d, s, h, b), element bf16, strides in bytes from AttnParams,
-// box (SM90_BOX_D, SM90_BLOCK_M or SM90_BLOCK_N, 1, 1), 128-byte swizzle, zero fill out of bounds.
+// Tensor maps are 4-D over (d, s, h, b), element bf16 or fp16, strides in bytes from AttnParams,
+// box (SM90_BOX_D, SM90_BLOCK_M or the plan's block_n, 1, 1), 128-byte swizzle, zero fill out of bounds.
 // The same map serves bshd and bhsd: the layout lives in the strides.
 // Under a mask the tiles differ in length: the CTAs take them dynamically, longest first, from a
 // counter in the workspace (zeroed by the launch), so they end together.
@@ -45,6 +83,6 @@ struct alignas(64) Sm90AttnParams {
   AttnParams a;
   int num_m_blocks;   // ceil(seq_q / SM90_BLOCK_M) (packed: of max_seqlen_q)
   int num_tiles;      // num_m_blocks * heads * batch; the grid is min(num_tiles, SMs) (packed: a bound)
-  int kv_box;         // paged: rows of a K/V TMA box, min(page_size, SM90_BLOCK_N); else SM90_BLOCK_N
+  int kv_box;         // paged: rows of a K/V TMA box, gcd(page_size, block_n); else block_n
   int page_shift;     // paged: log2(page_size) (page sizes are powers of two)
 };

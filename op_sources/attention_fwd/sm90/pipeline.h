@@ -7,6 +7,7 @@
 #include "sm90/params.h"
 #include "ptx_sm90.h"
 #include "sm90/schedule.h"
+#include "wgmma_sm90.h"
 
 // The kernel's compile-time configuration. In the anonymous namespace and in this order (after
 // sm90/softmax.h's kEarlyExp2): the code object keeps these constants as named globals, so their
@@ -18,7 +19,8 @@ constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
 constexpr bool kDynamic = RTC_MASK || kPacked;
 // Two Q tiles (sm90/params.h): a tile's first Q K^T goes out with the previous tile's last P V
 // (consume_tile, sm90.cu). With one, each tile issues its own first Q K^T.
-constexpr int kQStages = SM90_Q_STAGES(RTC_KV);
+constexpr Sm90Plan kPlan = sm90_plan(RTC_HEAD_DIM_MAX);
+constexpr int kQStages = sm90_q_stages(kPlan, RTC_KV);
 constexpr bool kOverlapTiles = kQStages == 2;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
 // what the consumers take.
@@ -26,13 +28,20 @@ constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : 24;  // paged: the p
 constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 224 : 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
 
-constexpr int kM = SM90_BLOCK_M, kN = SM90_BLOCK_N, kStages = SM90_STAGES;
-constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column half of the Q tile
+constexpr int kM = SM90_BLOCK_M, kN = kPlan.block_n, kStages = kPlan.stages;
+constexpr int kD = kPlan.head_dim;      // columns of the tiles (the bucket)
+constexpr int kDBlocks = kD / SM90_BOX_D;  // 64-column blocks of a tile
+constexpr int kDMin = sm90_min_head_dim(kD);  // the smallest call head dim of this bucket
+constexpr rtc_u32 kQBytes = sm90_q_bytes(kPlan), kKVBytes = sm90_kv_bytes(kPlan);
+constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column block of the Q tile
 constexpr rtc_u32 kHalfKV = kN * 128;
 constexpr int kConsumerWarps = 8;
 constexpr int kPingPongThreads = 256;
 constexpr int kAccS = kN / 2;         // score accumulators per thread
-static_assert(kN == 128 || kN == 176, "BLOCK_N must be 128 or 176 (the SS wgmma wrappers)");
+constexpr int kAccO = kD / 2;         // output accumulators per thread
+// The GEMMs' input type: the variant's dtype (RTC_DTYPE).
+constexpr sm90::Elem kElem = RTC_DTYPE == RTC_DTYPE_FP16 ? sm90::Elem::f16 : sm90::Elem::bf16;
+static_assert(kPlan.head_dim == RTC_HEAD_DIM_MAX, "the manifest's sm90 buckets are the plans' (sm90/params.h)");
 static_assert(kQStages == 1 || kQStages == 2, "one Q tile, or two for the overlap across tiles");
 static_assert(32 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
@@ -63,9 +72,9 @@ struct SmemTiles {
   rtc_u32 q, k, v;  // q: kQStages tiles
   Bars bars;
   Schedule sched;  // packed sequences only
-  RTC_DEVICE rtc_u32 q_stage(int s) const { return q + s * SM90_Q_BYTES; }
-  RTC_DEVICE rtc_u32 k_stage(int s) const { return k + s * SM90_KV_BYTES; }
-  RTC_DEVICE rtc_u32 v_stage(int s) const { return v + s * SM90_KV_BYTES; }
+  RTC_DEVICE rtc_u32 q_stage(int s) const { return q + s * kQBytes; }
+  RTC_DEVICE rtc_u32 k_stage(int s) const { return k + s * kKVBytes; }
+  RTC_DEVICE rtc_u32 v_stage(int s) const { return v + s * kKVBytes; }
 };
 
 // Position in a ring of kDepth slots (K/V: kStages, Q: kQStages); the parity flips each time it wraps.

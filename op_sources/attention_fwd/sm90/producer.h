@@ -12,15 +12,16 @@
 
 namespace sm90 {
 
+// A tile of the bucket's kD columns: one box per 64-column block (columns past the call's D read as zeros).
 RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 bytes, int row, int head,
-                          int batch, rtc_u32 half_bytes) {
+                          int batch, rtc_u32 block_bytes) {
   mbar_expect_tx(bar, bytes);
-  tma_load_4d(dst, &map, bar, 0, row, head, batch);
-  tma_load_4d(dst + half_bytes, &map, bar, SM90_BOX_D, row, head, batch);
+#pragma unroll
+  for (int c = 0; c < kDBlocks; ++c) tma_load_4d(dst + c * block_bytes, &map, bar, c * SM90_BOX_D, row, head, batch);
 }
 
-// Paged: the pages of K/V block n of a tile, one per TMA box of min(page_size, kN) rows (at most
-// kN / 16 boxes; page sizes are powers of two). The producer copies the block-table entries into
+// Paged: the pages of K/V block n of a tile, one per TMA box of gcd(page_size, kN) rows (at most
+// kN / 16 boxes; page sizes are powers of two, so no box crosses a page). The producer copies the block-table entries into
 // shared memory with cp.async, all at once and before it waits for a free slot, so their latency
 // hides under that wait, and K and V share them. A row past the sequence's keys or an out-of-range
 // id gets page coordinate num_pages: TMA reads nothing there and fills zeros (still counting the
@@ -28,10 +29,11 @@ RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rt
 RTC_DEVICE void fetch_pages(const Sm90AttnParams& p, const Tile& t, int n, rtc_u32 slots) {
   const AttnParams& a = p.a;
   const int first = n * kN, boxes = kN / p.kv_box;
-  const int* entry = a.block_table + (rtc_i64)t.batch * a.table_stride + (first >> p.page_shift);
+  const int* entry = a.block_table + (rtc_i64)t.batch * a.table_stride;
   for (int i = 0; i < boxes; ++i) {
-    if (first + i * p.kv_box < t.seq.len_k)
-      cp_async_4(slots + 4 * i, entry + i);
+    const int row = first + i * p.kv_box;
+    if (row < t.seq.len_k)
+      cp_async_4(slots + 4 * i, entry + (row >> p.page_shift));
     else
       st_shared_u32(slots + 4 * i, a.num_pages);
   }
@@ -40,14 +42,15 @@ RTC_DEVICE void fetch_pages(const Sm90AttnParams& p, const Tile& t, int n, rtc_u
 
 RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rtc_u32 slots,
                            int n, int kvh) {
-  const int boxes = kN / p.kv_box, row = (n * kN) & ((1 << p.page_shift) - 1);  // boxes start pages unless page > kN
-  mbar_expect_tx(bar, SM90_KV_BYTES);
+  const int boxes = kN / p.kv_box, in_page = (1 << p.page_shift) - 1;
+  mbar_expect_tx(bar, kKVBytes);
   for (int i = 0; i < boxes; ++i) {
     int page = (int)ld_shared_u32(slots + 4 * i);
     if ((unsigned)page >= (unsigned)p.a.num_pages) page = p.a.num_pages;
     const rtc_u32 at = dst + i * p.kv_box * 128;
-    tma_load_4d(at, &map, bar, 0, row, kvh, page);
-    tma_load_4d(at + kHalfKV, &map, bar, SM90_BOX_D, row, kvh, page);
+    const int row = (n * kN + i * p.kv_box) & in_page;
+#pragma unroll
+    for (int c = 0; c < kDBlocks; ++c) tma_load_4d(at + c * kHalfKV, &map, bar, c * SM90_BOX_D, row, kvh, page);
   }
 }
 
@@ -56,7 +59,7 @@ RTC_DEVICE void load_kv(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u
   if (RTC_KV == RTC_KV_PAGED)
     load_paged(p, map, dst, bar, slots, n, kvh);
   else  // packed rows: batch coordinate 0, the sequence's rows from k_row
-    load_tile(map, dst, bar, SM90_KV_BYTES, t.seq.k_row + n * kN, kvh, kPacked ? 0 : t.batch, kHalfKV);
+    load_tile(map, dst, bar, kKVBytes, t.seq.k_row + n * kN, kvh, kPacked ? 0 : t.batch, kHalfKV);
 }
 
 // The producer's tile loop: per tile, publish its index (dynamic order), load Q, then K and V of each
@@ -73,8 +76,8 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     if (sp.begin == sp.end) continue;  // the consumers write zeros without reading Q
     const int kvh = kv_head(p.a, t.head);
     mbar_wait(sm.bars.q_empty(qs.stage), qs.phase ^ 1);
-    load_tile(p.tmap_q, sm.q_stage(qs.stage), sm.bars.q_full(qs.stage), SM90_Q_BYTES, t.seq.q_row + t.m_block * kM,
-              t.head, kPacked ? 0 : t.batch, kHalfQ);
+    load_tile(p.tmap_q, sm.q_stage(qs.stage), sm.bars.q_full(qs.stage), kQBytes, t.seq.q_row + t.m_block * kM, t.head,
+              kPacked ? 0 : t.batch, kHalfQ);
     qs.advance();
     // Paged: block n's table entries were fetched one block ahead (into the slot set of n's parity),
     // so their latency hides under the previous block's waits.

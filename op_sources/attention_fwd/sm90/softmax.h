@@ -1,10 +1,12 @@
 // The sm_90a kernel's online softmax on wgmma accumulator fragments: the row state, the row max, the
-// exponentials and the row sum, the O rescale, the bf16 packing of P, and what a zero-sum row writes.
+// exponentials and the row sum, the O rescale, the 16-bit packing of P, and what a zero-sum row writes.
 // The masks that precede it are sm90/mask.h.
 #pragma once
 #include "platform.h"
 #include "ptx_sm90.h"
+#include "attn_params.h"  // RTC_DTYPE
 #include "bf16_round.h"  // the rounding mode RTC_ROUND and the bf16x2 packing of P and O
+#include "fp16_round.h"  // the fp16x2 packing (fp16 variants: round to nearest even only)
 
 namespace sm90 {
 
@@ -109,12 +111,23 @@ RTC_DEVICE float final_row_sum(float l, float m, float c) {
 // row would pass for a right answer: it is NaN, O 0x7FFF and LSE NaN (numerics §4). A select per row in
 // the epilogue, none in the main loop, which cannot tell the two -inf apart (masking writes -inf).
 struct ZeroSumRow {
-  rtc_u32 o;  // two bf16
+  rtc_u32 o;  // two elements
   float lse;
   RTC_DEVICE static ZeroSumRow of(bool sees_key) {
-    return sees_key ? ZeroSumRow{0x7fff7fffu, __int_as_float(0x7fc00000)} : ZeroSumRow{0u, neg_inf()};
+    const rtc_u32 nan2 = RTC_DTYPE == RTC_DTYPE_FP16 ? RTC_FP16_NAN | (RTC_FP16_NAN << 16) : 0x7fff7fffu;
+    return sees_key ? ZeroSumRow{nan2, __int_as_float(0x7fc00000)} : ZeroSumRow{0u, neg_inf()};
   }
 };
+
+// Two fp32 -> two elements of the variant's dtype: bf16 in the rounding mode RTC_ROUND, fp16 to nearest even.
+// The raw form leaves a NaN half as the conversion gives it (P: its row sum carries the NaN); the other form
+// writes the canonical NaN of the type (O).
+RTC_DEVICE rtc_u32 pack2_raw(float lo, float hi) {
+  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_f32x2_to_fp16x2_raw_rtne(lo, hi) : rtc_f32x2_to_bf16x2_raw(lo, hi);
+}
+RTC_DEVICE rtc_u32 pack2(float lo, float hi) {
+  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_f32x2_to_fp16x2_fast(lo, hi) : rtc_f32x2_to_bf16x2(lo, hi);
+}
 
 // O *= its row's rescale factor, always: skipping it when no row max moved was ~3% slower (the
 // warp vote sits on the critical path; the FMULs are hidden anyway; NOTES step 5).
@@ -127,12 +140,12 @@ RTC_DEVICE void rescale_rows(float (&o)[N], const RowState& st) {
 }
 
 // Accumulator layout of p (pairs of adjacent columns) is already the register A-fragment
-// layout of the next wgmma: packing pairs in order is the whole conversion. The raw form (bf16_round.h):
-// a NaN p needs no canonical bits here, its row sum l is NaN too and so is the row of O.
+// layout of the next wgmma: packing pairs in order is the whole conversion. The raw form: a NaN p needs no
+// canonical bits here, its row sum l is NaN too and so is the row of O.
 template <int N>
 RTC_DEVICE void pack_p(const float (&s)[N], rtc_u32 (&p)[N / 2]) {
 #pragma unroll
-  for (int q = 0; q < N / 2; ++q) p[q] = rtc_f32x2_to_bf16x2_raw(s[2 * q], s[2 * q + 1]);
+  for (int q = 0; q < N / 2; ++q) p[q] = pack2_raw(s[2 * q], s[2 * q + 1]);
 }
 
 }  // namespace sm90
