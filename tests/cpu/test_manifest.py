@@ -180,12 +180,17 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
 
 def test_no_fp16_variant_rounds_other_than_rtne():
     """Nothing enumerates (so nothing compiles: warm, dispatch) an fp16 variant in rtna or rtz; fp16 rtne is there
-    for every arch and bucket of the baseline, and bf16 keeps its three modes."""
+    for every arch, bucket, mask and kv mode of each kernel that takes fp16, and bf16 keeps its three modes."""
     m = manifest.load()
     fp16 = [v for v in m.variants("attention_fwd") if v["dtype"] == "fp16"]
-    assert fp16 and {v["round_mode"] for v in fp16} == {"rtne"} and {v.kernel for v in fp16} == {"baseline"}
-    base = op(REAL)["kernels"][BASE]
-    assert len(fp16) == len(base["archs"]) * 2 * 3 * len(base["axes"]["head_dim"]["buckets"])
+    assert fp16 and {v["round_mode"] for v in fp16} == {"rtne"}
+    expected = 0
+    for k in op(REAL)["kernels"]:
+        axes = k.get("axes", {})
+        if "fp16" in axes.get("dtype", ["bf16", "fp16"]):
+            expected += (len(k["archs"]) * len(axes.get("mask", ["none", "window"]))
+                         * len(axes.get("kv", ["dense", "varlen", "paged"])) * len(axes["head_dim"]["buckets"]))
+    assert len(fp16) == expected and "baseline" in {v.kernel for v in fp16}
     bf16 = [v for v in m.variants("attention_fwd", kernels=["baseline"]) if v["dtype"] == "bf16"]
     assert {v["round_mode"] for v in bf16} == {"rtne", "rtna", "rtz"}
     assert not list(m.variants("attention_fwd", dtype=["fp16"], round_mode=["rtna", "rtz"]))
@@ -214,14 +219,18 @@ def test_an_excluded_combination_is_refused_by_name():
     assert sel.variant.name == "baseline-rtne-none-dense-d64-fp16"
 
 
-def test_fp16_falls_back_to_the_baseline_saying_why():
-    """The fast kernels take bf16 only: an fp16 call they would otherwise serve goes to the baseline."""
+def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
+    """An fp16 call goes to the fast kernel when its dtype axis takes fp16, else to the baseline, saying why."""
     m = manifest.load()
     for arch, fast in (("sm_90a", "sm90"), ("gfx942", "gfx942"), ("gfx90a", "gfx942"), ("gfx942-emu", "gfx942")):
         assert dispatch.select("attention_fwd", arch, _call("rtne", 128), m=m).kernel.name == fast
         sel = dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), dtype="fp16"), m=m)
-        assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
-        assert f"{fast}: dtype 'fp16' not in ['bf16']" in sel.why, sel.why
+        dtypes = m.op("attention_fwd").kernel(fast).axes["dtype"]
+        if "fp16" in dtypes:
+            assert sel.kernel.name == fast and sel.variant.name == f"{fast}-rtne-none-dense-d128-fp16", sel
+        else:
+            assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
+            assert f"{fast}: dtype 'fp16' not in {list(dtypes)}" in sel.why, sel.why
 
 
 def test_cuda_arch_names():
@@ -272,16 +281,15 @@ def test_request_headers_are_the_include_closure(tmp_path):
 # Each kernel states the head dims it is written for in its own text; the manifest's head_dim entry (what dispatch
 # and validation accept) must say the same, so changing one side alone fails here. Read with one regex per statement,
 # each of which must match exactly once:
-#   sm90      sm90/params.h `#define SM90_HEAD_DIM <d>` and sm90.cu's `static_assert(SM90_HEAD_DIM == <d>, ...)`:
-#             one head dim, so min = max = the only bucket.
+#   sm90      sm90/params.h's plan table kSm90Plans, one row `{<bucket>, <block_n>, <stages>, <q_stages>},` per
+#             bucket: its buckets are the manifest's, which takes every multiple of 8 from 8 to the last.
 #   gfx942    gfx942/params.h `#define GFX942_HEAD_DIM <d>`, gfx942.hip's guard `#if RTC_HEAD_DIM_MAX != <d>` and
 #             the host's refusal in jit/ops/attention_fwd/gfx942.cpp ("... accepted: <d>"): the same.
 #   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`
 #             (step, min and max) and the buckets its #error names ("head-dim bucket: 32, 64, ... or 256").
 OP_TEXT = ROOT / "op_sources" / "attention_fwd"
+SM90_PLANS = r"^constexpr Sm90Plan kSm90Plans\[\] = \{\n((?:    \{\d+, \d+, \d+, \d+\},\n)+)\};$"
 SINGLE_HEAD_DIM = {
-    "sm90": [(OP_TEXT / "sm90" / "params.h", r"^#define SM90_HEAD_DIM (\d+)\b"),
-             (OP_TEXT / "sm90.cu", r"^static_assert\(SM90_HEAD_DIM == (\d+),")],
     "gfx942": [(OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_HEAD_DIM (\d+)\b"),
                (OP_TEXT / "gfx942.hip", r"^#if RTC_HEAD_DIM_MAX != (\d+)$"),
                (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",
@@ -304,7 +312,14 @@ def _head_dim(kernel: str) -> manifest.BucketSpec:
 
 def test_every_kernel_has_its_head_dims_checked():
     kernels = [k.name for k in manifest.load(ROOT / "configs" / "ops.json").op("attention_fwd").kernels]
-    assert sorted(kernels) == sorted([*SINGLE_HEAD_DIM, "baseline"])
+    assert sorted(kernels) == sorted([*SINGLE_HEAD_DIM, "sm90", "baseline"])
+
+
+def test_sm90_buckets_match_its_plans():
+    rows = _stated(OP_TEXT / "sm90" / "params.h", SM90_PLANS)
+    buckets = tuple(int(b) for b in re.findall(r"\{(\d+),", rows))
+    spec = _head_dim("sm90")
+    assert (spec.lo, spec.hi, spec.step, spec.buckets) == (8, buckets[-1], 8, buckets), (spec, buckets)
 
 
 @pytest.mark.parametrize("kernel", sorted(SINGLE_HEAD_DIM))

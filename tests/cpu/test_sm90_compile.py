@@ -21,16 +21,17 @@ SYMBOL = "attention_fwd_sm90"
 EM_CUDA = 190
 OP = "attention_fwd"
 LAYOUTS, MODES = validate.LAYOUTS, validate.axis_values("round_mode")
+BUCKETS = (64, 128, 192, 256)
 
 
 def _sm90():
     return manifest.load().op(OP).kernel("sm90")
 
 
-def _build(mode, cache_dir, mask="none", kv="dense"):
+def _build(mode, cache_dir, mask="none", kv="dense", head_dim=128, dtype="bf16"):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
-    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128,
-                                                           "dtype": "bf16"})
+    v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv,
+                                                           "head_dim": head_dim, "dtype": dtype})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -48,28 +49,32 @@ def test_manifest_entry_precedes_baseline():
     assert names.index("sm90") < names.index("baseline"), names
     k = _sm90()
     hd = k.axes["head_dim"]
-    assert k.symbol == SYMBOL and k.archs == ("sm_90a",) and hd.buckets == (128,)
+    assert k.symbol == SYMBOL and k.archs == ("sm_90a",) and hd.buckets == BUCKETS
+    assert k.axes["dtype"] == ("bf16", "fp16")
     v = m.variant_for(OP, "sm90", "sm_90a",
                       {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16"})
     headers = {n for n, _ in m.request(v, "0").headers}
     assert {"sm90/params.h", "ptx_sm90.h", "wgmma_sm90.h", "sm90/softmax.h", "attn_params.h"} <= headers, headers
-    assert hd.accepts(128) and not hd.accepts(64) and not hd.accepts(136)
+    assert all(hd.accepts(d) for d in range(8, 257, 8)) and not hd.accepts(264) and not hd.accepts(60)
 
 
 # The dense variant (one code object for both layouts: the strides carry the layout); packed ones with and
-# without a mask.
+# without a mask. Every bucket in both dtypes at RTNE; the other bf16 modes at 128 (their packing differs only in
+# the conversion instructions).
 BUILDS = [("none", "dense")] + [(mask, kv) for kv in ("varlen", "paged") for mask in ("none", "window")]
+TYPED = ([(d, "bf16", "rtne") for d in BUCKETS] + [(d, "fp16", "rtne") for d in BUCKETS]
+         + [(128, "bf16", m) for m in MODES if m != "rtne"])
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("head_dim,dtype,mode", TYPED)
 @pytest.mark.parametrize("mask,kv", BUILDS)
-def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, mode, tmp_path):
-    req, res = _build(mode, tmp_path, mask, kv)
+def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, head_dim, dtype, mode, tmp_path):
+    req, res = _build(mode, tmp_path, mask, kv, head_dim, dtype)
     code = res.code()
     assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
     assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
     assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
-    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d128-bf16-sm_90a-")
+    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d{head_dim}-{dtype}-sm_90a-")
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
@@ -81,12 +86,13 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, mode, tmp_path):
 def test_warm_lists_and_compiles_sm90(tmp_path):
     args = cli.parser().parse_args(["warm", "--arch", "sm_90a"])
     names = {v.name for v in cli._warm_variants(args) if v.kernel == "sm90"}
-    assert names == {f"sm90-{mode}-{mask}-{kv}-d128-bf16" for mode in MODES for mask in ("none", "window")
-                     for kv in ("dense", "varlen", "paged")}
+    assert names == {f"sm90-{mode}-{mask}-{kv}-d{d}-{dtype}" for d in BUCKETS for mask in ("none", "window")
+                     for kv in ("dense", "varlen", "paged")
+                     for mode, dtype in [(m, "bf16") for m in MODES] + [("rtne", "fp16")]}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "sm_90a", "--kernels", "sm90",
-                          "--round-mode", "rtz", "--mask", "none", "--kv", "dense",
+                          "--round-mode", "rtz", "--mask", "none", "--kv", "dense", "--head-dim", "128",
                           "--cache-dir", str(tmp_path), "--jobs", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     if "no compiler available" in run.stdout + run.stderr:
@@ -127,33 +133,30 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16, sm_90a): first match" in err, err
 
 
-def test_fallback_for_head_dim_64(capfd, monkeypatch):
-    q = torch.zeros(1, 77, 2, 64, dtype=torch.bfloat16)
-    sel, err = _choose(q, "bshd", capfd, monkeypatch)
-    assert sel.kernel.name == "baseline" and sel.why.startswith("fallback; sm90: head_dim 64")
-    assert ("rtcattn: attention_fwd: kernel baseline (baseline-rtne-none-dense-d64-bf16, sm_90a): fallback; "
-            "sm90: head_dim 64" in err), err
-
-
-@pytest.mark.parametrize("d", [121, 123, 127])
-def test_head_dim_padded_to_128_selects_sm90(d, monkeypatch):
-    """A head dim that pads to 128 runs on sm90: attention_fwd.selection pads as the call does and answers without
-    launching (CPU tensors, with an H100's facts standing in for the device's); a multiple of 8 runs as it is."""
+@pytest.mark.parametrize("d,bucket", [(8, 64), (64, 64), (72, 128), (96, 128), (136, 192), (160, 192), (200, 256),
+                                      (256, 256)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
+    """Every head dim 8..256 and both dtypes select sm90, at the smallest bucket that holds the head dim; the host
+    sizes the launch from the same bucket's plan (sm90/params.h), and its shared memory fits."""
     monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", 132))
     monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
-    q = torch.zeros(1, 200, 2, d, dtype=torch.bfloat16)
-    assert attention_fwd.selection(q, q, q).variant.name == "sm90-rtne-none-dense-d128-bf16"
-    assert attention_fwd.selection(q, q, q, window=(-1, 0)).variant.name == "sm90-rtne-window-dense-d128-bf16"
-    packed = torch.zeros(60, 2, d, dtype=torch.bfloat16)
-    cu = torch.tensor([0, 20, 60], dtype=torch.int32)
-    sel = attention_fwd.selection_varlen(packed, packed, packed, cu, cu, 40, 40)
-    assert sel.variant.name == "sm90-rtne-none-varlen-d128-bf16"
-    pages = torch.zeros(4, 16, 2, d, dtype=torch.bfloat16)
-    table = torch.tensor([[0, 1, 2], [3, 0, 1]], dtype=torch.int32)
-    sel = attention_fwd.selection_varlen(packed, pages, pages, cu, cu, 40, 40, window=(-1, 0), block_table=table)
-    assert sel.variant.name == "sm90-rtne-window-paged-d128-bf16"
-    q = torch.zeros(1, 200, 2, 120, dtype=torch.bfloat16)
-    assert attention_fwd.selection(q, q, q).variant.name == "baseline-rtne-none-dense-d128-bf16"
+    q = torch.zeros(1, 200, 2, d, dtype=dtype)
+    name = "fp16" if dtype == torch.float16 else "bf16"
+    assert attention_fwd.selection(q, q, q).variant.name == f"sm90-rtne-none-dense-d{bucket}-{name}"
+    p, args = _args(q, q, q, torch.empty_like(q), "bshd")
+    plan = _lib.op_plan(OP, "sm90", args)
+    assert plan["head_dim_bucket"] == bucket and plan["shared_bytes"] <= 227 * 1024, plan
+    assert plan["block_n"] % 16 == 0 and plan["q_stages"] in (1, 2), plan
+
+
+def test_host_plans_are_the_manifest_buckets():
+    """The host's plan for each head dim is the manifest's bucket for it: one list, read by both."""
+    hd = _sm90().axes["head_dim"]
+    for d in range(8, 257, 8):
+        q = torch.zeros(1, 16, 1, d, dtype=torch.bfloat16)
+        p, args = _args(q, q, q, torch.empty_like(q), "bshd")
+        assert _lib.op_plan(OP, "sm90", args)["head_dim_bucket"] == hd.bucket_for(d), d
 
 
 def test_fallback_for_misaligned_view(capfd, monkeypatch):

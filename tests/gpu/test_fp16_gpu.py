@@ -1,6 +1,6 @@
-"""fp16 q, k, v on a GPU: the baseline kernel (every fast kernel takes bf16 only, so fp16 calls fall back to it)
-meets the fp16 part of the numerics contract (docs/numerics.md §9), dense, masked, GQA, packed and paged, and sits
-beside torch SDPA's fp16 backends as the bf16 baseline does."""
+"""fp16 q, k, v on a GPU: the kernel dispatch picks (the arch's fast kernel, sm90 on Hopper) and the baseline
+each meet the fp16 part of the numerics contract (docs/numerics.md §9), dense, masked, GQA, packed and paged, and
+sit beside torch SDPA's fp16 backends as bf16 does."""
 import math
 
 import pytest
@@ -10,6 +10,7 @@ import numerics_suite as suite
 import varlen_suite as vs
 from rtcattn.ops import attention_fwd
 from rtcattn.ops.attention_fwd import reference as ref
+from rtcattn.runtime import dispatch, manifest
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")]
@@ -27,10 +28,23 @@ def run(q, k, v, layout, round_mode, softmax_scale, return_lse, window=(-1, -1))
                            return_lse=return_lse, window_size=window)
 
 
-def test_fp16_runs_the_baseline():
+@pytest.fixture(autouse=True, params=["dispatch", "baseline"])
+def kernel(request):
+    """Every test twice: on the kernel dispatch picks, and pinned to the baseline."""
+    if request.param == "baseline":
+        with dispatch.pinned(kernel="baseline"):
+            yield request.param
+    else:
+        yield request.param
+
+
+def test_fp16_runs_the_fast_kernel(kernel):
     q, k, v = suite.make_qkv("bshd", 1, 2, 200, 300, 128, DEV, dtype=F16)
     sel = attention_fwd.selection(q, k, v)
-    assert sel.kernel.name == "baseline" and sel.variant["dtype"] == "fp16", (sel.kernel.name, sel.why)
+    arch = dispatch.arch_of(torch.device(DEV))
+    fast = [k.name for k in manifest.load().op("attention_fwd").kernels if arch in k.archs and k.name != "baseline"]
+    expected = "baseline" if kernel == "baseline" or not fast else fast[0]
+    assert sel.kernel.name == expected and sel.variant["dtype"] == "fp16", (sel.kernel.name, sel.why)
 
 
 @pytest.mark.parametrize("layout", suite.LAYOUTS)

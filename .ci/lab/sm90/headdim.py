@@ -69,9 +69,9 @@ def bench():
                 for _i in range(2):
                     q, k, v = (torch.randn(2, 4096, h, d, device="cuda").to(dtypes[dt]) for _ in range(3))
                     sets.append((q, k, v))
-                fns = {"ours": lambda q, k, v: ours(q, k, v, causal)}
+                fns = {"ours": lambda q, k, v, causal=causal: ours(q, k, v, causal)}
                 for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
-                    def f(q, k, v, be=be):
+                    def f(q, k, v, be=be, causal=causal):
                         with sdpa_kernel([be]):
                             return torch.nn.functional.scaled_dot_product_attention(
                                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
@@ -81,7 +81,7 @@ def bench():
                     except Exception:
                         pass
                 if f4 is not None:
-                    def g(q, k, v):
+                    def g(q, k, v, causal=causal):
                         return f4(q, k, v, causal=causal)
                     try:
                         g(*sets[0])

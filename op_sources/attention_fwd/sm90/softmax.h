@@ -65,7 +65,8 @@ struct NoMid {
 // `mid` runs after the first kEarlyExp2 exponentials (a pinned wgmma wait in the steady state).
 template <int N, class Mid = NoMid>
 RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c, const Mid& mid = Mid()) {
-  static_assert(kEarlyExp2 < N / 2, "the wait must fall inside the block's exponentials");
+  // A block of N scores has N exponentials per thread; small blocks (N / 2 <= kEarlyExp2) wait after a quarter.
+  constexpr int early = kEarlyExp2 < N / 2 ? kEarlyExp2 : N / 4;
   float mx[2], ms[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) mx[i] = row_max(s, i, st.m[i]);
@@ -88,7 +89,7 @@ RTC_DEVICE void online_softmax(float (&s)[N], RowState& st, float c, const Mid& 
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        if (4 * j + 2 * i + k == kEarlyExp2) mid();
+        if (4 * j + 2 * i + k == early) mid();
         const float p = ex2(scaled_diff(s[4 * j + 2 * i + k], c, ms[i]));
         s[4 * j + 2 * i + k] = p;
         sum[i] += p;
