@@ -7,6 +7,7 @@ the fp16 contract, whose R rounds P and O to fp16; the checks read the dtype off
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -123,14 +124,19 @@ def check_head_dims(run, device, layout, mode, head_dims, sq=33, sk=47, dtype=BF
         check_accuracy(run, q, k, v, layout, mode, scale=0.3 if d % 16 else None, what=f"d={d}")
 
 
-def check_strided(run, device, layout, mode, sq=37, sk=50, d=96, dtype=BF16):
-    """Views of bigger tensors (nothing copied by the caller), aligned and misaligned row starts."""
+def check_strided(run, device, layout, mode, sq=37, sk=50, d=96, dtype=BF16, kernel_of=None):
+    """Views of bigger tensors (nothing copied by the caller), aligned and misaligned row starts, give the bits of
+    the contiguous call on the same kernel. kernel_of(q, k, v, layout): the kernel a view's call selects (a fast
+    kernel may refuse a view's strides and leave it to the baseline); the contiguous call is pinned to it."""
+    from rtcattn.runtime import dispatch
     gen = torch.Generator().manual_seed(7)
     q, k, v = make_qkv(layout, 2, 3, sq, sk, d, device, seed=11, dtype=dtype)
     for offs in ((8, 16, 0), (3, 1, 5)):
         qs, ks, vs = (strided_view(t, o, gen) for t, o in zip((q, k, v), offs))
-        want, _ = call(run, q, k, v, layout, mode)
-        got, _ = call(run, qs, ks, vs, layout, mode)
+        pin = dispatch.pinned(kernel=kernel_of(qs, ks, vs, layout)) if kernel_of else contextlib.nullcontext()
+        with pin:
+            want, _ = call(run, q, k, v, layout, mode)
+            got, _ = call(run, qs, ks, vs, layout, mode)
         assert torch.equal(ref.bf16_bits(got), ref.bf16_bits(want)), f"strided views {offs} differ"
         check_accuracy(run, qs, ks, vs, layout, mode, what=f"strided{offs}")
 

@@ -164,17 +164,11 @@ def test_side_by_side_with_torch_backends(kernels, B, H, S, record_property):
 
 
 def test_fallback_to_baseline_with_reason(kernels, capfd, monkeypatch):
-    """Head dim 64 and a misaligned view run the baseline; the reason is logged under RTCATTN_LOG=1."""
+    """A misaligned view runs the baseline; the reason is logged under RTCATTN_LOG=1."""
     from rtcattn.runtime import dispatch
     monkeypatch.setenv("RTCATTN_LOG", "1")
     monkeypatch.setattr(dispatch, "_logged", set())
     gen = torch.Generator(device="cuda").manual_seed(3)
-    q, k, v = (torch.randn(1, 300, 2, 64, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(3))
-    o, _ = _forward(q, k, v, "bshd", "rtne", expect="baseline")
-    torch.cuda.synchronize()
-    assert "fallback; sm90: head_dim 64" in capfd.readouterr().err
-    err, norm, err_r, _ = _errors(o, q, k, v, "bshd", "rtne", 1 / 8)
-    assert err <= 2 * err_r + 1e-5 and norm < 1e-2
     base = torch.randn(1, 300, 2, 136, generator=gen, device="cuda").to(torch.bfloat16)
     qv = base[..., 1:129]                                # 2-byte offset: TMA cannot take it
     o, _ = _forward(qv, qv, qv, "bshd", "rtne", expect="baseline")

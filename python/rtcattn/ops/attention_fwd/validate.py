@@ -102,10 +102,12 @@ def head_dim_rule():
 
 
 def _head_dim_text(specs, lo: int, hi: int) -> str:
-    widest = [s for s in specs if not any(o != s and o.lo <= s.lo and s.hi <= o.hi and o.step <= s.step
-                                            for o in specs)]
+    # The head dims each kernel takes (its buckets aside: every bucket serves the dims up to it), once per range.
+    ranges = {(s.lo, s.hi, s.step): s for s in specs}
+    widest = [s for r, s in ranges.items() if not any(o != r and o[0] <= r[0] and r[1] <= o[1] and o[2] <= r[2]
+                                                        for o in ranges)]
     if len(widest) == 1 and (widest[0].lo, widest[0].hi, widest[0].lo % widest[0].step) == (lo, hi, 0):
-        step = widest[0].step  # one kernel takes every multiple of step in lo..hi
+        step = widest[0].step  # every multiple of step in lo..hi is taken by some kernel
         return (f"a head dim in {lo}..{hi}; one that is not a multiple of {step} is padded to the next multiple "
                 f"of {step}")
     taken = "; ".join(s.describe() for s in sorted(widest, key=lambda s: s.lo))
