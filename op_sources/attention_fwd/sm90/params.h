@@ -15,7 +15,7 @@ struct Sm90Plan {
                  // last P V (consume_tile, sm90.cu); packed calls keep 1 (their carried state spilled)
 };
 constexpr Sm90Plan kSm90Plans[] = {
-    {64, 128, 2, 2},
+    {64, 176, 2, 2},
     {128, 128, 2, 2},
     {192, 112, 2, 1},
     {256, 80, 2, 1},
