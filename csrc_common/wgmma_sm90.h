@@ -1,6 +1,7 @@
 // wgmma.mma_async wrappers for sm_90a: 16-bit inputs (bf16 or fp16), fp32 accumulators. SS: A (64x16) and B
 // (Nx16) both K-major in shared memory; RS: A from registers, B (16 x N, N contiguous) in shared memory.
-// One wrapper per N the attention kernels use (the accumulator count R = N / 2 per thread).
+// SS for every N that is a multiple of 16 in 32..256 (K/V block rows), RS for every multiple of 32 (head-dim
+// buckets); the accumulator count is R = N / 2 per thread.
 #pragma once
 #include "platform.h"
 
@@ -26,6 +27,10 @@
 #define SM90_O8(d, b) \
   "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), "+f"(d[b + 6]), \
       "+f"(d[b + 7])
+#define SM90_ACC16_STR "{" SM90_A0 ", " SM90_A8 "}"
+#define SM90_ACC16_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8)
+#define SM90_ACC24_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 "}"
+#define SM90_ACC24_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16)
 #define SM90_ACC32_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 "}"
 #define SM90_ACC32_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24)
 #define SM90_ACC40_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 "}"
@@ -44,6 +49,12 @@
 #define SM90_ACC88_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80)
 #define SM90_ACC96_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 ", " SM90_A88 "}"
 #define SM90_ACC96_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80), SM90_O8(d, 88)
+#define SM90_ACC104_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 ", " SM90_A88 ", " SM90_A96 "}"
+#define SM90_ACC104_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80), SM90_O8(d, 88), SM90_O8(d, 96)
+#define SM90_ACC112_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 ", " SM90_A88 ", " SM90_A96 ", " SM90_A104 "}"
+#define SM90_ACC112_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80), SM90_O8(d, 88), SM90_O8(d, 96), SM90_O8(d, 104)
+#define SM90_ACC120_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 ", " SM90_A88 ", " SM90_A96 ", " SM90_A104 ", " SM90_A112 "}"
+#define SM90_ACC120_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80), SM90_O8(d, 88), SM90_O8(d, 96), SM90_O8(d, 104), SM90_O8(d, 112)
 #define SM90_ACC128_STR "{" SM90_A0 ", " SM90_A8 ", " SM90_A16 ", " SM90_A24 ", " SM90_A32 ", " SM90_A40 ", " SM90_A48 ", " SM90_A56 ", " SM90_A64 ", " SM90_A72 ", " SM90_A80 ", " SM90_A88 ", " SM90_A96 ", " SM90_A104 ", " SM90_A112 ", " SM90_A120 "}"
 #define SM90_ACC128_OPS(d) SM90_O8(d, 0), SM90_O8(d, 8), SM90_O8(d, 16), SM90_O8(d, 24), SM90_O8(d, 32), SM90_O8(d, 40), SM90_O8(d, 48), SM90_O8(d, 56), SM90_O8(d, 64), SM90_O8(d, 72), SM90_O8(d, 80), SM90_O8(d, 88), SM90_O8(d, 96), SM90_O8(d, 104), SM90_O8(d, 112), SM90_O8(d, 120)
 // clang-format on
@@ -120,6 +131,10 @@ template <int N, Elem E> struct WgmmaRS;
                    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate)); \
     } \
   };
+SM90_DEFINE_SS(32, 16, bf16, 16, 17, 18)
+SM90_DEFINE_SS(32, 16, f16, 16, 17, 18)
+SM90_DEFINE_SS(48, 24, bf16, 24, 25, 26)
+SM90_DEFINE_SS(48, 24, f16, 24, 25, 26)
 SM90_DEFINE_SS(64, 32, bf16, 32, 33, 34)
 SM90_DEFINE_SS(64, 32, f16, 32, 33, 34)
 SM90_DEFINE_SS(80, 40, bf16, 40, 41, 42)
@@ -138,14 +153,28 @@ SM90_DEFINE_SS(176, 88, bf16, 88, 89, 90)
 SM90_DEFINE_SS(176, 88, f16, 88, 89, 90)
 SM90_DEFINE_SS(192, 96, bf16, 96, 97, 98)
 SM90_DEFINE_SS(192, 96, f16, 96, 97, 98)
+SM90_DEFINE_SS(208, 104, bf16, 104, 105, 106)
+SM90_DEFINE_SS(208, 104, f16, 104, 105, 106)
+SM90_DEFINE_SS(224, 112, bf16, 112, 113, 114)
+SM90_DEFINE_SS(224, 112, f16, 112, 113, 114)
+SM90_DEFINE_SS(240, 120, bf16, 120, 121, 122)
+SM90_DEFINE_SS(240, 120, f16, 120, 121, 122)
 SM90_DEFINE_SS(256, 128, bf16, 128, 129, 130)
 SM90_DEFINE_SS(256, 128, f16, 128, 129, 130)
+SM90_DEFINE_RS(32, 16, bf16, 16, 17, 18, 19, 20, 21)
+SM90_DEFINE_RS(32, 16, f16, 16, 17, 18, 19, 20, 21)
 SM90_DEFINE_RS(64, 32, bf16, 32, 33, 34, 35, 36, 37)
 SM90_DEFINE_RS(64, 32, f16, 32, 33, 34, 35, 36, 37)
+SM90_DEFINE_RS(96, 48, bf16, 48, 49, 50, 51, 52, 53)
+SM90_DEFINE_RS(96, 48, f16, 48, 49, 50, 51, 52, 53)
 SM90_DEFINE_RS(128, 64, bf16, 64, 65, 66, 67, 68, 69)
 SM90_DEFINE_RS(128, 64, f16, 64, 65, 66, 67, 68, 69)
+SM90_DEFINE_RS(160, 80, bf16, 80, 81, 82, 83, 84, 85)
+SM90_DEFINE_RS(160, 80, f16, 80, 81, 82, 83, 84, 85)
 SM90_DEFINE_RS(192, 96, bf16, 96, 97, 98, 99, 100, 101)
 SM90_DEFINE_RS(192, 96, f16, 96, 97, 98, 99, 100, 101)
+SM90_DEFINE_RS(224, 112, bf16, 112, 113, 114, 115, 116, 117)
+SM90_DEFINE_RS(224, 112, f16, 112, 113, 114, 115, 116, 117)
 SM90_DEFINE_RS(256, 128, bf16, 128, 129, 130, 131, 132, 133)
 SM90_DEFINE_RS(256, 128, f16, 128, 129, 130, 131, 132, 133)
 // clang-format on

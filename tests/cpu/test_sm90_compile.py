@@ -21,7 +21,7 @@ SYMBOL = "attention_fwd_sm90"
 EM_CUDA = 190
 OP = "attention_fwd"
 LAYOUTS, MODES = validate.LAYOUTS, validate.axis_values("round_mode")
-BUCKETS = (64, 128, 192, 256)
+BUCKETS = (64, 96, 128, 160, 192, 256)
 
 
 def _sm90():
@@ -133,8 +133,8 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16, sm_90a): first match" in err, err
 
 
-@pytest.mark.parametrize("d,bucket", [(8, 64), (64, 64), (72, 128), (96, 128), (136, 192), (160, 192), (200, 256),
-                                      (256, 256)])
+@pytest.mark.parametrize("d,bucket", [(8, 64), (64, 64), (72, 96), (96, 96), (104, 128), (136, 160), (168, 192),
+                                      (200, 256), (256, 256)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     """Every head dim 8..256 and both dtypes select sm90, at the smallest bucket that holds the head dim; the host

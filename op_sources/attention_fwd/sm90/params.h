@@ -8,17 +8,15 @@
 // stores only D columns. The buckets and their plans were chosen by measurement (docs/NOTES.md,
 // "sm90 per head-dim bucket"); the manifest's sm90 buckets are this list (tests/cpu/test_sm90_compile.py).
 struct Sm90Plan {
-  int head_dim;  // the bucket: columns of the Q, K and V tiles, a multiple of 64 (SM90_BOX_D)
+  int head_dim;  // the bucket, a multiple of 32: the GEMMs' head-dim extent; the tiles hold whole 64-column
+                 // blocks (SM90_BOX_D), zeros past the call's D
   int block_n;   // kv rows per pipeline stage, a multiple of 16
   int stages;    // depth of the K and V rings
   int q_stages;  // Q tiles of a dense call: 2 lets a tile's first Q K^T go out with the previous tile's
                  // last P V (consume_tile, sm90.cu); packed calls keep 1 (their carried state spilled)
 };
 constexpr Sm90Plan kSm90Plans[] = {
-    {64, 176, 2, 2},
-    {128, 128, 2, 2},
-    {192, 112, 2, 1},
-    {256, 80, 2, 1},
+    {64, 176, 2, 2}, {96, 128, 2, 2}, {128, 128, 2, 2}, {160, 112, 2, 1}, {192, 112, 2, 1}, {256, 80, 2, 1},
 };
 constexpr int kSm90PlanCount = int(sizeof(kSm90Plans) / sizeof(kSm90Plans[0]));
 // The plan of the smallest bucket that holds head dim d (the last one past every bucket).
@@ -41,8 +39,10 @@ RTC_HD constexpr int sm90_min_head_dim(int d) {
 // of 64 16-bit elements, stored one after the other ([block][rows][64]).
 #define SM90_BOX_D 64
 #define SM90_BAR_BYTES 256
-RTC_HD constexpr int sm90_q_bytes(const Sm90Plan& pl) { return SM90_BLOCK_M * pl.head_dim * 2; }
-RTC_HD constexpr int sm90_kv_bytes(const Sm90Plan& pl) { return pl.block_n * pl.head_dim * 2; }
+// 64-column blocks of a tile (the 128-byte swizzle's width): a bucket of 96 keeps two, its GEMMs reading 96 columns.
+RTC_HD constexpr int sm90_col_blocks(const Sm90Plan& pl) { return (pl.head_dim + SM90_BOX_D - 1) / SM90_BOX_D; }
+RTC_HD constexpr int sm90_q_bytes(const Sm90Plan& pl) { return SM90_BLOCK_M * sm90_col_blocks(pl) * SM90_BOX_D * 2; }
+RTC_HD constexpr int sm90_kv_bytes(const Sm90Plan& pl) { return pl.block_n * sm90_col_blocks(pl) * SM90_BOX_D * 2; }
 RTC_HD constexpr int sm90_q_stages(const Sm90Plan& pl, int kv) { return kv == RTC_KV_DENSE ? pl.q_stages : 1; }
 // +1024: the kernel rounds the dynamic shared-memory base up to the 1024-byte swizzle period.
 RTC_HD constexpr int sm90_smem_bytes(const Sm90Plan& pl, int kv) {
@@ -52,12 +52,12 @@ constexpr int kSm90MaxShared = 227 * 1024;  // sm_90's opt-in limit per block
 RTC_HD constexpr bool sm90_plans_fit() {
   for (int i = 0; i < kSm90PlanCount; ++i)
     for (int kv = 0; kv < 3; ++kv)
-      if (sm90_smem_bytes(kSm90Plans[i], kv) > kSm90MaxShared || kSm90Plans[i].head_dim % SM90_BOX_D != 0 ||
+      if (sm90_smem_bytes(kSm90Plans[i], kv) > kSm90MaxShared || kSm90Plans[i].head_dim % 32 != 0 ||
           kSm90Plans[i].block_n % 16 != 0)
         return false;
   return true;
 }
-static_assert(sm90_plans_fit(), "every plan's tiles fit sm_90's shared memory, in whole 64-column blocks");
+static_assert(sm90_plans_fit(), "every plan's tiles fit sm_90's shared memory; buckets are multiples of 32");
 
 // A CUtensorMap: 128 opaque bytes, 64-byte aligned (cuTensorMapEncodeTiled fills it).
 struct alignas(64) Sm90TensorMap {

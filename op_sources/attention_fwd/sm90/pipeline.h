@@ -31,16 +31,16 @@ constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 232 : RTC_KV == RTC_KV_VA
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
 
 constexpr int kM = SM90_BLOCK_M, kN = kPlan.block_n, kStages = kPlan.stages;
-constexpr int kD = kPlan.head_dim;      // columns of the tiles (the bucket)
-constexpr int kDBlocks = kD / SM90_BOX_D;  // 64-column blocks of a tile
+constexpr int kD = kPlan.head_dim;  // columns of the tiles (the bucket)
+constexpr int kDBlocks = sm90_col_blocks(kPlan);  // 64-column blocks of a tile
 constexpr int kDMin = sm90_min_head_dim(kD);  // the smallest call head dim of this bucket
 constexpr rtc_u32 kQBytes = sm90_q_bytes(kPlan), kKVBytes = sm90_kv_bytes(kPlan);
-constexpr rtc_u32 kHalfQ = kM * 128;    // bytes of one 64-column block of the Q tile
+constexpr rtc_u32 kHalfQ = kM * 128;  // bytes of one 64-column block of the Q tile
 constexpr rtc_u32 kHalfKV = kN * 128;
 constexpr int kConsumerWarps = 8;
 constexpr int kPingPongThreads = 256;
-constexpr int kAccS = kN / 2;         // score accumulators per thread
-constexpr int kAccO = kD / 2;         // output accumulators per thread
+constexpr int kAccS = kN / 2;  // score accumulators per thread
+constexpr int kAccO = kD / 2;  // output accumulators per thread
 // The GEMMs' input type: the variant's dtype (RTC_DTYPE).
 constexpr sm90::Elem kElem = RTC_DTYPE == RTC_DTYPE_FP16 ? sm90::Elem::f16 : sm90::Elem::bf16;
 static_assert(kPlan.head_dim == RTC_HEAD_DIM_MAX, "the manifest's sm90 buckets are the plans' (sm90/params.h)");
