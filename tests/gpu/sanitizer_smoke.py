@@ -13,17 +13,20 @@ from rtcattn.runtime import manifest
 
 # Every round mode the manifest declares (run as a script, so not through the tests' helpers).
 MODES = manifest.load().op("attention_fwd").axis_values("round_mode")
+BF16, F16 = torch.bfloat16, torch.float16
 
 
 def main():
     gen = torch.Generator(device="cuda").manual_seed(11)
     ran = set()
-    for d, kernel in ((128, "sm90"), (64, "baseline"), (96, "baseline"), (128, "baseline")):
+    # sm90 at its buckets (72 and 200 below their buckets 96 and 256: zero-filled columns, nothing stored past D).
+    for d, kernel, dt in ((128, "sm90", BF16), (72, "sm90", F16), (200, "sm90", BF16), (64, "baseline", BF16),
+                          (96, "baseline", BF16), (128, "baseline", BF16)):
         os.environ["RTCATTN_KERNEL"] = kernel
-        for mode in MODES:
+        for mode in MODES if dt == BF16 else ("rtne",):
             for sq, sk in ((1, 1), (17, 300), (300, 17)):
-                q = torch.randn(2, sq, 3, d, generator=gen, device="cuda").to(torch.bfloat16)
-                k, v = (torch.randn(2, sk, 3, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
+                q = torch.randn(2, sq, 3, d, generator=gen, device="cuda").to(dt)
+                k, v = (torch.randn(2, sk, 3, d, generator=gen, device="cuda").to(dt) for _ in range(2))
                 out, lse = rtcattn.forward(q, k, v, round_mode=mode, return_lse=True)
                 torch.cuda.synchronize()
                 assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
@@ -31,8 +34,8 @@ def main():
             # The window variants (the masked sm90 one takes its tiles from a counter through a shared
             # ring), with GQA and with rows and whole tiles that see no key (Sq > Sk, causal).
             for sq, sk, window in ((300, 700, (-1, 0)), (700, 300, (-1, 0)), (260, 260, (17, 3))):
-                q = torch.randn(1, sq, 4, d, generator=gen, device="cuda").to(torch.bfloat16)
-                k, v = (torch.randn(1, sk, 2, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
+                q = torch.randn(1, sq, 4, d, generator=gen, device="cuda").to(dt)
+                k, v = (torch.randn(1, sk, 2, d, generator=gen, device="cuda").to(dt) for _ in range(2))
                 out, lse = rtcattn.forward(q, k, v, round_mode=mode, return_lse=True, window_size=window)
                 torch.cuda.synchronize()
                 assert torch.isfinite(out.float()).all()
@@ -49,11 +52,12 @@ def packed(gen) -> set:
     lens = [1, 0, 130, 17]
     cu = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
     bad_cu = torch.tensor([0, 140, 20, 10_000, -7], dtype=torch.int32, device="cuda")
-    for d, kernel in ((128, "sm90"), (64, "baseline")):
+    # sm90's 64 bucket (176-row blocks: 11 page boxes each) in fp16, and its 256 bucket (80 rows).
+    for d, kernel, dt in ((128, "sm90", BF16), (40, "sm90", F16), (256, "sm90", BF16), (64, "baseline", BF16)):
         os.environ["RTCATTN_KERNEL"] = kernel
-        q = torch.randn(148, 4, d, generator=gen, device="cuda").to(torch.bfloat16)
-        k, v = (torch.randn(148, 2, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
-        pages = [torch.randn(12, 16, 2, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2)]
+        q = torch.randn(148, 4, d, generator=gen, device="cuda").to(dt)
+        k, v = (torch.randn(148, 2, d, generator=gen, device="cuda").to(dt) for _ in range(2))
+        pages = [torch.randn(12, 16, 2, d, generator=gen, device="cuda").to(dt) for _ in range(2)]
         table = torch.randint(0, 12, (4, 10), generator=gen, device="cuda", dtype=torch.int32)
         bad_table = table.clone()
         bad_table[2, :3] = torch.tensor([-1, 12, 2**31 - 1], dtype=torch.int32)
