@@ -21,7 +21,7 @@ SYMBOL = "attention_fwd_sm90"
 EM_CUDA = 190
 OP = "attention_fwd"
 LAYOUTS, MODES = validate.LAYOUTS, validate.axis_values("round_mode")
-BUCKETS = (64, 96, 128, 160, 192, 256)
+BUCKETS = (32, 64, 96, 128, 160, 192, 256)
 
 
 def _sm90():
@@ -133,7 +133,7 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16, sm_90a): first match" in err, err
 
 
-@pytest.mark.parametrize("d,bucket", [(8, 64), (64, 64), (72, 96), (96, 96), (104, 128), (136, 160), (168, 192),
+@pytest.mark.parametrize("d,bucket", [(8, 32), (40, 64), (64, 64), (72, 96), (96, 96), (104, 128), (136, 160), (168, 192),
                                       (200, 256), (256, 256)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):

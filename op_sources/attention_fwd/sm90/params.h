@@ -15,9 +15,17 @@ struct Sm90Plan {
   int q_stages;  // Q tiles of a dense call: 2 lets a tile's first Q K^T go out with the previous tile's
                  // last P V (consume_tile, sm90.cu); packed calls keep 1 (their carried state spilled)
 };
+// clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90Plan kSm90Plans[] = {
-    {64, 176, 2, 2}, {96, 128, 2, 2}, {128, 128, 2, 2}, {160, 112, 2, 1}, {192, 112, 2, 1}, {256, 80, 2, 1},
+    {32, 128, 2, 2},
+    {64, 176, 2, 2},
+    {96, 128, 2, 2},
+    {128, 128, 2, 2},
+    {160, 112, 2, 1},
+    {192, 112, 2, 1},
+    {256, 80, 2, 1},
 };
+// clang-format on
 constexpr int kSm90PlanCount = int(sizeof(kSm90Plans) / sizeof(kSm90Plans[0]));
 // The plan of the smallest bucket that holds head dim d (the last one past every bucket).
 RTC_HD constexpr Sm90Plan sm90_plan(int d) {
