@@ -133,8 +133,8 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16, sm_90a): first match" in err, err
 
 
-@pytest.mark.parametrize("d,bucket", [(8, 32), (40, 64), (64, 64), (72, 96), (96, 96), (104, 128), (136, 160), (168, 192),
-                                      (200, 256), (256, 256)])
+@pytest.mark.parametrize("d,bucket", [(8, 32), (40, 64), (64, 64), (72, 96), (96, 96), (104, 128), (136, 160),
+                                      (168, 192), (200, 256), (256, 256)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     """Every head dim 8..256 and both dtypes select sm90, at the smallest bucket that holds the head dim; the host
