@@ -16,9 +16,9 @@ from rtcattn.ops.attention_fwd import bench
 from rtcattn.tools import timing
 
 ROOT = Path(__file__).resolve().parents[2]
-# gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket.
-WARM = ["warm", "--arch", "gfx90a", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense", "--dtype", "bf16",
-        "--head-dim", "64", "--jobs", "2"]
+# gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket (rtz: outside the default set).
+WARM = ["warm", "--all", "--arch", "gfx90a", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense",
+        "--dtype", "bf16", "--head-dim", "64", "--jobs", "2"]
 
 
 def cli(*args, env_extra=None, timeout=300):
@@ -178,6 +178,49 @@ def test_warm_rejects_unknown_arch_and_axis():
     assert res.returncode != 0 and "--op=attention_bwd" in res.stderr and "attention_fwd" in res.stderr
     res = cli("warm", "--arch", "gfx942", "--jobs", "0")
     assert res.returncode != 0 and "--jobs=0" in res.stderr
+
+
+def _names(*argv) -> list:
+    from rtcattn.tools import cli as cli_module
+    return sorted(f"{v.arch} {v.name}" for v in cli_module._warm_variants(cli_module.parser().parse_args(argv)))
+
+
+def test_warm_builds_the_default_set_and_all_with_the_flag():
+    """Without --all, warm takes the manifest's warm_default (rtne, each kernel where dispatch picks it first); the
+    filters narrow either set."""
+    one = ["--arch", "gfx90a,sm_90a", "--mask", "none", "--kv", "dense"]
+    assert _names("warm", *one, "--head-dim", "64") == [
+        f"{arch} baseline-rtne-none-dense-d64-{dtype}" for arch in ("gfx90a", "sm_90a") for dtype in ("bf16", "fp16")]
+    assert _names("warm", "--all", *one, "--head-dim", "64") == sorted(
+        [f"{arch} baseline-{mode}-none-dense-d64-bf16" for arch in ("gfx90a", "sm_90a") for mode in ("rtna", "rtz")]
+        + _names("warm", *one, "--head-dim", "64"))
+    # D 128 runs on the fast kernels; the baseline's d128 bucket stays for D 104..120 in bf16, and for fp16.
+    assert _names("warm", *one, "--head-dim", "128") == [
+        "gfx90a baseline-rtne-none-dense-d128-bf16", "gfx90a baseline-rtne-none-dense-d128-fp16",
+        "gfx90a gfx942-rtne-none-dense-d128-bf16", "sm_90a baseline-rtne-none-dense-d128-bf16",
+        "sm_90a baseline-rtne-none-dense-d128-fp16", "sm_90a sm90-rtne-none-dense-d128-bf16"]
+    every = _names("warm", "--all", "--arch", "gfx942,gfx90a,sm_90a")
+    default = _names("warm", "--arch", "gfx942,gfx90a,sm_90a")
+    assert set(default) < set(every) and not [n for n in default if "-rtna-" in n or "-rtz-" in n]
+
+
+def test_warm_says_when_only_all_has_the_variants():
+    res = cli("warm", "--arch", "gfx942", "--round-mode", "rtz", timeout=120)
+    assert res.returncode != 0 and "[1/" not in res.stdout
+    assert "no variant of the default set matches" in res.stderr and "add --all" in res.stderr, res.stderr
+    assert "attention_fwd: round_mode in ['rtne'], each kernel where it is the first choice" in res.stderr
+
+
+def test_warm_queues_the_archs_in_turn():
+    """One compiler may build one variant at a time per process (hipRTC): its arch's variants are spread over the
+    queue, each arch's own order kept."""
+    from rtcattn.tools import cli as cli_module
+    variants = cli_module._warm_variants(cli_module.parser().parse_args(["warm", "--arch", "gfx942,gfx90a,sm_90a"]))
+    queued = cli_module._interleaved(variants)
+    assert sorted(queued, key=id) == sorted(variants, key=id)
+    assert [v.arch for v in queued[:6]] == ["sm_90a", "gfx942", "gfx90a"] * 2
+    for arch in ("gfx942", "gfx90a", "sm_90a"):
+        assert [v for v in queued if v.arch == arch] == [v for v in variants if v.arch == arch]
 
 
 @pytest.mark.parametrize("args,env,flag,accepted", [
