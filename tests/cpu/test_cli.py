@@ -285,3 +285,82 @@ def test_bench_round_orders_balance_neighbours(n):
     pairs = collections.Counter((a, b) for r in rows[:cycle] for a, b in zip(r, r[1:]))
     assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1
     assert rows[cycle:2 * cycle] == rows[:cycle]
+
+
+# ---- bench --shapes headdim: the suite's cases, its dry run, and peers that decline a case ------------------------
+
+def test_headdim_suite_cases_and_flops():
+    cases = bench.headdim_cases()
+    assert len(cases) == 9 * 2 * 2 and len({c.label() for c in cases}) == len(cases)
+    assert sorted({c.d for c in cases}) == [32, 40, 64, 80, 96, 128, 160, 192, 256]
+    assert {c.dtype for c in cases} == {"bf16", "fp16"} and {c.causal for c in cases} == {False, True}
+    for c in cases:
+        f = c.fields()
+        assert (f["B"], f["S"], f["layout"]) == (2, 4096, "bshd") and f["H"] == 4096 // c.d
+        assert 4096 - c.d < f["H"] * c.d <= 4096
+        assert f["flops"] == 4 * 2 * f["H"] * 4096 * 4096 * c.d / (2 if c.causal else 1)
+    assert [(c.case.h, c.case.causal) for c in cases if c.d == 96 and c.dtype == "fp16"] == [(42, False), (42, True)]
+
+
+def test_headdim_dry_run_lists_the_cases_without_a_gpu(tmp_path):
+    out = tmp_path / "plan.json"
+    res = cli("bench", "--shapes", "headdim", "--dry-run", "--json", str(out), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "36 cases" in res.stdout and "nothing was run" in res.stdout
+    data = json.loads(out.read_text())
+    assert data["dry_run"] is True and len(data["rows"]) == 36
+    assert data["rows"][0] == {"case": "D32 bf16", "D": 32, "H": 128, "B": 2, "S": 4096, "causal": False,
+                               "dtype": "bf16", "layout": "bshd", "flops": 4.0 * 2 * 128 * 4096 * 4096 * 32}
+    res = cli("bench", "--suite", "headdim", "--dry-run", "--head-dims", "40,256", "--dtypes", "fp16", timeout=120)
+    assert res.returncode == 0 and "4 cases" in res.stdout, res.stdout + res.stderr
+    res = cli("bench", "--suite", "headdim", "--dry-run", "--head-dims", "264", timeout=120)
+    assert res.returncode == 2 and "--head-dims '264' is not supported; accepted: integers from 8 to 256" in res.stderr
+    res = cli("bench", "--suite", "headdim", "--dry-run", "--dtypes", "fp8", timeout=120)
+    assert res.returncode == 2 and "--dtypes 'fp8' is not supported; accepted: 'bf16', 'fp16'" in res.stderr
+    res = cli("bench", "--suite", "serving", "--dry-run", timeout=120)
+    assert res.returncode == 2 and "--dry-run is not supported for suite 'serving'" in res.stderr
+
+
+def test_headdim_peer_that_declines_a_case_is_na_with_its_reason(monkeypatch, capsys):
+    """A peer that raises on a case (FA4 at D 40, cuDNN at some fp16 D) becomes an n/a row with the reason; the
+    others are timed in the same rounds, and rtcattn's ratio is to the faster of cuDNN and FA4."""
+    import warnings
+
+    from rtcattn.ops.attention_fwd import stub
+
+    def declines(q, k, v):
+        warnings.warn("Flash attention requires head_dim % 8 == 0 (this is the reason)", stacklevel=1)
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    def fa4(q, k, v):
+        raise AssertionError("head_dim 40 is not supported")
+
+    impls = {"rtcattn": lambda q, k, v: q, "sdpa-cudnn": lambda q, k, v: q, "fa4": fa4, "sdpa-flash": declines}
+    monkeypatch.setattr(bench, "_inputs", lambda c, d, layout, dtype=None: [(0, 0, 0)])
+    monkeypatch.setattr(bench, "_headdim_impls", lambda hc: impls)
+    monkeypatch.setattr(timing, "time_rounds", lambda fns, inputs, reps, budget: {
+        n: {"rtcattn": [2.0, 2.0, 2.2], "sdpa-cudnn": [1.0, 1.2, 1.1]}[n] for n in fns})
+    monkeypatch.setattr(stub, "selection", lambda *a, **k: type("S", (), {"kernel": type("K", (), {"name": "sm90"})}))
+    hc = bench.HeadDimCase(40, True, "fp16")
+    rows = {r["impl"]: r for r in bench.headdim_case_rows(hc, 3, 1.0)}
+    assert rows["fa4"]["status"] == "n/a: AssertionError: head_dim 40 is not supported" and rows["fa4"]["ms"] is None
+    assert rows["sdpa-flash"]["status"] == ("n/a: RuntimeError: No available kernel. Aborting execution. "
+                                            "(Flash attention requires head_dim % 8 == 0 (this is the reason))")
+    ours = rows["rtcattn"]
+    assert ours["kernel"] == "sm90" and ours["best_peer"] == "sdpa-cudnn" and ours["vs_fa4"] is None
+    # the median of the per-round ratios (1/2, 1.2/2, 1.1/2.2), not the ratio of the medians
+    assert ours["vs_best"] == pytest.approx(0.5) and ours["tflops"] == pytest.approx(hc.fields()["flops"] / 2e9)
+    bench.print_headdim(list(rows.values()))
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("40"))
+    assert line.split()[:5] == ["40", "102", "yes", "fp16", f"{ours['tflops']:.0f}"] and line.count("n/a") == 2
+    assert "0.500  cuDNN" in line
+    assert "D40 fp16 causal, FA4: n/a: AssertionError: head_dim 40 is not supported" in out
+    assert "geomean x best peer fp16: 0.500" in out
+
+
+def test_headdim_suite_lives_in_the_op_not_the_driver():
+    driver = (ROOT / "python" / "rtcattn" / "tools" / "bench.py").read_text()
+    assert "headdim" not in driver and "attention" not in driver
+    from rtcattn.tools import bench as bench_driver
+    assert bench_driver.SUITES["headdim"].plan is bench.headdim_plan
