@@ -11,7 +11,7 @@ has it (e.g. `--drop-part bf16` after the dtype axis came: the bf16 variants the
 other dtypes' variants keep their part and show as keys only in that tree).
 
   python3 .ci/lab/co_hashes.py warm --cache-dir EMPTY_DIR --arch gfx942,gfx90a,sm_90a --jobs 2 --out A.json
-      runs `python3 -m rtcattn warm` of this tree (timed), then hashes what it wrote
+      runs `python3 -m rtcattn warm --all` of this tree (timed), then hashes what it wrote
   python3 .ci/lab/co_hashes.py hash DIR [DIR ...] --out A.json [--exclude-arch ARCH,...] [--drop-part V,...]
   python3 .ci/lab/co_hashes.py compare BEFORE.json AFTER.json
       keys only in one file, keys whose hashes differ, and keys whose layout variants differ in either file
@@ -141,7 +141,7 @@ def cmd_warm(args) -> int:
     cache = Path(args.cache_dir)
     if cache.exists() and any(cache.iterdir()):
         raise SystemExit(f"--cache-dir {cache} is not empty; give an empty or new dir")
-    cmd = [sys.executable, "-m", "rtcattn", "warm", "--arch", args.arch, "--jobs", str(args.jobs),
+    cmd = [sys.executable, "-m", "rtcattn", "warm", "--all", "--arch", args.arch, "--jobs", str(args.jobs),
            "--cache-dir", str(cache)]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -225,8 +225,8 @@ def test_bad_knob_is_named_before_anything_compiles(emulated, monkeypatch):
 def _warm(cache, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = str(ROOT / "python")
-    return subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "gfx942-emu", "--kernels", "baseline",
-                           "--round-mode", "rtz", "--mask", "none", "--head-dim", "64",
+    return subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--all", "--arch", "gfx942-emu",
+                           "--kernels", "baseline", "--round-mode", "rtz", "--mask", "none", "--head-dim", "64",
                            "--cache-dir", str(cache), *extra],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
 

@@ -16,9 +16,9 @@ from rtcattn.ops.attention_fwd import bench
 from rtcattn.tools import timing
 
 ROOT = Path(__file__).resolve().parents[2]
-# gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket.
-WARM = ["warm", "--arch", "gfx90a", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense", "--dtype", "bf16",
-        "--head-dim", "64", "--jobs", "2"]
+# gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: 2 round modes x 1 bucket (rtz: outside the default set).
+WARM = ["warm", "--all", "--arch", "gfx90a", "--round-mode", "rtne,rtz", "--mask", "none", "--kv", "dense",
+        "--dtype", "bf16", "--head-dim", "64", "--jobs", "2"]
 
 
 def cli(*args, env_extra=None, timeout=300):
@@ -180,6 +180,49 @@ def test_warm_rejects_unknown_arch_and_axis():
     assert res.returncode != 0 and "--jobs=0" in res.stderr
 
 
+def _names(*argv) -> list:
+    from rtcattn.tools import cli as cli_module
+    return sorted(f"{v.arch} {v.name}" for v in cli_module._warm_variants(cli_module.parser().parse_args(argv)))
+
+
+def test_warm_builds_the_default_set_and_all_with_the_flag():
+    """Without --all, warm takes the manifest's warm_default (rtne, each kernel where dispatch picks it first); the
+    filters narrow either set."""
+    one = ["--arch", "gfx90a,sm_90a", "--mask", "none", "--kv", "dense"]
+    assert _names("warm", *one, "--head-dim", "64") == [
+        f"{arch} baseline-rtne-none-dense-d64-{dtype}" for arch in ("gfx90a", "sm_90a") for dtype in ("bf16", "fp16")]
+    assert _names("warm", "--all", *one, "--head-dim", "64") == sorted(
+        [f"{arch} baseline-{mode}-none-dense-d64-bf16" for arch in ("gfx90a", "sm_90a") for mode in ("rtna", "rtz")]
+        + _names("warm", *one, "--head-dim", "64"))
+    # D 128 runs on the fast kernels; the baseline's d128 bucket stays for D 104..120 in bf16, and for fp16.
+    assert _names("warm", *one, "--head-dim", "128") == [
+        "gfx90a baseline-rtne-none-dense-d128-bf16", "gfx90a baseline-rtne-none-dense-d128-fp16",
+        "gfx90a gfx942-rtne-none-dense-d128-bf16", "sm_90a baseline-rtne-none-dense-d128-bf16",
+        "sm_90a baseline-rtne-none-dense-d128-fp16", "sm_90a sm90-rtne-none-dense-d128-bf16"]
+    every = _names("warm", "--all", "--arch", "gfx942,gfx90a,sm_90a")
+    default = _names("warm", "--arch", "gfx942,gfx90a,sm_90a")
+    assert set(default) < set(every) and not [n for n in default if "-rtna-" in n or "-rtz-" in n]
+
+
+def test_warm_says_when_only_all_has_the_variants():
+    res = cli("warm", "--arch", "gfx942", "--round-mode", "rtz", timeout=120)
+    assert res.returncode != 0 and "[1/" not in res.stdout
+    assert "no variant of the default set matches" in res.stderr and "add --all" in res.stderr, res.stderr
+    assert "attention_fwd: round_mode in ['rtne'], each kernel where it is the first choice" in res.stderr
+
+
+def test_warm_queues_the_archs_in_turn():
+    """One compiler may build one variant at a time per process (hipRTC): its arch's variants are spread over the
+    queue, each arch's own order kept."""
+    from rtcattn.tools import cli as cli_module
+    variants = cli_module._warm_variants(cli_module.parser().parse_args(["warm", "--arch", "gfx942,gfx90a,sm_90a"]))
+    queued = cli_module._interleaved(variants)
+    assert sorted(queued, key=id) == sorted(variants, key=id)
+    assert [v.arch for v in queued[:6]] == ["sm_90a", "gfx942", "gfx90a"] * 2
+    for arch in ("gfx942", "gfx90a", "sm_90a"):
+        assert [v for v in queued if v.arch == arch] == [v for v in variants if v.arch == arch]
+
+
 @pytest.mark.parametrize("args,env,flag,accepted", [
     (["--shape", "1,2"], {}, "--shape: '1,2'", "B,S,H,D, four positive integers"),
     (["--shape", "1,x,2,64"], {}, "--shape: '1,x,2,64'", "B,S,H,D, four positive integers"),
@@ -242,3 +285,82 @@ def test_bench_round_orders_balance_neighbours(n):
     pairs = collections.Counter((a, b) for r in rows[:cycle] for a, b in zip(r, r[1:]))
     assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1
     assert rows[cycle:2 * cycle] == rows[:cycle]
+
+
+# ---- bench --shapes headdim: the suite's cases, its dry run, and peers that decline a case ------------------------
+
+def test_headdim_suite_cases_and_flops():
+    cases = bench.headdim_cases()
+    assert len(cases) == 9 * 2 * 2 and len({c.label() for c in cases}) == len(cases)
+    assert sorted({c.d for c in cases}) == [32, 40, 64, 80, 96, 128, 160, 192, 256]
+    assert {c.dtype for c in cases} == {"bf16", "fp16"} and {c.causal for c in cases} == {False, True}
+    for c in cases:
+        f = c.fields()
+        assert (f["B"], f["S"], f["layout"]) == (2, 4096, "bshd") and f["H"] == 4096 // c.d
+        assert 4096 - c.d < f["H"] * c.d <= 4096
+        assert f["flops"] == 4 * 2 * f["H"] * 4096 * 4096 * c.d / (2 if c.causal else 1)
+    assert [(c.case.h, c.case.causal) for c in cases if c.d == 96 and c.dtype == "fp16"] == [(42, False), (42, True)]
+
+
+def test_headdim_dry_run_lists_the_cases_without_a_gpu(tmp_path):
+    out = tmp_path / "plan.json"
+    res = cli("bench", "--shapes", "headdim", "--dry-run", "--json", str(out), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "36 cases" in res.stdout and "nothing was run" in res.stdout
+    data = json.loads(out.read_text())
+    assert data["dry_run"] is True and len(data["rows"]) == 36
+    assert data["rows"][0] == {"case": "D32 bf16", "D": 32, "H": 128, "B": 2, "S": 4096, "causal": False,
+                               "dtype": "bf16", "layout": "bshd", "flops": 4.0 * 2 * 128 * 4096 * 4096 * 32}
+    res = cli("bench", "--suite", "headdim", "--dry-run", "--head-dims", "40,256", "--dtypes", "fp16", timeout=120)
+    assert res.returncode == 0 and "4 cases" in res.stdout, res.stdout + res.stderr
+    res = cli("bench", "--suite", "headdim", "--dry-run", "--head-dims", "264", timeout=120)
+    assert res.returncode == 2 and "--head-dims '264' is not supported; accepted: integers from 8 to 256" in res.stderr
+    res = cli("bench", "--suite", "headdim", "--dry-run", "--dtypes", "fp8", timeout=120)
+    assert res.returncode == 2 and "--dtypes 'fp8' is not supported; accepted: 'bf16', 'fp16'" in res.stderr
+    res = cli("bench", "--suite", "serving", "--dry-run", timeout=120)
+    assert res.returncode == 2 and "--dry-run is not supported for suite 'serving'" in res.stderr
+
+
+def test_headdim_peer_that_declines_a_case_is_na_with_its_reason(monkeypatch, capsys):
+    """A peer that raises on a case (FA4 at D 40, cuDNN at some fp16 D) becomes an n/a row with the reason; the
+    others are timed in the same rounds, and rtcattn's ratio is to the faster of cuDNN and FA4."""
+    import warnings
+
+    from rtcattn.ops.attention_fwd import stub
+
+    def declines(q, k, v):
+        warnings.warn("Flash attention requires head_dim % 8 == 0 (this is the reason)", stacklevel=1)
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    def fa4(q, k, v):
+        raise AssertionError("head_dim 40 is not supported")
+
+    impls = {"rtcattn": lambda q, k, v: q, "sdpa-cudnn": lambda q, k, v: q, "fa4": fa4, "sdpa-flash": declines}
+    monkeypatch.setattr(bench, "_inputs", lambda c, d, layout, dtype=None: [(0, 0, 0)])
+    monkeypatch.setattr(bench, "_headdim_impls", lambda hc: impls)
+    monkeypatch.setattr(timing, "time_rounds", lambda fns, inputs, reps, budget: {
+        n: {"rtcattn": [2.0, 2.0, 2.2], "sdpa-cudnn": [1.0, 1.2, 1.1]}[n] for n in fns})
+    monkeypatch.setattr(stub, "selection", lambda *a, **k: type("S", (), {"kernel": type("K", (), {"name": "sm90"})}))
+    hc = bench.HeadDimCase(40, True, "fp16")
+    rows = {r["impl"]: r for r in bench.headdim_case_rows(hc, 3, 1.0)}
+    assert rows["fa4"]["status"] == "n/a: AssertionError: head_dim 40 is not supported" and rows["fa4"]["ms"] is None
+    assert rows["sdpa-flash"]["status"] == ("n/a: RuntimeError: No available kernel. Aborting execution. "
+                                            "(Flash attention requires head_dim % 8 == 0 (this is the reason))")
+    ours = rows["rtcattn"]
+    assert ours["kernel"] == "sm90" and ours["best_peer"] == "sdpa-cudnn" and ours["vs_fa4"] is None
+    # the median of the per-round ratios (1/2, 1.2/2, 1.1/2.2), not the ratio of the medians
+    assert ours["vs_best"] == pytest.approx(0.5) and ours["tflops"] == pytest.approx(hc.fields()["flops"] / 2e9)
+    bench.print_headdim(list(rows.values()))
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("40"))
+    assert line.split()[:5] == ["40", "102", "yes", "fp16", f"{ours['tflops']:.0f}"] and line.count("n/a") == 2
+    assert "0.500  cuDNN" in line
+    assert "D40 fp16 causal, FA4: n/a: AssertionError: head_dim 40 is not supported" in out
+    assert "geomean x best peer fp16: 0.500" in out
+
+
+def test_headdim_suite_lives_in_the_op_not_the_driver():
+    driver = (ROOT / "python" / "rtcattn" / "tools" / "bench.py").read_text()
+    assert "headdim" not in driver and "attention" not in driver
+    from rtcattn.tools import bench as bench_driver
+    assert bench_driver.SUITES["headdim"].plan is bench.headdim_plan

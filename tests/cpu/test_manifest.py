@@ -89,6 +89,23 @@ BAD = [
      "a non-empty list"),
     ("exclude values not a list", lambda d: op(d)["exclude"][0].update(dtype="fp16"), "exclude[0].dtype",
      '"fp16"', "a list of strings"),
+    ("warm_default type", lambda d: op(d).update(warm_default=["rtne"]), "ops.attention_fwd.warm_default",
+     '["rtne"]', "an object with keys axes, first_choice_only, why"),
+    ("warm_default key", lambda d: op(d)["warm_default"].update(round_mode=["rtne"]), "warm_default.round_mode",
+     '["rtne"]', "one of the keys axes, first_choice_only, why"),
+    ("warm_default axes type", lambda d: op(d)["warm_default"].update(axes=["round_mode"]), "warm_default.axes",
+     '["round_mode"]', "an object {enumerated axis name"),
+    ("warm_default unknown axis", lambda d: op(d)["warm_default"]["axes"].update(flavor=["x"]),
+     "warm_default.axes.flavor", '["x"]', "an enumerated axis of the op (round_mode, mask, kv, dtype"),
+    ("warm_default bucketed axis", lambda d: op(d)["warm_default"]["axes"].update(head_dim=[128]),
+     "warm_default.axes.head_dim", "[128]", "every bucket of a bucketed axis is in the default set"),
+    ("warm_default value", lambda d: op(d)["warm_default"]["axes"].update(round_mode=["rne"]),
+     "warm_default.axes.round_mode[0]", '"rne"', "one of rtne, rtna, rtz"),
+    ("warm_default no values", lambda d: op(d)["warm_default"]["axes"].update(mask=[]), "warm_default.axes.mask",
+     "[]", "a non-empty list"),
+    ("warm_default flag", lambda d: op(d)["warm_default"].update(first_choice_only="yes"),
+     "warm_default.first_choice_only", '"yes"', "true or false"),
+    ("warm_default why", lambda d: op(d)["warm_default"].update(why=3), "warm_default.why", "3", "a string"),
 ]
 
 
@@ -198,13 +215,76 @@ def test_no_fp16_variant_rounds_other_than_rtne():
 
 def test_warm_enumerates_no_excluded_variant():
     from rtcattn.tools import cli
-    args = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--head-dim", "64", "--mask", "none",
+    args = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--head-dim", "64", "--mask", "none",
                                     "--kv", "dense"])
     names = sorted(v.name for v in cli._warm_variants(args))
     assert names == ["baseline-rtna-none-dense-d64-bf16", "baseline-rtne-none-dense-d64-bf16",
                      "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16"]
-    only = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode", "rtna,rtz"])
+    only = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode",
+                                    "rtna,rtz"])
     assert cli._warm_variants(only) == []
+
+
+# ---- warm_default: what `warm` compiles without --all ---------------------------------------------------------------
+
+def _defaults(m, arch) -> set:
+    return {v.name for v in m.variants("attention_fwd", archs=[arch], default=True)}
+
+
+def _every_call(m):
+    """Every call's axis values the default set is for: each enumerated value warm_default keeps (and no exclude
+    entry leaves out), every head dim a kernel takes."""
+    import itertools
+    spec = m.op("attention_fwd")
+    kept = dict(spec.warm_default.values)
+    enumerated = [a for a in spec.axes if not a.buckets]
+    dims = sorted({n for k in spec.kernels for a in spec.axes if a.buckets
+                   for n in range(k.axes[a.name].lo, k.axes[a.name].hi + 1, k.axes[a.name].step)})
+    for combo in itertools.product(*[[v for v in a.value_names() if v in kept.get(a.name, a.value_names())]
+                                     for a in enumerated]):
+        call = dict(zip((a.name for a in enumerated), combo))
+        if spec.exclusion(call) is None:
+            yield from (dict(call, head_dim=d) for d in dims)
+
+
+def _fast_everywhere(d):
+    """A manifest edit: the sm90 kernel takes every head dim (buckets 64..256) and both dtypes, as it is meant to."""
+    sm90 = next(k for k in op(d)["kernels"] if k["name"] == "sm90")
+    sm90["axes"].update(head_dim={"min": 8, "max": 256, "step": 8, "buckets": [64, 128, 192, 256]},
+                        dtype=["bf16", "fp16"])
+
+
+@pytest.mark.parametrize("edit", [None, _fast_everywhere], ids=["real", "sm90-every-head-dim"])
+def test_default_set_is_what_dispatch_picks_first(tmp_path, edit):
+    """On every arch: each call the default set is for runs on a variant of the default set (dispatch's pick,
+    ignoring run-time declines), and each variant of the set is the pick of some call: nothing it holds is only
+    a fallback."""
+    m = manifest.load(write(tmp_path, edited(edit)), root=ROOT) if edit else manifest.load()
+    for arch in m.archs("attention_fwd"):
+        default = _defaults(m, arch)
+        picked = {dispatch.select("attention_fwd", arch, call, m=m).variant.name for call in _every_call(m)}
+        assert picked == default, (arch, sorted(picked ^ default))
+
+
+def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
+    m = manifest.load()
+    assert {v["round_mode"] for v in m.variants("attention_fwd", default=True)} == {"rtne"}
+    sm90 = _defaults(m, "sm_90a")
+    assert {f"sm90-rtne-{mask}-{kv}-d128-bf16" for mask in ("none", "window")
+            for kv in ("dense", "varlen", "paged")} <= sm90
+    # the baseline's d128 bucket also serves D 104..120 (the sm90 kernel takes 128 only), and fp16
+    assert "baseline-rtne-none-dense-d128-bf16" in sm90 and "baseline-rtne-none-dense-d128-fp16" in sm90
+    fast = manifest.load(write(tmp_path, edited(_fast_everywhere)), root=ROOT)
+    assert not [n for n in _defaults(fast, "sm_90a") if n.startswith("baseline-")]
+    assert len(_defaults(fast, "sm_90a")) == 4 * 2 * 2 * 3   # buckets x dtypes x masks x kv forms
+    assert _defaults(fast, "sm_80") == _defaults(m, "sm_80")   # no faster kernel there: every rtne variant
+    assert len(_defaults(m, "sm_80")) == len(list(m.variants("attention_fwd", archs=["sm_80"], round_mode=["rtne"])))
+
+
+def test_no_warm_default_means_every_variant(tmp_path):
+    m = manifest.load(write(tmp_path, edited(lambda d: op(d).pop("warm_default"))), root=ROOT)
+    assert list(m.variants("attention_fwd", default=True)) == list(m.variants("attention_fwd"))
+    assert m.op("attention_fwd").warm_default.describe() == "every variant"
 
 
 def test_an_excluded_combination_is_refused_by_name():

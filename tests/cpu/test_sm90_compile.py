@@ -84,14 +84,14 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, head_dim, dtype, mode,
 
 
 def test_warm_lists_and_compiles_sm90(tmp_path):
-    args = cli.parser().parse_args(["warm", "--arch", "sm_90a"])
+    args = cli.parser().parse_args(["warm", "--all", "--arch", "sm_90a"])
     names = {v.name for v in cli._warm_variants(args) if v.kernel == "sm90"}
     assert names == {f"sm90-{mode}-{mask}-{kv}-d{d}-{dtype}" for d in BUCKETS for mask in ("none", "window")
                      for kv in ("dense", "varlen", "paged")
                      for mode, dtype in [(m, "bf16") for m in MODES] + [("rtne", "fp16")]}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--arch", "sm_90a", "--kernels", "sm90",
+    run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--all", "--arch", "sm_90a", "--kernels", "sm90",
                           "--round-mode", "rtz", "--mask", "none", "--kv", "dense", "--head-dim", "128",
                           "--cache-dir", str(tmp_path), "--jobs", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)

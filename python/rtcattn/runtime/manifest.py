@@ -2,9 +2,9 @@
 
 Nothing here knows an op: each op declares its axes (a name, a -D define, and either enumerated
 values or head-dim style buckets), optionally the combinations of values of its enumerated axes that are
-no variant (`exclude`: values an axis takes that mean nothing next to another axis's value), and each
-kernel its archs and the axis values it takes. Variants, their names, the defines of a build, `warm`'s
-enumeration and dispatch's conditions all come from that.
+no variant (`exclude`: values an axis takes that mean nothing next to another axis's value) and the variants
+`warm` compiles unless asked for all (`warm_default`), and each kernel its archs and the axis values it takes.
+Variants, their names, the defines of a build, `warm`'s enumeration and dispatch's conditions all come from that.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from typing import Any
 
 from . import paths
 
-__all__ = ["ManifestError", "Manifest", "Axis", "KernelSpec", "OpSpec", "Variant", "BuildRequest", "load"]
+__all__ = ["ManifestError", "Manifest", "Axis", "KernelSpec", "OpSpec", "Variant", "BuildRequest", "WarmDefault",
+           "load"]
 
 
 @dataclass(frozen=True)
@@ -92,12 +93,29 @@ class Exclusion:
 
 
 @dataclass(frozen=True)
+class WarmDefault:
+    """An op's `warm_default`: the variants `warm` compiles unless given --all. values narrows enumerated axes
+    (an axis not named keeps every value); first_choice_only keeps a kernel's variant only where some call it
+    serves would not be taken by a kernel earlier in the manifest's order of preference."""
+    values: tuple = ()              # ((axis name, frozenset of value names), ...)
+    first_choice_only: bool = False
+    why: str = ""
+
+    def describe(self) -> str:
+        parts = [f"{axis} in {sorted(names)}" for axis, names in self.values]
+        if self.first_choice_only:
+            parts.append("each kernel where it is the first choice")
+        return ", ".join(parts) or "every variant"
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     description: str
     axes: tuple             # Axis, in the manifest's order (the order of variant names and defines)
     kernels: tuple          # KernelSpec, in order of preference: dispatch takes the first that fits
     exclude: tuple = ()     # Exclusion: combinations of axis values that are no variant
+    warm_default: WarmDefault = WarmDefault()  # what `warm` compiles without --all (absent: every variant)
 
     def exclusion(self, values: dict) -> Exclusion | None:
         """The first entry of the op's exclude list that the axis values (a variant's or a call's) match."""
@@ -124,6 +142,22 @@ class OpSpec:
                 return a
         raise ValueError(f"axis={name!r} is not an axis of op {self.name!r}; "
                          f"accepted: {', '.join(a.name for a in self.axes)}")
+
+    def first_choice(self, k: KernelSpec, arch: str, values: dict) -> bool:
+        """Whether some call that kernel k's variant (values: one per axis, a bucket for a bucketed axis) serves
+        on arch is taken by no earlier kernel of the op: dispatch's order, from the manifest's conditions alone
+        (a kernel that declines a call at run time, on alignment or strides, falls back past this)."""
+        earlier = []
+        for e in self.kernels[:self.kernels.index(k)]:
+            if arch in e.archs and all(e.why_not(a, values[a.name]) is None for a in self.axes if not a.buckets):
+                earlier.append(e)
+        if not earlier:
+            return True
+        bucketed = [a for a in self.axes if a.buckets]
+        served = [[n for n in range(k.axes[a.name].lo, k.axes[a.name].hi + 1, k.axes[a.name].step)
+                   if k.axes[a.name].bucket_for(n) == values[a.name]] for a in bucketed]
+        return any(all(any(e.why_not(a, n) for a, n in zip(bucketed, call)) for e in earlier)
+                   for call in itertools.product(*served))
 
     def axis_values(self, name: str) -> list:
         """Every value of an axis any kernel takes: the enumerated values, or the union of the buckets."""
@@ -183,25 +217,30 @@ class Manifest:
                 seen += [a for a in k.archs if a not in seen]
         return seen
 
-    def variants(self, op: str, archs=None, kernels=None, **axis_filters) -> Iterator[Variant]:
-        """Every variant of op, optionally filtered: archs, kernels and any axis by name (None = all)."""
+    def variants(self, op: str, archs=None, kernels=None, default: bool = False, **axis_filters) -> Iterator[Variant]:
+        """Every variant of op, optionally filtered: archs, kernels and any axis by name (None = all);
+        default=True: only those of the op's warm_default."""
         spec = self.op(op)
         for name in axis_filters:
             spec.axis(name)  # an unknown axis name is an error, not an empty result
+        chosen = dict(spec.warm_default.values) if default else {}
         for k in spec.kernels:
             if kernels is not None and k.name not in kernels:
                 continue
             per_axis = []
             for axis in spec.axes:
                 accepted = k.axes[axis.name].buckets if axis.buckets else k.axes[axis.name]
-                wanted = axis_filters.get(axis.name)
-                per_axis.append([v for v in accepted if wanted is None or v in wanted])
+                wanted, kept = axis_filters.get(axis.name), chosen.get(axis.name)
+                per_axis.append([v for v in accepted
+                                 if (wanted is None or v in wanted) and (kept is None or v in kept)])
             combos = [tuple(zip((a.name for a in spec.axes), combo)) for combo in itertools.product(*per_axis)]
             combos = [c for c in combos if spec.exclusion(dict(c)) is None]
             for arch in k.archs:
                 if archs is not None and arch not in archs:
                     continue
                 for values in combos:
+                    if default and spec.warm_default.first_choice_only and not spec.first_choice(k, arch, dict(values)):
+                        continue
                     yield _variant(spec, k.name, arch, values)
 
     def variant_for(self, op: str, kernel: str, arch: str, call: dict) -> Variant:
@@ -306,8 +345,11 @@ def _op_spec(name: str, op: dict) -> OpSpec:
                                   axes=per_axis))
     exclude = tuple(Exclusion(i, tuple((axis, frozenset(names)) for axis, names in e.items()))
                     for i, e in enumerate(op.get("exclude", [])))
+    wd = op.get("warm_default", {})
+    warm_default = WarmDefault(tuple((axis, frozenset(names)) for axis, names in wd.get("axes", {}).items()),
+                               wd.get("first_choice_only", False), wd.get("why", ""))
     return OpSpec(name=name, description=op.get("description", ""), axes=axes, kernels=tuple(kernels),
-                  exclude=exclude)
+                  exclude=exclude, warm_default=warm_default)
 
 
 _CACHE: dict = {}
@@ -450,6 +492,7 @@ def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Path | Non
                     c.fail(f"{w}.values.{v}", n, "value names of letters, digits and '_' mapped to integers")
         seen_axes[name] = a
     _check_exclude(c, op, where, seen_axes)
+    _check_warm_default(c, op, where, seen_axes)
     kernels = c.get(op, "kernels", where, list, "a non-empty list of kernel objects")
     if not kernels:
         c.fail(f"{where}.kernels", kernels, "a non-empty list of kernel objects")
@@ -478,6 +521,31 @@ def _check_exclude(c: _Checker, op: dict, where: str, axes: dict) -> None:
             if name not in enumerated:
                 c.fail(f"{w}.{name}", values, f"an enumerated axis of the op ({', '.join(enumerated)})")
             c.str_list(e, name, w, choices=list(axes[name]["values"]))
+
+
+WARM_DEFAULT_KEYS = ("axes", "first_choice_only", "why")
+
+
+def _check_warm_default(c: _Checker, op: dict, where: str, axes: dict) -> None:
+    """`warm_default`: an object with optional `axes` ({enumerated axis name: non-empty list of its values}: the
+    values the default set keeps), `first_choice_only` (a bool) and `why` (a string saying why)."""
+    wd = c.get(op, "warm_default", where, dict, "an object with keys " + ", ".join(WARM_DEFAULT_KEYS), optional=True)
+    if wd is None:
+        return
+    w = f"{where}.warm_default"
+    for key in wd:
+        if key not in WARM_DEFAULT_KEYS:
+            c.fail(f"{w}.{key}", wd[key], "one of the keys " + ", ".join(WARM_DEFAULT_KEYS))
+    c.get(wd, "why", w, str, "a string", optional=True)
+    c.get(wd, "first_choice_only", w, bool, "true or false", optional=True)
+    chosen = c.get(wd, "axes", w, dict, "an object {enumerated axis name: [values the default set keeps]}",
+                   optional=True) or {}
+    enumerated = [n for n, a in axes.items() if a.get("buckets", False) is not True]
+    for name in chosen:
+        if name not in enumerated:
+            c.fail(f"{w}.axes.{name}", chosen[name], f"an enumerated axis of the op ({', '.join(enumerated)}; "
+                                                      "every bucket of a bucketed axis is in the default set)")
+        c.str_list(chosen, name, f"{w}.axes", choices=list(axes[name]["values"]))
 
 
 def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict, op_dir: Path | None) -> None:

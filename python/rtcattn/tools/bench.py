@@ -3,7 +3,8 @@
 The driver knows no op: each op's rtcattn/ops/<op>/bench.py registers its suites (register below), and
 `bench` imports every such module it finds. A suite is a function of the parsed arguments that prints its
 table and returns {"rows": [...], ...}; `--json` writes that with the device's name, `--plot` draws it
-when the suite gives a chart."""
+when the suite gives a chart. A suite's plan (optional) lists its cases without timing anything: `--dry-run`
+prints it, on any machine (no GPU needed), which is what the CPU tests run."""
 from __future__ import annotations
 
 import datetime
@@ -22,17 +23,18 @@ class Suite:
     help: str
     add_arguments: object    # (parser) -> None, or None
     plot: object             # (rows, path, pyplot, title) -> None, or None: no chart
+    plan: object = None      # (args) -> {"rows": [...]}: prints the cases, times nothing; None: no --dry-run
 
 
 SUITES: dict = {}
 _default = []
 
 
-def register(name: str, run, help: str, add_arguments=None, plot=None, default: bool = False) -> None:
+def register(name: str, run, help: str, add_arguments=None, plot=None, default: bool = False, plan=None) -> None:
     """Makes a suite selectable with `bench --suite NAME` (default=True: the one run without --suite)."""
     if name in SUITES:
         raise ValueError(f"bench suite {name!r} is registered twice")
-    SUITES[name] = Suite(name, run, help, add_arguments, plot)
+    SUITES[name] = Suite(name, run, help, add_arguments, plot, plan)
     if default:
         _default.append(name)
 
@@ -62,12 +64,16 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="3 shapes, 1 mode, 3 reps")
     p.add_argument("--json", dest="json_out", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="bar chart of TFLOP/s (needs matplotlib)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the cases the suite would time (with their FLOPs), run nothing: no GPU needed")
     for suite in SUITES.values():
         if suite.add_arguments is not None:
             suite.add_arguments(p)
 
 
 def main(args) -> int:
+    if args.dry_run:
+        return dry_run(args)
     import torch
     if not torch.cuda.is_available():
         raise RuntimeError("bench needs a CUDA or ROCm GPU and torch sees none "
@@ -85,4 +91,18 @@ def main(args) -> int:
     if plt is not None and suite.plot is not None and title is not None:
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         suite.plot(result["rows"], args.plot, plt, f"{device}, {when}: {title}")
+    return 0
+
+
+def dry_run(args) -> int:
+    suite = SUITES[args.suite]
+    if suite.plan is None:
+        raise ValueError(f"--dry-run is not supported for suite {suite.name!r}; accepted: "
+                         + ", ".join(s.name for s in SUITES.values() if s.plan is not None))
+    if args.quick:
+        args.reps = 3
+    result = suite.plan(args)
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump({"device": None, "dry_run": True, **result}, fh, indent=1)
     return 0

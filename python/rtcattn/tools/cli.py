@@ -35,9 +35,11 @@ def _axis_flag(axis: str) -> str:
     return "--" + axis.replace("_", "-")
 
 
-def _warm_variants(args):
-    """The variants `warm` builds: every op's kernels x archs x axis values, narrowed by the filters."""
+def _warm_variants(args, default: bool | None = None):
+    """The variants `warm` builds: each op's default set (its manifest's warm_default; --all: every kernel x arch x
+    axis value), narrowed by the filters."""
     from ..runtime import manifest
+    default = not args.all if default is None else default
     m = manifest.load()
     ops = _csv(args.op) if args.op else list(m.ops)
     _check_subset("--op", ops, list(m.ops))
@@ -57,8 +59,24 @@ def _warm_variants(args):
             chosen = _ints(text) if axis.buckets else _csv(text)
             _check_subset(_axis_flag(axis.name), chosen, accepted)
             filters[axis.name] = chosen
-        variants += m.variants(op, archs=archs, kernels=kernels, **filters)
+        variants += m.variants(op, archs=archs, kernels=kernels, default=default, **filters)
     return variants
+
+
+def _default_sets(ops: list) -> str:
+    from ..runtime import manifest
+    return "; ".join(f"{op}: {manifest.load().op(op).warm_default.describe()}" for op in ops)
+
+
+def _interleaved(variants: list) -> list:
+    """The variants taking turns by arch (each arch's own order kept). Each arch has its compiler, and one may
+    compile one variant at a time per process (hipRTC 5.2's comgr is not thread-safe, so the runtime serializes
+    it): queued arch by arch, the jobs would all wait on that one compiler while the others sit idle."""
+    by_arch: dict = {}
+    for v in variants:
+        by_arch.setdefault(v.arch, []).append(v)
+    queues = list(by_arch.values())
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
 def _add_axis_filters(w) -> None:
@@ -88,7 +106,13 @@ def cmd_warm(args) -> int:
     from ..runtime import dispatch
     variants = _warm_variants(args)
     if not variants:
+        if not args.all and _warm_variants(args, default=False):
+            ops = _csv(args.op) if args.op else sorted({v.op for v in _warm_variants(args, default=False)})
+            raise SystemExit("rtcattn: no variant of the default set matches the given --op/--arch/--kernels and "
+                             f"axis filters (the default set: {_default_sets(ops)}); add --all to choose among "
+                             "every variant")
         raise SystemExit("rtcattn: no variant matches the given --op/--arch/--kernels and axis filters")
+    variants = _interleaved(variants)
     cache_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None
     if cache_dir:  # the target is this process's user cache: the runtime's own checks of that dir apply
         os.environ["RTCATTN_CACHE_DIR"] = cache_dir
@@ -100,7 +124,8 @@ def cmd_warm(args) -> int:
     if problem:
         print(f"rtcattn warm: cache dir {target['path']} {problem}; nothing was written", file=sys.stderr)
         return 2
-    print(f"rtcattn warm: {len(variants)} variants, {args.jobs} jobs, cache {target['path']}", flush=True)
+    which = "every variant" if args.all else f"the default set (--all: {len(_warm_variants(args, default=False))})"
+    print(f"rtcattn warm: {len(variants)} variants, {which}, {args.jobs} jobs, cache {target['path']}", flush=True)
     rows, failures, t0 = [], [], time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # ctypes drops the GIL in rtc_build
         futures = {pool.submit(dispatch.build, v, cache_dir): v for v in variants}
@@ -198,8 +223,11 @@ def cmd_bench(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rtcattn", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    w = sub.add_parser("warm", help="compile every variant for the given archs (no GPU needed)")
+    w = sub.add_parser("warm", help="compile the default set of variants (--all: every variant) for the given archs "
+                                    "(no GPU needed)")
     w.add_argument("--arch", required=True, help="comma-separated, e.g. gfx942,gfx90a,sm_90a")
+    w.add_argument("--all", action="store_true",
+                   help="every variant, not only each op's default set (configs/ops.json: ops.<op>.warm_default)")
     w.add_argument("--cache-dir", help="write here instead of the user cache (e.g. the package's _cache)")
     w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
     w.add_argument("--op", help="only these ops (comma-separated; default: every op of the manifest)")

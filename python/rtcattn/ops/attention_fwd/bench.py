@@ -3,6 +3,9 @@ FlashAttention-4 when it is installed, timed by tools/timing.py (interleaved rou
 
 - dense (the default): the seed's shapes, or `--shapes "B,H[/Hk],S[,Sk][:causal];..."`, or `--shapes masks`
   (the causal and GQA shapes of the masks work), in each `--layout`;
+- headdim (also `--shapes headdim`): every head-dim class of issue 21 (D 32 .. 256, H = 4096 // D so that H D
+  is about 4096, B 2, S 4096, BSHD, RTNE), causal and not, bf16 and fp16, against cuDNN and FA4 (and FA2 shown
+  beside them); a peer that does not take a case is listed as n/a with its reason;
 - serving (also `--shapes serving`): packed sequences and paged KV, D 128, Hq 32, Hk 8:
   - varlen: 12 sequences of a serving mix (VARLEN_MIX, 32 225 tokens), causal and not. FA4 runs its own
     varlen call; cuDNN runs one SDPA call per sequence (what a dense-only library leaves a server with).
@@ -40,7 +43,7 @@ PEERS = (("vs_cudnn", "cuDNN", "sdpa-cudnn"), ("vs_fa4", "FA4", "fa4"))
 def add_arguments(p) -> None:
     p.add_argument("--shapes", help='"B,H[/Hk],S[,Sk][:causal];..." (default: the seed\'s 9 shapes); '
                                     '"masks": the causal and GQA shapes of the masks work; "serving": the '
-                                    'serving suite (packed sequences and paged KV)')
+                                    'serving suite (packed sequences and paged KV); "headdim": the head-dim suite')
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--modes", default="rtne,rtna,rtz", help="round modes of rtcattn, comma-separated")
     p.add_argument("--layout", default="bshd",
@@ -93,12 +96,12 @@ def flops(c: Case, d: int) -> float:
     return 4.0 * c.b * c.h * c.sq * c.sk * d / (2.0 if c.causal else 1.0)
 
 
-def _inputs(c: Case, d, layout):
+def _inputs(c: Case, d, layout, dtype=None):
     import torch
     per_set = 2 * (2 * c.b * c.sq * c.h * d + 2 * c.b * c.sk * c.kv_heads * d)
     n = max(1, min(8, math.ceil(timing.ROTATE_BYTES / per_set)))
     shape = (lambda s, h: (c.b, s, h, d)) if layout == "bshd" else (lambda s, h: (c.b, h, s, d))
-    mk = lambda s, h: torch.randn(shape(s, h), device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    mk = lambda s, h: torch.randn(shape(s, h), device="cuda", dtype=dtype or torch.bfloat16)  # noqa: E731
     return [(mk(c.sq, c.h), mk(c.sk, c.kv_heads), mk(c.sk, c.kv_heads)) for _ in range(n)]
 
 
@@ -209,9 +212,9 @@ def _modes(args) -> list:
 
 
 def dense(args) -> dict:
-    """The dense suite; `--shapes serving` runs the serving suite instead."""
-    if args.shapes and args.shapes.strip() == "serving":
-        return serving(args)
+    """The dense suite; `--shapes serving` and `--shapes headdim` run those suites instead."""
+    if args.shapes and args.shapes.strip() in ("serving", "headdim"):
+        return (headdim if args.shapes.strip() == "headdim" else serving)(args)
     import torch
     shapes = parse_shapes(args.shapes) if args.shapes else [
         Case(b, h, s, s) for b, h, s in (QUICK_SHAPES if args.quick else SEED_SHAPES)]
@@ -229,6 +232,199 @@ def dense(args) -> dict:
     print_table(rows, ceiling)
     return {"matmul_tflops": ceiling, "rows": rows,
             "title": f"bf16 D={args.head_dim}, {', '.join(layouts)}, non-causal unless marked"}
+
+
+def dense_plan(args) -> dict:
+    """The dense suite's cases and their FLOPs, timing nothing (`--dry-run`)."""
+    if args.shapes and args.shapes.strip() in ("serving", "headdim"):
+        return (headdim_plan if args.shapes.strip() == "headdim" else serving_plan)(args)
+    shapes = parse_shapes(args.shapes) if args.shapes else [
+        Case(b, h, s, s) for b, h, s in (QUICK_SHAPES if args.quick else SEED_SHAPES)]
+    rows = [{"case": c.label(), "D": args.head_dim, "layout": layout, "mode": mode, "flops": flops(c, args.head_dim)}
+            for c in shapes for layout in _csv(args.layout) for mode in _modes(args)]
+    print(f"{'case':<30}{'D':>5} {'layout':<7}{'mode':<6}{'GFLOP':>10}")
+    for r in rows:
+        print(f"{r['case']:<30}{r['D']:>5} {r['layout']:<7}{r['mode']:<6}{r['flops'] / 1e9:>10.1f}")
+    return {"rows": rows}
+
+
+def _csv(text: str) -> list:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+# ---- the head-dim suite (issue 21) ------------------------------------------------------------------------------
+
+HEAD_DIMS = (32, 40, 64, 80, 96, 128, 160, 192, 256)
+HEADDIM_B, HEADDIM_S, HEADDIM_WIDTH = 2, 4096, 4096   # H = WIDTH // D heads: every case moves about as many bytes
+# rtcattn's ratio is to the best of these (issue 21's targets); FA2 (SDPA's flash backend) is shown beside them.
+BEST_OF = (("sdpa-cudnn", "cuDNN"), ("fa4", "FA4"))
+SHOWN = BEST_OF + (("sdpa-flash", "FA2"),)
+
+
+@dataclass(frozen=True)
+class HeadDimCase:
+    d: int
+    causal: bool
+    dtype: str        # a value of the op's dtype axis
+
+    @property
+    def case(self) -> Case:
+        return Case(HEADDIM_B, HEADDIM_WIDTH // self.d, HEADDIM_S, HEADDIM_S, causal=self.causal)
+
+    def label(self) -> str:
+        return f"D{self.d} {self.dtype}" + (" causal" if self.causal else "")
+
+    def fields(self) -> dict:
+        c = self.case
+        return {"case": self.label(), "D": self.d, "H": c.h, "B": c.b, "S": c.sq, "causal": self.causal,
+                "dtype": self.dtype, "layout": "bshd", "flops": flops(c, self.d)}
+
+
+def headdim_cases(dims=HEAD_DIMS, dtypes=("bf16", "fp16")) -> list:
+    return [HeadDimCase(d, causal, dtype) for dtype in dtypes for d in dims for causal in (False, True)]
+
+
+def _headdim_selection(args) -> list:
+    dims = _csv(args.head_dims) if args.head_dims else list(HEAD_DIMS)
+    for d in dims:
+        if not str(d).isdigit() or not 8 <= int(d) <= 256:
+            raise ValueError(f"--head-dims {d!r} is not supported; accepted: integers from 8 to 256, comma-separated")
+    dims = [int(d) for d in dims]
+    dtypes = _csv(args.dtypes)
+    for t in dtypes:
+        driver.check_choice("--dtypes", t, axis_values("dtype"))
+    return headdim_cases(dims, dtypes)
+
+
+def _first_line(text: str, n: int = 110) -> str:
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line[:n] + ("..." if len(line) > n else "")
+
+
+def try_call(fn, inputs) -> str | None:
+    """None when fn runs on these inputs, else why not: the exception, and the first warning the call gave
+    (torch's SDPA says there why a backend declined)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            fn(*inputs[0])
+            return None
+        except Exception as e:  # any failure of a peer is that peer's n/a, never the suite's end
+            why = f"{type(e).__name__}: {_first_line(e)}"
+    hints = [_first_line(w.message) for w in seen if _first_line(w.message)]
+    return why + (f" ({hints[0]})" if hints else "")
+
+
+def _headdim_impls(hc: HeadDimCase) -> dict:
+    """impl -> fn, or impl -> why it cannot run at all here (FA4 not installed)."""
+    from torch.nn.attention import SDPBackend
+
+    import rtcattn
+    c = hc.case
+    fa4 = _fa4_fn("bshd", c)
+    return {"rtcattn": lambda q, k, v: rtcattn.forward(q, k, v, round_mode="rtne", causal=c.causal),
+            "sdpa-cudnn": _sdpa_fn(SDPBackend.CUDNN_ATTENTION, "bshd", c),
+            "fa4": fa4 if fa4 is not None else "flash_attn.cute is not installed",
+            "sdpa-flash": _sdpa_fn(SDPBackend.FLASH_ATTENTION, "bshd", c)}
+
+
+def headdim_case_rows(hc: HeadDimCase, reps: int, budget_s: float) -> list:
+    """One row per implementation: timed in the same rounds, or n/a with the reason."""
+    from .stub import selection
+    from .validate import DTYPE_AXIS
+    dtype = {name: t for t, name in DTYPE_AXIS.items()}[hc.dtype]
+    inputs = _inputs(hc.case, hc.d, "bshd", dtype)
+    fns, missing = {}, {}
+    for name, fn in _headdim_impls(hc).items():
+        why = fn if isinstance(fn, str) else try_call(fn, inputs)
+        (missing.__setitem__(name, why) if why else fns.__setitem__(name, fn))
+    times = timing.time_rounds(fns, inputs, reps, budget_s) if fns else {}
+    window = (-1, 0) if hc.causal else (-1, -1)
+    rows = [dict(hc.fields(), impl=name, mode="-", kernel=name, status=f"n/a: {why}", ms=None, tflops=None)
+            for name, why in missing.items()]
+    best = min(((statistics.median(times[p]), p) for p, _ in BEST_OF if p in times), default=None)
+    for name, t in times.items():
+        ms = statistics.median(t)
+        r = dict(hc.fields(), impl=name, mode="rtne" if name == "rtcattn" else "-", kernel=name, status="ok",
+                 ms=ms, reps=len(t), spread=(max(t) - min(t)) / ms, tflops=hc.fields()["flops"] / (ms * 1e-3) / 1e12)
+        if name == "rtcattn":
+            r["kernel"] = selection(*inputs[0], layout="bshd", round_mode="rtne", window=window).kernel.name
+            r.update({f"vs_{peer}": timing.ratio(times.get(peer), t) for peer, _ in SHOWN})
+            r["best_peer"] = best[1] if best else None
+            r["vs_best"] = timing.ratio(times[best[1]], t) if best else None
+        rows.append(r)
+    return rows
+
+
+def print_headdim(rows: list) -> None:
+    """One line per case: TF/s of each implementation, n/a where a peer does not take it, rtcattn / best peer."""
+    fmt = timing.fmt
+    names = [name for _, name in SHOWN]
+    head = (f"{'D':>4}{'H':>5}  {'causal':<7}{'dtype':<6}{'rtcattn':>8} {'kernel':<9}"
+            + "".join(f"{n:>8}" for n in names) + f"{'x best':>8}  best of {', '.join(n for _, n in BEST_OF)}")
+    print(head)
+    print("-" * len(head))
+    notes = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        by = {r["impl"]: r for r in rows if r["case"] == case}
+        ours, first = by.get("rtcattn", {}), next(iter(by.values()))
+        cells = []
+        for impl, name in SHOWN:
+            r = by.get(impl) or {}
+            if r.get("status", "ok") != "ok":
+                notes.append(f"  {case}, {name}: {r['status']}")
+            cells.append("n/a" if r.get("status", "ok") != "ok" else fmt(r.get("tflops"), ".0f"))
+        best = dict(SHOWN).get(ours.get("best_peer"), "")
+        print(f"{first['D']:>4}{first['H']:>5}  {'yes' if first['causal'] else 'no':<7}{first['dtype']:<6}"
+              f"{fmt(ours.get('tflops'), '.0f'):>8} {ours.get('kernel', '-'):<9}" + "".join(f"{c:>8}" for c in cells)
+              + f"{fmt(ours.get('vs_best'), '.3f'):>8}  {best}")
+    if notes:
+        print("n/a:\n" + "\n".join(notes))
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        v = [r["vs_best"] for r in rows if r["impl"] == "rtcattn" and r["dtype"] == dtype and r.get("vs_best")]
+        if v:
+            print(f"geomean x best peer {dtype}: {math.exp(sum(map(math.log, v)) / len(v)):.3f} "
+                  f"(min {min(v):.3f}, {len(v)} cases)")
+
+
+def headdim(args) -> dict:
+    """The head-dim suite: every case of _headdim_selection, TF/s and rtcattn / best peer."""
+    import torch
+    cases = _headdim_selection(args)
+    ceiling = timing.matmul_ceiling(args.reps)
+    rows = []
+    for hc in cases:
+        print(f"{hc.label()} (H {hc.case.h}) ...", file=sys.stderr, flush=True)
+        rows += headdim_case_rows(hc, args.reps, args.budget_s)
+        torch.cuda.empty_cache()
+    print(f"bf16 matmul 8192^3 ceiling: {ceiling:.0f} TFLOP/s")
+    print_headdim(rows)
+    return {"matmul_tflops": ceiling, "rows": rows,
+            "title": f"head dims, B {HEADDIM_B}, S {HEADDIM_S}, H = {HEADDIM_WIDTH} // D, bshd, rtne"}
+
+
+def headdim_plan(args) -> dict:
+    """The head-dim suite's cases and their FLOPs, timing nothing (`--dry-run`)."""
+    rows = [hc.fields() for hc in _headdim_selection(args)]
+    head = f"{'D':>4}{'H':>5}{'B':>3}{'S':>6}  {'causal':<7}{'dtype':<6}{'GFLOP':>7}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['D']:>4}{r['H']:>5}{r['B']:>3}{r['S']:>6}  {'yes' if r['causal'] else 'no':<7}{r['dtype']:<6}"
+              f"{r['flops'] / 1e9:>7.1f}")
+    print(f"{len(rows)} cases; each times rtcattn (rtne) and {', '.join(n for _, n in SHOWN)} in the same rounds "
+          "(FA4 when flash_attn.cute imports); nothing was run")
+    return {"rows": rows}
+
+
+def serving_plan(args) -> dict:
+    raise ValueError("--dry-run is not supported for the serving suite; accepted: the dense and headdim suites")
+
+
+def headdim_arguments(p) -> None:
+    p.add_argument("--head-dims", help=f"headdim suite: only these D (default: {','.join(map(str, HEAD_DIMS))})")
+    p.add_argument("--dtypes", default="bf16,fp16", help="headdim suite: only these dtypes")
 
 
 def _pairs(sq: int, sk: int, causal: bool) -> int:
@@ -385,5 +581,7 @@ def serving(args) -> dict:
 
 
 driver.register("dense", dense, "seed shapes, --shapes, --shapes masks (default)", add_arguments, plot,
-                default=True)
+                default=True, plan=dense_plan)
+driver.register("headdim", headdim, "D 32..256, causal or not, bf16 and fp16 against cuDNN and FA4 (--shapes headdim)",
+                headdim_arguments, timing.plot, plan=headdim_plan)
 driver.register("serving", serving, "packed sequences and paged KV against FA4 and cuDNN")
