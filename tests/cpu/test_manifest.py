@@ -270,10 +270,16 @@ def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
     m = manifest.load()
     assert {v["round_mode"] for v in m.variants("attention_fwd", default=True)} == {"rtne"}
     sm90 = _defaults(m, "sm_90a")
-    assert {f"sm90-rtne-{mask}-{kv}-d128-bf16" for mask in ("none", "window")
-            for kv in ("dense", "varlen", "paged")} <= sm90
-    # the baseline's d128 bucket also serves D 104..120 (the sm90 kernel takes 128 only), and fp16
-    assert "baseline-rtne-none-dense-d128-bf16" in sm90 and "baseline-rtne-none-dense-d128-fp16" in sm90
+    buckets = m.op("attention_fwd").kernel("sm90").axes["head_dim"].buckets
+    # sm90 takes every head dim and both dtypes: on sm_90a the default set is its rtne variants, no baseline.
+    assert sm90 == {f"sm90-rtne-{mask}-{kv}-d{b}-{dt}" for mask in ("none", "window")
+                    for kv in ("dense", "varlen", "paged")
+                    for b in buckets for dt in ("bf16", "fp16")}
+    # Where the fast kernel does not take fp16 (gfx942 today), the baseline's fp16 variants stay in the set.
+    gfx = _defaults(m, "gfx90a")
+    assert "gfx942-rtne-none-dense-d128-bf16" in gfx
+    if "fp16" not in m.op("attention_fwd").kernel("gfx942").axes["dtype"]:
+        assert "baseline-rtne-none-dense-d128-fp16" in gfx
     fast = manifest.load(write(tmp_path, edited(_fast_everywhere)), root=ROOT)
     assert not [n for n in _defaults(fast, "sm_90a") if n.startswith("baseline-")]
     assert len(_defaults(fast, "sm_90a")) == 4 * 2 * 2 * 3   # buckets x dtypes x masks x kv forms

@@ -200,8 +200,8 @@ def print_table(rows: list, ceiling: float) -> None:
 
 def plot(rows: list, path: str, plt, title: str = "") -> None:
     """The dense suite's chart (timing.plot), rows of older JSON without "case" named by B,H,Sq,Sk."""
-    timing.plot([dict(r, case=r.get("case", f"{r['B']},{r['H']},{r['Sq']},{r['Sk']}")) for r in rows], path, plt,
-                title)
+    named = [r if "case" in r else dict(r, case=f"{r['B']},{r['H']},{r['Sq']},{r['Sk']}") for r in rows]
+    timing.plot(named, path, plt, title)
 
 
 def _modes(args) -> list:
