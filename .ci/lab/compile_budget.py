@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -104,6 +105,7 @@ def main() -> int:
     print(f"{sum(len(f) for f in groups.values()) * args.reps} timed compiles, {time.perf_counter() - t_all:.0f} s")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1))
+    shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

@@ -305,10 +305,14 @@ def try_call(fn, inputs) -> str | None:
     """None when fn runs on these inputs, else why not: the exception, and the first warning the call gave
     (torch's SDPA says there why a backend declined)."""
     import warnings
+
+    import torch
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         try:
             fn(*inputs[0])
+            if torch.cuda.is_available():  # a launch that fails on the device is this peer's failure too
+                torch.cuda.synchronize()
             return None
         except Exception as e:  # any failure of a peer is that peer's n/a, never the suite's end
             why = f"{type(e).__name__}: {_first_line(e)}"
@@ -338,7 +342,10 @@ def headdim_case_rows(hc: HeadDimCase, reps: int, budget_s: float) -> list:
     fns, missing = {}, {}
     for name, fn in _headdim_impls(hc).items():
         why = fn if isinstance(fn, str) else try_call(fn, inputs)
-        (missing.__setitem__(name, why) if why else fns.__setitem__(name, fn))
+        if why:
+            missing[name] = why
+        else:
+            fns[name] = fn
     times = timing.time_rounds(fns, inputs, reps, budget_s) if fns else {}
     window = (-1, 0) if hc.causal else (-1, -1)
     rows = [dict(hc.fields(), impl=name, mode="-", kernel=name, status=f"n/a: {why}", ms=None, tflops=None)
