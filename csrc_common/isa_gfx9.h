@@ -40,6 +40,15 @@ RTC_ISA rtc_buffer_rsrc make_buffer_rsrc(const void* base, rtc_u32 num_records) 
   r[3] = 0x00020000;
   return r;
 }
+// The same from the base address's two halves (when the caller keeps them in SGPRs itself).
+RTC_ISA rtc_buffer_rsrc make_buffer_rsrc(rtc_u32 base_lo, rtc_u32 base_hi, rtc_u32 num_records) {
+  rtc_buffer_rsrc r;
+  r[0] = (int)base_lo;
+  r[1] = (int)(base_hi & 0xFFFFu);
+  r[2] = (int)num_records;
+  r[3] = 0x00020000;
+  return r;
+}
 
 #if defined(RTC_EMU)
 #include "emu/isa_emu.h"

@@ -180,12 +180,13 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
 
 def test_no_fp16_variant_rounds_other_than_rtne():
     """Nothing enumerates (so nothing compiles: warm, dispatch) an fp16 variant in rtna or rtz; fp16 rtne is there
-    for every arch and bucket of the baseline, and bf16 keeps its three modes."""
+    for every arch and bucket of each kernel that takes fp16 (the baseline, gfx942), and bf16 keeps its three modes."""
     m = manifest.load()
     fp16 = [v for v in m.variants("attention_fwd") if v["dtype"] == "fp16"]
-    assert fp16 and {v["round_mode"] for v in fp16} == {"rtne"} and {v.kernel for v in fp16} == {"baseline"}
-    base = op(REAL)["kernels"][BASE]
-    assert len(fp16) == len(base["archs"]) * 2 * 3 * len(base["axes"]["head_dim"]["buckets"])
+    takes = [k for k in op(REAL)["kernels"] if "fp16" in k["axes"].get("dtype", ["bf16", "fp16"])]
+    assert fp16 and {v["round_mode"] for v in fp16} == {"rtne"} and {v.kernel for v in fp16} == {"baseline", "gfx942"}
+    assert {k["name"] for k in takes} == {"baseline", "gfx942"}
+    assert len(fp16) == sum(len(k["archs"]) * 2 * 3 * len(k["axes"]["head_dim"]["buckets"]) for k in takes)
     bf16 = [v for v in m.variants("attention_fwd", kernels=["baseline"]) if v["dtype"] == "bf16"]
     assert {v["round_mode"] for v in bf16} == {"rtne", "rtna", "rtz"}
     assert not list(m.variants("attention_fwd", dtype=["fp16"], round_mode=["rtna", "rtz"]))
@@ -197,7 +198,9 @@ def test_warm_enumerates_no_excluded_variant():
                                     "--kv", "dense"])
     names = sorted(v.name for v in cli._warm_variants(args))
     assert names == ["baseline-rtna-none-dense-d64-bf16", "baseline-rtne-none-dense-d64-bf16",
-                     "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16"]
+                     "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16",
+                     "gfx942-rtna-none-dense-d64-bf16", "gfx942-rtne-none-dense-d64-bf16",
+                     "gfx942-rtne-none-dense-d64-fp16", "gfx942-rtz-none-dense-d64-bf16"]
     only = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode", "rtna,rtz"])
     assert cli._warm_variants(only) == []
 
@@ -211,17 +214,23 @@ def test_an_excluded_combination_is_refused_by_name():
     with pytest.raises(ValueError, match=r"asks for no variant: dtype='fp16', round_mode='rtz' is no variant"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
     sel = dispatch.select("attention_fwd", "gfx942", dict(call, round_mode="rtne"), m=m)
-    assert sel.variant.name == "baseline-rtne-none-dense-d64-fp16"
+    assert sel.variant.name == "gfx942-rtne-none-dense-d64-fp16"
 
 
-def test_fp16_falls_back_to_the_baseline_saying_why():
-    """The fast kernels take bf16 only: an fp16 call they would otherwise serve goes to the baseline."""
+def test_fp16_goes_to_a_fast_kernel_that_takes_it_else_to_the_baseline_saying_why():
+    """A fast kernel that takes fp16 (gfx942) serves an fp16 call as it serves bf16; one that takes bf16 only leaves
+    it to the baseline, and the selection says why."""
     m = manifest.load()
     for arch, fast in (("sm_90a", "sm90"), ("gfx942", "gfx942"), ("gfx90a", "gfx942"), ("gfx942-emu", "gfx942")):
         assert dispatch.select("attention_fwd", arch, _call("rtne", 128), m=m).kernel.name == fast
         sel = dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), dtype="fp16"), m=m)
-        assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
-        assert f"{fast}: dtype 'fp16' not in ['bf16']" in sel.why, sel.why
+        dtypes = list(m.op("attention_fwd").kernel(fast).axes["dtype"])
+        if "fp16" in dtypes:
+            assert sel.kernel.name == fast and sel.variant.name == f"{fast}-rtne-none-dense-d128-fp16", sel
+        else:
+            assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
+            assert f"{fast}: dtype 'fp16' not in {dtypes}" in sel.why, sel.why
+    assert "fp16" in m.op("attention_fwd").kernel("gfx942").axes["dtype"]
 
 
 def test_cuda_arch_names():
@@ -274,19 +283,19 @@ def test_request_headers_are_the_include_closure(tmp_path):
 # each of which must match exactly once:
 #   sm90      sm90/params.h `#define SM90_HEAD_DIM <d>` and sm90.cu's `static_assert(SM90_HEAD_DIM == <d>, ...)`:
 #             one head dim, so min = max = the only bucket.
-#   gfx942    gfx942/params.h `#define GFX942_HEAD_DIM <d>`, gfx942.hip's guard `#if RTC_HEAD_DIM_MAX != <d>` and
-#             the host's refusal in jit/ops/attention_fwd/gfx942.cpp ("... accepted: <d>"): the same.
+#   gfx942    gfx942/params.h `#define GFX942_BUCKETS <b>, <b>, ...` (gfx942.hip static_asserts its bucket is one of
+#             them, the host's refusal names them), step 8 from 8 (each bucket serves every multiple of 8 up to it).
 #   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`
 #             (step, min and max) and the buckets its #error names ("head-dim bucket: 32, 64, ... or 256").
 OP_TEXT = ROOT / "op_sources" / "attention_fwd"
 SINGLE_HEAD_DIM = {
     "sm90": [(OP_TEXT / "sm90" / "params.h", r"^#define SM90_HEAD_DIM (\d+)\b"),
              (OP_TEXT / "sm90.cu", r"^static_assert\(SM90_HEAD_DIM == (\d+),")],
-    "gfx942": [(OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_HEAD_DIM (\d+)\b"),
-               (OP_TEXT / "gfx942.hip", r"^#if RTC_HEAD_DIM_MAX != (\d+)$"),
-               (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",
-                r'is not accepted by the gfx942 kernel; accepted: (\d+)"')],
 }
+GFX942_BUCKETS = (OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_BUCKETS ([\d, ]+)$")
+GFX942_REFUSAL = (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",
+                  r'" is not accepted by the gfx942 kernel; accepted: a multiple of (\d+) from (\d+) to (\d+) '
+                  r'\(buckets "')
 BASELINE_GUARD = r"^#if RTC_HEAD_DIM_MAX % (\d+) != 0 \|\| RTC_HEAD_DIM_MAX < (\d+) \|\| RTC_HEAD_DIM_MAX > (\d+)$"
 BASELINE_BUCKETS = r'^#error "RTC_HEAD_DIM_MAX \(head-dim bucket: ([\d, ]+ or \d+)\) must be defined"$'
 
@@ -304,7 +313,7 @@ def _head_dim(kernel: str) -> manifest.BucketSpec:
 
 def test_every_kernel_has_its_head_dims_checked():
     kernels = [k.name for k in manifest.load(ROOT / "configs" / "ops.json").op("attention_fwd").kernels]
-    assert sorted(kernels) == sorted([*SINGLE_HEAD_DIM, "baseline"])
+    assert sorted(kernels) == sorted([*SINGLE_HEAD_DIM, "gfx942", "baseline"])
 
 
 @pytest.mark.parametrize("kernel", sorted(SINGLE_HEAD_DIM))
@@ -314,6 +323,14 @@ def test_single_head_dim_kernel_matches_manifest(kernel):
     d = stated.pop()
     spec = _head_dim(kernel)
     assert (spec.lo, spec.hi, spec.buckets) == (d, d, (d,))
+
+
+def test_gfx942_head_dims_match_manifest():
+    buckets = tuple(int(b) for b in _stated(*GFX942_BUCKETS).split(", "))
+    step, lo, hi = (int(n) for n in _stated(*GFX942_REFUSAL))
+    spec = _head_dim("gfx942")
+    assert (spec.lo, spec.hi, spec.step, spec.buckets) == (lo, hi, step, buckets)
+    assert list(buckets) == sorted(buckets) and buckets[-1] == hi and all(b % step == 0 for b in buckets)
 
 
 def test_baseline_head_dims_match_manifest():

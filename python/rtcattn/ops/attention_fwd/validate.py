@@ -102,6 +102,8 @@ def head_dim_rule():
 
 
 def _head_dim_text(specs, lo: int, hi: int) -> str:
+    # What each kernel takes, as a range (kernels with the same range but other buckets take the same head dims).
+    specs = list({(s.lo, s.hi, s.step): s for s in specs}.values())
     widest = [s for s in specs if not any(o != s and o.lo <= s.lo and s.hi <= o.hi and o.step <= s.step
                                             for o in specs)]
     if len(widest) == 1 and (widest[0].lo, widest[0].hi, widest[0].lo % widest[0].step) == (lo, hi, 0):
