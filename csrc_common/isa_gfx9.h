@@ -23,6 +23,8 @@
 typedef RTC_VEC(float, 4) rtc_f32x4;
 typedef RTC_VEC(float, 16) rtc_f32x16;
 typedef RTC_VEC(short, 4) rtc_bf16x4;     // 4 bf16 bits, element 0 in the low half of dword 0
+typedef RTC_VEC(unsigned short,
+                4) rtc_f16x4;  // 4 fp16 bits, the same layout (a distinct type: the MFMAs overload on it)
 typedef RTC_VEC(rtc_u32, 2) rtc_u32x2;
 typedef RTC_VEC(rtc_u32, 4) rtc_u32x4;
 typedef RTC_VEC(int, 4) rtc_buffer_rsrc;  // V#: base (48 bits), stride, num_records, flags
@@ -38,6 +40,15 @@ RTC_ISA rtc_buffer_rsrc make_buffer_rsrc(const void* base, rtc_u32 num_records) 
   r[3] = 0x00020000;
   return r;
 }
+// The same from the base address's two halves (when the caller keeps them in SGPRs itself).
+RTC_ISA rtc_buffer_rsrc make_buffer_rsrc(rtc_u32 base_lo, rtc_u32 base_hi, rtc_u32 num_records) {
+  rtc_buffer_rsrc r;
+  r[0] = (int)base_lo;
+  r[1] = (int)(base_hi & 0xFFFFu);
+  r[2] = (int)num_records;
+  r[3] = 0x00020000;
+  return r;
+}
 
 #if defined(RTC_EMU)
 #include "emu/isa_emu.h"
@@ -49,16 +60,31 @@ RTC_ISA rtc_f32x4 mfma_16x16x16_bf16(rtc_bf16x4 a, rtc_bf16x4 b, rtc_f32x4 c) {
 RTC_ISA rtc_f32x16 mfma_32x32x8_bf16(rtc_bf16x4 a, rtc_bf16x4 b, rtc_f32x16 c) {
   return __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, c, 0, 0, 0);
 }
+// The fp16 forms: the same operand layouts, fp16 products accumulated in fp32.
+typedef _Float16 rtc_half4_native __attribute__((ext_vector_type(4)));
+RTC_ISA rtc_f32x4 mfma_16x16x16_f16(rtc_f16x4 a, rtc_f16x4 b, rtc_f32x4 c) {
+  return __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(rtc_half4_native, a),
+                                               __builtin_bit_cast(rtc_half4_native, b), c, 0, 0, 0);
+}
+RTC_ISA rtc_f32x16 mfma_32x32x8_f16(rtc_f16x4 a, rtc_f16x4 b, rtc_f32x16 c) {
+  return __builtin_amdgcn_mfma_f32_32x32x8f16(__builtin_bit_cast(rtc_half4_native, a),
+                                              __builtin_bit_cast(rtc_half4_native, b), c, 0, 0, 0);
+}
 // The same instruction as inline asm (the opcode is spelled per arch). The caller owns the wait
 // states: gfx942 needs 7 (16x16x16) / 11 (32x32x8) before a VALU, DS or VMEM read of the result,
 // gfx90a 11 / 19; none between MFMAs chaining the same accumulator.
 #if defined(__gfx90a__)
 #define RTC_MFMA16_OP "v_mfma_f32_16x16x16bf16_1k"
+#define RTC_MFMA16_F16_OP "v_mfma_f32_16x16x16f16"
 #else
 #define RTC_MFMA16_OP "v_mfma_f32_16x16x16_bf16"
+#define RTC_MFMA16_F16_OP "v_mfma_f32_16x16x16_f16"
 #endif
 RTC_ISA void mfma_16x16x16_bf16_asm(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) {
   asm volatile(RTC_MFMA16_OP " %0, %1, %2, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+RTC_ISA void mfma_16x16x16_f16_asm(rtc_f32x4& acc, rtc_f16x4 a, rtc_f16x4 b) {
+  asm volatile(RTC_MFMA16_F16_OP " %0, %1, %2, %0" : "+v"(acc) : "v"(a), "v"(b));
 }
 
 // ---- transcendental VALU ops (approximate on hardware, to about 1 ULP) -------------------------
@@ -73,6 +99,9 @@ RTC_ISA float log2_f32(float x) {
   return r;
 }
 RTC_ISA float rcp_f32(float x) { return __builtin_amdgcn_rcpf(x); }
+// fp32 -> fp16 bits in the low half (v_cvt_f16_f32: to nearest even, subnormals kept, past 65520 to Inf; a NaN
+// stays a quiet NaN, its payload not canonical).
+RTC_ISA rtc_u32 cvt_f16_f32(float x) { return (rtc_u32) __builtin_bit_cast(unsigned short, (_Float16)x); }
 RTC_ISA rtc_u32 perm_b32(rtc_u32 src0, rtc_u32 src1, rtc_u32 sel) { return __builtin_amdgcn_perm(src0, src1, sel); }
 RTC_ISA rtc_u32 lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
 

@@ -3,7 +3,7 @@
 //
 // Wait-state rule (LLVM's hazard recognizer does not see MFMAs written as inline asm, so we own it):
 //   * an XDL MFMA result may be read or overwritten by VALU, DS or VMEM only after N+3 wait states
-//     (N = passes): 7 for 16x16x16 bf16 on gfx942, 11 on gfx90a;
+//     (N = passes): 7 for 16x16x16 bf16 or f16 on gfx942, 11 on gfx90a;
 //   * a VALU write of a VGPR that an MFMA then reads needs 2 wait states;
 //   * MFMAs chaining the same accumulator need none.
 // The kernel pins the operands of every run of MFMAs with reg_fence below (an empty asm taking the
@@ -19,7 +19,12 @@ RTC_ISA rtc_f32x4 mfma_16x16x16_bf16_zc(rtc_bf16x4 a, rtc_bf16x4 b) {
   const rtc_f32x4 z = {0.0f, 0.0f, 0.0f, 0.0f};
   return mfma_16x16x16_bf16(a, b, z);
 }
+RTC_ISA rtc_f32x4 mfma_16x16x16_f16_zc(rtc_f16x4 a, rtc_f16x4 b) {
+  const rtc_f32x4 z = {0.0f, 0.0f, 0.0f, 0.0f};
+  return mfma_16x16x16_f16(a, b, z);
+}
 RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) { acc = mfma_16x16x16_bf16(a, b, acc); }
+RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_f16x4 a, rtc_f16x4 b) { acc = mfma_16x16x16_f16(a, b, acc); }
 template <class T> RTC_ISA void reg_fence(T&) {}          // ordering only: nothing to emulate
 template <class T> RTC_ISA void sreg_fence(T&) {}
 RTC_ISA void mfma_wait_read() {}                          // wait states are a timing matter
@@ -34,8 +39,14 @@ RTC_ISA rtc_f32x4 mfma_16x16x16_bf16_zc(rtc_bf16x4 a, rtc_bf16x4 b) {
   asm volatile(RTC_MFMA16_OP " %0, %1, %2, 0" : "=&v"(d) : "v"(a), "v"(b));
   return d;
 }
+RTC_ISA rtc_f32x4 mfma_16x16x16_f16_zc(rtc_f16x4 a, rtc_f16x4 b) {
+  rtc_f32x4 d;
+  asm volatile(RTC_MFMA16_F16_OP " %0, %1, %2, 0" : "=&v"(d) : "v"(a), "v"(b));
+  return d;
+}
 // In/out tied to the same VGPRs: no accumulator copy, the compiler still allocates.
 RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) { mfma_16x16x16_bf16_asm(acc, a, b); }
+RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_f16x4 a, rtc_f16x4 b) { mfma_16x16x16_f16_asm(acc, a, b); }
 // Pins a register group: producers before, consumers after, in program order with other fences.
 template <class T> RTC_ISA void reg_fence(T& x) { asm volatile("" : "+v"(x)); }
 // The same for a uniform value. Fencing a value inside a loop also stops the compiler from

@@ -4,60 +4,84 @@
 #include "isa_host.h"
 #include "lds_check.h"
 #include "global_ranges.h"
+#include "fp16_round.h"
 
 // ---- matrix core -------------------------------------------------------------------------------
+template <class V>
 struct rtc_emu_mfma16_in {
-  rtc_bf16x4 a, b;
+  V a, b;
   rtc_f32x4 c;
 };
+template <class V>
 struct rtc_emu_mfma32_in {
-  rtc_bf16x4 a, b;
+  V a, b;
   rtc_f32x16 c;
 };
 
+// One 16x16x16 / 32x32x8 block over the wave's operands; kF16: the operands are fp16 bits, else bf16.
+template <bool kF16, class V>
+inline void rtc_emu_mfma16_block(const rtc_emu_mfma16_in<V>* x, rtc_f32x4* y) {
+  uint16_t A[64][4], B[64][4];
+  float C[64][4], D[64][4];
+  for (int l = 0; l < 64; ++l)
+    for (int i = 0; i < 4; ++i) {
+      A[l][i] = (uint16_t)x[l].a[i];
+      B[l][i] = (uint16_t)x[l].b[i];
+      C[l][i] = x[l].c[i];
+    }
+  ::rtc_emu::isa::mfma_16x16x16(A, B, C, D, kF16 ? ::rtc_emu::isa::f16_to_f32 : ::rtc_emu::isa::bf16_to_f32);
+  for (int l = 0; l < 64; ++l)
+    for (int i = 0; i < 4; ++i) y[l][i] = D[l][i];
+}
+template <bool kF16, class V>
+inline void rtc_emu_mfma32_block(const rtc_emu_mfma32_in<V>* x, rtc_f32x16* y) {
+  uint16_t A[64][4], B[64][4];
+  float C[64][16], D[64][16];
+  for (int l = 0; l < 64; ++l) {
+    for (int i = 0; i < 4; ++i) {
+      A[l][i] = (uint16_t)x[l].a[i];
+      B[l][i] = (uint16_t)x[l].b[i];
+    }
+    for (int r = 0; r < 16; ++r) C[l][r] = x[l].c[r];
+  }
+  ::rtc_emu::isa::mfma_32x32x8(A, B, C, D, kF16 ? ::rtc_emu::isa::f16_to_f32 : ::rtc_emu::isa::bf16_to_f32);
+  for (int l = 0; l < 64; ++l)
+    for (int r = 0; r < 16; ++r) y[l][r] = D[l][r];
+}
+
 RTC_ISA rtc_f32x4 mfma_16x16x16_bf16(rtc_bf16x4 a, rtc_bf16x4 b, rtc_f32x4 c) {
-  const rtc_emu_mfma16_in in = {a, b, c};
-  return ::rtc_emu::wave_op<rtc_emu_mfma16_in, rtc_f32x4>(
+  const rtc_emu_mfma16_in<rtc_bf16x4> in = {a, b, c};
+  return ::rtc_emu::wave_op<rtc_emu_mfma16_in<rtc_bf16x4>, rtc_f32x4>(
       RTC_EMU_ARCH == 0x90a ? "v_mfma_f32_16x16x16bf16_1k" : "v_mfma_f32_16x16x16_bf16", in,
-      [](const rtc_emu_mfma16_in* x, rtc_f32x4* y, int) {
-        uint16_t A[64][4], B[64][4];
-        float C[64][4], D[64][4];
-        for (int l = 0; l < 64; ++l)
-          for (int i = 0; i < 4; ++i) {
-            A[l][i] = (uint16_t)x[l].a[i];
-            B[l][i] = (uint16_t)x[l].b[i];
-            C[l][i] = x[l].c[i];
-          }
-        ::rtc_emu::isa::mfma_16x16x16(A, B, C, D);
-        for (int l = 0; l < 64; ++l)
-          for (int i = 0; i < 4; ++i) y[l][i] = D[l][i];
-      });
+      [](const rtc_emu_mfma16_in<rtc_bf16x4>* x, rtc_f32x4* y, int) { rtc_emu_mfma16_block<false>(x, y); });
+}
+RTC_ISA rtc_f32x4 mfma_16x16x16_f16(rtc_f16x4 a, rtc_f16x4 b, rtc_f32x4 c) {
+  const rtc_emu_mfma16_in<rtc_f16x4> in = {a, b, c};
+  return ::rtc_emu::wave_op<rtc_emu_mfma16_in<rtc_f16x4>, rtc_f32x4>(
+      RTC_EMU_ARCH == 0x90a ? "v_mfma_f32_16x16x16f16" : "v_mfma_f32_16x16x16_f16", in,
+      [](const rtc_emu_mfma16_in<rtc_f16x4>* x, rtc_f32x4* y, int) { rtc_emu_mfma16_block<true>(x, y); });
 }
 
 RTC_ISA rtc_f32x16 mfma_32x32x8_bf16(rtc_bf16x4 a, rtc_bf16x4 b, rtc_f32x16 c) {
-  const rtc_emu_mfma32_in in = {a, b, c};
-  return ::rtc_emu::wave_op<rtc_emu_mfma32_in, rtc_f32x16>(
+  const rtc_emu_mfma32_in<rtc_bf16x4> in = {a, b, c};
+  return ::rtc_emu::wave_op<rtc_emu_mfma32_in<rtc_bf16x4>, rtc_f32x16>(
       RTC_EMU_ARCH == 0x90a ? "v_mfma_f32_32x32x8bf16_1k" : "v_mfma_f32_32x32x8_bf16", in,
-      [](const rtc_emu_mfma32_in* x, rtc_f32x16* y, int) {
-        uint16_t A[64][4], B[64][4];
-        float C[64][16], D[64][16];
-        for (int l = 0; l < 64; ++l) {
-          for (int i = 0; i < 4; ++i) {
-            A[l][i] = (uint16_t)x[l].a[i];
-            B[l][i] = (uint16_t)x[l].b[i];
-          }
-          for (int r = 0; r < 16; ++r) C[l][r] = x[l].c[r];
-        }
-        ::rtc_emu::isa::mfma_32x32x8(A, B, C, D);
-        for (int l = 0; l < 64; ++l)
-          for (int r = 0; r < 16; ++r) y[l][r] = D[l][r];
-      });
+      [](const rtc_emu_mfma32_in<rtc_bf16x4>* x, rtc_f32x16* y, int) { rtc_emu_mfma32_block<false>(x, y); });
+}
+RTC_ISA rtc_f32x16 mfma_32x32x8_f16(rtc_f16x4 a, rtc_f16x4 b, rtc_f32x16 c) {
+  const rtc_emu_mfma32_in<rtc_f16x4> in = {a, b, c};
+  return ::rtc_emu::wave_op<rtc_emu_mfma32_in<rtc_f16x4>, rtc_f32x16>(
+      RTC_EMU_ARCH == 0x90a ? "v_mfma_f32_32x32x8f16" : "v_mfma_f32_32x32x8_f16", in,
+      [](const rtc_emu_mfma32_in<rtc_f16x4>* x, rtc_f32x16* y, int) { rtc_emu_mfma32_block<true>(x, y); });
 }
 
 // ---- transcendental VALU ops: exact libm results; hardware is within 1 ULP of these -----------
 RTC_ISA float exp2_f32(float x) { return exp2f(x); }       // v_exp_f32
 RTC_ISA float log2_f32(float x) { return log2f(x); }       // v_log_f32
 RTC_ISA float rcp_f32(float x) { return 1.0f / x; }        // v_rcp_f32
+// v_cvt_f16_f32: to nearest even, subnormals kept, past 65520 to Inf; a NaN becomes the quiet 0x7E00 here (hardware
+// keeps some quiet NaN: callers that store one canonicalise it).
+RTC_ISA rtc_u32 cvt_f16_f32(float x) { return rtc_f32_to_fp16_rtne(x); }
 
 RTC_ISA rtc_u32 perm_b32(rtc_u32 src0, rtc_u32 src1, rtc_u32 sel) {  // v_perm_b32
   return ::rtc_emu::isa::perm_b32(src0, src1, sel);

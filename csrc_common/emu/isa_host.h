@@ -14,14 +14,36 @@ inline float bf16_to_f32(uint16_t b) {
   return f;
 }
 
-// v_mfma_f32_16x16x16_bf16 (gfx90a: ..._16x16x16bf16_1k), one block, fp32 accumulation.
+// fp16 bits -> fp32, exactly (subnormals, Inf and NaN kept).
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  uint32_t u;
+  if (e == 0x1Fu)
+    u = sign | 0x7F800000u | (m << 13);
+  else if (e != 0)
+    u = sign | ((e + 112u) << 23) | (m << 13);
+  else {
+    const float f = (float)m * 5.9604644775390625e-8f;  // m * 2^-24: exact
+    memcpy(&u, &f, 4);
+    u |= sign;
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// The element type of an MFMA's A and B operands.
+typedef float (*elem_to_f32)(uint16_t);
+
+// v_mfma_f32_16x16x16_bf16 / _f16 (gfx90a: ..._16x16x16bf16_1k / ..._16x16x16f16), one block, fp32 accumulation.
 // Lane l, element i (0..3): A[l%16][4*(l/16)+i], B[4*(l/16)+i][l%16], C/D[4*(l/16)+i][l%16].
-inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[4], float (*d)[4]) {
+inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[4], float (*d)[4],
+                          elem_to_f32 cvt = bf16_to_f32) {
   float A[16][16], B[16][16];
   for (int l = 0; l < 64; ++l)
     for (int i = 0; i < 4; ++i) {
-      A[l % 16][4 * (l / 16) + i] = bf16_to_f32(a[l][i]);
-      B[4 * (l / 16) + i][l % 16] = bf16_to_f32(b[l][i]);
+      A[l % 16][4 * (l / 16) + i] = cvt(a[l][i]);
+      B[4 * (l / 16) + i][l % 16] = cvt(b[l][i]);
     }
   for (int l = 0; l < 64; ++l)
     for (int i = 0; i < 4; ++i) {
@@ -32,15 +54,16 @@ inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const 
     }
 }
 
-// v_mfma_f32_32x32x8_bf16 (gfx90a: ..._32x32x8bf16_1k), one block.
+// v_mfma_f32_32x32x8_bf16 / _f16 (gfx90a: ..._32x32x8bf16_1k / ..._32x32x8f16), one block.
 // Lane l, element i (0..3): A[l%32][4*(l/32)+i], B[4*(l/32)+i][l%32];
 // accumulator register r (0..15): C/D[8*(r/4) + 4*(l/32) + r%4][l%32].
-inline void mfma_32x32x8(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[16], float (*d)[16]) {
+inline void mfma_32x32x8(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[16], float (*d)[16],
+                         elem_to_f32 cvt = bf16_to_f32) {
   float A[32][8], B[8][32];
   for (int l = 0; l < 64; ++l)
     for (int i = 0; i < 4; ++i) {
-      A[l % 32][4 * (l / 32) + i] = bf16_to_f32(a[l][i]);
-      B[4 * (l / 32) + i][l % 32] = bf16_to_f32(b[l][i]);
+      A[l % 32][4 * (l / 32) + i] = cvt(a[l][i]);
+      B[4 * (l / 32) + i][l % 32] = cvt(b[l][i]);
     }
   for (int l = 0; l < 64; ++l)
     for (int r = 0; r < 16; ++r) {

@@ -1,10 +1,11 @@
-// bf16 attention forward for MI300X (gfx942; also gfx90a): 8 waves in two phase-offset groups, MFMA 16x16x16, K in
-// LDS, V^T via L1.
+// bf16 / fp16 attention forward for MI300X (gfx942; also gfx90a): 8 waves in two phase-offset groups, MFMA 16x16x16,
+// K in LDS, V^T via L1, for one head-dim bucket (RTC_HEAD_DIM_MAX) of the call's head dim.
 //
-// One workgroup = 384 q rows of one (batch, head); wave w owns rows 48w..48w+47 as three 16-row
-// tiles (two in VGPRs, the third in LDS). KV is walked in 64-row blocks. We compute S^T = K Q^T,
-// so each lane's S^T fragment is already the B operand of O^T = V^T P^T: P never leaves
-// registers. The price is V^T, written by the companion stage GFX942_STAGE_VT into the workspace.
+// One workgroup = the q rows of one (batch, head) of its bucket (gfx942/params.h: 384 up to head dim 128, 256 at
+// 192, 128 at 256); wave w owns 16 x kTilesPerWave of them as 16-row tiles (in VGPRs; at 128 the third in LDS).
+// KV is walked in 64-row blocks. We compute S^T = K Q^T, so each lane's S^T fragment is already the B operand
+// of O^T = V^T P^T: P never leaves registers. The price is V^T, written by the companion stage GFX942_STAGE_VT
+// into the workspace.
 //
 // Schedule: every wave runs the same loop, "MFMA step; barrier; softmax step; barrier", and waves
 // 4..7 (group B) pass one extra barrier first, so at any moment one group feeds the matrix core
@@ -14,11 +15,16 @@
 // One stage per launch (params.stage): V^T, attention (whole items and tail-split parts), merge.
 // Packed sequences (RTC_KV, gfx942/sequences.h): an item is a q block of one (sequence, head), the
 // grid covers max_seqlen_q, and paged K/V rows come through per-page buffer resources.
+// The call's head dim d (a multiple of 8) may be below the bucket: its columns past d are zeros in registers and
+// LDS, never read from or written to q, k, v or o.
 //
 // This file is the attention stage's top level and the stage switch. The roles' pieces are in gfx942/:
 // scheduler.h (work items), mainloop.h (loads, the MFMA and softmax steps, the walk over KV blocks),
 // softmax.h, mask.h, epilogue.h, companions.h (the V^T and merge stages), tiles.h (data placement) and
 // sequences.h (packed sequences).
+#ifndef RTC_HEAD_DIM_MAX
+#error "RTC_HEAD_DIM_MAX (the head-dim bucket: one of gfx942/params.h's GFX942_BUCKETS) must be defined"
+#endif
 #include "platform.h"
 #include "attn_params.h"
 #include "bf16_round.h"
@@ -34,14 +40,13 @@
 #include "gfx942/mask.h"
 #include "gfx942/epilogue.h"
 
-#ifndef RTC_HEAD_DIM_MAX
-#define RTC_HEAD_DIM_MAX 128
+static_assert(gfx942_bucket(RTC_HEAD_DIM_MAX) == RTC_HEAD_DIM_MAX,
+              "attention_fwd_gfx942: RTC_HEAD_DIM_MAX must be one of gfx942/params.h's GFX942_BUCKETS");
+#if RTC_DTYPE != RTC_DTYPE_BF16 && RTC_DTYPE != RTC_DTYPE_FP16
+#error "attention_fwd_gfx942 reads and writes bf16 (RTC_DTYPE=0) or fp16 (RTC_DTYPE=1)"
 #endif
-#if RTC_HEAD_DIM_MAX != 128
-#error "attention_fwd_gfx942 is built for head dim 128 only (RTC_HEAD_DIM_MAX=128)"
-#endif
-#if RTC_DTYPE != RTC_DTYPE_BF16
-#error "attention_fwd_gfx942 reads and writes bf16 only (RTC_DTYPE=0); the manifest sends fp16 calls to the baseline"
+#if RTC_DTYPE == RTC_DTYPE_FP16 && RTC_ROUND != 0
+#error "attention_fwd_gfx942: fp16 rounds to nearest even only (RTC_ROUND=0; the manifest excludes fp16 x rtna / rtz)"
 #endif
 
 namespace g942 {
@@ -59,11 +64,13 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
 #endif
   const int lane = (int)lane_id(), wave = (int)readfirstlane(threadIdx.x >> 6);
   const bool group_b = wave >= 4;
-  const int xaddr = (lane ^ 32) << 2, nblk = w.kb1 - w.kb0;
-  const rtc_buffer_rsrc qr =
-      uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss, rows_span_bytes(w.rows, p.q_ss));
+  // nblk through readfirstlane: a window's bounds come from divisions that clang may leave in VGPRs.
+  const int xaddr = (lane ^ 32) << 2, nblk = (int)readfirstlane((rtc_u32)(w.kb1 - w.kb0));
+  const rtc_buffer_rsrc qr = uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss,
+                                          rows_span_bytes(w.rows, p.q_ss, p.head_dim));
   const int hk = kv_head(p, w.h);  // GQA/MQA: the K/V head of this q head
   const KRows kr = k_rows(p, seq, w.b, hk);
+  const rtc_u32 dbytes = (rtc_u32)p.head_dim * 2;
   // Every V^T access stays inside this item's padded blocks by construction, so the record count
   // can be a constant the compiler rematerialises instead of holding an SGPR for it.
   const rtc_buffer_rsrc vt = uniform_rsrc(vt_blocks(p, w, seq, hk), 0xFFFFFFFFll);
@@ -87,10 +94,10 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   }
   // Stage 0: K(0), K(1) in flight while Q loads; then group B falls one half-step behind.
   if (group_b) {
-    issue_k(sm, kr, k_ss, w.kb0, 0, wave - 4, lane);
-    if (nblk > 1) issue_k(sm, kr, k_ss, w.kb0 + 1, 1, wave - 4, lane);
+    issue_k(sm, kr, k_ss, w.kb0, 0, wave - 4, lane, dbytes);
+    if (nblk > 1) issue_k(sm, kr, k_ss, w.kb0 + 1, 1, wave - 4, lane, dbytes);
   }
-  load_q(a, sm, qr, p.q_ss, w.rows, wave, lane);
+  load_q(a, sm, qr, p.q_ss, w.rows, p.head_dim, wave, lane);
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (group_b) __syncthreads();
@@ -100,12 +107,13 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
                      w.kb0,
                      nblk,
                      seq_k,
+                     dbytes,
                      c,
                      wave,
                      lane,
                      xaddr,
                      group_b,
-                     w.q0 + 48 * wave + (lane & 15) + seq_k - seq.len_q,
+                     w.q0 + kRowsPerWave * wave + (lane & 15) + seq_k - seq.len_q,
                      p.window_left,
                      p.window_right};
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an
@@ -127,7 +135,7 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   softmax_step<true>(kw, a, st, sm, nblk - 1);
 #endif
   // The PV of the last block, alone: the same half-step as every other MFMA step.
-  mfma_step(a, sm, vt, readfirstlane((rtc_u32)(w.kb1 - 1) * GFX942_VT_BLOCK_BYTES), 0, true, false, wave, lane);
+  mfma_step(a, sm, vt, readfirstlane((rtc_u32)(w.kb1 - 1) * kVtBlockBytes), 0, true, false, wave, lane);
   __syncthreads();
   s_waitcnt_vmcnt<0>();
   __syncthreads();

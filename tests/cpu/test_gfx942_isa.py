@@ -1,5 +1,6 @@
-"""Code-object checks of the gfx942 fast kernel: all six dense variants per arch compile with no scratch, <= 64 KiB
-LDS, 512 threads, 2 waves/SIMD."""
+"""Code-object checks of the gfx942 fast kernel, per head-dim bucket, on gfx942 (clang 19) and gfx90a (hipRTC 5.2, or
+clang): no scratch and no VGPR spills, the bucket's LDS (at most 64 KiB), 512 threads at 2 waves per SIMD, and the
+KV loop's MFMAs, barriers and selects, for every round mode and both dtypes (dense), and for the packed variants."""
 import shutil
 
 import pytest
@@ -7,33 +8,64 @@ import pytest
 from rtcattn.tools import coreport
 
 ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19")) if shutil.which(tool)]
+BUCKETS = coreport.buckets()
+# (round mode, dtype) of every variant: the bf16 modes, and fp16 (nearest even only).
+MODES = [(m, "bf16") for m in coreport.axis_values("round_mode")] + [("rtne", "fp16")]
+# What the design puts where (docs/NOTES.md, "gfx942 per head-dim bucket"): q tiles of 16 rows per wave, Q tiles in
+# LDS, and the K rows' pitch in LDS (elements).
+DESIGN = {64: (3, 0, 64), 96: (3, 0, 128), 128: (3, 1, 128), 192: (2, 0, 256), 256: (1, 0, 256)}
+
+
+def design_lds(d: int) -> int:
+    """The K double buffer (2 x 64 rows x pitch x 2 bytes) and each wave's Q tiles in LDS (16 rows x d x 2 bytes)."""
+    _, q_lds, pitch = DESIGN[d]
+    return 2 * 64 * pitch * 2 + 8 * q_lds * 16 * d * 2
+
+
+def loop_mfmas(d: int) -> int:
+    """One wave's MFMAs per 64-key block: QK (tiles x 4 key sub-tiles x d/16 k-steps) and as many for PV."""
+    return 2 * DESIGN[d][0] * 4 * (d // 16)
+
+
+def test_the_design_table_covers_the_buckets():
+    assert sorted(DESIGN) == BUCKETS
+    assert all(design_lds(d) <= 64 * 1024 for d in BUCKETS)
+
+
+def check_common(r, tag):
+    n = r.notes
+    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+    assert n["group_segment_fixed_size"] == design_lds(r.head_dim) <= 64 * 1024, tag
+    assert n["max_flat_workgroup_size"] == 512, tag
+    # Occupancy: one workgroup of 8 waves per CU, 2 waves per SIMD (the two groups share each SIMD): at most 256
+    # VGPRs + AGPRs per wave.
+    assert n["vgpr_count"] + n["agpr_count"] <= 256 and r.waves_per_simd == 2, f"2 waves/SIMD: {tag}"
+    # The element type's MFMA, and not the other one's.
+    mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if r.dtype == "bf16" else -1]
+    assert r.loop[mine] and not r.loop[other], tag
+    # The steady KV loop holds one wave's QK and PV MFMAs and the two barriers of the schedule; only the last kv
+    # block masks scores, and it is peeled: the loop selects nothing (paged: see test_packed_code_object).
+    assert r.loop["mfma"] == loop_mfmas(r.head_dim) and r.loop["s_barrier"] == 2, (tag, r.loop)
+    assert r.loop["cndmask"] == 0 or r.kv == "paged", (tag, r.loop)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("mode", coreport.axis_values("round_mode"))
+@pytest.mark.parametrize("d", BUCKETS)
+@pytest.mark.parametrize("mode,dtype", MODES, ids=[f"{m}-{t}" for m, t in MODES])
 @pytest.mark.parametrize("mask", coreport.axis_values("mask"))
-def test_code_object(arch, mode, mask):
-    r = coreport.report(arch, mode, mask)
-    n = r.notes
-    tag = f"{arch} {mode} {mask}: {n}"
-    assert 0 < n["group_segment_fixed_size"] <= 64 * 1024, tag
-    assert n["max_flat_workgroup_size"] == 512, tag
-    assert r.waves_per_simd >= 2, f"2 waves/SIMD not achievable: {tag}"
-    assert r.loop["has_mfma16_bf16"], tag
-    # The KV loop holds one wave's 96 QK + 96 PV MFMAs and the two barriers of the schedule.
-    assert r.loop["mfma"] == 192 and r.loop["s_barrier"] == 2, (tag, r.loop)
-    # Only the last kv block masks scores, and it is peeled: the steady-state loop selects nothing.
-    assert r.loop["cndmask"] == 0, (tag, r.loop)
-    # SGPR spills into VGPR lanes (hipRTC 5.2 for gfx90a keeps a few) touch no memory: not counted.
-    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+def test_code_object(arch, d, mode, dtype, mask):
+    r = coreport.report(arch, mode, mask, "dense", d, dtype)
+    tag = f"{r.name}: {r.notes}"
+    check_common(r, tag)
     if mask != "none":
         # Blocks fully inside every row's window run the unmasked loop, instruction for instruction as
-        # counted in the unmasked variant; the blocks a window cuts have their own loop with the selects.
-        plain = coreport.report(arch, mode, "none").loop
+        # counted in the unmasked variant; the blocks a window cuts have their own loop with the selects
+        # (16 per q tile: a lane's 16 scores of the tile).
+        plain = coreport.report(arch, mode, "none", "dense", d, dtype).loop
         keys = ("mfma", "valu", "trans", "cndmask", "lds", "vmem", "s_barrier")
         assert {k: r.loop[k] for k in keys} == {k: plain[k] for k in keys}, (tag, r.loop, plain)
         m = r.masked_loop
-        assert m["mfma"] == 192 and m["s_barrier"] == 2 and m["cndmask"] >= 48, (tag, m)
+        assert m["mfma"] == loop_mfmas(d) and m["s_barrier"] == 2 and m["cndmask"] >= 16 * DESIGN[d][0], (tag, m)
 
 
 def _branch(addr, op, target):
@@ -67,19 +99,18 @@ def test_kv_loop_includes_a_second_latch_placed_after_the_loop():
 # ---- packed sequences (varlen) and paged KV --------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("d", BUCKETS)
 @pytest.mark.parametrize("kv", ["varlen", "paged"])
-@pytest.mark.parametrize("mode", coreport.axis_values("round_mode"))
+@pytest.mark.parametrize("mode,dtype", MODES, ids=[f"{m}-{t}" for m, t in MODES])
 @pytest.mark.parametrize("mask", coreport.axis_values("mask"))
-def test_packed_code_object(arch, kv, mode, mask):
-    """Real compiles (gfx942: clang 19; gfx90a: hipRTC 5.2 first) of the packed variants: no scratch or VGPR
-    spills, the dense occupancy, and the same MFMA loop. Varlen's loop is the dense loop instruction for
-    instruction; paged adds only the per-page resource of group B's K refill (scalar work, no VALU mask)."""
-    r = coreport.report(arch, mode, mask, kv)
-    n = r.notes
-    tag = f"{arch} {kv} {mode} {mask}: {n}"
-    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
-    assert n["max_flat_workgroup_size"] == 512 and r.waves_per_simd >= 2, tag
-    dense = coreport.report(arch, mode, mask, "dense").loop
+def test_packed_code_object(arch, d, kv, mode, dtype, mask):
+    """Real compiles of the packed variants: no scratch or VGPR spills, the dense occupancy, and the same MFMA loop.
+    Varlen's loop is the dense loop instruction for instruction; paged adds only the page lookup of group B's K
+    refill (scalar work, no VALU mask)."""
+    r = coreport.report(arch, mode, mask, kv, d, dtype)
+    tag = f"{r.name}: {r.notes}"
+    check_common(r, tag)
+    dense = coreport.report(arch, mode, mask, "dense", d, dtype).loop
     keys = ("mfma", "trans", "lds", "s_barrier")
     assert {k: r.loop[k] for k in keys} == {k: dense[k] for k in keys}, (tag, r.loop, dense)
     if kv == "varlen":

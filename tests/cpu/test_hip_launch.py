@@ -63,8 +63,9 @@ def _problem(v) -> dict:
     if v.op != "attention_fwd":
         raise NotImplementedError(f"no launch problem for op {v.op!r}; add one to {__file__}")
     d = v["head_dim"]
-    # gfx942: 2*50*22 = 2200 q blocks on 304 CUs leave a tail of 72, which the planner splits
-    # (V^T, attention, merge); Sq != Sk and B != H so a swapped field shows.
+    # gfx942: 2*50*22 = 2200 q blocks of 384 rows on 304 CUs leave a tail of 72 (head-dim buckets up to 128; 3200
+    # blocks of 256 rows at 192: 160; 6400 of 128 at 256: 16), which the planner splits (V^T, attention, merge);
+    # Sq != Sk and B != H so a swapped field shows.
     b, h, sq, sk = (2, 50, 8192, 8000) if v.kernel == "gfx942" else (2, 3, 40, 50)
     # A masked variant gets a window (left 17, causal) and, where it takes one, a K/V head count below h.
     hk, window = (h, (-1, -1)) if v["mask"] == "none" else (1 if v.kernel == "baseline" else h, (17, 0))
@@ -322,20 +323,23 @@ def test_launch_matches_code_object(hip_run, param_layout, index):
     assert notes[".wavefront_size"] == 64, (tag, notes)
 
     plan, a = rec["plan"], rec["values"]
+    if rec["kernel"] == "gfx942":  # the bucket's work item: 3 q tiles of 16 rows per wave up to 128, 2 at 192, 1 at 256
+        assert plan["bucket"] == a["head_dim"], plan
+        assert plan["q_rows"] == {64: 384, 96: 384, 128: 384, 192: 256, 256: 128}[plan["bucket"]], plan
     if rec["kernel"] == "gfx942" and "-dense-" not in rec["name"]:
         # Packed sequences: no tail split; V^T then attention over every (q block, head, sequence) of the
         # longest sequence (blocks past a sequence's end exit at once).
         assert plan["split_g"] == 1 and plan["tail"] == 0 and "grid_merge" not in plan, plan
-        assert plan["grid_attn"] == a["batch"] * a["heads"] * math.ceil(a["seq_q"] / 384), plan
+        assert plan["grid_attn"] == a["batch"] * a["heads"] * math.ceil(a["seq_q"] / plan["q_rows"]), plan
         want = [((g, 1, 1), (plan["block"], 1, 1)) for g in (plan["grid_vt"], plan["grid_attn"])]
     elif rec["kernel"] == "gfx942":
         assert plan["split_g"] > 1 and plan["tail"] > 0, f"{tag}: the problem must split the tail: {plan}"
-        assert plan["nqb"] == math.ceil(a["seq_q"] / 384) and plan["nkb"] == math.ceil(a["seq_k"] / 64), plan
+        assert plan["nqb"] == math.ceil(a["seq_q"] / plan["q_rows"]) and plan["nkb"] == math.ceil(a["seq_k"] / 64), plan
         assert plan["n_prefix"] + plan["tail"] == a["batch"] * a["heads"] * plan["nqb"], plan
         assert a["workspace_bytes"] == plan["workspace_bytes"] > plan["vt_bytes"], (a, plan)
         grids = [plan["grid_vt"], plan["grid_attn"], plan["grid_merge"]]
         assert grids == [a["batch"] * a["heads"] * plan["nkb"], plan["n_prefix"] + plan["tail"] * plan["split_g"],
-                         plan["tail"] * 384 // 16], plan
+                         plan["tail"] * plan["q_rows"] // 16], plan
         want = [((g, 1, 1), (plan["block"], 1, 1)) for g in grids]
         assert plan["block"] == 512
     else:

@@ -219,7 +219,9 @@ def test_warm_enumerates_no_excluded_variant():
                                     "--kv", "dense"])
     names = sorted(v.name for v in cli._warm_variants(args))
     assert names == ["baseline-rtna-none-dense-d64-bf16", "baseline-rtne-none-dense-d64-bf16",
-                     "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16"]
+                     "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16",
+                     "gfx942-rtna-none-dense-d64-bf16", "gfx942-rtne-none-dense-d64-bf16",
+                     "gfx942-rtne-none-dense-d64-fp16", "gfx942-rtz-none-dense-d64-bf16"]
     only = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode",
                                     "rtna,rtz"])
     assert cli._warm_variants(only) == []
@@ -302,7 +304,7 @@ def test_an_excluded_combination_is_refused_by_name():
     with pytest.raises(ValueError, match=r"asks for no variant: dtype='fp16', round_mode='rtz' is no variant"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
     sel = dispatch.select("attention_fwd", "gfx942", dict(call, round_mode="rtne"), m=m)
-    assert sel.variant.name == "baseline-rtne-none-dense-d64-fp16"
+    assert sel.variant.name == "gfx942-rtne-none-dense-d64-fp16"
 
 
 def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
@@ -317,6 +319,7 @@ def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
         else:
             assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
             assert f"{fast}: dtype 'fp16' not in {list(dtypes)}" in sel.why, sel.why
+    assert "fp16" in m.op("attention_fwd").kernel("gfx942").axes["dtype"]
 
 
 def test_cuda_arch_names():
@@ -369,18 +372,16 @@ def test_request_headers_are_the_include_closure(tmp_path):
 # each of which must match exactly once:
 #   sm90      sm90/params.h's plan table kSm90Plans, one row `{<bucket>, <block_n>, <stages>, <q_stages>},` per
 #             bucket: its buckets are the manifest's, which takes every multiple of 8 from 8 to the last.
-#   gfx942    gfx942/params.h `#define GFX942_HEAD_DIM <d>`, gfx942.hip's guard `#if RTC_HEAD_DIM_MAX != <d>` and
-#             the host's refusal in jit/ops/attention_fwd/gfx942.cpp ("... accepted: <d>"): the same.
+#   gfx942    gfx942/params.h `#define GFX942_BUCKETS <b>, <b>, ...` (gfx942.hip static_asserts its bucket is one of
+#             them, the host's refusal names them), step 8 from 8 (each bucket serves every multiple of 8 up to it).
 #   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`
 #             (step, min and max) and the buckets its #error names ("head-dim bucket: 32, 64, ... or 256").
 OP_TEXT = ROOT / "op_sources" / "attention_fwd"
 SM90_PLANS = r"^constexpr Sm90Plan kSm90Plans\[\] = \{\n((?:    \{\d+, \d+, \d+, \d+\},\n)+)\};$"
-SINGLE_HEAD_DIM = {
-    "gfx942": [(OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_HEAD_DIM (\d+)\b"),
-               (OP_TEXT / "gfx942.hip", r"^#if RTC_HEAD_DIM_MAX != (\d+)$"),
-               (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",
-                r'is not accepted by the gfx942 kernel; accepted: (\d+)"')],
-}
+GFX942_BUCKETS = (OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_BUCKETS ([\d, ]+)$")
+GFX942_REFUSAL = (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",
+                  r'" is not accepted by the gfx942 kernel; accepted: a multiple of (\d+) from (\d+) to (\d+) '
+                  r'\(buckets "')
 BASELINE_GUARD = r"^#if RTC_HEAD_DIM_MAX % (\d+) != 0 \|\| RTC_HEAD_DIM_MAX < (\d+) \|\| RTC_HEAD_DIM_MAX > (\d+)$"
 BASELINE_BUCKETS = r'^#error "RTC_HEAD_DIM_MAX \(head-dim bucket: ([\d, ]+ or \d+)\) must be defined"$'
 
@@ -398,7 +399,7 @@ def _head_dim(kernel: str) -> manifest.BucketSpec:
 
 def test_every_kernel_has_its_head_dims_checked():
     kernels = [k.name for k in manifest.load(ROOT / "configs" / "ops.json").op("attention_fwd").kernels]
-    assert sorted(kernels) == sorted([*SINGLE_HEAD_DIM, "sm90", "baseline"])
+    assert sorted(kernels) == ["baseline", "gfx942", "sm90"]
 
 
 def test_sm90_buckets_match_its_plans():
@@ -408,13 +409,12 @@ def test_sm90_buckets_match_its_plans():
     assert (spec.lo, spec.hi, spec.step, spec.buckets) == (8, buckets[-1], 8, buckets), (spec, buckets)
 
 
-@pytest.mark.parametrize("kernel", sorted(SINGLE_HEAD_DIM))
-def test_single_head_dim_kernel_matches_manifest(kernel):
-    stated = {int(_stated(path, pattern)) for path, pattern in SINGLE_HEAD_DIM[kernel]}
-    assert len(stated) == 1, f"{kernel}'s own text states several head dims: {sorted(stated)}"
-    d = stated.pop()
-    spec = _head_dim(kernel)
-    assert (spec.lo, spec.hi, spec.buckets) == (d, d, (d,))
+def test_gfx942_head_dims_match_manifest():
+    buckets = tuple(int(b) for b in _stated(*GFX942_BUCKETS).split(", "))
+    step, lo, hi = (int(n) for n in _stated(*GFX942_REFUSAL))
+    spec = _head_dim("gfx942")
+    assert (spec.lo, spec.hi, spec.step, spec.buckets) == (lo, hi, step, buckets)
+    assert list(buckets) == sorted(buckets) and buckets[-1] == hi and all(b % step == 0 for b in buckets)
 
 
 def test_baseline_head_dims_match_manifest():

@@ -1,4 +1,4 @@
-"""Kernel selection through rtcattn.forward on the emulator: the fast kernel for D = 128, RTCATTN_KERNEL."""
+"""Kernel selection through rtcattn.forward on the emulator: the fast kernel for every head dim, RTCATTN_KERNEL."""
 import pytest
 import torch
 
@@ -28,12 +28,14 @@ def test_fast_kernel_is_chosen_for_d128_and_meets_the_contract(monkeypatch, arch
     assert attention_fwd.selection(q, k, v).kernel.name == "gfx942"
 
 
-@pytest.mark.parametrize("d,kernel", [(128, "gfx942"), (64, "baseline")])
+@pytest.mark.parametrize("d,kernel", [(128, "gfx942"), (40, "gfx942"), (64, "baseline")])
 def test_both_layouts_run_one_variant_bit_for_bit(monkeypatch, d, kernel):
     """The layout is no compile-time axis (the strides carry it): a bhsd call with the transposed tensors of a
-    bshd call selects the same variant and gives the same output and LSE, bit for bit."""
+    bshd call selects the same variant and gives the same output and LSE, bit for bit (the baseline pinned)."""
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
+    if kernel == "baseline":
+        monkeypatch.setenv("RTCATTN_KERNEL", "baseline")
     q, k, v = _qkv(40, 70, d)
     qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     sel, sel_t = attention_fwd.selection(q, k, v), attention_fwd.selection(qt, kt, vt, layout="bhsd")
@@ -43,13 +45,14 @@ def test_both_layouts_run_one_variant_bit_for_bit(monkeypatch, d, kernel):
     assert torch.equal(o.transpose(1, 2), o_t) and torch.equal(lse, lse_t)
 
 
-def test_other_head_dims_fall_back_to_the_baseline(monkeypatch):
+def test_other_head_dims_take_the_fast_kernel_at_their_bucket(monkeypatch):
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
     q, k, v = _qkv(17, 17, 64)
     run(q, k, v, "bshd", "rtne", None, False)
     sel = attention_fwd.selection(q, k, v)
-    assert sel.kernel.name == "baseline" and "gfx942" in sel.why and "head_dim 64" in sel.why
+    assert sel.kernel.name == "gfx942" and sel.variant.name == "gfx942-rtne-none-dense-d64-bf16", sel
+    assert sel.why == "fallback; sm90: arch gfx942-emu not in ['sm_90a']", sel.why  # only sm90 was passed over
 
 
 def test_rtcattn_kernel_forces_one_kernel_without_fallback(monkeypatch):

@@ -1,7 +1,8 @@
-"""fp16 q, k, v on the wave emulator: the baseline kernel meets the fp16 part of the numerics contract
-(docs/numerics.md §9) against the fp64 reference and the fp16 R reference (P and O rounded to fp16, nearest even),
-dense, masked, GQA, packed and paged; O past fp16's largest value is +-Inf; P below fp16's subnormals drops out of
-P·V; an fp16 call goes to the baseline wherever the fast kernels take bf16 only.
+"""fp16 q, k, v on the wave emulator: the baseline and the gfx942 kernel (each pinned) meet the fp16 part of the
+numerics contract (docs/numerics.md §9) against the fp64 reference and the fp16 R reference (P and O rounded to fp16,
+nearest even), dense, masked, GQA, packed and paged; O past fp16's largest value is +-Inf; P below fp16's subnormals
+drops out of P·V; an fp16 call goes to the gfx942 kernel on gfx942 and to the baseline where the fast kernel takes
+bf16 only (sm_90a).
 
 The shared checks are numerics_suite's and varlen_suite's with dtype=torch.float16; sizes are kept small (the
 emulator runs every lane on the host).
@@ -32,23 +33,30 @@ def run(q, k, v, layout, mode, scale, lse, window=(-1, -1)):
 
 @pytest.fixture(autouse=True)
 def gfx942(monkeypatch):
-    """No kernel is pinned: fp16 calls reach the baseline through dispatch (the fast kernel takes bf16 only)."""
+    """Selection through dispatch, nothing pinned unless a test pins a kernel (the `kernel` fixture)."""
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     monkeypatch.delenv("RTCATTN_KERNEL", raising=False)
 
 
+@pytest.fixture(params=["baseline", "gfx942"])
+def kernel(request):
+    """The contract's tests run on each kernel that takes fp16 on gfx942, pinned (no fallback)."""
+    with dispatch.pinned(kernel=request.param):
+        yield request.param
+
+
 # ---- selection ---------------------------------------------------------------------------------------------------
 
-def test_fp16_selects_the_baseline_on_gfx942_emu():
+def test_fp16_selects_the_gfx942_kernel_on_gfx942_emu():
     q, k, v = suite.make_qkv("bshd", 1, 2, 40, 70, 128, "cpu", seed=1, dtype=F16)
     sel = attention_fwd.selection(q, k, v)
-    assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
-    assert "gfx942: dtype 'fp16' not in ['bf16']" in sel.why, sel.why
-    assert attention_fwd.selection(*(t.bfloat16() for t in (q, k, v))).kernel.name == "gfx942"
+    assert sel.kernel.name == "gfx942" and sel.variant.name == "gfx942-rtne-none-dense-d128-fp16", sel
+    assert attention_fwd.selection(*(t.bfloat16() for t in (q, k, v))).variant.name == \
+        "gfx942-rtne-none-dense-d128-bf16"
     lens = [40, 30]
     b = vs.make_batch(lens, lens, 4, 2, 128, "cpu", dtype=F16)
     sel = attention_fwd.selection_varlen(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, window=(-1, 0))
-    assert sel.variant.name == "baseline-rtne-window-varlen-d128-fp16", sel.variant.name
+    assert sel.variant.name == "gfx942-rtne-window-varlen-d128-fp16", sel.variant.name
 
 
 def test_fp16_selects_the_baseline_on_sm90a():
@@ -71,7 +79,7 @@ def test_round_mode_does_not_apply_to_fp16():
     """Every mode runs the one fp16 variant (nearest even): the same bits; the bf16 modes differ."""
     q, k, v = suite.make_qkv("bshd", 1, 2, 20, 33, 64, "cpu", seed=2, dtype=F16)
     names = {attention_fwd.selection(q, k, v, round_mode=m).variant.name for m in suite.MODES}
-    assert names == {"baseline-rtne-none-dense-d64-fp16"}
+    assert names == {"gfx942-rtne-none-dense-d64-fp16"}
     outs = [ref.bf16_bits(run(q, k, v, "bshd", m, None, False)) for m in suite.MODES]
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
@@ -79,17 +87,17 @@ def test_round_mode_does_not_apply_to_fp16():
 # ---- the contract against the fp64 reference and R ----------------------------------------------------------------
 
 @pytest.mark.parametrize("layout", suite.LAYOUTS)
-def test_sizes_cross_attention_and_lse(layout):
+def test_sizes_cross_attention_and_lse(kernel, layout):
     suite.check_sizes(run, "cpu", layout, "rtne", (1, 17, 128, 300), dtype=F16)
 
 
-def test_head_dims():
+def test_head_dims(kernel):
     suite.check_head_dims(run, "cpu", "bshd", "rtne", (64, 72, 136, 256), sq=17, sk=40, dtype=F16)
 
 
 @pytest.mark.parametrize("window,heads,layout", [((-1, 0), (8, 2), "bshd"), ((17, 3), (3, 1), "bhsd"),
                                                  ((0, 0), (4, 4), "bshd"), ((-1, 5), (8, 1), "bhsd")])
-def test_causal_window_and_gqa(window, heads, layout):
+def test_causal_window_and_gqa(kernel, window, heads, layout):
     hq, hk = heads
     for sq, sk in ((45, 130), (96, 96), (130, 45)):
         q, k, v = suite.make_qkv(layout, 1, hq, sq, sk, 64, "cpu", seed=sq + hk, hk=hk, dtype=F16)
@@ -97,18 +105,18 @@ def test_causal_window_and_gqa(window, heads, layout):
 
 
 @pytest.mark.parametrize("layout", suite.LAYOUTS)
-def test_special_values(layout):
+def test_special_values(kernel, layout):
     """The table of §4, with the fp16 canonical NaN 0x7E00."""
     suite.check_special_values(run, "cpu", layout, "rtne", dtype=F16)
     suite.check_window_special_values(run, "cpu", layout, "rtne", (-1, 0), sq=30, sk=20, hk=1, dtype=F16)
 
 
-def test_strided_views_and_determinism():
+def test_strided_views_and_determinism(kernel):
     suite.check_strided(run, "cpu", "bshd", "rtne", dtype=F16)
     suite.check_determinism(run, "cpu", "bhsd", "rtne", sq=40, sk=150, d=64, dtype=F16)
 
 
-def test_archs_agree_bit_for_bit(monkeypatch):
+def test_archs_agree_bit_for_bit(kernel, monkeypatch):
     q, k, v = suite.make_qkv("bshd", 1, 2, 40, 77, 128, "cpu", seed=3, dtype=F16)
     outs = []
     for arch in ("gfx942", "gfx90a"):
@@ -118,7 +126,7 @@ def test_archs_agree_bit_for_bit(monkeypatch):
 
 
 @pytest.mark.parametrize("window", [(-1, -1), (-1, 0)])
-def test_varlen_and_paged(window):
+def test_varlen_and_paged(kernel, window):
     lens_q, lens_k = [1, 33, 0, 70], [40, 33, 5, 17]
     b = vs.make_batch(lens_q, lens_k, 4, 2, 64, "cpu", seed=4, dtype=F16)
     vs.check_accuracy(b, "rtne", window, what="fp16 varlen")
@@ -135,15 +143,17 @@ def _one_hot_rows(values, d=64):
     return t.to(F16)
 
 
-def test_output_past_65504_is_inf_where_r_says():
+@pytest.mark.parametrize("d", [64, 200])
+def test_output_past_65504_is_inf_where_r_says(kernel, d):
     """Column 0 of V is 65504 (fp16's largest) on every key, column 1 -65504: the exact mean is 65504, but P is
     rounded to fp16 while l sums the unrounded p. Row 0 sees key 0 at p = 1 and 100 keys at p = 2^-0.99902 =
     0.500338, whose fp16 is 0.500488 (0.3 ulp up): O/l = 65504 · 1.00029 = 65523 >= 65520, so O is +-Inf, as R
-    says. Row 1 (every p = 1, nothing rounded) and row 2 (p rounds up on one key of 101) stay 65504."""
+    says. Row 1 (every p = 1, nothing rounded) and row 2 (p rounds up on one key of 101) stay 65504. (d = 200: the
+    gfx942 kernel's bucket 256, whose columns past 200 are zeros.)"""
     n = 100
-    q = _one_hot_rows([1.0, 0.0, -1.0])
-    k = _one_hot_rows([0.0] + [-(1 - 2**-10)] * n)
-    v = torch.randn(1, n + 1, 1, 64, generator=torch.Generator().manual_seed(9)).to(F16)
+    q = _one_hot_rows([1.0, 0.0, -1.0], d)
+    k = _one_hot_rows([0.0] + [-(1 - 2**-10)] * n, d)
+    v = torch.randn(1, n + 1, 1, d, generator=torch.Generator().manual_seed(9)).to(F16)
     v[..., 0], v[..., 1], v[..., 2] = 65504.0, -65504.0, 60000.0
     out, lse = run(q, k, v, "bshd", "rtne", LN2, True)
     bits = ref.bf16_bits(out)[0, :, 0]
@@ -161,7 +171,7 @@ def test_output_past_65504_is_inf_where_r_says():
     assert err <= 65504 * 2**-10, err   # the finite elements: within an ulp or so of fp16 near 65504
 
 
-def test_p_below_fp16_subnormals_drops_out_of_pv_but_not_out_of_l():
+def test_p_below_fp16_subnormals_drops_out_of_pv_but_not_out_of_l(kernel):
     """Key 1's p = 2^-26 is below half fp16's smallest subnormal (2^-24): P rounds to 0, so V[1] (60000 in column 0)
     adds nothing, while l = 1 + 2^-26 = 1 in fp32. O[0] is 1 (0x3C00), as R gives it; the fp64 answer
     1 + 60000·2^-26 = 1.000894 would round to 0x3C01. Moved to p = 2^-24.5, key 1's P rounds up to the smallest

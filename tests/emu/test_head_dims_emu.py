@@ -1,8 +1,9 @@
-"""Head dims 8..256 on the emulated gfx942: every multiple of 8 runs as it is (the baseline's buckets 32..256), any
-other head dim runs padded with zero columns to the next multiple of 8 and sliced back, with the scale of its own
-head dim. Dense, packed and paged calls, causal or not, against the fp64 reference (the numerics contract); the
-padded call equals the call on explicitly zero-padded inputs, sliced, bit for bit; a head dim that pads to 128
-runs on the gfx942 kernel. Small shapes: the emulator is slow."""
+"""Head dims 8..256 on the emulated gfx942: every multiple of 8 runs as it is, any other head dim runs padded with
+zero columns to the next multiple of 8 and sliced back, with the scale of its own head dim. Here the baseline (its
+buckets 32..256, pinned: dispatch sends every head dim to the gfx942 kernel, whose buckets
+tests/emu/test_gfx942_head_dims_emu.py covers) and the padding: dense, packed and paged calls, causal or not, against
+the fp64 reference (the numerics contract); the padded call equals the call on explicitly zero-padded inputs, sliced,
+bit for bit. Small shapes: the emulator is slow."""
 import math
 
 import pytest
@@ -73,7 +74,7 @@ def test_baseline_varlen_and_paged_against_fp64(d):
         vs.check_paged_equals_packed(b, 16, mode, CAUSAL, seed=d)
 
 
-# ---- a head dim that pads to 128 runs on the fast kernel -----------------------------------------------------
+# ---- a padded head dim runs on the fast kernel ------------------------------------------------------------------
 
 @pytest.mark.parametrize("d", [121, 123, 127])
 def test_padded_to_128_selects_the_gfx942_kernel(d):
@@ -86,8 +87,8 @@ def test_padded_to_128_selects_the_gfx942_kernel(d):
     assert sel(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k).variant.name == "gfx942-rtne-none-varlen-d128-bf16"
     assert sel(p.q, p.k, p.v, p.cu_q, p.cu_k, p.max_q, p.max_k, window=CAUSAL,
                block_table=p.block_table).variant.name == "gfx942-rtne-window-paged-d128-bf16"
-    q, k, v = suite.make_qkv("bshd", 1, 2, 20, 30, 120, "cpu")  # a multiple of 8 runs as it is: the baseline
-    assert attention_fwd.selection(q, k, v).variant.name == "baseline-rtne-none-dense-d128-bf16"
+    q, k, v = suite.make_qkv("bshd", 1, 2, 20, 30, 120, "cpu")  # a multiple of 8 runs as it is, in the same bucket
+    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-rtne-none-dense-d128-bf16"
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

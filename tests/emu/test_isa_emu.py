@@ -7,7 +7,7 @@ import emu_harness as h
 pytestmark = pytest.mark.emu
 
 (MFMA16, MFMA32, EXP2, ROW_SHR, ROW_ROR, QUAD_PERM, ROW_MIRROR, BCAST15, PERM, READFIRST, BPERMUTE,
- SWIZZLE_XOR, SWIZZLE_QUAD, VOTE, BUF_LOAD, BUF_LDS, BUF_STORE) = range(17)
+ SWIZZLE_XOR, SWIZZLE_QUAD, VOTE, BUF_LOAD, BUF_LDS, BUF_STORE, MFMA16_F16, MFMA32_F16, CVT_F16) = range(20)
 LANES = np.arange(64)
 
 
@@ -32,10 +32,14 @@ def f32_bits(x):
     return np.asarray(x, dtype=np.float32).view(np.uint32)
 
 
-def mfma_inputs(a_lanes, b_lanes, c_lanes):
+def f16_bits(x):
+    return np.asarray(x, dtype=np.float16).view(np.uint16).astype(np.uint32)
+
+
+def mfma_inputs(a_lanes, b_lanes, c_lanes, bits=bf16_bits):
     inp = np.zeros(1024 + 512, dtype=np.uint32)
-    inp[:256] = bf16_bits(a_lanes).ravel()
-    inp[256:512] = bf16_bits(b_lanes).ravel()
+    inp[:256] = bits(a_lanes).ravel()
+    inp[256:512] = bits(b_lanes).ravel()
     inp[512:512 + c_lanes.size] = f32_bits(c_lanes).ravel()
     return inp
 
@@ -92,6 +96,70 @@ def test_mfma_32x32x8_lane_mapping(probe):
     for lane in LANES:
         for r in range(16):
             assert d[lane][r] == want[row(lane, r)][lane % 32], (lane, r)
+
+
+def test_mfma_16x16x16_f16_products_bf16_cannot_hold(probe):
+    """fp16 operands: 11-bit significands (1 + 2^-10 is exact in fp16, not in bf16), subnormals and fp16's largest
+    value; the products of exact fp16 values and their sums are exact in fp32 here, so D must equal A @ B + C."""
+    rng = np.random.default_rng(3)
+    A = (1 + rng.integers(0, 1024, (16, 16)) * 2.0**-10) * rng.choice([-1.0, 1.0], (16, 16))
+    B = rng.integers(-8, 9, (16, 16)).astype(np.float64)
+    A[0, :] = A[1, :] = 0.0
+    A[0, :2] = [2.0**-24, 3 * 2.0**-24]                         # subnormals
+    A[1, 2:4] = [65504.0, -65504.0]                              # the largest finite, both signs
+    B[:2, 0], B[:2, 1:] = 1024.0, 0.0                            # so that every sum below is exact in fp32
+    C = rng.integers(-8, 9, (16, 16)).astype(np.float64)
+    assert (A.astype(np.float16).astype(np.float64) == A).all()
+    a = np.array([[A[lane % 16][4 * (lane // 16) + i] for i in range(4)] for lane in LANES])
+    b = np.array([[B[4 * (lane // 16) + i][lane % 16] for i in range(4)] for lane in LANES])
+    c = np.array([[C[4 * (lane // 16) + i][lane % 16] for i in range(4)] for lane in LANES])
+    d = probe(MFMA16_F16, mfma_inputs(a, b, c, f16_bits))[:256].view(np.float32).reshape(64, 4)
+    want = A @ B + C
+    # D[0][0] (lane 0, element 0): 2^-24 * 1024 + 3 * 2^-24 * 1024 = 2^-12 from the subnormals alone.
+    assert d[0][0] == np.float32(C[0][0] + 2.0**-12)
+    assert d[1][1] == np.float32(C[1][1] + 65504.0 * (B[2][1] - B[3][1]))   # D[1][1]: lane 1, element 1
+    for lane in LANES:
+        for i in range(4):
+            assert d[lane][i] == np.float32(want[4 * (lane // 16) + i][lane % 16]), (lane, i)
+    # The same bits read as bf16 give other values: the instruction really reads fp16.
+    d_bf16 = probe(MFMA16, mfma_inputs(a, b, c, f16_bits))[:256].view(np.float32).reshape(64, 4)
+    assert not np.array_equal(d, d_bf16)
+
+
+def test_mfma_32x32x8_f16_lane_mapping(probe):
+    rng = np.random.default_rng(4)
+    A = (np.arange(256).reshape(32, 8) + 0.5) * 2.0**-3        # 11 significant bits at most: exact in fp16
+    B = rng.integers(-3, 4, (8, 32)).astype(np.float64)
+    B[:, :8] = np.eye(8)                                          # columns 0..7 copy A
+    C = rng.integers(-8, 9, (32, 32)).astype(np.float64)
+    a = np.array([[A[lane % 32][4 * (lane // 32) + i] for i in range(4)] for lane in LANES])
+    b = np.array([[B[4 * (lane // 32) + i][lane % 32] for i in range(4)] for lane in LANES])
+
+    def row(lane, r):
+        return 8 * (r // 4) + 4 * (lane // 32) + r % 4
+    c = np.array([[C[row(lane, r)][lane % 32] for r in range(16)] for lane in LANES])
+    d = probe(MFMA32_F16, mfma_inputs(a, b, c, f16_bits))[:1024].view(np.float32).reshape(64, 16)
+    # Lane 33 holds column 1; its register 5 is row 13: A[13][1] = (105 + 0.5) / 8.
+    assert d[33][5] == 105.5 / 8 + C[13][1]
+    want = A @ B + C
+    for lane in LANES:
+        for r in range(16):
+            assert d[lane][r] == np.float32(want[row(lane, r)][lane % 32]), (lane, r)
+
+
+def test_cvt_f16_f32(probe):
+    """v_cvt_f16_f32: nearest even (ties both ways), subnormals kept, 65520 and above to Inf; NaN quiet."""
+    x = np.array([1.0, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 65504.0, 65519.99, 65520.0, -1e30, 2.0**-24, 2.0**-25,
+                  1.5 * 2.0**-25, -0.0, np.inf, np.nan, 2.0**-14 - 2.0**-25, 1e-45] + [0.5] * 49, dtype=np.float32)
+    got = probe(CVT_F16, f32_bits(x))[:64]
+    assert (got >> 16 == 0).all(), "the high half is zero"
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).view(np.uint16).astype(np.uint32)
+    assert got[1] == 0x3C00 and got[2] == 0x3C02 and got[5] == 0x7C00 and got[6] == 0xFC00 and got[7] == 0x0001
+    assert got[8] == 0x0000 and got[9] == 0x0001 and got[10] == 0x8000 and got[13] == 0x0400
+    assert got[12] & 0x7C00 == 0x7C00 and got[12] & 0x03FF, "a NaN stays a NaN"
+    keep = ~np.isnan(x)
+    np.testing.assert_array_equal(got[keep], want[keep])
 
 
 def test_exp2(probe):

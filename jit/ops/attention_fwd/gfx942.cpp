@@ -17,10 +17,26 @@ const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const Atten
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// "64, 96, ...": the buckets, for messages.
+#define GFX942_TEXT(...) #__VA_ARGS__
+#define GFX942_TEXT_OF(x) GFX942_TEXT(x)
+const char* const kBucketList = GFX942_TEXT_OF(GFX942_BUCKETS);
+
+// The shape of the call's head-dim bucket (gfx942/params.h): its q rows per work item, V^T block and partial.
+struct Shape {
+  int bucket, q_rows;
+  int64_t vt_block_bytes, part_bytes;
+};
+Shape shape_of(const AttentionFwdArgs& a) {
+  const int b = gfx942_bucket(int(a.head_dim));  // validate() bounded head_dim by 256
+  return {b, gfx942_q_rows(b), gfx942_vt_block_bytes(b), gfx942_part_bytes(b)};
+}
+
 // The tail-split plan of one call: a pure function of the problem, num_cus, tail_split and the
 // NO_TAIL knob.
 struct Plan {
-  int nqb = 0, nkb = 0;      // q blocks (384 rows) and kv blocks (64 rows) per (b, h)
+  Shape shape = {};
+  int nqb = 0, nkb = 0;      // q blocks (the bucket's q rows) and kv blocks (64 rows) per (b, h)
   int64_t items = 0;         // B*H*nqb workgroup-sized work items
   int n_prefix = 0;          // items run whole
   int tail = 0;              // items split (0: none)
@@ -43,8 +59,8 @@ int pick_split(int64_t tail, int cus, int nkb) {
   return best_g;
 }
 
-std::string span_why_not(const char* name, int64_t rows, int64_t row_stride) {
-  const int64_t bytes = rows <= 0 ? 0 : ((rows - 1) * row_stride + GFX942_HEAD_DIM) * 2;
+std::string span_why_not(const char* name, int64_t rows, int64_t row_stride, int64_t head_dim) {
+  const int64_t bytes = rows <= 0 ? 0 : ((rows - 1) * row_stride + head_dim) * 2;
   if (row_stride >= 0 && bytes < (int64_t(1) << 32)) return "";
   return std::string(name) + "_strides[1]=" + std::to_string(row_stride) + " over " + std::to_string(rows) +
          " rows spans " + std::to_string(bytes) +
@@ -71,20 +87,24 @@ VtRun vt_run(const AttentionFwdArgs& a) {
 }
 
 // Packed calls: ints for the work items and the V^T run, and 32-bit V^T offsets inside one sequence.
+// The most keys a (batch, head) or a packed sequence may have: its V^T blocks are read at 32-bit offsets.
+int64_t max_vt_keys(const Shape& sh) { return (int64_t(1) << 32) / sh.vt_block_bytes * GFX942_KV_ROWS; }
+
 std::string packed_why_not(const AttentionFwdArgs& a) {
-  const int64_t nqb = ceil_div(a.seq_q, GFX942_Q_ROWS);
+  const Shape sh = shape_of(a);
+  const int64_t nqb = ceil_div(a.seq_q, sh.q_rows);
   int64_t items = 0, vt = 0;
   if (__builtin_mul_overflow(a.batch * a.heads, nqb, &items) || items >= (int64_t(1) << 31))
-    return "batch*heads*ceil(max_seqlen_q/384)=" + std::to_string(items) +
+    return "batch*heads*ceil(max_seqlen_q/" + std::to_string(sh.q_rows) + ")=" + std::to_string(items) +
            " work items is too many for the gfx942 kernel; accepted: < 2^31";
   const VtRun run = vt_run(a);
   const bool paged = kv_mode(a) == RTC_KV_PAGED;
-  if (run.slot > (int64_t(1) << 32) / GFX942_VT_BLOCK_BYTES)
+  if (run.slot > (int64_t(1) << 32) / sh.vt_block_bytes)
     return (paged ? "block_table.shape[1]*page_size=" + std::to_string(a.pages_per_seq) + "*" +
                         std::to_string(a.page_size)
                   : "total_k=" + std::to_string(a.total_k)) +
-           " keys per sequence is not accepted by the gfx942 kernel (it reads a sequence's V^T at 32-bit "
-           "offsets); accepted: at most 2^24 = 16777216";
+           " keys per sequence is not accepted by the gfx942 kernel at head dim " + std::to_string(a.head_dim) +
+           " (it reads a sequence's V^T at 32-bit offsets); accepted: at most " + std::to_string(max_vt_keys(sh));
   if (__builtin_mul_overflow(a.heads_k, run.head_blocks, &vt) || vt >= (int64_t(1) << 31))
     return "heads_k=" + std::to_string(a.heads_k) + " times " + std::to_string(run.head_blocks) + " V^T blocks (" +
            (paged ? "batch*ceil(block_table.shape[1]*page_size/64)" : "ceil(total_k/64)+batch") +
@@ -97,15 +117,18 @@ std::string why_not(const void* p, const char* vendor) {
   const std::string v = vendor;
   if (v != "hip" && v != "host")
     return "vendor=" + rtc::quote(v) + " is not accepted by the gfx942 kernel; accepted: hip, host";
-  if (a.head_dim != GFX942_HEAD_DIM)
-    return "head_dim=" + std::to_string(a.head_dim) + " is not accepted by the gfx942 kernel; accepted: 128";
+  if (a.head_dim % 8 != 0 || gfx942_bucket(int(a.head_dim)) == 0)
+    return "head_dim=" + std::to_string(a.head_dim) +
+           " is not accepted by the gfx942 kernel; accepted: a multiple of 8 from 8 to 256 (buckets " + kBucketList +
+           ")";
   // The rows one K/V buffer resource spans: a (batch, head), a packed sequence (at most total_k rows),
   // or one page.
   const int mode = kv_mode(a);
   const int64_t kv_rows = mode == RTC_KV_PAGED ? a.page_size : mode == RTC_KV_VARLEN ? a.total_k : a.seq_k;
   for (const std::string& why :
-       {span_why_not("q", GFX942_Q_ROWS, a.q_strides[1]), span_why_not("o", GFX942_Q_ROWS, a.o_strides[1]),
-        span_why_not("k", kv_rows, a.k_strides[1]), span_why_not("v", kv_rows, a.v_strides[1])})
+       {span_why_not("q", shape_of(a).q_rows, a.q_strides[1], a.head_dim),
+        span_why_not("o", shape_of(a).q_rows, a.o_strides[1], a.head_dim),
+        span_why_not("k", kv_rows, a.k_strides[1], a.head_dim), span_why_not("v", kv_rows, a.v_strides[1], a.head_dim)})
     if (!why.empty()) return why;
   if (mode != RTC_KV_DENSE && a.tail_split > 1)
     return "tail_split=" + std::to_string(a.tail_split) +
@@ -113,13 +136,19 @@ std::string why_not(const void* p, const char* vendor) {
            "sequences (varlen / paged); accepted: -1 (planned: no split) or 0";
   if (mode != RTC_KV_DENSE) return packed_why_not(a);
   // Every stage's grid is one dimension of < 2^31 workgroups, and the work counters are ints.
-  const int64_t nkb = ceil_div(a.seq_k, GFX942_KV_ROWS), nqb = ceil_div(a.seq_q, GFX942_Q_ROWS);
+  const Shape sh = shape_of(a);
+  const int64_t nkb = ceil_div(a.seq_k, GFX942_KV_ROWS), nqb = ceil_div(a.seq_q, sh.q_rows);
   int64_t vt = 0, items = 0;
   if (__builtin_mul_overflow(a.batch * a.heads, nkb, &vt) || vt >= (int64_t(1) << 31) ||
       __builtin_mul_overflow(a.batch * a.heads, nqb, &items) || items >= (int64_t(1) << 31))
-    return "batch*heads*ceil(seq_k/64)=" + std::to_string(vt) +
-           " V^T blocks or batch*heads*ceil(seq_q/384)=" + std::to_string(items) +
+    return "batch*heads*ceil(seq_k/64)=" + std::to_string(vt) + " V^T blocks or batch*heads*ceil(seq_q/" +
+           std::to_string(sh.q_rows) + ")=" + std::to_string(items) +
            " work items is too many for the gfx942 kernel; accepted: < 2^31 each";
+  // A (batch, K/V head)'s V^T blocks are read at 32-bit offsets from its first.
+  if (nkb * sh.vt_block_bytes > int64_t(0xFFFFFFFF))
+    return "seq_k=" + std::to_string(a.seq_k) + " is not accepted by the gfx942 kernel at head dim " +
+           std::to_string(a.head_dim) + " (it reads V^T at 32-bit offsets); accepted: at most " +
+           std::to_string(max_vt_keys(sh));
   return "";
 }
 
@@ -131,14 +160,15 @@ Plan packed_plan(const AttentionFwdArgs& a, Plan pl) {
   pl.n_prefix = int(pl.items);
   if (kv_mode(a) == RTC_KV_PAGED) pl.nkb = int(run.slot);
   pl.vt_head_blocks = int(run.head_blocks);
-  pl.vt_bytes = int64_t(a.heads_k) * pl.vt_head_blocks * GFX942_VT_BLOCK_BYTES;
+  pl.vt_bytes = int64_t(a.heads_k) * pl.vt_head_blocks * pl.shape.vt_block_bytes;
   pl.workspace_bytes = pl.vt_bytes;
   return pl;
 }
 
 Plan make_plan(const AttentionFwdArgs& a) {
   Plan pl;
-  pl.nqb = int(ceil_div(a.seq_q, GFX942_Q_ROWS));
+  pl.shape = shape_of(a);
+  pl.nqb = int(ceil_div(a.seq_q, pl.shape.q_rows));
   pl.nkb = int(ceil_div(a.seq_k, GFX942_KV_ROWS));
   pl.items = int64_t(a.batch) * a.heads * pl.nqb;
   if (kv_mode(a) != RTC_KV_DENSE) return packed_plan(a, pl);
@@ -158,8 +188,8 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.split_g = g;
   pl.n_prefix = int(pl.items - tail);
   pl.n_swz = pl.n_prefix / 8 * 8;
-  pl.vt_bytes = int64_t(a.batch) * a.heads_k * pl.nkb * GFX942_VT_BLOCK_BYTES;  // V^T per K/V head
-  pl.workspace_bytes = pl.vt_bytes + int64_t(pl.tail) * pl.split_g * GFX942_PART_BYTES;
+  pl.vt_bytes = int64_t(a.batch) * a.heads_k * pl.nkb * pl.shape.vt_block_bytes;  // V^T per K/V head
+  pl.workspace_bytes = pl.vt_bytes + int64_t(pl.tail) * pl.split_g * pl.shape.part_bytes;
   return pl;
 }
 
@@ -175,7 +205,7 @@ std::vector<std::pair<int, int64_t>> stages(const AttentionFwdArgs& a, const Pla
                          : int64_t(a.batch) * a.heads_k * pl.nkb;
   std::vector<std::pair<int, int64_t>> s = {{GFX942_STAGE_VT, vt},
                                             {GFX942_STAGE_ATTN, pl.n_prefix + int64_t(pl.tail) * pl.split_g}};
-  if (pl.tail > 0) s.push_back({GFX942_STAGE_MERGE, int64_t(pl.tail) * (GFX942_Q_ROWS / GFX942_MERGE_ROWS)});
+  if (pl.tail > 0) s.push_back({GFX942_STAGE_MERGE, int64_t(pl.tail) * (pl.shape.q_rows / GFX942_MERGE_ROWS)});
   return s;
 }
 
@@ -192,7 +222,7 @@ BlockCounts block_counts(const AttentionFwdArgs& a, const Plan& pl) {
   const bool masked = a.window_left != -1 || a.window_right != -1;
   BlockCounts c;
   for (int qb = 0; qb < pl.nqb; ++qb) {
-    const int q0 = qb * GFX942_Q_ROWS, rows = a.seq_q - q0 < GFX942_Q_ROWS ? int(a.seq_q - q0) : GFX942_Q_ROWS;
+    const int qr = pl.shape.q_rows, q0 = qb * qr, rows = a.seq_q - q0 < qr ? int(a.seq_q - q0) : qr;
     const KvSpan sp = kv_span(ap, q0, rows, GFX942_KV_ROWS, masked);
     c.total += sp.end - sp.begin;
     c.masked += (sp.end - sp.begin) - (sp.full_end - sp.full_begin);
@@ -219,6 +249,8 @@ std::string plan_json(const void* p) {
                                                     {"vt_bytes", pl.vt_bytes},
                                                     {"workspace_bytes", pl.workspace_bytes},
                                                     {"block", GFX942_THREADS},
+                                                    {"bucket", pl.shape.bucket},
+                                                    {"q_rows", pl.shape.q_rows},
                                                     {"blocks_total", bc.total},
                                                     {"blocks_masked", bc.masked},
                                                     {"blocks_max_item", bc.max_item}};

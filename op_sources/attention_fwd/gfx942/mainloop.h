@@ -14,76 +14,99 @@
 
 namespace g942 {
 
-// Where the item's K rows come from: one buffer resource over its sequence's rows of its K/V head,
-// or (paged) the block table, one page's resource per 16-row group.
+// Where the item's K rows come from: its sequence's rows of its K/V head, row j at base + j * row bytes and
+// rows [0, len) real; or (paged) the block table, one page per 16-row group.
 #if RTC_KV == RTC_KV_PAGED
 using KRows = PagedRows;
 #else
-using KRows = rtc_buffer_rsrc;
+struct KRows {
+  rtc_u32 base_lo, base_hi;  // the address of row 0, in SGPRs
+  int len;
+};
 #endif
 RTC_DEVICE KRows k_rows(const Gfx942Params& p, const Seq& s, int b, int hk) {
 #if RTC_KV == RTC_KV_PAGED
   return paged_rows(p, p.k, p.k_sb, p.k_ss, p.k_sh, b, hk, s.len_k);
 #else
-  return uniform_rsrc(p.k + s.k_off + (rtc_i64)hk * p.k_sh, rows_span_bytes(s.len_k, p.k_ss));
+  const rtc_u64 base = (rtc_u64)(p.k + s.k_off + (rtc_i64)hk * p.k_sh);
+  return KRows{readfirstlane((rtc_u32)base), readfirstlane((rtc_u32)(base >> 32)), s.len_k};
 #endif
 }
 
 // The item's V^T blocks in the workspace (written by the V^T stage).
 RTC_DEVICE const char* vt_blocks(const Gfx942Params& p, const Work& w, const Seq& s, int hk) {
 #if RTC_KV == RTC_KV_DENSE
-  return (const char*)p.workspace + ((rtc_i64)w.b * p.heads_k + hk) * p.nkb * GFX942_VT_BLOCK_BYTES;
+  return (const char*)p.workspace + ((rtc_i64)w.b * p.heads_k + hk) * p.nkb * kVtBlockBytes;
 #else
-  return (const char*)p.workspace +
-         ((rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, w.b, s)) * GFX942_VT_BLOCK_BYTES;
+  return (const char*)p.workspace + ((rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, w.b, s)) * kVtBlockBytes;
 #endif
 }
 
-// Stage 0 (prologue): Q tiles 0-1 into VGPRs, tile 2 into this wave's LDS slot. Rows past Sq
-// load as zeros and are never stored.
-RTC_DEVICE void load_q(Acc& a, AttnSmem& sm, rtc_buffer_rsrc qr, rtc_i64 q_ss, int rows, int wave, int lane) {
+// Stage 0 (prologue): the Q tiles into VGPRs (at 128: the third into this wave's LDS slot). Rows past Sq
+// and columns past the call's head dim d load as zeros, and are never stored.
+RTC_DEVICE void load_q(Acc& a, AttnSmem& sm, rtc_buffer_rsrc qr, rtc_i64 q_ss, int rows, int d, int wave, int lane) {
 #pragma unroll
   for (int g = 0; g < kTilesPerWave; ++g) {
-    const int r = 48 * wave + 16 * g + (lane & 15);
+    const int r = kRowsPerWave * wave + 16 * g + (lane & 15);
 #pragma unroll
     for (int ds = 0; ds < kDSteps; ++ds) {
+      const int col = 16 * ds + 4 * (lane >> 4);
       rtc_u32x2 w = {0u, 0u};
-      if (r < rows) w = buffer_load_dwordx2(qr, (rtc_u32)(r * q_ss * 2 + (16 * ds + 4 * (lane >> 4)) * 2), 0u);
-      const rtc_bf16x4 f = as_bf16x4(w[0], w[1]);
-      if (g < 2)
+      if (r < rows && col < d) w = buffer_load_dwordx2(qr, (rtc_u32)(r * q_ss * 2 + col * 2), 0u);
+      const Frag f = as_frag(w[0], w[1]);
+      if (g < kQRegTiles)
         a.q[g][ds] = f;
       else
-        ds_write<rtc_bf16x4>(&sm.q3[wave][ds][lane], f);
+        ds_write<Frag>(&sm.q3[wave][ds][lane], f);
     }
   }
 }
 
-// K block -> LDS buffer by DMA: each of the 4 waves of group B moves 16 rows, one row (64 lanes x
-// 4 bytes) per instruction, swizzled on the global side.
-// Paged: a 16-row group never straddles a page (pages hold a multiple of 16 rows), so it is one
-// page's resource; a page id outside the pool reads zeros.
-RTC_DEVICE void issue_k(AttnSmem& sm, const KRows& k, rtc_i64 k_ss, int kb, int buf, int wave4, int lane) {
-  rtc_u32 l = (rtc_u32)lane, row_bytes = readfirstlane((rtc_u32)(k_ss * 2));
-#if RTC_KV == RTC_KV_PAGED
+// K block -> LDS buffer by DMA: each of the 4 waves of group B moves 16 rows, swizzled on the global side,
+// through one buffer resource per row whose records are the row's first d columns (dbytes = 2d), or none for a
+// row past the sequence: a lane whose dword lies past the call's head dim, or in such a row, reads 0, and its
+// LDS dword becomes 0. So the columns between d and the pitch are zeros, and nothing past d is read.
+// A DMA moves 64 dwords (one row at pitch 128, half a row at 256) or, at pitch 64, one row with 32 lanes.
+// Paged: a 16-row group never straddles a page (pages hold a multiple of 16 rows), so it is one page's rows;
+// a page id outside the pool reads zeros.
+RTC_DEVICE void issue_k(AttnSmem& sm, const KRows& k, rtc_i64 k_ss, int kb, int buf, int wave4, int lane,
+                        rtc_u32 dbytes) {
+  constexpr int kLanesPerDma = kKRowDwords < 64 ? kKRowDwords : 64, kDmaPerRow = kKRowDwords / kLanesPerDma;
+  rtc_u32 l = (rtc_u32)lane;
+  const rtc_u64 row_bytes = (rtc_u64)k_ss * 2;
   const int j0 = kb * GFX942_KV_ROWS + wave4 * 16;
-  const rtc_buffer_rsrc kr = page_rsrc(k, j0);
-  rtc_u32 soff = readfirstlane(page_row_byte(k, j0));
+#if RTC_KV == RTC_KV_PAGED
+  int rows;
+  const rtc_u64 first = paged_group(k, j0, rows);
 #else
-  const rtc_buffer_rsrc kr = k;
-  rtc_u32 soff = readfirstlane((rtc_u32)(((rtc_i64)kb * GFX942_KV_ROWS + wave4 * 16) * k_ss * 2));
+  const rtc_u64 first = (((rtc_u64)k.base_hi << 32) | k.base_lo) + (rtc_u64)(rtc_i64)j0 * row_bytes;
+  const int rows = k.len - j0;  // rows of the sequence from j0 on
 #endif
+  // The row's address in two SGPRs, advanced by one row each step: per-row resources cost scalar work only.
+  rtc_u32 lo = readfirstlane((rtc_u32)first), hi = readfirstlane((rtc_u32)(first >> 32));
+  const rtc_u32 rb_lo = readfirstlane((rtc_u32)row_bytes), rb_hi = readfirstlane((rtc_u32)(row_bytes >> 32));
+  const int left = (int)readfirstlane((rtc_u32)rows);
   rtc_u32 dst = readfirstlane((rtc_u32)((buf * GFX942_KV_ROWS + wave4 * 16) * kKRowDwords * 4));
-  // Fenced here, so the 16 swizzled offsets and M0 values are recomputed per call instead of
+  // Fenced here, so the swizzled offsets, row addresses and M0 values are recomputed per call instead of
   // being hoisted out of the kv loop and held (spilled) across it.
   reg_fence(l);
-  sreg_fence(row_bytes);
-  sreg_fence(soff);
   sreg_fence(dst);
+  const rtc_u32 lane_byte = k_dma_src_byte((int)l, 0);  // row r's: lane_byte ^ (r & 15) << 3, one XOR
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    buffer_load_dword_lds(kr, k_dma_src_byte((int)l, j), soff, (char*)&sm.k[0][0] + dst);
-    soff += row_bytes;
-    dst += kKRowDwords * 4;
+  for (int r = 0; r < 16; ++r) {
+    sreg_fence(lo);
+    sreg_fence(hi);
+    const rtc_buffer_rsrc rr = make_buffer_rsrc(lo, hi, r < left ? dbytes : 0u);
+#pragma unroll
+    for (int h = 0; h < kDmaPerRow; ++h) {
+      if (kLanesPerDma == 64 || (int)l < kLanesPerDma)
+        buffer_load_dword_lds(rr, (lane_byte ^ (rtc_u32)((r & 15) << 3)) + kLanesPerDma * 4 * h, 0u,
+                              (char*)&sm.k[0][0] + dst);
+      dst += kLanesPerDma * 4;
+    }
+    const rtc_u64 next = (((rtc_u64)hi << 32) | lo) + (((rtc_u64)rb_hi << 32) | rb_lo);
+    lo = (rtc_u32)next;
+    hi = (rtc_u32)(next >> 32);
   }
 }
 
@@ -111,14 +134,12 @@ RTC_DEVICE rtc_u32x4 vt_chunk(rtc_buffer_rsrc vt, int c, int lane, rtc_u32 vt_of
   reg_fence(l);
   return buffer_load_dwordx4(vt, vt_chunk_byte(c >> 1, c & 1, (int)l), vt_off);
 }
-RTC_DEVICE void qk_frags(const AttnSmem& sm, int buf, int ds, int wave, int lane, rtc_bf16x4 (&kf)[kSub],
-                         rtc_bf16x4& q3) {
+RTC_DEVICE void qk_frags(const AttnSmem& sm, int buf, int ds, int wave, int lane, Frag (&kf)[kSub], Frag& q3) {
   rtc_u32 l = (rtc_u32)lane;
   reg_fence(l);
-  q3 = ds_read<rtc_bf16x4>(&sm.q3[wave][ds][l]);
+  if (kQLdsTiles) q3 = ds_read<Frag>(&sm.q3[wave][ds][l]);
 #pragma unroll
-  for (int s = 0; s < kSub; ++s)
-    kf[s] = ds_read<rtc_bf16x4>((const char*)&sm.k[0][0] + k_frag_byte(buf, s, ds, (int)l));
+  for (int s = 0; s < kSub; ++s) kf[s] = ds_read<Frag>((const char*)&sm.k[0][0] + k_frag_byte(buf, s, ds, (int)l));
 }
 
 // Stage 1 of an iteration: O^T += V^T(k-1) P^T(k-1), then S^T(k) = K(k) Q^T.
@@ -128,15 +149,17 @@ RTC_DEVICE void mfma_step(Acc& a, const AttnSmem& sm, rtc_buffer_rsrc vt, rtc_u3
   fence_acc(a, false);  // every VALU write of O and P is above this line ...
   mfma_wait_read();     // ... and 2 wait states before the first MFMA reads them
   if (pv) {
-    // V^T chunks through a 3-deep ring: chunk c+2 is requested while chunk c feeds 6 MFMAs.
-    rtc_u32x4 v[3];
-    v[0] = vt_chunk(vt, 0, lane, vt_off);
-    v[1] = vt_chunk(vt, 1, lane, vt_off);
+    // V^T chunks through a kVRing-deep register ring: chunk c + kVRing - 1 is requested while chunk c feeds
+    // 2 * kTilesPerWave MFMAs.
+    constexpr int kChunks = 2 * kHdTiles;
+    rtc_u32x4 v[kVRing];
 #pragma unroll
-    for (int c = 0; c < 2 * kHdTiles; ++c) {
-      if (c + 2 < 2 * kHdTiles) v[(c + 2) % 3] = vt_chunk(vt, c + 2, lane, vt_off);
+    for (int c = 0; c + 1 < kVRing; ++c) v[c] = vt_chunk(vt, c, lane, vt_off);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if (c + kVRing - 1 < kChunks) v[(c + kVRing - 1) % kVRing] = vt_chunk(vt, c + kVRing - 1, lane, vt_off);
       const int t = c >> 1, sp = c & 1;
-      const rtc_bf16x4 f0 = as_bf16x4(v[c % 3][0], v[c % 3][1]), f1 = as_bf16x4(v[c % 3][2], v[c % 3][3]);
+      const Frag f0 = as_frag(v[c % kVRing][0], v[c % kVRing][1]), f1 = as_frag(v[c % kVRing][2], v[c % kVRing][3]);
 #pragma unroll
       for (int g = 0; g < kTilesPerWave; ++g) mfma_acc(a.o[g][t], f0, a.p[g][2 * sp]);
 #pragma unroll
@@ -144,23 +167,25 @@ RTC_DEVICE void mfma_step(Acc& a, const AttnSmem& sm, rtc_buffer_rsrc vt, rtc_u3
     }
   }
   if (qk) {
-    // K and Q3 fragments through a 2-deep ring: step ds+1 is read while step ds feeds 12 MFMAs.
-    rtc_bf16x4 kf[2][kSub], q3[2];
-    qk_frags(sm, buf, 0, wave, lane, kf[0], q3[0]);
+    // K (and at 128 the LDS Q tile) fragments through a kKRing-deep ring: step ds + kKRing - 1 is read while
+    // step ds feeds 4 * kTilesPerWave MFMAs.
+    Frag kf[kKRing][kSub], q3[kKRing];
+#pragma unroll
+    for (int ds = 0; ds + 1 < kKRing; ++ds) qk_frags(sm, buf, ds, wave, lane, kf[ds], q3[ds]);
 #pragma unroll
     for (int ds = 0; ds < kDSteps; ++ds) {
-      const int c = ds & 1;
-      if (ds + 1 < kDSteps) qk_frags(sm, buf, ds + 1, wave, lane, kf[c ^ 1], q3[c ^ 1]);
+      const int c = ds % kKRing, next = ds + kKRing - 1;
+      if (next < kDSteps) qk_frags(sm, buf, next, wave, lane, kf[next % kKRing], q3[next % kKRing]);
 #pragma unroll
       for (int s = 0; s < kSub; ++s) {
         if (ds == 0) {
-          a.s[0][s] = mfma_16x16x16_bf16_zc(kf[c][s], a.q[0][0]);
-          a.s[1][s] = mfma_16x16x16_bf16_zc(kf[c][s], a.q[1][0]);
-          a.s[2][s] = mfma_16x16x16_bf16_zc(kf[c][s], q3[c]);
+#pragma unroll
+          for (int g = 0; g < kQRegTiles; ++g) a.s[g][s] = mfma_zc(kf[c][s], a.q[g][0]);
+          if (kQLdsTiles) a.s[kQRegTiles][s] = mfma_zc(kf[c][s], q3[c]);
         } else {
-          mfma_acc(a.s[0][s], kf[c][s], a.q[0][ds]);
-          mfma_acc(a.s[1][s], kf[c][s], a.q[1][ds]);
-          mfma_acc(a.s[2][s], kf[c][s], q3[c]);
+#pragma unroll
+          for (int g = 0; g < kQRegTiles; ++g) mfma_acc(a.s[g][s], kf[c][s], a.q[g][ds]);
+          if (kQLdsTiles) mfma_acc(a.s[kQRegTiles][s], kf[c][s], q3[c]);
         }
       }
     }
@@ -176,6 +201,7 @@ struct KvWalk {
   rtc_buffer_rsrc vt;
   rtc_i64 k_ss;
   int kb0, nblk, seq_k;
+  rtc_u32 dbytes;  // 2 x the call's head dim: the bytes of a K row the DMAs read
   float c;  // softmax scale in log2 units
   int wave, lane, xaddr;
   bool group_b;
@@ -210,17 +236,27 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
       softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr);
     }
   }
-  rtc_u32 warm = 0;
+  // Group A: one dword per 64-byte line of V^T(k), 64 lines per wave and round (the block is a multiple of
+  // 4 KiB): ceil(lines / 256) rounds, a wave past the block's end skipping its load.
+  constexpr int kWarmRounds = (kVtBlockBytes / 64 + 255) / 256;
+  rtc_u32 warm[kWarmRounds];
+#pragma unroll
+  for (int i = 0; i < kWarmRounds; ++i) warm[i] = 0;
   if (kw.group_b) {
-    if (k + 2 < kw.nblk) issue_k(sm, kw.kr, kw.k_ss, kb + 2, k & 1, kw.wave - 4, kw.lane);
+    if (k + 2 < kw.nblk) issue_k(sm, kw.kr, kw.k_ss, kb + 2, k & 1, kw.wave - 4, kw.lane, kw.dbytes);
   } else {
     rtc_u32 l = (rtc_u32)kw.lane;
     reg_fence(l);
-    warm = buffer_load_dword(kw.vt, (rtc_u32)((kw.wave * 64 + (int)l) * 64),
-                             readfirstlane((rtc_u32)kb * GFX942_VT_BLOCK_BYTES));
+#pragma unroll
+    for (int i = 0; i < kWarmRounds; ++i) {
+      const int line = (4 * i + kw.wave) * 64 + (int)l;
+      if (kVtBlockBytes % (256 * 64) == 0 || (4 * i + kw.wave) * 64 * 64 < kVtBlockBytes)
+        warm[i] = buffer_load_dword(kw.vt, (rtc_u32)(line * 64), readfirstlane((rtc_u32)kb * kVtBlockBytes));
+    }
   }
   s_waitcnt_vmcnt<0>();  // the K DMA counts on vmcnt, not lgkmcnt
-  keep_alive(warm);
+#pragma unroll
+  for (int i = 0; i < kWarmRounds; ++i) keep_alive(warm[i]);
   __syncthreads();
 }
 
@@ -228,11 +264,15 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
 // MFMA step of block k. Returns k_to.
 template <bool kMasked>
 RTC_DEVICE int walk(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k_from, int k_to) {
-  for (int k = k_from; k < k_to; ++k) {
-    softmax_step<false, kMasked>(kw, a, st, sm, k - 1);
+  // Bounds and counter in SGPRs: the window's bounds come from divisions that clang may leave in VGPRs (and then
+  // count in one), and hipRTC may derive the V^T offsets from a second counter it keeps in a VGPR.
+  const int k_end = (int)readfirstlane((rtc_u32)k_to);
+  for (int k = (int)readfirstlane((rtc_u32)k_from); k < k_end; ++k) {
+    const int kf = (int)readfirstlane((rtc_u32)k);
+    softmax_step<false, kMasked>(kw, a, st, sm, kf - 1);
     // Stage 1: matrix core (the other group is in stage 2).
-    const rtc_u32 vt_prev = readfirstlane((rtc_u32)(kw.kb0 + k - 1) * GFX942_VT_BLOCK_BYTES);
-    mfma_step(a, sm, kw.vt, vt_prev, k & 1, true, true, kw.wave, kw.lane);
+    const rtc_u32 vt_prev = readfirstlane((rtc_u32)(kw.kb0 + kf - 1) * kVtBlockBytes);
+    mfma_step(a, sm, kw.vt, vt_prev, kf & 1, true, true, kw.wave, kw.lane);
     __syncthreads();
   }
   return k_from < k_to ? k_to : k_from;

@@ -3,17 +3,33 @@
 #include "attn_params.h"
 
 #define GFX942_THREADS 512
-#define GFX942_HEAD_DIM 128
-#define GFX942_Q_ROWS 384      // q rows per workgroup: 8 waves x 3 tiles x 16
 #define GFX942_KV_ROWS 64      // kv rows per block: 4 sub-tiles of 16
-#define GFX942_VT_BLOCK_BYTES (GFX942_KV_ROWS * GFX942_HEAD_DIM * 2)
 #define GFX942_MERGE_ROWS 16   // q rows per merge workgroup
-// One tail-split part's partial result: unnormalised fp32 O [384][128], then m [384], l [384].
-#define GFX942_PART_BYTES ((long long)GFX942_Q_ROWS * (GFX942_HEAD_DIM + 2) * 4)
+// The head-dim buckets (RTC_HEAD_DIM_MAX), increasing: a call's head dim D (a multiple of 8) runs in the
+// smallest bucket >= D, its columns D..bucket-1 zeros that are never read from or written to the tensors.
+// Why these, and where Q, K and V live in each: docs/NOTES.md, "gfx942 per head-dim bucket".
+#define GFX942_BUCKETS 64, 96, 128, 192, 256
+
+// The bucket of head dim d, 0 when none holds it.
+RTC_HD constexpr int gfx942_bucket(int d) {
+  const int buckets[] = {GFX942_BUCKETS};
+  for (int b : buckets)
+    if (d <= b) return b;
+  return 0;
+}
+// 16-row q tiles per wave: the O accumulators (and Q, in registers) grow with the bucket, the 256 per-wave
+// registers do not; 3 tiles up to 128, 2 at 192, 1 at 256.
+RTC_HD constexpr int gfx942_tiles_per_wave(int bucket) { return bucket <= 128 ? 3 : bucket <= 192 ? 2 : 1; }
+// q rows per workgroup (work item): 8 waves x tiles x 16.
+RTC_HD constexpr int gfx942_q_rows(int bucket) { return 8 * 16 * gfx942_tiles_per_wave(bucket); }
+// One 64-row V^T block: the bucket's columns (zeros past the call's D).
+RTC_HD constexpr long long gfx942_vt_block_bytes(int bucket) { return (long long)GFX942_KV_ROWS * bucket * 2; }
+// One tail-split part's partial result: unnormalised fp32 O [q rows][bucket], then m [q rows], l [q rows].
+RTC_HD constexpr long long gfx942_part_bytes(int bucket) { return (long long)gfx942_q_rows(bucket) * (bucket + 2) * 4; }
 
 enum Gfx942Stage { GFX942_STAGE_VT = 0, GFX942_STAGE_ATTN = 1, GFX942_STAGE_MERGE = 2 };
 
-// Work item = one 384-row q block of one (batch, head), numbered head-first: item = bh*nqb + qb,
+// Work item = one q block (gfx942_q_rows of the bucket) of one (batch, head), numbered head-first: item = bh*nqb + qb,
 // the q blocks of a head in descending order under a mask (the last ones see the most keys).
 // V^T is per (batch, K/V head): Hk heads, so the q heads of a GQA group share it.
 // Workgroups [0, n_prefix) run whole items (ids XCD-swizzled below n_swz); the last `tail`

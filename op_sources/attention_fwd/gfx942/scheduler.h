@@ -49,7 +49,7 @@ RTC_DEVICE Work find_work(const Gfx942Params& p) {
   w.b = w.bh / p.heads;
   w.h = w.bh - w.b * p.heads;
   w.q0 = item_q0(p, item);
-  w.rows = p.seq_q - w.q0 < GFX942_Q_ROWS ? p.seq_q - w.q0 : GFX942_Q_ROWS;
+  w.rows = p.seq_q - w.q0 < kQRows ? p.seq_q - w.q0 : kQRows;
   // The item's own blocks; a split part takes its share of them (possibly none).
   const KvSpan sp = kv_span(p, w.q0, w.rows, GFX942_KV_ROWS, RTC_MASK);
   const int n = sp.end - sp.begin, g = w.part >= 0 ? (i - p.n_prefix) % p.split_g : 0;
@@ -84,9 +84,9 @@ RTC_DEVICE Work find_packed_work(const Gfx942Params& p, Seq& seq) {
   w.bh = i - from_last * bhn;
   w.b = w.bh / p.heads;
   w.h = w.bh - w.b * p.heads;
-  w.q0 = (p.nqb - 1 - from_last) * GFX942_Q_ROWS;
+  w.q0 = (p.nqb - 1 - from_last) * kQRows;
   seq = seq_of(p, w.b);
-  w.rows = seq.len_q - w.q0 < GFX942_Q_ROWS ? seq.len_q - w.q0 : GFX942_Q_ROWS;
+  w.rows = seq.len_q - w.q0 < kQRows ? seq.len_q - w.q0 : kQRows;
   const KvSpan sp = kv_span(seq_view(p, seq), w.q0, w.rows, GFX942_KV_ROWS, RTC_MASK);
   w.kb0 = sp.begin;
   w.kb1 = sp.end;

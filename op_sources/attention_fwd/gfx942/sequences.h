@@ -62,19 +62,32 @@ RTC_DEVICE PagedRows paged_rows(const AttnParams& p, const rtc_bf16_t* pool, rtc
                    len};
 }
 
-// The buffer resource of the page holding row j (j uniform): based at the page's row 0 of this head,
-// records over its page_size rows only. A row past the sequence, or a block-table id outside
+// The buffer resource of the page holding row j (j uniform), for rows of d columns: based at the page's row 0 of
+// this head, records over its page_size rows only. A row past the sequence, or a block-table id outside
 // [0, num_pages) (page_of's rule), gets 0 records: its loads return zeros and never leave the pool.
-RTC_DEVICE rtc_buffer_rsrc page_rsrc(const PagedRows& r, int j) {
+RTC_DEVICE rtc_buffer_rsrc page_rsrc(const PagedRows& r, int j, int d) {
   const int id = j < r.len ? r.table[j / r.page_size] : -1;
   const bool ok = id >= 0 && id < r.num_pages;
   return uniform_rsrc(r.head + (ok ? (rtc_i64)id * r.page_stride : 0),
-                      ok ? rows_span_bytes(r.page_size, r.row_stride) : 0);
+                      ok ? rows_span_bytes(r.page_size, r.row_stride, d) : 0);
 }
 
-// Byte offset of row j inside page_rsrc(r, j).
+// Byte offset of row j inside page_rsrc(r, j, d).
 RTC_DEVICE rtc_u32 page_row_byte(const PagedRows& r, int j) {
   return (rtc_u32)((rtc_i64)(j % r.page_size) * r.row_stride * 2);
+}
+
+// The 16-row group of rows j0..j0+15 (j0 a multiple of 16, uniform; one page): the address of row j0, and in
+// `left` how many of the group's rows, from j0 on, are rows of the sequence in a page of the pool (0 when the
+// page id is outside [0, num_pages), as in page_rsrc). Pages hold a power of two rows (the runtime checks it):
+// the page and the row in it are a shift and a mask, scalar work, where page_rsrc divides.
+RTC_DEVICE rtc_u64 paged_group(const PagedRows& r, int j0, int& left) {
+  const int shift = __builtin_ctz((unsigned)r.page_size);
+  const int id = j0 < r.len ? r.table[j0 >> shift] : -1;
+  const bool ok = id >= 0 && id < r.num_pages;
+  left = ok ? r.len - j0 : 0;
+  const rtc_i64 row = (rtc_i64)(j0 & (r.page_size - 1)) * r.row_stride;
+  return (rtc_u64)(r.head + (ok ? (rtc_i64)id * r.page_stride + row : 0));
 }
 
 }  // namespace g942

@@ -1,10 +1,12 @@
-// gfx942 kernel online softmax on S^T fragments: row max/sum across the 4 lanes of a row, P rounding and packing.
+// gfx942 kernel online softmax on S^T fragments: row max/sum across the 4 lanes of a row, P rounding and packing,
+// and the conversions of O.
 //
 // A lane holds S^T[kv = 16s + 4*quad + i][q = lane%16] for sub-tiles s = 0..3, i = 0..3: 16 scores
 // of one q row; the row's other 48 scores sit in lanes lane^16, lane^32, lane^48.
 #pragma once
 #include "platform.h"
 #include "bf16_round.h"
+#include "fp16_round.h"
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"  // sreg_fence_gfx90a
 #include "gfx942/tiles.h"
@@ -23,10 +25,14 @@ RTC_DEVICE float row_sum4(float x, int xor32_addr) {
   return x + rtc_bits_f32(ds_bpermute(xor32_addr, rtc_f32_bits(x)));
 }
 
-// fp32 -> bf16 in the high half, low half garbage: the mode's bias only (no NaN guard). P is
-// exp2 of a quiet NaN at worst, whose low 16 bits are 0 (bf16 inputs) so no bias carries out
-// of it: it stays NaN. The output O uses the guarded rtc_f32_to_bf16.
+// P's bits before packing. bf16: fp32 -> bf16 in the high half, low half garbage: the mode's bias only (no NaN
+// guard). P is exp2 of a quiet NaN at worst, whose low 16 bits are 0 (bf16 inputs) so no bias carries out
+// of it: it stays NaN. fp16: v_cvt_f16_f32 (nearest even) in the low half, high half zero; a NaN stays a NaN.
+// The output O uses the guarded o_pair.
 RTC_DEVICE rtc_u32 p_biased(float p) {
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  return cvt_f16_f32(p);
+#else
   const rtc_u32 x = rtc_f32_bits(p);
 #if RTC_ROUND == 0
   return x + 0x7FFFu + ((x >> 16) & 1u);
@@ -35,20 +41,44 @@ RTC_DEVICE rtc_u32 p_biased(float p) {
 #else
   return x;
 #endif
+#endif
 }
-// Two biased values -> one dword of two bf16 (lo in the low half): v_perm_b32 picks the high halves.
-RTC_DEVICE rtc_u32 pack_hi(rtc_u32 lo, rtc_u32 hi) { return perm_b32(hi, lo, 0x07060302u); }
+// Two p_biased values -> one dword of two elements (lo in the low half). bf16: v_perm_b32 picks the high halves.
+RTC_DEVICE rtc_u32 pack_hi(rtc_u32 lo, rtc_u32 hi) {
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  return lo | (hi << 16);
+#else
+  return perm_b32(hi, lo, 0x07060302u);
+#endif
+}
+
+// Two O values -> one dword of two output elements (lo in the low half), NaN made canonical: bf16 in the
+// variant's rounding mode (0x7FFF), fp16 to nearest even (0x7E00; a value past 65520 becomes Inf).
+RTC_DEVICE rtc_u32 o_pair(float lo, float hi) {
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  const rtc_u32 a = rtc_bits_is_nan(rtc_f32_bits(lo)) ? RTC_FP16_NAN : cvt_f16_f32(lo);
+  const rtc_u32 b = rtc_bits_is_nan(rtc_f32_bits(hi)) ? RTC_FP16_NAN : cvt_f16_f32(hi);
+  return a | (b << 16);
+#else
+  return (rtc_u32)rtc_f32_to_bf16(lo) | ((rtc_u32)rtc_f32_to_bf16(hi) << 16);
+#endif
+}
 
 // What the epilogue and the merge write for a row whose sum l is 0, i.e. every score it saw was -Inf.
 // A row that sees no key (a window, a sequence without keys) is the empty row: O = +0, LSE -Inf
 // (numerics §8). A row that sees keys got there through scores past -FLT_MAX (or Inf inputs), and a 0
-// row would pass for a right answer: it is NaN, O 0x7FFF and LSE NaN (numerics §4). A select per row
+// row would pass for a right answer: it is NaN, O the canonical NaN and LSE NaN (numerics §4). A select per row
 // after the KV loop, none in it: the loop cannot tell the two -Inf apart (masking writes -Inf).
 struct ZeroSumRow {
-  rtc_u32 o;  // two bf16
+  rtc_u32 o;  // two output elements
   float lse;
   RTC_DEVICE static ZeroSumRow of(bool sees_key) {
-    return sees_key ? ZeroSumRow{0x7FFF7FFFu, rtc_bits_f32(0x7FC00000u)} : ZeroSumRow{0u, rtc_bits_f32(0xFF800000u)};
+#if RTC_DTYPE == RTC_DTYPE_FP16
+    const rtc_u32 nan2 = RTC_FP16_NAN | (RTC_FP16_NAN << 16);
+#else
+    const rtc_u32 nan2 = 0x7FFF7FFFu;
+#endif
+    return sees_key ? ZeroSumRow{nan2, rtc_bits_f32(0x7FC00000u)} : ZeroSumRow{0u, rtc_bits_f32(0xFF800000u)};
   }
 };
 
@@ -57,7 +87,7 @@ struct RowState {
   float l[kTilesPerWave];  // this lane's partial sum of unrounded p (reduced across lanes at the end)
 };
 
-// One tile's softmax step on its 16 scores: new max, optional O rescale, P (bf16x4 per sub-tile).
+// One tile's softmax step on its 16 scores: new max, optional O rescale, P (4 elements per sub-tile).
 // kLast: the last kv block of the workgroup, the only one where valid_kv < 64 can hold. Its kv rows
 // past Sk get -Inf (a select, so whatever the zero-filled K row gave cannot leak in). Not -FLT_MAX:
 // the running max starts at -FLT_MAX, so a row whose real scores are all -Inf would see
@@ -68,7 +98,7 @@ struct RowState {
 // [lo, hi] (indices relative to the block's first key; hi <= Sk - 1 covers the partial last
 // block too) get -Inf, as past-Sk keys do.
 template <bool kLast, bool kWindow = false>
-RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc_bf16x4 (&p)[kSub], float& m, float& l,
+RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], Frag (&p)[kSub], float& m, float& l,
                              float c, int quad, int valid_kv, int xor32_addr, int lo = 0, int hi = 0) {
   // Kept as vectors up to the subtraction of the max: clang then issues v_pk_mul_f32 / v_pk_add_f32,
   // half the instructions (it scalarises vector math whose only uses are element reads).
@@ -112,7 +142,7 @@ RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], rtc
       sum += e;
       b[i] = p_biased(e);
     }
-    p[sub] = as_bf16x4(pack_hi(b[0], b[1]), pack_hi(b[2], b[3]));
+    p[sub] = as_frag(pack_hi(b[0], b[1]), pack_hi(b[2], b[3]));
   }
   l += sum;
 }

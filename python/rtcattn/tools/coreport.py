@@ -35,6 +35,12 @@ class Report:
     mask: str = "none"
     masked_loop: dict = field(default_factory=dict)  # window variants: the loop of the blocks a window cuts
     kv: str = "dense"
+    head_dim: int = 128   # the head-dim bucket
+    dtype: str = "bf16"
+
+    @property
+    def name(self) -> str:
+        return f"{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}"
 
     @property
     def waves_per_simd(self) -> int:
@@ -198,25 +204,27 @@ def axis_values(axis: str) -> list:
     return _spec().axis_values(axis)
 
 
-def build(arch: str, mode: str, mask: str = "none", kv: str = "dense"):
+def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128, dtype: str = "bf16"):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from ..runtime import dispatch, manifest
-    v = manifest.load().variant_for(OP, KERNEL, arch, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": 128,
-                                                        "dtype": "bf16"})
+    v = manifest.load().variant_for(OP, KERNEL, arch, {"round_mode": mode, "mask": mask, "kv": kv,
+                                                        "head_dim": head_dim, "dtype": dtype})
     return dispatch.build(v)
 
 
-def report(arch: str, mode: str, mask: str = "none", kv: str = "dense") -> Report:
-    res = build(arch, mode, mask, kv)
+def report(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128,
+           dtype: str = "bf16") -> Report:
+    res = build(arch, mode, mask, kv, head_dim, dtype)
     notes, insts = analyse(res.code())
-    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv)
+    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv, head_dim=head_dim, dtype=dtype)
     loops = [count(b) for b in kv_loops(insts)]
     r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
     if mask != "none":
         r.masked_loop = max(loops, key=lambda c: (c["cndmask"], c["total"]))
     r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
     r.loop["has_mfma16_bf16"] = any(x[1] in ("v_mfma_f32_16x16x16_bf16", "v_mfma_f32_16x16x16bf16_1k") for x in insts)
+    r.loop["has_mfma16_f16"] = any(x[1] in ("v_mfma_f32_16x16x16_f16", "v_mfma_f32_16x16x16f16") for x in insts)
     return r
 
 
@@ -224,12 +232,12 @@ def report(arch: str, mode: str, mask: str = "none", kv: str = "dense") -> Repor
 def print_reports(reports: list) -> None:
     cols = ("variant", "compiler", "vgpr", "agpr", "sgpr", "lds", "scratch", "wg", "waves/simd",
             "mfma", "valu", "trans", "cndmask", "lds_ops", "vmem", "waitcnt", "barrier")
-    rows = [(f"{r.arch} {r.mode} {r.mask} {r.kv}", r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
+    rows = [(r.name, r.compiler, r.notes["vgpr_count"], r.notes["agpr_count"],
              r.notes["sgpr_count"], r.notes["group_segment_fixed_size"], r.notes["private_segment_fixed_size"],
              r.notes["max_flat_workgroup_size"], r.waves_per_simd, r.loop["mfma"], r.loop["valu"], r.loop["trans"],
              r.loop["cndmask"], r.loop["lds"], r.loop["vmem"], r.loop["s_waitcnt"], r.loop["s_barrier"])
             for r in reports]
-    rows += [(f"{r.arch} {r.mode} {r.mask} {r.kv}: cut blocks", r.compiler, "", "", "", "", "", "", "",
+    rows += [(f"{r.name}: cut blocks", r.compiler, "", "", "", "", "", "", "",
               m["mfma"], m["valu"], m["trans"], m["cndmask"], m["lds"], m["vmem"], m["s_waitcnt"], m["s_barrier"])
              for r in reports for m in ([r.masked_loop] if r.masked_loop else [])]
     table(rows, cols)
@@ -248,20 +256,60 @@ def add_parser(sub) -> None:
     p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernel (registers, LDS, loop "
                                    "instruction counts)")
     p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
-    p.add_argument("--kv", default="dense", choices=("dense", "varlen", "paged", "all"),
-                   help="which kv variants to report")
+    add_variant_arguments(p)
     p.set_defaults(func=cmd_isa)
 
 
-def variant_reports(arch: str, kv: str = "dense") -> list:
-    """The report of every variant of the kernel for arch (every kv variant for kv="all")."""
+def add_variant_arguments(p) -> None:
+    """The variant filters of the report (shared with the lab's static model)."""
+    p.add_argument("--kv", default="dense", choices=("dense", "varlen", "paged", "all"),
+                   help="which kv variants to report")
+    p.add_argument("--head-dim", default="all", help="head-dim buckets to report, comma-separated (default: all "
+                                                    f"of the kernel's: {', '.join(map(str, buckets()))})")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "all"), help="which dtype's variants")
+
+
+def buckets() -> list:
+    """The kernel's head-dim buckets, from the manifest."""
+    return list(_spec().kernel(KERNEL).axes["head_dim"].buckets)
+
+
+def parse_head_dims(text: str) -> list:
+    if text == "all":
+        return buckets()
+    dims = [int(x) for x in text.split(",")]
+    bad = [d for d in dims if d not in buckets()]
+    if bad:
+        raise SystemExit(f"--head-dim {text}: {bad} not a bucket of the {KERNEL} kernel; accepted: "
+                         f"{', '.join(map(str, buckets()))} or all")
+    return dims
+
+
+def variants(kv: str = "dense", head_dims=None, dtype: str = "bf16") -> list:
+    """(mode, mask, kv, head_dim, dtype) of every variant the manifest has for these filters, in report order."""
+    from ..runtime import manifest
+    spec = manifest.load().op(OP)
     kvs = axis_values("kv") if kv == "all" else [kv]
-    return [report(arch, mode, mask, k) for k in kvs for mask in axis_values("mask")
-            for mode in axis_values("round_mode")]
+    dtypes = list(spec.kernel(KERNEL).axes["dtype"]) if dtype == "all" else [dtype]
+    out = []
+    for d in head_dims or buckets():
+        for t in dtypes:
+            for k in kvs:
+                for mask in axis_values("mask"):
+                    for mode in axis_values("round_mode"):
+                        combo = {"round_mode": mode, "mask": mask, "kv": k, "dtype": t}
+                        if spec.exclusion(combo) is None:
+                            out.append((mode, mask, k, d, t))
+    return out
+
+
+def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "bf16") -> list:
+    """The report of every variant of the kernel for arch (every kv variant for kv="all"), per bucket and dtype."""
+    return [report(arch, *v) for v in variants(kv, head_dims, dtype)]
 
 
 def cmd_isa(args) -> int:
-    print_reports(variant_reports(args.arch, args.kv))
+    print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim), args.dtype))
     return 0
 
 

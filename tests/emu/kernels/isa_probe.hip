@@ -2,7 +2,7 @@
 #include "platform.h"
 #include "isa_gfx9.h"
 
-// in: 64 words for kExp2, kReadFirst, kVote, kBufStore; 192 for the DPP ops, kPerm and kBpermute
+// in: 64 words for kExp2, kCvtF16, kReadFirst, kVote, kBufStore; 192 for the DPP ops, kPerm and kBpermute
 // (x, y, z below); 1536 for the MFMA ops; num_records (arg) bytes for kBufLoad/kBufLds.
 // out: 1024 words. Every global access goes through rtc_gld/rtc_gst, so the launch's ranges check it.
 struct ProbeParams {
@@ -29,7 +29,10 @@ enum {
   kVote,
   kBufLoad,
   kBufLds,
-  kBufStore
+  kBufStore,
+  kMfma16F16,
+  kMfma32F16,
+  kCvtF16
 };
 
 struct ProbeLds {
@@ -47,6 +50,7 @@ RTC_DEVICE rtc_u32 as_u32(float f) {
   return u;
 }
 
+// The operands' bits as bf16 (kMfma16, kMfma32) or fp16 (kMfma16F16, kMfma32F16).
 RTC_DEVICE void probe_mfma16(const ProbeParams& p, int l) {
   rtc_bf16x4 a, b;
   rtc_f32x4 c;
@@ -55,7 +59,11 @@ RTC_DEVICE void probe_mfma16(const ProbeParams& p, int l) {
     b[i] = (short)rtc_gld(p.in + 256 + l * 4 + i);
     c[i] = as_f32(rtc_gld(p.in + 512 + l * 4 + i));
   }
-  const rtc_f32x4 d = mfma_16x16x16_bf16(a, b, c);
+  rtc_f32x4 d;
+  if (p.op == kMfma16F16)
+    d = mfma_16x16x16_f16(__builtin_bit_cast(rtc_f16x4, a), __builtin_bit_cast(rtc_f16x4, b), c);
+  else
+    d = mfma_16x16x16_bf16(a, b, c);
   for (int i = 0; i < 4; ++i) rtc_gst(p.out + l * 4 + i, as_u32(d[i]));
 }
 
@@ -67,7 +75,11 @@ RTC_DEVICE void probe_mfma32(const ProbeParams& p, int l) {
     b[i] = (short)rtc_gld(p.in + 256 + l * 4 + i);
   }
   for (int r = 0; r < 16; ++r) c[r] = as_f32(rtc_gld(p.in + 512 + l * 16 + r));
-  const rtc_f32x16 d = mfma_32x32x8_bf16(a, b, c);
+  rtc_f32x16 d;
+  if (p.op == kMfma32F16)
+    d = mfma_32x32x8_f16(__builtin_bit_cast(rtc_f16x4, a), __builtin_bit_cast(rtc_f16x4, b), c);
+  else
+    d = mfma_32x32x8_bf16(a, b, c);
   for (int r = 0; r < 16; ++r) rtc_gst(p.out + l * 16 + r, as_u32(d[r]));
 }
 
@@ -92,6 +104,7 @@ RTC_DEVICE rtc_u32 probe_one(const ProbeParams& p, int l) {  // the ops with one
   const rtc_u32 x = rtc_gld(p.in + l);
   switch (p.op) {
     case kExp2: return as_u32(exp2_f32(as_f32(x)));
+    case kCvtF16: return cvt_f16_f32(as_f32(x));
     case kReadFirst: return readfirstlane(x);
     case kSwizzleXor: return ds_swizzle<0x401F>(x);      // lane ^ 16
     case kSwizzleQuad: return ds_swizzle<0x801B>(x);     // quad perm [3,2,1,0]
@@ -111,8 +124,10 @@ RTC_DEVICE rtc_u32 probe_one(const ProbeParams& p, int l) {  // the ops with one
 RTC_KERNEL(64) isa_probe(ProbeParams p) {
   const int l = (int)threadIdx.x;
   switch (p.op) {
-    case kMfma16: probe_mfma16(p, l); break;
-    case kMfma32: probe_mfma32(p, l); break;
+    case kMfma16:
+    case kMfma16F16: probe_mfma16(p, l); break;
+    case kMfma32:
+    case kMfma32F16: probe_mfma32(p, l); break;
     case kVote: {
       const rtc_u32 x = rtc_gld(p.in + l);
       const rtc_u64 m = ballot((x & 1u) != 0);
