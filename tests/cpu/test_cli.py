@@ -13,7 +13,7 @@ import pytest
 
 from rtc_testing import need_lib
 from rtcattn.ops.attention_fwd import bench
-from rtcattn.runtime import manifest
+from rtcattn.runtime import dispatch, manifest
 from rtcattn.tools import timing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,20 +192,19 @@ def test_warm_builds_the_default_set_and_all_with_the_flag():
     """Without --all, warm takes the manifest's warm_default (rtne, each kernel where dispatch picks it first); the
     filters narrow either set."""
     one = ["--arch", "gfx90a,sm_90a", "--mask", "none", "--kv", "dense"]
-    # D 64: the baseline on gfx90a (gfx942 takes 128 only), sm90 on sm_90a; --all adds the other modes and the
-    # baseline behind sm90.
-    assert _names("warm", *one, "--head-dim", "64") == sorted(
-        [f"gfx90a baseline-rtne-none-dense-d64-{dtype}" for dtype in ("bf16", "fp16")]
-        + [f"sm_90a sm90-rtne-none-dense-d64-{dtype}" for dtype in ("bf16", "fp16")])
-    every64 = _names("warm", "--all", *one, "--head-dim", "64")
-    assert set(_names("warm", *one, "--head-dim", "64")) < set(every64)
-    assert {"gfx90a baseline-rtz-none-dense-d64-bf16", "sm_90a sm90-rtna-none-dense-d64-bf16",
-            "sm_90a baseline-rtne-none-dense-d64-bf16"} <= set(every64)
-    # D 128 on gfx90a: gfx942 in bf16, and the baseline's d128 bucket for D 104..120 and for fp16.
-    assert _names("warm", *one, "--head-dim", "128") == [
-        "gfx90a baseline-rtne-none-dense-d128-bf16", "gfx90a baseline-rtne-none-dense-d128-fp16",
-        "gfx90a gfx942-rtne-none-dense-d128-bf16", "sm_90a sm90-rtne-none-dense-d128-bf16",
-        "sm_90a sm90-rtne-none-dense-d128-fp16"]
+    m = manifest.load()
+
+    def first_choice(arch, d, dtype):  # the variant dispatch picks first for a dense unmasked rtne call
+        call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": d, "dtype": dtype}
+        return dispatch.select("attention_fwd", arch, call, m=m).variant
+
+    for d in (32, 64, 128, 256):  # --head-dim names a bucket: the first choices compiled at that bucket
+        default = _names("warm", *one, "--head-dim", str(d))
+        picks = [(a, first_choice(a, d, dt)) for a in ("gfx90a", "sm_90a") for dt in ("bf16", "fp16")]
+        assert default == sorted({f"{a} {v.name}" for a, v in picks if v["head_dim"] == d}), (d, default)
+        every = _names("warm", "--all", *one, "--head-dim", str(d))
+        assert set(default) < set(every) and {n for n in every if "-rtz-" in n}, every
+    assert "sm_90a sm90-rtne-none-dense-d64-fp16" in _names("warm", *one, "--head-dim", "64")
     every = _names("warm", "--all", "--arch", "gfx942,gfx90a,sm_90a")
     default = _names("warm", "--arch", "gfx942,gfx90a,sm_90a")
     assert set(default) < set(every) and not [n for n in default if "-rtna-" in n or "-rtz-" in n]
