@@ -1,8 +1,7 @@
 """fp16 q, k, v on the wave emulator: the baseline and the gfx942 kernel (each pinned) meet the fp16 part of the
 numerics contract (docs/numerics.md §9) against the fp64 reference and the fp16 R reference (P and O rounded to fp16,
 nearest even), dense, masked, GQA, packed and paged; O past fp16's largest value is +-Inf; P below fp16's subnormals
-drops out of P·V; an fp16 call goes to the gfx942 kernel on gfx942 and to the baseline where the fast kernel takes
-bf16 only (sm_90a).
+drops out of P·V; an fp16 call goes to the gfx942 kernel on gfx942 and to the sm90 kernel on sm_90a.
 
 The shared checks are numerics_suite's and varlen_suite's with dtype=torch.float16; sizes are kept small (the
 emulator runs every lane on the host).
@@ -59,20 +58,24 @@ def test_fp16_selects_the_gfx942_kernel_on_gfx942_emu():
     assert sel.variant.name == "gfx942-rtne-window-varlen-d128-fp16", sel.variant.name
 
 
-def test_fp16_selects_the_baseline_on_sm90a():
-    """The sm_90a choice without a GPU: the manifest and the runtime's argument check, nothing launched."""
-    q = torch.zeros(1, 200, 2, 128, dtype=F16)
+@pytest.mark.parametrize("d, bucket", [(128, 128), (40, 64), (8, 32), (200, 256)])
+def test_fp16_selects_the_sm90_kernel_on_sm90a(d, bucket):
+    """The sm_90a choice without a GPU: the manifest and the runtime's argument check, nothing launched. fp16 goes
+    to the sm90 kernel's bucket for D, and every round mode to its one fp16 variant (nearest even)."""
+    q = torch.zeros(1, 200, 2, d, dtype=F16)
     p = validate.check_inputs(q, q, q, "bshd", "rtne")
     args = attention_fwd.args_block(q, q, q, None, None, "bshd", p, 132)
-    sel = dispatch.select(OP, "sm_90a", stub._call(q, "rtna", p, "dense"),
-                          supports=dispatch.runtime_check(OP, args, "cuda"))
-    assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
-    assert "sm90: dtype 'fp16' not in ['bf16']" in sel.why, sel.why
+    for mode in ("rtna", "rtne", "rtz"):
+        sel = dispatch.select(OP, "sm_90a", stub._call(q, mode, p, "dense"),
+                              supports=dispatch.runtime_check(OP, args, "cuda"))
+        assert sel.kernel.name == "sm90", (mode, sel.why)
+        assert sel.variant.name == f"sm90-rtne-none-dense-d{bucket}-fp16", (mode, sel.variant.name)
     qb = q.bfloat16()
     pb = validate.check_inputs(qb, qb, qb, "bshd", "rtne")
     argsb = attention_fwd.args_block(qb, qb, qb, None, None, "bshd", pb, 132)
-    assert dispatch.select(OP, "sm_90a", stub._call(qb, "rtne", pb, "dense"),
-                           supports=dispatch.runtime_check(OP, argsb, "cuda")).kernel.name == "sm90"
+    assert dispatch.select(OP, "sm_90a", stub._call(qb, "rtz", pb, "dense"),
+                           supports=dispatch.runtime_check(OP, argsb, "cuda")).variant.name == \
+        f"sm90-rtz-none-dense-d{bucket}-bf16"
 
 
 def test_round_mode_does_not_apply_to_fp16():
