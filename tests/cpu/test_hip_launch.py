@@ -216,6 +216,14 @@ def hip_cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("rtcattn_cache")
 
 
+def _user_cache_dir() -> str:
+    """This process's user code-object cache (where tests/cpu/test_gfx942_isa.py compiled the fast kernel's variants),
+    given to the child as a read-only cache: an entry is used only under its full key (compiler, source, options),
+    so what it builds is what it would compile, and it compiles what is missing into its own cache."""
+    from rtcattn.runtime import _lib
+    return _lib.info()["user_cache"]["path"]
+
+
 @pytest.fixture(scope="session")
 def hip_run(tmp_path_factory, hip_cache_dir):
     """Runs the child once; returns its result and the stand-in's records."""
@@ -231,7 +239,7 @@ def hip_run(tmp_path_factory, hip_cache_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}  # no knob of the caller's
     env.update(PYTHONPATH=os.pathsep.join(p for p in (os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH"))
                                           if p),
-               RTCATTN_CACHE_DIR=str(hip_cache_dir), STANDIN_HIP_LOG=str(log))
+               RTCATTN_CACHE_DIR=str(hip_cache_dir), RTCATTN_SYSTEM_CACHE=_user_cache_dir(), STANDIN_HIP_LOG=str(log))
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, os.path.abspath(__file__), str(cfg)], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=900)

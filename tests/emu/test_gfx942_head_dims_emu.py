@@ -22,8 +22,8 @@ pytestmark = pytest.mark.emu
 F16, BF16 = torch.float16, torch.bfloat16
 DTYPES = {"bf16": BF16, "fp16": F16}
 BUCKETS = list(manifest.load().op(attention_fwd.OP).kernel("gfx942").axes["head_dim"].buckets)
-# Head dims per bucket: the bucket itself and the 32, 40, 59, 72, 111, 160, 200 below it (59 and 111 padded).
-HEAD_DIMS = {64: (32, 40, 59, 64), 96: (72, 96), 128: (111, 128), 192: (160, 192), 256: (200, 256)}
+# Head dims per bucket: the bucket itself, the 32, 40, 59, 72, 111, 160, 200 below it (59 and 111 padded) and 8.
+HEAD_DIMS = {64: (8, 32, 40, 59, 64), 96: (72, 96), 128: (111, 128), 192: (160, 192), 256: (200, 256)}
 CAUSAL = (-1, 0)
 
 

@@ -4,8 +4,15 @@
 A lower bound from instruction counts, not a measurement: per KV iteration, the busy cycles of the matrix
 pipe, the VALU and the LDS; per problem, the rounds of work items the runtime plans on the CUs.
 
-  python3 .ci/lab/gfx942/isa_model.py [--arch gfx942|gfx90a] [--kv dense|varlen|paged|all] [--varlen]
-      the code-object report and the model (--varlen: also the serving varlen mix against the padded dense call)
+  python3 .ci/lab/gfx942/isa_model.py [--arch gfx942|gfx90a] [--kv dense|varlen|paged|all] [--head-dim D,...|all]
+                                      [--dtype bf16|fp16|all] [--varlen]
+      the code-object report and the model per head-dim bucket (--varlen: also the serving varlen mix against the
+      padded dense call, at D = 128)
+
+Per bucket the bound is set beside MoonMath's published MI300X times scaled by D / 128: they were measured at D = 128,
+and attention's work (4 B H S^2 D flops) and its K, V and O traffic grow linearly with D at a given (B, H, S), so a
+kernel of MoonMath's class, MFMA-bound at every D, would take time x D / 128. The scaling flatters small D: there the
+softmax's work, which does not shrink with D, bounds every kernel of this design (the VALU bound below).
 """
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ from rtcattn.tools.coreport import (
     ARCHS,
     KERNEL,
     OP,
+    add_variant_arguments,
+    parse_head_dims,
     print_reports,
     report,
     table,
@@ -33,10 +42,11 @@ from rtcattn.tools.coreport import (
 
 CUS = EMULATED_CUS["gfx942-emu"]  # MI300X's compute units, as the runtime plans the emulated part
 VARLEN_HEADS = (HQ, HK)
-# The model's machine: clock, issue cycles per MFMA (16x16x16 bf16), per VALU and per transcendental
-# instruction of a wave64, LDS bytes per clock and CU.
+# The model's machine: clock, issue cycles per MFMA (16x16x16 bf16 or f16), per VALU and per transcendental
+# instruction of a wave64, LDS bytes per clock and CU, and (an assumption, not a documented figure) vector L1 bytes
+# per clock and CU, which every wave's V^T fragment loads go through.
 CLOCK_HZ = 2.1e9
-MFMA_CYCLES, VALU_CYCLES, TRANS_CYCLES, LDS_BYTES_PER_CLK = 16, 4, 16, 128
+MFMA_CYCLES, VALU_CYCLES, TRANS_CYCLES, LDS_BYTES_PER_CLK, L1_BYTES_PER_CLK = 16, 4, 16, 128, 64
 # MoonMath's published MI300X times (ms) for the seed shapes (B, H, S): RTNE, RTZ.
 MOONMATH_MS = {(2, 24, 8192): (3.083, 2.983), (2, 24, 16384): (11.670, 11.385), (1, 32, 16384): (8.013, 7.731),
                (4, 16, 16384): (15.591, 15.055), (1, 64, 16384): (15.528, 15.040), (2, 24, 32768): (46.002, 44.075),
@@ -51,38 +61,41 @@ def _lib():
 
 def iteration_cycles(loop: dict) -> dict:
     """Busy cycles per KV iteration: per SIMD (two waves, one of each group) for the matrix pipe and the
-    VALU, per CU (eight waves) for the LDS. The largest bounds the iteration."""
+    VALU, per CU (eight waves) for the LDS and for the V^T fragments through L1 (16-byte loads of 64 lanes).
+    The largest bounds the iteration."""
     mfma = 2 * loop["mfma"] * MFMA_CYCLES
     valu = 2 * ((loop["valu"] - loop["trans"]) * VALU_CYCLES + loop["trans"] * TRANS_CYCLES)
     lds = 8 * loop["lds_bytes"] / LDS_BYTES_PER_CLK
-    return {"mfma": mfma, "valu": valu, "lds": lds, "bound": max(mfma, valu, lds)}
+    l1 = 8 * loop.get("vmem16", 0) * 64 * 16 / L1_BYTES_PER_CLK
+    return {"mfma": mfma, "valu": valu, "lds": lds, "l1": l1, "bound": max(mfma, valu, lds, l1)}
 
 
-def plan(shape: tuple, cus: int = CUS, split: bool = True, causal: bool = False) -> dict:
+def plan(shape: tuple, cus: int = CUS, split: bool = True, causal: bool = False, head_dim: int = 128) -> dict:
     """The runtime's launch plan of the gfx942 kernel for a (B, H, S) problem: the planner of a real call."""
     b, h, s = shape
-    strides = (s * h * 128, h * 128, 128)
+    strides = (s * h * head_dim, h * head_dim, head_dim)
     args = _lib().op_args(OP, q=1, k=1, v=1, o=1, q_strides=strides, k_strides=strides, v_strides=strides,
-                          o_strides=strides, batch=b, heads=h, seq_q=s, seq_k=s, head_dim=128, heads_k=h,
+                          o_strides=strides, batch=b, heads=h, seq_q=s, seq_k=s, head_dim=head_dim, heads_k=h,
                           window_left=-1, window_right=0 if causal else -1,
                           softmax_scale=1.0, tail_split=-1 if split else 0, num_cus=cus)
     return _lib().op_plan(OP, KERNEL, args)
 
 
-def causal_lower_bound_ms(shape: tuple, cycles: float, masked_cycles: float, cus: int = CUS) -> float:
+def causal_lower_bound_ms(shape: tuple, cycles: float, masked_cycles: float, cus: int = CUS,
+                          head_dim: int = 128) -> float:
     """Causal: the items' kv blocks (as the kernel visits them, from the runtime's plan), the unmasked at
     `cycles` and the masked at `masked_cycles` per iteration, spread evenly over the CUs (the items go
     longest first), but never below the longest item alone."""
-    p = plan(shape, cus, split=False, causal=True)
+    p = plan(shape, cus, split=False, causal=True, head_dim=head_dim)
     per_item = p["blocks_total"] and ((p["blocks_total"] - p["blocks_masked"]) * cycles
                                       + p["blocks_masked"] * masked_cycles)
     return max(per_item / cus, p["blocks_max_item"] * masked_cycles) / CLOCK_HZ * 1e3
 
 
-def lower_bound_ms(shape: tuple, cycles: float, split: bool, cus: int = CUS) -> float:
+def lower_bound_ms(shape: tuple, cycles: float, split: bool, cus: int = CUS, head_dim: int = 128) -> float:
     """Rounds of one workgroup per CU, each nkb iterations; the fractional last round either waits for
     its items whole or (split) runs them as parts, as the runtime plans them (merge not counted)."""
-    p = plan(shape, cus, split)
+    p = plan(shape, cus, split, head_dim=head_dim)
     nkb, g, tail = p["nkb"], p["split_g"], p["tail"]
     full, rest = divmod(p["items"], cus)
     if tail:  # the planner split the last round's `tail` items into g parts
@@ -164,55 +177,72 @@ def print_varlen_model(rows: list, lens=VARLEN_MIX, heads=VARLEN_HEADS) -> None:
           ("mask", "work items", "bound ms", "greedy dispatch ms", "dense padded to the longest ms"))
 
 
+def moonmath_scaled_ms(shape: tuple, mode: str, head_dim: int) -> float:
+    """MoonMath's published time of a seed shape (D = 128) scaled to head dim D: x D / 128 (module docstring)."""
+    rtne, rtz = MOONMATH_MS[shape]
+    return (rtne if mode == "rtne" else rtz) * head_dim / 128
+
+
+def bucket_bounds(reports: list) -> list:
+    """Per dense unmasked report (a bucket and mode): the model's bound with the planned split on every seed shape,
+    beside MoonMath's time scaled to the bucket's D. Rows of dicts."""
+    rows = []
+    for r in reports:
+        if r.mask != "none" or r.kv != "dense" or r.mode not in ("rtne", "rtz"):
+            continue
+        c = iteration_cycles(r.loop)
+        for shape in MOONMATH_MS:
+            bound = lower_bound_ms(shape, c["bound"], True, head_dim=r.head_dim)
+            scaled = moonmath_scaled_ms(shape, r.mode, r.head_dim)
+            rows.append({"head_dim": r.head_dim, "dtype": r.dtype, "mode": r.mode, "shape": shape,
+                         "bound_ms": bound, "moonmath_scaled_ms": scaled, "ratio": bound / scaled,
+                         "pipe": max(("mfma", "valu", "lds", "l1"), key=lambda k: c[k])})
+    return rows
+
+
 def print_model(reports: list) -> None:
     print("\nSTATIC ISSUE MODEL — a lower bound from instruction counts, not a measurement "
           f"({CUS} CUs, {CLOCK_HZ / 1e9:.1f} GHz, MFMA {MFMA_CYCLES} cyc, VALU x{VALU_CYCLES}, "
           f"transcendental x{TRANS_CYCLES})")
     for r in reports:
         c = iteration_cycles(r.loop)
-        print(f"{r.arch} {r.mode} {r.mask}: cycles/iteration mfma {c['mfma']:.0f}, valu {c['valu']:.0f}, "
-              f"lds {c['lds']:.0f} -> bound {c['bound']:.0f} ({max(c, key=lambda k: c[k] if k != 'bound' else -1)})")
-    rows = []
-    for shape, (rtne, rtz) in MOONMATH_MS.items():
-        row = [str(shape)]
-        for mode, meas in (("rtne", rtne), ("rtz", rtz)):
-            rep = next((r for r in reports if r.mode == mode and r.mask == "none"), None)
-            if rep is None:
-                row += ["-", "-", f"{meas:.3f}"]
-                continue
-            cyc = iteration_cycles(rep.loop)["bound"]
-            row += [f"{lower_bound_ms(shape, cyc, False):.3f}", f"{lower_bound_ms(shape, cyc, True):.3f}",
-                    f"{meas:.3f}"]
-            if lower_bound_ms(shape, cyc, True) > meas:
-                row[-1] += " (bound above: too much non-MFMA work)"
-        rows.append(row)
-    table(rows, ("shape (B,H,S)", "model rtne ms", "model rtne split", "MoonMath rtne ms (measured)",
-                 "model rtz ms", "model rtz split", "MoonMath rtz ms (measured)"))
-    causal = [r for r in reports if r.mask == "window"]
+        print(f"{r.name}: cycles/iteration mfma {c['mfma']:.0f}, valu {c['valu']:.0f}, lds {c['lds']:.0f}, "
+              f"l1 {c['l1']:.0f} -> bound {c['bound']:.0f} ({max(c, key=lambda k: c[k] if k != 'bound' else -1)})")
+    rows = bucket_bounds(reports)
+    print("\nper bucket: the bound (planned split) beside MoonMath's measured D = 128 time scaled by D / 128")
+    table([(f"d{x['head_dim']} {x['dtype']} {x['mode']}", str(x["shape"]), f"{x['bound_ms']:.3f}",
+            f"{x['moonmath_scaled_ms']:.3f}", f"{x['ratio']:.2f}", x["pipe"]) for x in rows],
+          ("variant", "shape (B,H,S)", "model ms", "MoonMath x D/128 ms", "ratio", "bound by"))
+    worst = {}
+    for x in rows:
+        key = (x["head_dim"], x["dtype"], x["mode"])
+        worst[key] = max(worst.get(key, 0.0), x["ratio"])
+    print("\nworst ratio per bucket: " + ", ".join(f"d{d} {t} {m} {v:.2f}" for (d, t, m), v in worst.items()))
+    causal = [r for r in reports if r.mask == "window" and r.kv == "dense"]
     if causal:
         print("\ncausal (window variant: full blocks at the steady loop's bound, cut blocks at the masked loop's)")
         rows = []
         for shape in MOONMATH_MS:
             row = [str(shape)]
             for r in causal:
-                full = next(x for x in reports if x.mask == "none" and x.mode == r.mode)
-                cut = iteration_cycles(r.masked_loop)["bound"]
-                row.append(f"{causal_lower_bound_ms(shape, iteration_cycles(r.loop)['bound'], cut):.3f}")
-                row.append(f"{lower_bound_ms(shape, iteration_cycles(full.loop)['bound'], True):.3f}")
+                full = next(x for x in reports if x.mask == "none" and x.mode == r.mode and x.head_dim == r.head_dim
+                            and x.dtype == r.dtype and x.kv == "dense")
+                cut, d = iteration_cycles(r.masked_loop)["bound"], r.head_dim
+                row.append(f"{causal_lower_bound_ms(shape, iteration_cycles(r.loop)['bound'], cut, head_dim=d):.3f}")
+                row.append(f"{lower_bound_ms(shape, iteration_cycles(full.loop)['bound'], True, head_dim=d):.3f}")
             rows.append(row)
         table(rows, ["shape (B,H,S)"]
-              + [c for r in causal for c in (f"causal {r.mode} ms", f"non-causal {r.mode} ms")])
+              + [c for r in causal for c in (f"causal d{r.head_dim} {r.mode}", f"full d{r.head_dim} {r.mode}")])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
-    p.add_argument("--kv", default="dense", choices=("dense", "varlen", "paged", "all"),
-                   help="which kv variants to report (the model reads the dense ones)")
+    add_variant_arguments(p)
     p.add_argument("--varlen", action="store_true",
                    help="also the model of the 12-sequence varlen mix (Hq 32, Hk 8) beside the padded dense call")
     args = p.parse_args(argv)
-    reports = variant_reports(args.arch, args.kv)
+    reports = variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim), args.dtype)
     print_reports(reports)
     print_model([r for r in reports if r.kv == "dense"])
     if args.varlen:

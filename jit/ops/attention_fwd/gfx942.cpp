@@ -87,8 +87,10 @@ VtRun vt_run(const AttentionFwdArgs& a) {
 }
 
 // Packed calls: ints for the work items and the V^T run, and 32-bit V^T offsets inside one sequence.
-// The most keys a (batch, head) or a packed sequence may have: its V^T blocks are read at 32-bit offsets.
-int64_t max_vt_keys(const Shape& sh) { return (int64_t(1) << 32) / sh.vt_block_bytes * GFX942_KV_ROWS; }
+// The V^T blocks of a (batch, head) or a packed sequence are read at 32-bit offsets through a resource of
+// 0xFFFFFFFF records: at most this many blocks, and keys.
+int64_t max_vt_blocks(const Shape& sh) { return int64_t(0xFFFFFFFF) / sh.vt_block_bytes; }
+int64_t max_vt_keys(const Shape& sh) { return max_vt_blocks(sh) * GFX942_KV_ROWS; }
 
 std::string packed_why_not(const AttentionFwdArgs& a) {
   const Shape sh = shape_of(a);
@@ -99,7 +101,7 @@ std::string packed_why_not(const AttentionFwdArgs& a) {
            " work items is too many for the gfx942 kernel; accepted: < 2^31";
   const VtRun run = vt_run(a);
   const bool paged = kv_mode(a) == RTC_KV_PAGED;
-  if (run.slot > (int64_t(1) << 32) / sh.vt_block_bytes)
+  if (run.slot > max_vt_blocks(sh))
     return (paged ? "block_table.shape[1]*page_size=" + std::to_string(a.pages_per_seq) + "*" +
                         std::to_string(a.page_size)
                   : "total_k=" + std::to_string(a.total_k)) +
@@ -145,7 +147,7 @@ std::string why_not(const void* p, const char* vendor) {
            std::to_string(sh.q_rows) + ")=" + std::to_string(items) +
            " work items is too many for the gfx942 kernel; accepted: < 2^31 each";
   // A (batch, K/V head)'s V^T blocks are read at 32-bit offsets from its first.
-  if (nkb * sh.vt_block_bytes > int64_t(0xFFFFFFFF))
+  if (nkb > max_vt_blocks(sh))
     return "seq_k=" + std::to_string(a.seq_k) + " is not accepted by the gfx942 kernel at head dim " +
            std::to_string(a.head_dim) + " (it reads V^T at 32-bit offsets); accepted: at most " +
            std::to_string(max_vt_keys(sh));

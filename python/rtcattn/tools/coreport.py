@@ -158,7 +158,7 @@ def _loop_bodies(insts: list) -> dict:
 
 def count(body: list) -> dict:
     c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
-         "s_waitcnt": 0, "s_barrier": 0, "total": len(body)}
+         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "total": len(body)}
     for _, op, args in body:
         if op.startswith("v_mfma"):
             c["mfma"] += 1
@@ -171,6 +171,7 @@ def count(body: list) -> dict:
             c["lds_bytes"] += LDS_BYTES.get(op, 256)
         elif op.startswith(("buffer_", "global_", "flat_", "scratch_")):
             c["vmem"] += 1
+            c["vmem16"] += op.endswith("_dwordx4") and "load" in op  # 16 bytes a lane: the V^T fragments
             if args.rstrip().endswith(" lds"):
                 c["lds_dma"] += 1
                 c["lds_bytes"] += 256
