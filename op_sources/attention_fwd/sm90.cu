@@ -1,5 +1,6 @@
 // Fast bf16 attention forward for sm_90a (H100/H200): a TMA producer warpgroup feeds a K/V ring in
-// shared memory; two consumer warpgroups run wgmma in ping-pong, P stays in registers; persistent.
+// shared memory; two or three consumer warpgroups (the bucket's plan) take turns at wgmma, P stays in
+// registers; persistent.
 // Dense calls keep two Q tiles: a tile's first Q K^T goes out with the previous tile's last P V, and
 // the previous tile's epilogue runs under it.
 // With RTC_MASK (a causal or sliding window) a tile visits only the K/V blocks its rows' windows
@@ -50,8 +51,8 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
              sm.q_stage(qs.stage) + wg * 64 * 128,  // the warpgroup's rows of block 0
              ps,
              ps,
-             1 + wg,
-             2 - wg,
+             turn_bar(wg),
+             turn_bar(wg + 1),
              n_blocks,
              last_valid,
              a.scale_log2,
@@ -113,7 +114,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   return next;
 }
 
-// The consumers' tile loop, per warpgroup (wg 0 or 1): the CTA's tiles in the order the producer
+// The consumers' tile loop, per warpgroup (wg 0 .. kConsumerWGs - 1): the CTA's tiles in the order the producer
 // loads them, each through consume_tile.
 RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   PipeState ps;
@@ -121,25 +122,24 @@ RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   TileOrder order;
   ConsumerRegs carried;  // across tiles only when a tile's S_0 is issued by the previous tile
   bool pending = false;
-  // Warpgroup 0 issues first: warpgroup 1 pre-arrives on its barrier.
-  if (wg == 1) named_arrive(1, kPingPongThreads);
+  // Warpgroup 0 issues first: the last warpgroup pre-arrives on its barrier.
+  if (wg == kConsumerWGs - 1) named_arrive(turn_bar(0), kPingPongThreads);
   const int tiles = tile_count(p, sm);
   for (int ti = kDynamic ? receive_tile(sm.bars, order) : (int)blockIdx.x; ti < tiles;) {
     ConsumerRegs fresh;  // otherwise nothing lives from one tile to the next (fewer live registers)
     ti = consume_tile(p, sm, decode_tile(p, sm, ti), ti, wg, ps, qs, kOverlapTiles ? carried : fresh, pending, order);
   }
   // Balance the pre-arrival so the barrier is idle when the block exits.
-  if (wg == 0) named_sync(1, kPingPongThreads);
+  if (wg == 0) named_sync(turn_bar(0), kPingPongThreads);
 }
 
 }  // namespace
 
 // Shared memory: Q ring, K ring, V ring, barrier slots, then (packed) the tile table. Warpgroup 0
-// produces (one thread issues every load), warpgroups 1 and 2 consume; setmaxnreg moves registers
+// produces (one thread issues every load), the others consume; setmaxnreg moves registers
 // from the first to the others (kProducerRegs, kConsumerRegs: sm90/pipeline.h).
 // The (threads, 1) bound gives the register cap at entry that setmaxnreg needs.
-extern "C" __global__ void __launch_bounds__(SM90_THREADS, 1)
-    attention_fwd_sm90(const __grid_constant__ Sm90AttnParams p) {
+extern "C" __global__ void __launch_bounds__(kThreads, 1) attention_fwd_sm90(const __grid_constant__ Sm90AttnParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const rtc_u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   SmemTiles sm;

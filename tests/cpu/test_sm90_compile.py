@@ -148,6 +148,7 @@ def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     plan = _lib.op_plan(OP, "sm90", args)
     assert plan["head_dim_bucket"] == bucket and plan["shared_bytes"] <= 227 * 1024, plan
     assert plan["block_n"] % 16 == 0 and plan["q_stages"] in (1, 2), plan
+    assert plan["block_m"] in (128, 192) and plan["block"] == 128 + 2 * plan["block_m"], plan  # a producer warpgroup, 64 rows per consumer
 
 
 def test_host_plans_are_the_manifest_buckets():
@@ -156,7 +157,15 @@ def test_host_plans_are_the_manifest_buckets():
     for d in range(8, 257, 8):
         q = torch.zeros(1, 16, 1, d, dtype=torch.bfloat16)
         p, args = _args(q, q, q, torch.empty_like(q), "bshd")
-        assert _lib.op_plan(OP, "sm90", args)["head_dim_bucket"] == hd.bucket_for(d), d
+        plan = _lib.op_plan(OP, "sm90", args)
+        assert plan["head_dim_bucket"] == hd.bucket_for(d), d
+        # 16 rows: one tile per (head, batch), whatever the tile's rows; 200 rows: ceil(200 / block_m) tiles.
+        assert plan["num_tiles"] == 1, plan
+    for d in (32, 64, 128, 256):
+        q = torch.zeros(1, 200, 3, d, dtype=torch.bfloat16)
+        p, args = _args(q, q, q, torch.empty_like(q), "bshd")
+        plan = _lib.op_plan(OP, "sm90", args)
+        assert plan["num_tiles"] == 3 * -(-200 // plan["block_m"]), plan
 
 
 def test_fallback_for_misaligned_view(capfd, monkeypatch):

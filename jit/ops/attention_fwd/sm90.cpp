@@ -68,18 +68,22 @@ int sm_count(const AttentionFwdArgs& a, int device) {
   return n;
 }
 
-// Tiles of 128 query rows over (head, batch); INT64_MAX when that overflows (why_not refuses it).
+// Query-row tiles of one (head, batch), the plan's block_m rows each.
+int64_t m_blocks(const AttentionFwdArgs& a) {
+  const int64_t bm = sm90_block_m(plan_of(a));
+  return (a.seq_q + bm - 1) / bm;
+}
+// Tiles over (head, batch); INT64_MAX when that overflows (why_not refuses it).
 int64_t tile_count(const AttentionFwdArgs& a) {
   int64_t tiles = 0;
-  if (__builtin_mul_overflow((a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M, a.heads * a.batch, &tiles)) return INT64_MAX;
+  if (__builtin_mul_overflow(m_blocks(a), a.heads * a.batch, &tiles)) return INT64_MAX;
   return tiles;
 }
 
 // The dynamic shared memory of a launch: tiles, rings and barriers, plus the packed schedule's table.
 int64_t tiles_bytes(const AttentionFwdArgs& a) { return sm90_smem_bytes(plan_of(a), kv_mode(a)); }
 int64_t shared_bytes(const AttentionFwdArgs& a) {
-  const int64_t levels = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
-  return tiles_bytes(a) + (kv_mode(a) == RTC_KV_DENSE ? 0 : SM90_SCHEDULE_BYTES(a.batch, levels));
+  return tiles_bytes(a) + (kv_mode(a) == RTC_KV_DENSE ? 0 : SM90_SCHEDULE_BYTES(a.batch, m_blocks(a)));
 }
 constexpr int64_t kMaxShared = kSm90MaxShared;
 
@@ -107,7 +111,7 @@ std::string why_not(const void* p, const char* vendor) {
   }
   const int64_t tiles = tile_count(*a);
   if (tiles >= (int64_t(1) << 31))
-    return "ceil(seq_q/128)*heads*batch=" + std::to_string(tiles) +
+    return "ceil(seq_q/" + std::to_string(sm90_block_m(plan_of(*a))) + ")*heads*batch=" + std::to_string(tiles) +
            " is too large for the sm90 kernel; accepted: < 2^31";
   if (shared_bytes(*a) > kMaxShared)
     return "batch=" + std::to_string(a->batch) + " sequences with max_seqlen_q=" + std::to_string(a->seq_q) +
@@ -136,9 +140,10 @@ std::string plan_json(const void* p) {
                       {"block_n", pl.block_n},
                       {"stages", pl.stages},
                       {"q_stages", sm90_q_stages(pl, kv_mode(a))},
+                      {"block_m", sm90_block_m(pl)},
                       {"num_tiles", tiles},
                       {"grid_x", grid},
-                      {"block", SM90_THREADS},
+                      {"block", sm90_threads(pl)},
                       {"shared_bytes", shared_bytes(a)},
                       {"workspace_bytes", workspace_bytes(p)},
                       {"dynamic_tiles", dynamic_tiles(a)}});
@@ -153,16 +158,17 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   alignas(64) Sm90AttnParams sp;
   std::memset(&sp, 0, sizeof sp);
   const int mode = kv_mode(a);
-  const unsigned block_n = unsigned(plan_of(a).block_n);
+  const Sm90Plan pl = plan_of(a);
+  const unsigned block_m = unsigned(sm90_block_m(pl)), block_n = unsigned(pl.block_n);
   const int64_t d = a.head_dim;
   if (mode == RTC_KV_DENSE) {
-    sp.tmap_q = encode("q", a.q, a.q_strides, d, a.seq_q, a.heads, a.batch, SM90_BLOCK_M);
+    sp.tmap_q = encode("q", a.q, a.q_strides, d, a.seq_q, a.heads, a.batch, block_m);
     sp.tmap_k = encode("k", a.k, a.k_strides, d, a.seq_k, a.heads_k, a.batch, block_n);
     sp.tmap_v = encode("v", a.v, a.v_strides, d, a.seq_k, a.heads_k, a.batch, block_n);
   } else {
     // Packed rows: one "batch" of total rows (its stride is never stepped; any valid value does).
     const int64_t q_st[3] = {a.q_strides[1], a.q_strides[1], a.q_strides[2]};
-    sp.tmap_q = encode("q", a.q, q_st, d, a.total_q, a.heads, 1, SM90_BLOCK_M);
+    sp.tmap_q = encode("q", a.q, q_st, d, a.total_q, a.heads, 1, block_m);
     if (mode == RTC_KV_PAGED) {  // [num_pages, page_size, Hk, D]: the page is the batch coordinate
       // Boxes of gcd(page_size, block_n) rows (page sizes are powers of two): none crosses a page.
       sp.kv_box = int(block_n & -block_n);
@@ -179,7 +185,7 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   }
   if (mode != RTC_KV_PAGED) sp.kv_box = int(block_n);
   sp.a = fill_params(a);
-  sp.num_m_blocks = (a.seq_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
+  sp.num_m_blocks = int(m_blocks(a));
   const int64_t tiles = tile_count(a);
   sp.num_tiles = int(tiles);
   const int sms = sm_count(a, t.device);
@@ -192,7 +198,7 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
                   std::to_string(SM90_WORKSPACE_BYTES) + " (rtc_op_workspace_bytes)");
     rtc::cuda_memset_d32(t.device, a.workspace, 0u, SM90_WORKSPACE_BYTES / 4, t.stream);
   }
-  launch(program, t, a, grid, SM90_THREADS, unsigned(shared_bytes(a)), &sp, sizeof sp);
+  launch(program, t, a, grid, unsigned(sm90_threads(pl)), unsigned(shared_bytes(a)), &sp, sizeof sp);
 }
 
 }  // namespace

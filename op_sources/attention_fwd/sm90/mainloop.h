@@ -104,8 +104,8 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
 
 // Packed sequences: the V rows of a partial last block past the sequence's keys hold another
 // sequence's values (or a page's stale rows). Their weights are 0, but 0 * Inf or NaN is NaN in the
-// GEMM: zero them, in every 64-column block, before this warpgroup's P V. Both warpgroups do it (each before its
-// own GEMM; the second writes zeros over zeros), so neither waits for the other.
+// GEMM: zero them, in every 64-column block, before this warpgroup's P V. Every warpgroup does it (each before its
+// own GEMM; the later ones write zeros over zeros), so none waits for another.
 RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid, int wg) {
   const int tid = threadIdx.x % 128;
   const rtc_u32 from = valid * 128, bytes = (kN - valid) * 128;  // per 64-column block
@@ -114,7 +114,7 @@ RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid, int wg) {
     st_shared_v4_splat(v_tile + blk * kHalfKV + from + (off - blk * bytes), 0u);
   }
   fence_proxy_async_smem();         // the generic-proxy stores, before wgmma's async-proxy reads
-  named_sync(3 + wg, 128);          // every warp of the warpgroup has stored
+  named_sync(1 + kConsumerWGs + wg, 128);  // every warp of the warpgroup has stored (ids past the turn ring's)
 }
 
 // What a consumer warpgroup needs of a tile: its K/V span and where its rows sit.

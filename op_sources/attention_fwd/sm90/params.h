@@ -14,16 +14,18 @@ struct Sm90Plan {
   int stages;    // depth of the K and V rings
   int q_stages;  // Q tiles of a dense call: 2 lets a tile's first Q K^T go out with the previous tile's
                  // last P V (consume_tile, sm90.cu); packed calls keep 1 (their carried state spilled)
+  int consumers; // consumer warpgroups, 64 q rows each: the tile is 64 * consumers rows, and they take
+                 // their turns at the tensor cores in a ring (2: ping-pong)
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90Plan kSm90Plans[] = {
-    {32, 128, 2, 2},
-    {64, 176, 2, 2},
-    {96, 128, 2, 2},
-    {128, 128, 2, 2},
-    {160, 112, 2, 1},
-    {192, 112, 2, 1},
-    {256, 80, 2, 1},
+    {32, 112, 2, 2, 3},
+    {64, 96, 2, 2, 3},
+    {96, 128, 2, 2, 2},
+    {128, 128, 2, 2, 2},
+    {160, 112, 2, 1, 2},
+    {192, 112, 2, 1, 2},
+    {256, 80, 2, 1, 2},
 };
 // clang-format on
 constexpr int kSm90PlanCount = int(sizeof(kSm90Plans) / sizeof(kSm90Plans[0]));
@@ -41,15 +43,18 @@ RTC_HD constexpr int sm90_min_head_dim(int d) {
   return below + 8;
 }
 
-#define SM90_BLOCK_M 128  // q rows per tile: 2 consumer warpgroups x 64 rows
-#define SM90_THREADS 384  // producer warpgroup + 2 consumer warpgroups
+// q rows per tile: 64 per consumer warpgroup; threads: the producer warpgroup and the consumers.
+RTC_HD constexpr int sm90_block_m(const Sm90Plan& pl) { return 64 * pl.consumers; }
+RTC_HD constexpr int sm90_threads(const Sm90Plan& pl) { return 128 * (1 + pl.consumers); }
 // A TMA box is at most 128 bytes wide under the 128-byte swizzle: each tile is loaded as column blocks
 // of 64 16-bit elements, stored one after the other ([block][rows][64]).
 #define SM90_BOX_D 64
 #define SM90_BAR_BYTES 256
 // 64-column blocks of a tile (the 128-byte swizzle's width): a bucket of 96 keeps two, its GEMMs reading 96 columns.
 RTC_HD constexpr int sm90_col_blocks(const Sm90Plan& pl) { return (pl.head_dim + SM90_BOX_D - 1) / SM90_BOX_D; }
-RTC_HD constexpr int sm90_q_bytes(const Sm90Plan& pl) { return SM90_BLOCK_M * sm90_col_blocks(pl) * SM90_BOX_D * 2; }
+RTC_HD constexpr int sm90_q_bytes(const Sm90Plan& pl) {
+  return sm90_block_m(pl) * sm90_col_blocks(pl) * SM90_BOX_D * 2;
+}
 RTC_HD constexpr int sm90_kv_bytes(const Sm90Plan& pl) { return pl.block_n * sm90_col_blocks(pl) * SM90_BOX_D * 2; }
 RTC_HD constexpr int sm90_q_stages(const Sm90Plan& pl, int kv) { return kv == RTC_KV_DENSE ? pl.q_stages : 1; }
 // +1024: the kernel rounds the dynamic shared-memory base up to the 1024-byte swizzle period.
@@ -61,11 +66,12 @@ RTC_HD constexpr bool sm90_plans_fit() {
   for (int i = 0; i < kSm90PlanCount; ++i)
     for (int kv = 0; kv < 3; ++kv)
       if (sm90_smem_bytes(kSm90Plans[i], kv) > kSm90MaxShared || kSm90Plans[i].head_dim % 32 != 0 ||
-          kSm90Plans[i].block_n % 16 != 0)
+          kSm90Plans[i].block_n % 16 != 0 || kSm90Plans[i].consumers < 2 || kSm90Plans[i].consumers > 3)
         return false;
   return true;
 }
-static_assert(sm90_plans_fit(), "every plan's tiles fit sm_90's shared memory; buckets are multiples of 32");
+static_assert(sm90_plans_fit(),
+              "every plan's tiles fit sm_90's shared memory; buckets are multiples of 32; 2 or 3 consumer warpgroups");
 
 // A CUtensorMap: 128 opaque bytes, 64-byte aligned (cuTensorMapEncodeTiled fills it).
 struct alignas(64) Sm90TensorMap {
@@ -73,7 +79,7 @@ struct alignas(64) Sm90TensorMap {
 };
 
 // Tensor maps are 4-D over (d, s, h, b), element bf16 or fp16, strides in bytes from AttnParams,
-// box (SM90_BOX_D, SM90_BLOCK_M or the plan's block_n, 1, 1), 128-byte swizzle, zero fill out of bounds.
+// box (SM90_BOX_D, the plan's block_m or block_n, 1, 1), 128-byte swizzle, zero fill out of bounds.
 // The same map serves bshd and bhsd: the layout lives in the strides.
 // Under a mask the tiles differ in length: the CTAs take them dynamically, longest first, from a
 // counter in the workspace (zeroed by the launch), so they end together.
@@ -89,7 +95,7 @@ struct alignas(64) Sm90AttnParams {
   Sm90TensorMap tmap_k;
   Sm90TensorMap tmap_v;
   AttnParams a;
-  int num_m_blocks;   // ceil(seq_q / SM90_BLOCK_M) (packed: of max_seqlen_q)
+  int num_m_blocks;   // ceil(seq_q / block_m) (packed: of max_seqlen_q)
   int num_tiles;      // num_m_blocks * heads * batch; the grid is min(num_tiles, SMs) (packed: a bound)
   int kv_box;         // paged: rows of a K/V TMA box, gcd(page_size, block_n); else block_n
   int page_shift;     // paged: log2(page_size) (page sizes are powers of two)

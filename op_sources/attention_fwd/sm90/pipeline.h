@@ -22,23 +22,30 @@ constexpr bool kDynamic = RTC_MASK || kPacked;
 constexpr Sm90Plan kPlan = sm90_plan(RTC_HEAD_DIM_MAX);
 constexpr int kQStages = sm90_q_stages(kPlan, RTC_KV);
 constexpr bool kOverlapTiles = kQStages == 2;
-// setmaxnreg moves registers inside the CTA's launch allocation (168 x 384): the producer gives up
-// what the consumers take.
+// Consumer warpgroups of the plan (2 or 3) and the CTA's threads.
+constexpr int kConsumerWGs = kPlan.consumers;
+constexpr int kThreads = sm90_threads(kPlan);
+// setmaxnreg moves registers inside the CTA's launch allocation (the (kThreads, 1) bound's cap: 168 x 384,
+// 128 x 512): the producer gives up what the consumers take.
 // The producer's share grows with what it walks: packed rows (varlen: 24 spilled at some buckets), the page
 // table (paged: 32 spilled; its consumers spilled at 224 in the 256 bucket with a window). ptxas's reports per bucket are in NOTES.
 constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : RTC_KV == RTC_KV_VARLEN ? 32 : 24;
-constexpr int kConsumerRegs = RTC_KV == RTC_KV_PAGED ? 232 : RTC_KV == RTC_KV_VARLEN ? 232 : 240;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * SM90_THREADS, "more registers than launched with");
+constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+constexpr int kConsumerRegs = kConsumerWGs == 2
+                                  ? (RTC_KV == RTC_KV_DENSE ? 240 : 232)
+                                  : ((kLaunchRegs * kThreads - 128 * kProducerRegs) / (128 * kConsumerWGs)) / 8 * 8;
+static_assert(128 * kProducerRegs + 128 * kConsumerWGs * kConsumerRegs <= kLaunchRegs * kThreads,
+              "more registers than launched with");
 
-constexpr int kM = SM90_BLOCK_M, kN = kPlan.block_n, kStages = kPlan.stages;
+constexpr int kM = sm90_block_m(kPlan), kN = kPlan.block_n, kStages = kPlan.stages;
 constexpr int kD = kPlan.head_dim;  // columns of the tiles (the bucket)
 constexpr int kDBlocks = sm90_col_blocks(kPlan);  // 64-column blocks of a tile
 constexpr int kDMin = sm90_min_head_dim(kD);  // the smallest call head dim of this bucket
 constexpr rtc_u32 kQBytes = sm90_q_bytes(kPlan), kKVBytes = sm90_kv_bytes(kPlan);
 constexpr rtc_u32 kHalfQ = kM * 128;  // bytes of one 64-column block of the Q tile
 constexpr rtc_u32 kHalfKV = kN * 128;
-constexpr int kConsumerWarps = 8;
-constexpr int kPingPongThreads = 256;
+constexpr int kConsumerWarps = 4 * kConsumerWGs;
+constexpr int kPingPongThreads = 256;  // a turn's barrier: the warpgroup waiting and the one before it
 constexpr int kAccS = kN / 2;  // score accumulators per thread
 constexpr int kAccO = kD / 2;  // output accumulators per thread
 // The GEMMs' input type: the variant's dtype (RTC_DTYPE).
@@ -93,6 +100,10 @@ struct RingState {
 };
 using PipeState = RingState<kStages>;
 using QState = RingState<kQStages>;
+
+// The consumers take turns at the tensor cores in a ring: warpgroup wg waits on its named barrier, issues
+// its GEMMs and arrives on the next warpgroup's (ids 1..kConsumerWGs; 0 is __syncthreads').
+RTC_DEVICE constexpr int turn_bar(int wg) { return 1 + wg % kConsumerWGs; }
 
 // One arrival per consumer warp frees a ring slot (barrier counts are kConsumerWarps).
 RTC_DEVICE void release(rtc_u32 bar) {

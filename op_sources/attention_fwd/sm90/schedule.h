@@ -1,6 +1,6 @@
 // Packed sequences (RTC_KV != 0): the order in which the persistent CTAs take the tiles.
 //
-// A tile is (level m, sequence b, head h): the q rows [128m, 128m + 128) of one head of one
+// A tile is (level m, sequence b, head h): the q rows [M m, M m + M) of one head of one (M: the plan's block_m)
 // sequence. Levels go from the highest m-block down, so the tiles with the most work (the last
 // m-blocks see the most keys under a causal mask, and only long sequences have high m-blocks) go
 // first; inside a level, only the sequences that reach it, longest first, heads fastest (the heads
