@@ -370,8 +370,9 @@ def test_request_headers_are_the_include_closure(tmp_path):
 # Each kernel states the head dims it is written for in its own text; the manifest's head_dim entry (what dispatch
 # and validation accept) must say the same, so changing one side alone fails here. Read with one regex per statement,
 # each of which must match exactly once:
-#   sm90      sm90/params.h's plan table kSm90Plans, one row `{<bucket>, <block_n>, <stages>, <q_stages>, <consumers>},` per
-#             bucket: its buckets are the manifest's, which takes every multiple of 8 from 8 to the last.
+#   sm90      sm90/params.h's plan table kSm90Plans, one row
+#             `{<bucket>, <block_n>, <stages>, <q_stages>, <consumers>},` per bucket: its buckets are the
+#             manifest's, which takes every multiple of 8 from 8 to the last.
 #   gfx942    gfx942/params.h `#define GFX942_BUCKETS <b>, <b>, ...` (gfx942.hip static_asserts its bucket is one of
 #             them, the host's refusal names them), step 8 from 8 (each bucket serves every multiple of 8 up to it).
 #   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`

@@ -148,7 +148,8 @@ def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     plan = _lib.op_plan(OP, "sm90", args)
     assert plan["head_dim_bucket"] == bucket and plan["shared_bytes"] <= 227 * 1024, plan
     assert plan["block_n"] % 16 == 0 and plan["q_stages"] in (1, 2), plan
-    assert plan["block_m"] in (128, 192) and plan["block"] == 128 + 2 * plan["block_m"], plan  # a producer warpgroup, 64 rows per consumer
+    # a producer warpgroup and one consumer warpgroup per 64 rows
+    assert plan["block_m"] in (128, 192) and plan["block"] == 128 + 2 * plan["block_m"], plan
 
 
 def test_host_plans_are_the_manifest_buckets():
