@@ -25,10 +25,12 @@ struct AttnParams {
   int window_left;            // keys a row sees before its diagonal (-1: unbounded); read when RTC_MASK
   int window_right;           // keys after the diagonal (-1: unbounded; causal: 0); read when RTC_MASK
   // RTC_KV != 0: `batch` packed sequences; seq_q / seq_k are max_seqlen_q / max_seqlen_k (grid sizes).
-  // seq_k bounds no sequence: its keys are all of cu_k's length (seq_of), as in FlashAttention.
+  // seq_k bounds no sequence: its keys are all of cu_k's length (seq_of), as in FlashAttention; it bounds only the
+  // values of seqused_k (used_keys).
   const int* cu_q;            // [batch + 1] first q (and o) row of each sequence in the packed q
   const int* cu_k;            // [batch + 1] varlen: first k/v row; paged: its differences are the KV lengths
   const int* block_table;     // paged: page ids, row b = sequence b, `table_stride` apart
+  const int* seqused_k;       // null, or [batch]: sequence b's KV length (then cu_k gives varlen's first rows only)
   int total_q, total_k;       // rows of the packed q/o and (varlen) k/v: the bounds cu_* are clamped to
   int page_size, num_pages;   // paged: k/v are [num_pages, page_size, heads_k, D] (strides: page, row, head)
   int pages_per_seq, table_stride;  // paged: usable entries of a block-table row, and its stride
@@ -97,7 +99,8 @@ RTC_HD int kv_head(const AttnParams& p, int h) { return h / (p.heads / p.heads_k
 // and where its LSE rows go. Dense: b's slice of [B, S, H, D]. Varlen / paged: rows read from cu_q /
 // cu_k, clamped to [0, total] so that no value of them, decreasing or out of range, reaches outside
 // the tensors (a decreasing pair is an empty sequence); paged KV lengths are clamped to the block
-// table's row. The kernels never read cu_* or block_table on the host: nothing waits on the device.
+// table's row; seqused_k, when given, replaces the KV lengths (used_keys). The kernels never read cu_*,
+// seqused_k or block_table on the host: nothing waits on the device.
 struct Seq {
   rtc_i64 q_off, o_off, k_off, v_off;
   rtc_i64 lse_off, lse_head_stride;  // lse[lse_off + h * lse_head_stride + row]
@@ -111,6 +114,13 @@ RTC_HD int clamp_i(rtc_i64 x, int lo, int hi) { return x < lo ? lo : (x > hi ? h
 RTC_HD void seq_rows(const int* cu, int b, int total, int& start, int& len) {
   start = clamp_i(cu[b], 0, total);
   len = clamp_i(cu[b + 1], start, total) - start;
+}
+
+// seqused_k[b] clamped to [0, min(room, max_seqlen_k)]: room is what the sequence can reach from its first key row
+// (varlen: total_k - that row; paged: its block-table row's capacity), and max_seqlen_k bounds it too, so a host
+// that sizes per-sequence buffers by max_seqlen_k (the gfx942 V^T slots) needs no device value.
+RTC_HD int used_keys(const AttnParams& p, int b, int room) {
+  return clamp_i(p.seqused_k[b], 0, room < p.seq_k ? room : p.seq_k);
 }
 
 RTC_HD Seq seq_of(const AttnParams& p, int b) {
@@ -137,12 +147,21 @@ RTC_HD Seq seq_of(const AttnParams& p, int b) {
   s.k_row = 0;
   if (RTC_KV == RTC_KV_PAGED) {
     const rtc_i64 cap = (rtc_i64)p.pages_per_seq * p.page_size;
-    k0 = clamp_i(p.cu_k[b], 0, 0x7FFFFFFF);
-    s.len_k =
-        clamp_i((rtc_i64)clamp_i(p.cu_k[b + 1], k0, 0x7FFFFFFF) - k0, 0, (int)(cap < 0x7FFFFFFF ? cap : 0x7FFFFFFF));
+    const int room = (int)(cap < 0x7FFFFFFF ? cap : 0x7FFFFFFF);
+    if (p.seqused_k) {
+      s.len_k = used_keys(p, b, room);
+    } else {
+      k0 = clamp_i(p.cu_k[b], 0, 0x7FFFFFFF);
+      s.len_k = clamp_i((rtc_i64)clamp_i(p.cu_k[b + 1], k0, 0x7FFFFFFF) - k0, 0, room);
+    }
     s.k_off = s.v_off = 0;  // rows through the block table (page_row)
   } else {
-    seq_rows(p.cu_k, b, p.total_k, k0, s.len_k);
+    if (p.seqused_k) {
+      k0 = clamp_i(p.cu_k[b], 0, p.total_k);
+      s.len_k = used_keys(p, b, p.total_k - k0);
+    } else {
+      seq_rows(p.cu_k, b, p.total_k, k0, s.len_k);
+    }
     s.k_row = k0;
     s.k_off = (rtc_i64)k0 * p.k_ss;
     s.v_off = (rtc_i64)k0 * p.v_ss;

@@ -36,9 +36,13 @@
   /* batch counts sequences, seq_q / seq_k are max_seqlen_q / max_seqlen_k, q / o are           */  \
   /* [total_q, heads, D] (strides[0] unused) and k / v [total_k, heads_k, D] or, paged,         */  \
   /* [num_pages, page_size, heads_k, D] (strides: page, row, head); lse is [heads, total_q].    */  \
+  /* seqused_k set: sequence b uses seqused_k[b] keys from its first key row (varlen cu_k[b],   */  \
+  /* paged its block-table row's first), clamped to max_seqlen_k and to the rows it can reach;  */  \
+  /* cu_seqlens_k then gives only the first rows (varlen) and its last entry is never read.     */  \
   X(cu_seqlens_q, const void*, Ptr, 1)  /* int32 [batch + 1] */                                 \
   X(cu_seqlens_k, const void*, Ptr, 1)  /* int32 [batch + 1] */                                 \
   X(block_table, const void*, Ptr, 1)   /* paged: int32, row b at b * table_stride */           \
+  X(seqused_k, const void*, Ptr, 1)     /* null, or int32 [batch]: sequence b's keys (above) */  \
   X(total_q, int64_t, I64, 1)                                                                  \
   X(total_k, int64_t, I64, 1)           /* varlen: rows of k / v */                             \
   X(page_size, int64_t, I64, 1)                                                                \

@@ -69,15 +69,17 @@ std::string span_why_not(const char* name, int64_t rows, int64_t row_stride, int
 }
 
 // The V^T run of one K/V head of a packed call, from what the host knows without reading a length
-// (total_k; the block table's width, which bounds a paged length in seq_of), never from max_seqlen_k:
-// slot = the most blocks one sequence can need, head_blocks = the run (INT64_MAX on overflow).
+// (total_k; the block table's width, which bounds a paged length in seq_of), never from max_seqlen_k except
+// with seqused_k, whose values it bounds (used_keys): slot = the most blocks one sequence can need, head_blocks =
+// the run (INT64_MAX on overflow).
 struct VtRun {
   int64_t slot = 0, head_blocks = 0;
 };
 VtRun vt_run(const AttentionFwdArgs& a) {
   VtRun r;
-  if (kv_mode(a) == RTC_KV_PAGED) {
-    r.slot = ceil_div(a.pages_per_seq * a.page_size, GFX942_KV_ROWS);  // validate(): each < 2^31
+  const bool paged = kv_mode(a) == RTC_KV_PAGED;
+  if (paged || a.seqused_k) {  // a slot per sequence (gfx942/sequences.h: vt_slot)
+    r.slot = ceil_div(paged ? a.pages_per_seq * a.page_size : a.seq_k, GFX942_KV_ROWS);  // validate(): each < 2^31
     if (__builtin_mul_overflow(r.slot, a.batch, &r.head_blocks)) r.head_blocks = INT64_MAX;
   } else {
     r.slot = ceil_div(a.total_k, GFX942_KV_ROWS);
@@ -104,12 +106,15 @@ std::string packed_why_not(const AttentionFwdArgs& a) {
   if (run.slot > max_vt_blocks(sh))
     return (paged ? "block_table.shape[1]*page_size=" + std::to_string(a.pages_per_seq) + "*" +
                         std::to_string(a.page_size)
-                  : "total_k=" + std::to_string(a.total_k)) +
+            : a.seqused_k ? "max_seqlen_k=" + std::to_string(a.seq_k) + " (seqused_k set)"
+                          : "total_k=" + std::to_string(a.total_k)) +
            " keys per sequence is not accepted by the gfx942 kernel at head dim " + std::to_string(a.head_dim) +
            " (it reads a sequence's V^T at 32-bit offsets); accepted: at most " + std::to_string(max_vt_keys(sh));
   if (__builtin_mul_overflow(a.heads_k, run.head_blocks, &vt) || vt >= (int64_t(1) << 31))
     return "heads_k=" + std::to_string(a.heads_k) + " times " + std::to_string(run.head_blocks) + " V^T blocks (" +
-           (paged ? "batch*ceil(block_table.shape[1]*page_size/64)" : "ceil(total_k/64)+batch") +
+           (paged         ? "batch*ceil(block_table.shape[1]*page_size/64)"
+            : a.seqused_k ? "batch*ceil(max_seqlen_k/64)"
+                          : "ceil(total_k/64)+batch") +
            ") is too many for the gfx942 kernel; accepted: < 2^31";
   return "";
 }
@@ -160,7 +165,7 @@ std::string why_not(const void* p, const char* vendor) {
 Plan packed_plan(const AttentionFwdArgs& a, Plan pl) {
   const VtRun run = vt_run(a);
   pl.n_prefix = int(pl.items);
-  if (kv_mode(a) == RTC_KV_PAGED) pl.nkb = int(run.slot);
+  if (kv_mode(a) == RTC_KV_PAGED || a.seqused_k) pl.nkb = int(run.slot);
   pl.vt_head_blocks = int(run.head_blocks);
   pl.vt_bytes = int64_t(a.heads_k) * pl.vt_head_blocks * pl.shape.vt_block_bytes;
   pl.workspace_bytes = pl.vt_bytes;

@@ -111,6 +111,8 @@ void validate(const void* p) {
                   "or 0.." +
                   std::to_string(kMaxSize));
   if (kv_mode(*a) != RTC_KV_DENSE) validate_sequences(*a);
+  RTC_CHECK(!a->seqused_k || packed, RTC_ERR_ARG,
+            "seqused_k is set on a dense call; accepted: seqused_k only with packed sequences (cu_seqlens set)");
   for (const View& t : views(*a))
     RTC_CHECK(view_bytes(t.batch, t.rows, t.heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
               std::string(t.name) + "_strides=(" + std::to_string(t.st[0]) + ", " + std::to_string(t.st[1]) + ", " +
@@ -187,6 +189,7 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
     p.cu_q = static_cast<const int*>(a.cu_seqlens_q);
     p.cu_k = static_cast<const int*>(a.cu_seqlens_k);
     p.block_table = static_cast<const int*>(a.block_table);
+    p.seqused_k = static_cast<const int*>(a.seqused_k);
     p.total_q = int(a.total_q);
     p.total_k = int(a.total_k);
     p.page_size = int(a.page_size);
@@ -208,6 +211,7 @@ std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
     const uint64_t cu_bytes = uint64_t(a.batch + 1) * sizeof(int32_t);
     r.push_back(rtc_mem_range{a.cu_seqlens_q, cu_bytes});
     r.push_back(rtc_mem_range{a.cu_seqlens_k, cu_bytes});
+    if (a.seqused_k) r.push_back(rtc_mem_range{a.seqused_k, uint64_t(a.batch) * sizeof(int32_t)});
   }
   if (mode == RTC_KV_PAGED)
     r.push_back(

@@ -15,9 +15,11 @@ RTC_DEVICE int kv_blocks(int len_k) { return (len_k + GFX942_KV_ROWS - 1) / GFX9
 // FlashAttention): the run of a K/V head holds what the host can bound without reading a length.
 // Varlen: sequence b starts at block floor(k0 / 64) + b, so sequences never share a block and the last
 // ends by ceil(total_k / 64) + batch. Paged: a slot of nkb = ceil(pages_per_seq * page_size / 64) blocks
-// per sequence, the most seq_of lets a length reach.
+// per sequence, the most seq_of lets a length reach. Varlen with seqused_k: first rows in any order, and
+// sequences may share rows, so each gets a slot of nkb = ceil(max_seqlen_k / 64) blocks (used_keys bounds
+// its length by max_seqlen_k).
 RTC_DEVICE int vt_slot(const Gfx942Params& p, int b) {
-  return RTC_KV == RTC_KV_PAGED ? b * p.nkb : clamp_i(p.cu_k[b], 0, p.total_k) / GFX942_KV_ROWS + b;
+  return RTC_KV == RTC_KV_PAGED || p.seqused_k ? b * p.nkb : clamp_i(p.cu_k[b], 0, p.total_k) / GFX942_KV_ROWS + b;
 }
 
 // First V^T block of sequence b in its K/V head's run, clamped so that no cu_seqlens value moves a

@@ -69,7 +69,8 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
         **_fields(problem, num_cus))
 
 
-def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenProblem, num_cus: int):
+def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenProblem, num_cus: int,
+                      seqused_k=None):
     """The runtime's argument block of a packed call; out None: q's address stands in until launch."""
     from ...runtime import dispatch
     o = q if out is None else out
@@ -83,6 +84,8 @@ def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenP
     if p.paged:
         fields.update(block_table=block_table.data_ptr(), page_size=p.page_size, num_pages=p.num_pages,
                       pages_per_seq=p.pages_per_seq, table_stride=block_table.stride(0))
+    if seqused_k is not None:
+        fields.update(seqused_k=seqused_k.data_ptr())
     return dispatch.lib().op_args(OP, **fields)
 
 
@@ -156,18 +159,19 @@ def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_s
 
 
 def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
-                     softmax_scale=None, window=(-1, -1), block_table=None):
+                     softmax_scale=None, window=(-1, -1), block_table=None, seqused_k=None):
     """The kernel and variant a packed call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
     p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                                     softmax_scale, None, window, block_table)
+                                     softmax_scale, None, window, block_table, seqused_k)
     cus = dispatch.device_facts(q.device)[1]
     d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
-        copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus), (q, k, v), q.device)
+        copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus, seqused_k), (q, k, v),
+        q.device)
     if d is not None:  # the padded call's selection, as the call runs it
         return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                max_seqlen_k, round_mode, p.scale, window, block_table)
-    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus)
+                                max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k)
+    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
 
 
@@ -213,29 +217,30 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
 
 
 def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
-            fake: bool):
+            fake: bool, seqused_k=None):
     """A packed call: (out, lse); lse is [Hq, total_q] fp32 when return_lse, else an empty [0] tensor."""
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
-                                     checks.check_window(window), block_table)
+                                     checks.check_window(window), block_table, seqused_k)
     if fake:
         return (q.new_empty(q.shape) if out is None else out), q.new_empty(_packed_lse_shape(q, return_lse),
                                                                            dtype=torch.float32)
     from ...runtime import dispatch
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
     if not empty:
-        args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1])
+        args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1],
+                                 seqused_k)
         d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
-            copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, args.num_cus), (q, k, v, out),
-            q.device)
+            copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, args.num_cus, seqused_k),
+            (q, k, v, out), q.device)
         if d is not None:
             # A paged pool is copied whole. A given out is copied too, so rows no sequence owns keep its values.
             o, lse = _packed(_pad(q, d), _pad(k, d), _pad(v, d), _pad(out, d), cu_q, cu_k, max_q, max_k,
-                             round_mode, p.scale, return_lse, window, block_table, False)
+                             round_mode, p.scale, return_lse, window, block_table, False, seqused_k)
             o = o[..., :p.head_dim]
             return (o.contiguous() if out is None else out.copy_(o)), lse
         sel = dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
     if dispatch.knob("RTCATTN_CHECK") == "1":  # an empty call's metadata too: cu_seqlens=[0] with rows is wrong
-        validate.check_device_metadata(cu_q, cu_k, block_table, p)
+        validate.check_device_metadata(cu_q, cu_k, block_table, p, seqused_k)
     # The kernels write only rows that a sequence owns; the others (rows past cu_seqlens_q[-1], as padding
     # for a captured graph leaves them, or every row when batch = 0) read as rows that see no key: O = 0,
     # LSE = -inf, never uninitialised memory. A given out keeps its values there.
@@ -270,18 +275,21 @@ def _ops(fake: bool) -> tuple:
     def fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, round_mode: str,
                    softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
-                   block_table: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, lse) for packed q, k, v."""
+                   block_table: torch.Tensor | None = None,
+                   seqused_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) for packed q, k, v; seqused_k (int32 [B], optional): sequence b uses seqused_k[b] keys
+        from its first key row (flash_attn_with_kvcache's contiguous and paged caches)."""
         return _packed(q, k, v, None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                       softmax_scale, return_lse, (window_left, window_right), block_table, fake)
+                       softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k)
 
     def fwd_varlen_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                        round_mode: str, softmax_scale: float | None, return_lse: bool, window_left: int = -1,
-                       window_right: int = -1, block_table: torch.Tensor | None = None) -> torch.Tensor:
+                       window_right: int = -1, block_table: torch.Tensor | None = None,
+                       seqused_k: torch.Tensor | None = None) -> torch.Tensor:
         """Writes the output into out; returns lse as fwd_varlen does."""
         return _packed(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                       softmax_scale, return_lse, (window_left, window_right), block_table, fake)[1]
+                       softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k)[1]
 
     return fwd, fwd_out, fwd_varlen, fwd_varlen_out
 

@@ -168,9 +168,11 @@ def check_max(name: str, value) -> int:
 
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
                         softmax_scale=None, out: torch.Tensor | None = None, window: tuple = (-1, -1),
-                        block_table: torch.Tensor | None = None) -> VarlenProblem:
+                        block_table: torch.Tensor | None = None,
+                        seqused_k: torch.Tensor | None = None) -> VarlenProblem:
     """A packed call: every check that needs no device memory. q [total_q, Hq, D]; k, v [total_k, Hk, D], or
-    with block_table [num_pages, page_size, Hk, D]; cu_seqlens_* int32 [B + 1]; block_table int32 [B, pages]."""
+    with block_table [num_pages, page_size, Hk, D]; cu_seqlens_* int32 [B + 1]; block_table int32 [B, pages];
+    seqused_k int32 [B] (sequence b's KV length; cu_seqlens_k[b] is then only its first key row when not paged)."""
     checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
     paged = block_table is not None
     kv_text = "[num_pages, page_size, Hk, D] (paged: block_table given)" if paged else "[total_k, Hk, D]"
@@ -188,6 +190,11 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         raise ValueError(f"len(cu_seqlens_q)={cu_seqlens_q.shape[0]} != len(cu_seqlens_k)={cu_seqlens_k.shape[0]}; "
                          "accepted: equal lengths (batch + 1 each)")
     batch = cu_seqlens_q.shape[0] - 1
+    if seqused_k is not None:
+        checks.check_index_tensor("seqused_k", seqused_k, 1, "1 dim, [batch]", device)
+        if seqused_k.shape[0] != batch:
+            raise ValueError(f"seqused_k.shape={tuple(seqused_k.shape)} is not supported; accepted: [batch={batch}] "
+                             "(batch = len(cu_seqlens_q) - 1)")
     check_max("max_seqlen_q", max_seqlen_q)
     check_max("max_seqlen_k", max_seqlen_k)
     total_q, hq, d = q.shape
@@ -215,20 +222,27 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             raise ValueError(f"k.shape={tuple(k.shape)} (total_k=0) is not supported; accepted: total_k >= 1")
     if out is not None:  # the metadata too: the kernels read cu_seqlens and the block table all along
         metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
-            (("block_table", block_table),) if paged else ())
+            (("block_table", block_table),) if paged else ()) + (
+            (("seqused_k", seqused_k),) if seqused_k is not None else ())
         checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + metadata)
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
                          checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages)
 
 
-def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: VarlenProblem) -> None:
-    """RTCATTN_CHECK=1: reads cu_seqlens and the block table back (a host sync) and checks their values."""
+def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: VarlenProblem, seqused_k=None) -> None:
+    """RTCATTN_CHECK=1: reads cu_seqlens, seqused_k and the block table back (a host sync) and checks their
+    values."""
     cq, ck = (t.to("cpu").tolist() for t in (cu_seqlens_q, cu_seqlens_k))
     # Rows past max_seqlen_q are not computed, so a longer q sequence is refused; max_seqlen_k bounds
-    # nothing (every kernel uses all of a sequence's keys, as FlashAttention does).
-    for name, cu, total, longest in (("cu_seqlens_q", cq, problem.total_q, ("max_seqlen_q", problem.max_seqlen_q)),
-                                     ("cu_seqlens_k", ck, None if problem.paged else problem.total_k, None)):
+    # nothing (every kernel uses all of a sequence's keys, as FlashAttention does) but seqused_k's values.
+    offsets = (("cu_seqlens_q", cq, problem.total_q, ("max_seqlen_q", problem.max_seqlen_q)),)
+    if seqused_k is None:
+        offsets += (("cu_seqlens_k", ck, None if problem.paged else problem.total_k, None),)
+        lens = [ck[b + 1] - ck[b] for b in range(problem.batch)]
+    else:
+        lens = _check_seqused(ck, seqused_k.to("cpu").tolist(), problem)
+    for name, cu, total, longest in offsets:
         if cu[0] != 0:
             raise ValueError(f"{name}[0]={cu[0]} is not supported; accepted: 0 (RTCATTN_CHECK=1)")
         for b in range(problem.batch):
@@ -245,9 +259,9 @@ def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: Varl
         return
     table = block_table.to("cpu")
     for b in range(problem.batch):
-        n = -(-(ck[b + 1] - ck[b]) // problem.page_size)
+        n = -(-lens[b] // problem.page_size)
         if n > problem.pages_per_seq:
-            raise ValueError(f"sequence {b} has {ck[b + 1] - ck[b]} keys, {n} pages > block_table.shape[1]="
+            raise ValueError(f"sequence {b} has {lens[b]} keys, {n} pages > block_table.shape[1]="
                              f"{problem.pages_per_seq}; accepted: a block table that holds every page "
                              "(RTCATTN_CHECK=1)")
         ids = table[b, :n]
@@ -256,3 +270,17 @@ def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: Varl
             j = int(bad[0, 0])
             raise ValueError(f"block_table[{b}, {j}]={int(ids[j])} is not supported; accepted: a page id in "
                              f"[0, {problem.num_pages}) (RTCATTN_CHECK=1)")
+
+
+def _check_seqused(ck, used, problem: VarlenProblem) -> list:
+    """RTCATTN_CHECK=1 with seqused_k: each length in [0, max_seqlen_k] and, not paged, each sequence's first key
+    row cu_seqlens_k[b] and its keys inside k's rows (cu_seqlens_k's last entry is not read). Returns the lengths."""
+    for b in range(problem.batch):
+        if not 0 <= used[b] <= problem.max_seqlen_k:
+            raise ValueError(f"seqused_k[{b}]={used[b]} is not supported; accepted: 0..max_seqlen_k="
+                             f"{problem.max_seqlen_k} (RTCATTN_CHECK=1)")
+        if not problem.paged and not (0 <= ck[b] and ck[b] + used[b] <= problem.total_k):
+            raise ValueError(f"sequence {b}: cu_seqlens_k[{b}]={ck[b]} with seqused_k[{b}]={used[b]} reaches past "
+                             f"k's rows; accepted: 0 <= cu_seqlens_k[{b}] and cu_seqlens_k[{b}] + seqused_k[{b}] <= "
+                             f"total_k={problem.total_k} (RTCATTN_CHECK=1)")
+    return list(used)
