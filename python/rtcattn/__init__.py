@@ -1,7 +1,9 @@
 """rtcattn: a bf16 flash-attention forward op whose kernels are compiled from text at first use and cached."""
 __version__ = "0.1.0"
 
+# importing api registers the ops
 from . import aiter  # rtcattn.aiter.register()
-from .api import flash_attn_func, flash_attn_varlen_func, forward, forward_varlen  # importing api registers the ops
+from .api import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, forward, forward_varlen
 
-__all__ = ["forward", "forward_varlen", "flash_attn_func", "flash_attn_varlen_func", "aiter", "__version__"]
+__all__ = ["forward", "forward_varlen", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "aiter",
+           "__version__"]

@@ -164,3 +164,66 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     return forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode=mode,
                           softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
                           window_size=window_size, block_table=block_table)
+
+
+def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            k: torch.Tensor | None = None, v: torch.Tensor | None = None,
+                            rotary_cos: torch.Tensor | None = None, rotary_sin: torch.Tensor | None = None,
+                            cache_seqlens: int | torch.Tensor | None = None,
+                            cache_batch_idx: torch.Tensor | None = None, cache_leftpad: torch.Tensor | None = None,
+                            block_table: torch.Tensor | None = None, softmax_scale: float | None = None,
+                            causal: bool = False, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                            rotary_interleaved: bool = True, alibi_slopes: torch.Tensor | None = None,
+                            num_splits: int = 0, return_softmax_lse: bool = False, *, how_v3_bf16_cvt: int = 1,
+                            out: torch.Tensor | None = None):
+    """flash-attn 2.x's flash_attn_with_kvcache (its signature and order), plus AITER's how_v3_bf16_cvt and out=.
+
+    q [B, Sq, Hq, D]; k_cache / v_cache [B_cache, S_max, Hk, D], or with block_table (int32 [B, blocks]) a paged
+    cache [num_blocks, page_size, Hk, D]. k / v [B, S_new, Hk, D], when given, are written into the caches in place
+    at rows cache_seqlens[b] .. + S_new - 1 before attention (k rotated when rotary_cos / rotary_sin
+    [seqlen_ro, rotary_dim / 2] are given; q too, at the same positions when causal or local, all at cache_seqlens[b]
+    otherwise). Sequence b attends to its cache rows cache_leftpad[b] .. cache_seqlens[b] + S_new - 1 of cache
+    batch cache_batch_idx[b] (contiguous caches), masks aligned bottom-right. num_splits: 0 (heuristic), 1 (no split)
+    or n (at most n): the kernels split no KV range today, so every value runs unsplit. Returns out, or
+    (out, softmax_lse [B, Hq, Sq] fp32) when return_softmax_lse.
+    """
+    mode = check_scalars(0.0, softmax_scale, causal, window_size, how_v3_bf16_cvt)
+    if softcap != 0.0:
+        _unsupported("softcap", softcap, "0.0 (no soft cap)")
+    if alibi_slopes is not None:
+        _unsupported("alibi_slopes", type(alibi_slopes).__name__, "None")
+    checks.check_int("num_splits", num_splits, 0, checks.MAX_SIZE, " (0: heuristic, 1: no split, n: at most n)")
+    for name, value in (("rotary_interleaved", rotary_interleaved), ("return_softmax_lse", return_softmax_lse)):
+        checks.check_bool(name, value)
+    tensors = (("q", q, False), ("k_cache", k_cache, False), ("v_cache", v_cache, False), ("k", k, True),
+               ("v", v, True), ("rotary_cos", rotary_cos, True), ("rotary_sin", rotary_sin, True),
+               ("cache_batch_idx", cache_batch_idx, True), ("cache_leftpad", cache_leftpad, True),
+               ("block_table", block_table, True), ("out", out, True))
+    for name, t, optional in tensors:
+        checks.check_type(name, t, optional)
+    cache_seqlens = _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table)
+    left, right = checks.check_window(window_size, causal)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    args = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, mode, scale,
+            return_softmax_lse, left, right, rotary_interleaved)
+    if out is None:
+        out, lse = torch.ops.rtcattn.fwd_kvcache(q, k_cache, v_cache, *args)
+    else:
+        lse = torch.ops.rtcattn.fwd_kvcache_out(q, k_cache, v_cache, out, *args)
+    return (out, lse) if return_softmax_lse else out
+
+
+def _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table):
+    """cache_seqlens as the op takes it: None or a tensor as given; an int (every sequence's length, as flash-attn
+    takes it) checked against the cache here, where it is known, and made an int32 [B] tensor on q's device."""
+    if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):
+        return cache_seqlens
+    if not isinstance(q, torch.Tensor) or q.dim() != 4 or k_cache.dim() != 4:
+        return cache_seqlens  # the op's checks name what is wrong with q or the cache
+    capacity = k_cache.shape[1] * (block_table.shape[1] if isinstance(block_table, torch.Tensor)
+                                   and block_table.dim() == 2 else 1)
+    new = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
+    checks.check_int("cache_seqlens", cache_seqlens, 0, max(capacity - new, 0),
+                     f" (an int: every sequence's cached keys; the cache holds {capacity} per sequence, "
+                     f"k adds {new})")
+    return torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)

@@ -38,7 +38,8 @@ def _default(value) -> str:
 def schema_of(fn: typing.Callable, name: str, mutates: tuple = (), returns: str | None = None,
               skip: tuple = ()) -> str:
     """"name(<fn's parameters>) -> <returns, or fn's return annotation>"; a parameter in mutates is written
-    to (Tensor(a!)), one in skip is left out (a Python-only parameter)."""
+    to (Tensor(a!), the next one Tensor(b!), ...: each its own alias set), one in skip is left out (a Python-only
+    parameter)."""
     args = []
     for p in inspect.signature(fn).parameters.values():
         if p.name in skip:
@@ -47,7 +48,7 @@ def schema_of(fn: typing.Callable, name: str, mutates: tuple = (), returns: str 
         if p.name in mutates:
             if t != "Tensor":
                 raise TypeError(f"parameter {p.name}: only a Tensor can be written to")
-            t = "Tensor(a!)"
+            t = f"Tensor({'abcdefgh'[mutates.index(p.name)]}!)"
         default = "" if p.default is inspect.Parameter.empty else "=" + _default(p.default)
         args.append(f"{t} {p.name}{default}")
     ret = returns or _type("return", inspect.signature(fn).return_annotation)

@@ -247,3 +247,72 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None
         else:
             o[q0:q1] = reference_r(*args, round_mode, softmax_scale, window)[0]
     return o if round_mode is not None else (o, lse)
+
+
+def rotary_fp64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions, interleaved: bool) -> torch.Tensor:
+    """x [S, H, D] with row i rotated by angle row positions[i] of cos / sin [seqlen_ro, rotary_dim / 2], in fp64,
+    rounded once to x's dtype: interleaved pairs (2j, 2j + 1), else (j, j + rotary_dim / 2)."""
+    half = cos.shape[1]
+    idx = torch.tensor(positions, dtype=torch.int64)
+    c, s = (t.to(torch.float64).cpu()[idx][:, None, :] for t in (cos, sin))
+    out = x.to(torch.float64).cpu().clone()
+    first = slice(0, 2 * half, 2) if interleaved else slice(0, half)
+    second = slice(1, 2 * half, 2) if interleaved else slice(half, 2 * half)
+    a, b = out[..., first].clone(), out[..., second].clone()
+    out[..., first], out[..., second] = a * c - b * s, a * s + b * c
+    return out.to(x.dtype)
+
+
+def reference_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                      cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, window=(-1, -1),
+                      rotary_interleaved=True, round_mode: str | None = None):
+    """flash-attn 2.x's flash_attn_with_kvcache on the host, sequence by sequence, from its documented semantics:
+    new rows k / v written at cache rows cache_seqlens[b] + i (k rotated at those positions), q rotated at
+    cache_seqlens[b] + i when the call is causal or local (a window side in [0, capacity)) else all at
+    cache_seqlens[b], keys cache_leftpad[b] .. cache_seqlens[b] + S_new - 1. window: (left, right) with causal's
+    right = 0 applied. Returns (k_cache, v_cache) as updated copies, and O64 [B, Sq, Hq, D] float64 with lse64
+    [B, Hq, Sq], or with round_mode the "R" output in q's dtype."""
+    kc, vc = k_cache.cpu().clone(), v_cache.cpu().clone()
+    batch, seq_q = q.shape[0], q.shape[1]
+    paged = block_table is not None
+    capacity = kc.shape[1] * (block_table.shape[1] if paged else 1)
+    new = 0 if k is None else k.shape[1]
+    seqlens = [capacity] * batch if cache_seqlens is None else cache_seqlens.cpu().tolist()
+    bidx = list(range(batch)) if cache_batch_idx is None else cache_batch_idx.cpu().tolist()
+    leftpad = [0] * batch if cache_leftpad is None else cache_leftpad.cpu().tolist()
+    table = None if not paged else block_table.cpu()
+    per_row = any(0 <= w < capacity for w in window)
+    o = torch.zeros(q.shape, dtype=torch.float64 if round_mode is None else q.dtype)
+    lse = torch.full((batch, q.shape[2], seq_q), -math.inf, dtype=torch.float64)
+
+    def rows(cache, b):  # sequence b's cache rows [capacity, Hk, D]
+        return cache[table[b].long()].flatten(0, 1) if paged else cache[bidx[b]]
+
+    for b in range(batch):
+        at = [seqlens[b] + i for i in range(new)]
+        if new:
+            kb = k[b].cpu()
+            if rotary_cos is not None:
+                kb = rotary_fp64(kb, rotary_cos, rotary_sin, at, rotary_interleaved)
+            for i, r in enumerate(at):
+                if paged:
+                    page = kc.shape[1]
+                    kc[table[b, r // page], r % page], vc[table[b, r // page], r % page] = kb[i], v[b, i].cpu()
+                else:
+                    kc[bidx[b], r], vc[bidx[b], r] = kb[i], v[b, i].cpu()
+    for b in range(batch):
+        qb = q[b].cpu()
+        if rotary_cos is not None:
+            pos = [seqlens[b] + i if per_row else seqlens[b] for i in range(seq_q)]
+            qb = rotary_fp64(qb, rotary_cos, rotary_sin, pos, rotary_interleaved)
+        keys = slice(leftpad[b], seqlens[b] + new)
+        kb, vb = rows(kc, b)[keys], rows(vc, b)[keys]
+        if kb.shape[0] == 0 or seq_q == 0:
+            continue
+        args = (qb[None], kb[None], vb[None], "bshd")
+        if round_mode is None:
+            ob, lb = reference_fp64(*args, softmax_scale, window)
+            o[b], lse[b] = ob[0], lb[0]
+        else:
+            o[b] = reference_r(*args, round_mode, softmax_scale, window)[0]
+    return (kc, vc), (o if round_mode is not None else (o, lse))

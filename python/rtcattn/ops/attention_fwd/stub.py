@@ -19,7 +19,7 @@ import dataclasses
 import torch
 
 from .. import backward, checks, schema
-from . import OP, validate
+from . import OP, kvcache, validate
 
 _LIB = torch.library.Library("rtcattn", "DEF")  # kept alive: the ops live as long as this object
 
@@ -257,6 +257,42 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
     return out, lse
 
 
+def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+             block_table, out, round_mode, softmax_scale, return_lse, window, rotary_interleaved, fake: bool):
+    """flash_attn_with_kvcache: (out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32 or an empty [0] tensor). Appends k / v into
+    the caches in place, rotates, then runs the packed form with seqused_k (kvcache.py says how, without a sync)."""
+    p = validate.check_kvcache_inputs(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                      cache_batch_idx, cache_leftpad, block_table, softmax_scale, out)
+    window = checks.check_window(window)
+    checks.check_bool("rotary_interleaved", rotary_interleaved)
+    lse_shape = (p.batch, p.heads, p.seq_q) if return_lse else (0,)
+    if fake:
+        return (q.new_empty(q.shape) if out is None else out), q.new_empty(lse_shape, dtype=torch.float32)
+    from ...runtime import dispatch
+    if dispatch.knob("RTCATTN_CHECK") == "1":  # before anything is written
+        kvcache.check_device_values(cache_seqlens, cache_batch_idx, cache_leftpad, block_table, p)
+    packed = kvcache.plan(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, p)
+    args = (packed.cu_q, packed.cu_k, p.seq_q, packed.max_seqlen_k, round_mode, p.scale)
+    if q.numel():  # the runtime's checks of the attention, before the append writes anything
+        selection_varlen(packed.q, packed.k, packed.v, *args, window, block_table, packed.seqused_k)
+    # flash-attn's rule: q's rows take their own rotary positions when the call is causal or local, a window side
+    # at or past the capacity counting as unbounded.
+    per_row = any(0 <= w < p.capacity for w in window)
+    packed = kvcache.apply(packed, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                           block_table, p, rotary_interleaved, per_row)
+    rows = (p.batch * p.seq_q, p.heads, p.head_dim)
+    # out= as packed rows when its strides allow (every row belongs to a sequence), else written through a copy.
+    direct = out is None or (out.stride(0) == p.seq_q * out.stride(1) or p.batch <= 1)
+    o, lse = _packed(packed.q, packed.k, packed.v, None if out is None or not direct else out.view(rows),
+                     *args, return_lse, window, block_table, False, packed.seqused_k)
+    lse = lse.view(p.heads, p.batch, p.seq_q).permute(1, 0, 2).contiguous() if return_lse else lse
+    if out is None:
+        return o.view(q.shape), lse
+    if not direct:
+        out.copy_(o.view(q.shape))
+    return out, lse
+
+
 def _ops(fake: bool) -> tuple:
     """The four ops, written once: their signatures are the schemas; fake=True gives their fakes."""
     def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, round_mode: str,
@@ -291,16 +327,43 @@ def _ops(fake: bool) -> tuple:
         return _packed(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                        softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k)[1]
 
-    return fwd, fwd_out, fwd_varlen, fwd_varlen_out
+    def fwd_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
+                    v: torch.Tensor | None, rotary_cos: torch.Tensor | None, rotary_sin: torch.Tensor | None,
+                    cache_seqlens: torch.Tensor | None, cache_batch_idx: torch.Tensor | None,
+                    cache_leftpad: torch.Tensor | None, block_table: torch.Tensor | None, round_mode: str,
+                    softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
+                    rotary_interleaved: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) of flash_attn_with_kvcache; k_cache / v_cache get k / v appended in place."""
+        return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                        cache_leftpad, block_table, None, round_mode, softmax_scale, return_lse,
+                        (window_left, window_right), rotary_interleaved, fake)
+
+    def fwd_kvcache_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+                        k: torch.Tensor | None, v: torch.Tensor | None, rotary_cos: torch.Tensor | None,
+                        rotary_sin: torch.Tensor | None, cache_seqlens: torch.Tensor | None,
+                        cache_batch_idx: torch.Tensor | None, cache_leftpad: torch.Tensor | None,
+                        block_table: torch.Tensor | None, round_mode: str, softmax_scale: float | None,
+                        return_lse: bool, window_left: int = -1, window_right: int = -1,
+                        rotary_interleaved: bool = True) -> torch.Tensor:
+        """Writes the output into out; returns lse as fwd_kvcache does."""
+        return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                        cache_leftpad, block_table, out, round_mode, softmax_scale, return_lse,
+                        (window_left, window_right), rotary_interleaved, fake)[1]
+
+    return fwd, fwd_out, fwd_varlen, fwd_varlen_out, fwd_kvcache, fwd_kvcache_out
 
 
 # The public functions that call each op, named by a backward's error.
 _CALLERS = {"fwd": ("rtcattn.forward", "rtcattn.flash_attn_func", "aiter.rtcattn_fwd"),
             "fwd_out": ("rtcattn.forward(out=...)",),
             "fwd_varlen": ("rtcattn.forward_varlen", "rtcattn.flash_attn_varlen_func", "aiter.rtcattn_varlen_fwd"),
-            "fwd_varlen_out": ("rtcattn.forward_varlen(out=...)", "rtcattn.flash_attn_varlen_func(out=...)")}
+            "fwd_varlen_out": ("rtcattn.forward_varlen(out=...)", "rtcattn.flash_attn_varlen_func(out=...)"),
+            "fwd_kvcache": ("rtcattn.flash_attn_with_kvcache", "aiter.rtcattn_kvcache_fwd"),
+            "fwd_kvcache_out": ("rtcattn.flash_attn_with_kvcache(out=...)",)}
+# What each op writes: out=, and the caches that the kvcache ops append to.
+_WRITES = {"fwd_kvcache": ("k_cache", "v_cache"), "fwd_kvcache_out": ("k_cache", "v_cache", "out")}
 
 for _op, _fake in zip(_ops(False), _ops(True)):
-    schema.define(_LIB, _op, mutates=("out",))
+    schema.define(_LIB, _op, mutates=_WRITES.get(_op.__name__, ("out",)))
     torch.library.register_fake(f"rtcattn::{_op.__name__}", _fake, lib=_LIB)
     backward.register(_LIB, _op.__name__, _CALLERS[_op.__name__])

@@ -284,3 +284,169 @@ def _check_seqused(ck, used, problem: VarlenProblem) -> list:
                              f"k's rows; accepted: 0 <= cu_seqlens_k[{b}] and cu_seqlens_k[{b}] + seqused_k[{b}] <= "
                              f"total_k={problem.total_k} (RTCATTN_CHECK=1)")
     return list(used)
+
+
+@dataclass(frozen=True)
+class KvcacheProblem:
+    """A flash_attn_with_kvcache call's sizes (q [B, Sq, Hq, D]; the cache contiguous or paged)."""
+    batch: int
+    seq_q: int
+    heads: int
+    heads_k: int
+    head_dim: int
+    new: int            # rows of k / v appended per sequence (0: no append)
+    capacity: int       # the keys one sequence can hold: S_max, or block_table.shape[1] * page_size
+    rows_per_batch: int  # contiguous: k_cache rows from one cache batch to the next (stride(0) / stride(1))
+    cache_batch: int    # contiguous: B_cache; paged: num_blocks
+    page_size: int      # paged: rows per block; 0 = contiguous
+    rotary_dim: int     # 0: no rotary embedding
+    scale: float
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size > 0
+
+
+_CACHE_TEXT = "[B_cache, S_max, Hk, D], or [num_blocks, page_size, Hk, D] with block_table"
+
+
+def _check_meta(name: str, t, batch: int, device) -> None:
+    if t is not None:
+        checks.check_index_tensor(name, t, 1, f"1 dim, [batch={batch}]", device)
+        if t.shape[0] != batch:
+            raise ValueError(f"{name}.shape={tuple(t.shape)} is not supported; accepted: [batch={batch}] (q.shape[0])")
+
+
+def _rows_per_batch(name: str, t: torch.Tensor) -> int:
+    """Contiguous cache: rows from one cache batch to the next, which the packed view of the cache needs to be a whole
+    number of rows, at least S_max (no two batches share a row)."""
+    bc, s_max = t.shape[0], t.shape[1]
+    if bc == 1:
+        return s_max
+    st0, st1 = t.stride(0), t.stride(1)
+    if st1 <= 0 or st0 % st1 != 0 or st0 // st1 < s_max:
+        raise ValueError(f"{name}.stride()={tuple(t.stride())} is not supported; accepted: a batch stride that is a "
+                         f"whole number of rows, at least S_max={s_max} (stride(0) = n * stride(1), n >= S_max; e.g. "
+                         "a contiguous cache or a slice of one along S)")
+    return st0 // st1
+
+
+def _check_new_kv(k, v, q, batch: int, hk: int, d: int, capacity: int, cache_seqlens) -> int:
+    """The appended rows per sequence (0 without k / v)."""
+    if (k is None) != (v is None):
+        raise ValueError(f"k is {'None' if k is None else 'given'} and v is {'None' if v is None else 'given'}; "
+                         "accepted: both (appended to the cache) or neither")
+    if k is None:
+        return 0
+    for name, t in (("k", k), ("v", v)):
+        checks.check_tensor(name, t, DTYPES, 4, "[B, S_new, Hk, D]")
+    checks.check_same_dtype((("q", q), ("k", k), ("v", v)), DTYPES)
+    checks.check_same("devices", ("q.device", "k.device", "v.device"), (q.device, k.device, v.device))
+    checks.check_same("k and v shapes", ("k", "v"), (tuple(k.shape), tuple(v.shape)))
+    b, new, h, dk = k.shape
+    if (b, h, dk) != (batch, hk, d):
+        raise ValueError(f"k.shape={tuple(k.shape)} is not supported; accepted: [B={batch}, S_new, Hk={hk}, D={d}]")
+    if new > capacity:
+        raise ValueError(f"k.shape[1]={new} new rows per sequence is not supported; accepted: at most the cache's "
+                         f"{capacity} keys per sequence")
+    if cache_seqlens is None:
+        raise ValueError("cache_seqlens=None with k / v given is not supported; accepted: cache_seqlens (an int or "
+                         "int32 [B]) saying where each sequence's new rows go")
+    return new
+
+
+def _check_rotary(cos, sin, q, k, d: int, capacity: int) -> int:
+    """rotary_dim (0 without rotary_cos / rotary_sin)."""
+    if (cos is None) != (sin is None):
+        raise ValueError("rotary_cos and rotary_sin: one is None; accepted: both [seqlen_ro, rotary_dim / 2] or "
+                         "neither")
+    if cos is None:
+        return 0
+    if k is None:
+        raise ValueError("rotary_cos / rotary_sin given without k / v is not supported; accepted: rotary embedding "
+                         "with new rows appended (k and v given), as flash-attn")
+    for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
+        checks.check_type(name, t)
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}.dtype={t.dtype} is not supported; accepted: q's dtype {q.dtype}")
+        if t.dim() != 2:
+            raise ValueError(f"{name}.ndim={t.dim()} (shape {tuple(t.shape)}) is not supported; accepted: 2 dims, "
+                             "[seqlen_ro, rotary_dim / 2]")
+        if t.device != q.device:
+            raise ValueError(f"{name}.device={t.device} is not supported; accepted: q's device {q.device}")
+    checks.check_same("rotary_cos and rotary_sin shapes", ("rotary_cos", "rotary_sin"), (tuple(cos.shape),
+                                                                                        tuple(sin.shape)))
+    seqlen_ro, rotary_dim = cos.shape[0], 2 * cos.shape[1]
+    if rotary_dim == 0 or rotary_dim % 16 != 0 or rotary_dim > d:
+        raise ValueError(f"rotary_dim={rotary_dim} (rotary_cos.shape={tuple(cos.shape)}) is not supported; accepted: "
+                         f"a multiple of 16 in 16..D={d} (rotary_cos.shape[1] = rotary_dim / 2)")
+    if seqlen_ro < capacity:
+        raise ValueError(f"rotary_cos.shape[0]={seqlen_ro} is not supported; accepted: at least the cache's {capacity} "
+                         "keys per sequence (a position for every row)")
+    return rotary_dim
+
+
+def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                         cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None,
+                         out: torch.Tensor | None = None) -> KvcacheProblem:
+    """flash_attn_with_kvcache: every check that needs no device memory (cache_seqlens as int32 [B] or None)."""
+    checks.check_tensor("q", q, DTYPES, 4, "[B, Sq, Hq, D]")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        checks.check_tensor(name, t, DTYPES, 4, _CACHE_TEXT)
+    checks.check_same_dtype((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), DTYPES)
+    device = q.device
+    checks.check_same("devices", ("q.device", "k_cache.device", "v_cache.device"),
+                      (q.device, k_cache.device, v_cache.device))
+    checks.check_same("k_cache and v_cache shapes", ("k_cache", "v_cache"), (tuple(k_cache.shape),
+                                                                             tuple(v_cache.shape)))
+    batch, seq_q, hq, d = q.shape
+    cache_batch, rows, hk, dk = k_cache.shape
+    if hk == 0 or hq % hk != 0:
+        raise _heads_error(hq, hk)
+    checks.check_same("head dim", ("q", "k_cache", "v_cache"), (d, dk, v_cache.shape[-1]))
+    _check_head_dim(d, q)
+    if cache_batch < 1 or rows < 1:
+        raise ValueError(f"k_cache.shape={tuple(k_cache.shape)} is not supported; accepted: {_CACHE_TEXT}, each "
+                         "size >= 1")
+    for name, t in (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
+                    ("cache_leftpad", cache_leftpad)):
+        _check_meta(name, t, batch, device)
+    page_size = rows_per_batch = 0
+    if block_table is not None:
+        checks.check_index_tensor("block_table", block_table, 2, "2 dims, [batch, max_blocks_per_seq]", device)
+        if block_table.shape[0] != batch or block_table.shape[1] < 1:
+            raise ValueError(f"block_table.shape={tuple(block_table.shape)} is not supported; accepted: "
+                             f"[batch={batch}, blocks >= 1] (batch = q.shape[0])")
+        for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+            if t is not None:
+                raise ValueError(f"{name} with block_table is not supported; accepted: {name}=None with a paged "
+                                 "cache (the block table maps each sequence's rows), as flash-attn")
+        page_size = rows
+        if page_size < 16 or page_size & (page_size - 1):
+            raise ValueError(f"page_size={page_size} (k_cache.shape[1], paged) is not supported; accepted: a power of "
+                             "two >= 16 (16, 32, 64, 128, 256, ...)")
+        capacity = block_table.shape[1] * page_size
+    else:
+        capacity = rows
+        rows_per_batch = _rows_per_batch("k_cache", k_cache)
+        if cache_batch > 1 and _rows_per_batch("v_cache", v_cache) != rows_per_batch:
+            raise ValueError(f"k_cache.stride()={tuple(k_cache.stride())} and v_cache.stride()="
+                             f"{tuple(v_cache.stride())} put their batches {rows_per_batch} and "
+                             f"{_rows_per_batch('v_cache', v_cache)} rows apart; accepted: the same rows per batch")
+    new = _check_new_kv(k, v, q, batch, hk, d, capacity, cache_seqlens)
+    rotary_dim = _check_rotary(rotary_cos, rotary_sin, q, k, d, capacity)
+    inputs = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + [
+        (n, t) for n, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                            ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
+                            ("cache_leftpad", cache_leftpad), ("block_table", block_table)) if t is not None]
+    if new and checks._has_storage(k):  # the append reads k / v while it writes the cache
+        for name, t in (("k", k), ("v", v)):
+            for cname, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+                if checks._spans_overlap(t, c):
+                    raise ValueError(f"{name} overlaps {cname} in memory; accepted: new rows that share no memory "
+                                     "with the cache")
+    if out is not None:
+        checks.check_out(out, q, DTYPES, inputs)
+        checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
+    return KvcacheProblem(batch, seq_q, hq, hk, d, new, capacity, rows_per_batch, cache_batch, page_size, rotary_dim,
+                          checks.check_scale(softmax_scale, d))

@@ -1,0 +1,163 @@
+"""flash_attn_with_kvcache's device work before attention: the append of k / v into the cache, the rotary embedding
+of q and the new k, and the packed call's metadata. All of it is torch ops on the inputs' device, queued on the
+current stream: no value is read back to the host (no .item(), .tolist() or boolean-mask indexing), so a call never
+waits on the device. Values only the device holds are clamped so that every read and write stays inside the
+tensors (RTCATTN_CHECK=1 refuses them instead: check_device_values, a host sync).
+
+Positions, as flash-attn 2.x defines them: sequence b's new rows go to cache rows cache_seqlens[b] + i (of cache
+batch cache_batch_idx[b], or through its block-table row), its keys are rows cache_leftpad[b] ..
+cache_seqlens[b] + S_new - 1, and the rotary position of a row is its cache row; q's rows sit at cache_seqlens[b] + i
+when the call is causal or local, all at cache_seqlens[b] otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .validate import KvcacheProblem
+
+
+@dataclass
+class Packed:
+    """The attention of a kvcache call as a packed call with seqused_k."""
+    q: torch.Tensor        # [B * Sq, Hq, D]
+    k: torch.Tensor        # packed view [total_k, Hk, D] of a contiguous cache, or the paged pool
+    v: torch.Tensor
+    cu_q: torch.Tensor     # int32 [B + 1]: arange * Sq
+    cu_k: torch.Tensor     # int32 [B + 1]: contiguous, each sequence's first key row (the last entry is not read)
+    seqused_k: torch.Tensor  # int32 [B]: each sequence's keys
+    max_seqlen_k: int      # the capacity: bounds every seqused_k value
+
+
+def rows_view(cache: torch.Tensor, p: KvcacheProblem) -> torch.Tensor:
+    """A contiguous cache [B_cache, S_max, Hk, D] as packed rows [total_k, Hk, D]: cache batch c's row j is row
+    c * rows_per_batch + j (validate checked that the batch stride is rows_per_batch rows)."""
+    total = (p.cache_batch - 1) * p.rows_per_batch + cache.shape[1]
+    return cache.as_strided((total, cache.shape[2], cache.shape[3]), (cache.stride(1), cache.stride(2), 1))
+
+
+def _clamp(t: torch.Tensor, lo, hi) -> torch.Tensor:
+    return torch.clamp(t, min=lo, max=hi)
+
+
+def positions(p: KvcacheProblem, cache_seqlens, device) -> torch.Tensor:
+    """Where each sequence's new rows start (int64 [B]), clamped so that the append stays inside the cache:
+    0 <= start <= capacity - S_new. cache_seqlens None: the whole cache is the sequence's."""
+    if cache_seqlens is None:
+        return torch.full((p.batch,), p.capacity - p.new, dtype=torch.int64, device=device)
+    return _clamp(cache_seqlens.to(torch.int64), 0, p.capacity - p.new)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """x [..., D] with its first rotary_dim columns rotated by cos / sin [..., rotary_dim / 2] (broadcast), in fp32,
+    rounded back to x's dtype (to nearest even); the other columns unchanged. Interleaved: pairs (2i, 2i + 1);
+    otherwise (i, i + rotary_dim / 2), GPT-NeoX's."""
+    half = cos.shape[-1]
+    xf = x[..., :2 * half].float()
+    if interleaved:
+        a, b = xf[..., 0::2], xf[..., 1::2]
+    else:
+        a, b = xf[..., :half], xf[..., half:]
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    rot = torch.stack((ra, rb), dim=-1).flatten(-2) if interleaved else torch.cat((ra, rb), dim=-1)
+    return torch.cat((rot.to(x.dtype), x[..., 2 * half:]), dim=-1)
+
+
+def _table(rotary, pos: torch.Tensor):
+    """cos and sin (fp32) at positions pos (int64, any shape), each clamped to the table's rows; a trailing head
+    axis of size 1 added."""
+    cos, sin = rotary
+    idx = _clamp(pos, 0, cos.shape[0] - 1)
+    return cos.float()[idx].unsqueeze(-2), sin.float()[idx].unsqueeze(-2)
+
+
+def append(k_cache, v_cache, k, v, start, p: KvcacheProblem, cache_batch_idx, block_table, rotary,
+           interleaved: bool) -> None:
+    """Writes k (rotated when rotary is given) and v into the caches in place, sequence b's row i at row
+    start[b] + i of its cache batch (contiguous) or of its block-table row (paged)."""
+    rows = start[:, None] + torch.arange(p.new, device=start.device)  # [B, S_new], each < capacity
+    if rotary is not None:
+        k = rotate(k, *_table(rotary, rows), interleaved)
+    if p.paged:
+        ids = block_table.gather(1, torch.div(rows, p.page_size, rounding_mode="floor")).to(torch.int64)
+        where = (_clamp(ids, 0, p.cache_batch - 1), rows % p.page_size)
+    else:
+        if cache_batch_idx is None:
+            batch = torch.arange(p.batch, device=start.device)
+        else:
+            batch = _clamp(cache_batch_idx.to(torch.int64), 0, p.cache_batch - 1)
+        where = (batch[:, None].expand(-1, p.new), rows)
+    k_cache.index_put_(where, k)
+    v_cache.index_put_(where, v)
+
+
+def rotate_q(q: torch.Tensor, start, p: KvcacheProblem, rotary, interleaved: bool, per_row: bool) -> torch.Tensor:
+    pos = start[:, None] + (torch.arange(p.seq_q, device=start.device) if per_row else 0)
+    return rotate(q, *_table(rotary, pos.expand(-1, p.seq_q)), interleaved)
+
+
+def plan(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, p: KvcacheProblem) -> Packed:
+    """The packed call (q not rotated yet), from the metadata alone: nothing is written. Sequence b's keys start at
+    its cache_leftpad[b] (clamped to [0, end]) and end at end = start + S_new."""
+    device = q.device
+    end = positions(p, cache_seqlens, device) + p.new
+    first = torch.zeros_like(end)
+    if cache_leftpad is not None:
+        first = torch.minimum(cache_leftpad.to(torch.int64).clamp(min=0), end)
+    used = (end - first).to(torch.int32)
+    cu_q = torch.arange(p.batch + 1, dtype=torch.int32, device=device) * p.seq_q
+    if p.paged:
+        cu_k = torch.zeros(p.batch + 1, dtype=torch.int32, device=device)
+        kv = (k_cache, v_cache)
+    else:
+        batch = (torch.arange(p.batch, device=device) if cache_batch_idx is None
+                 else _clamp(cache_batch_idx.to(torch.int64), 0, p.cache_batch - 1))
+        cu_k = torch.cat((batch * p.rows_per_batch + first, first.new_zeros(1))).to(torch.int32)
+        kv = (rows_view(k_cache, p), rows_view(v_cache, p))
+    return Packed(q.reshape(p.batch * p.seq_q, p.heads, p.head_dim), *kv, cu_q, cu_k, used, p.capacity)
+
+
+def apply(packed: Packed, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+          block_table, p: KvcacheProblem, interleaved: bool, per_row: bool) -> Packed:
+    """Appends k / v (when given, k rotated) and rotates q (when rotary is given): the packed call to launch.
+    per_row: q's rows at their own positions (a causal or local call)."""
+    start = positions(p, cache_seqlens, q.device)
+    rotary = None if rotary_cos is None else (rotary_cos, rotary_sin)
+    if p.new:
+        append(k_cache, v_cache, k, v, start, p, cache_batch_idx, block_table, rotary, interleaved)
+    if rotary is None:
+        return packed
+    q = rotate_q(q, start, p, rotary, interleaved, per_row)
+    packed.q = q.reshape(p.batch * p.seq_q, p.heads, p.head_dim)
+    return packed
+
+
+def check_device_values(cache_seqlens, cache_batch_idx, cache_leftpad, block_table, p: KvcacheProblem) -> None:
+    """RTCATTN_CHECK=1: reads the metadata back (a host sync) and refuses what the call would clamp, naming it."""
+    n = p.batch
+    seqlens = [p.capacity - p.new] * n if cache_seqlens is None else cache_seqlens.to("cpu").tolist()
+    for b, s in enumerate(seqlens):
+        if not 0 <= s <= p.capacity - p.new:
+            what = f"with k.shape[1]={p.new} new rows " if p.new else ""
+            raise ValueError(f"cache_seqlens[{b}]={s} {what}is not supported; accepted: 0..{p.capacity - p.new} (the "
+                             f"cache holds {p.capacity} keys per sequence) (RTCATTN_CHECK=1)")
+    if cache_batch_idx is not None:
+        for b, c in enumerate(cache_batch_idx.to("cpu").tolist()):
+            if not 0 <= c < p.cache_batch:
+                raise ValueError(f"cache_batch_idx[{b}]={c} is not supported; accepted: 0..{p.cache_batch - 1} "
+                                 "(k_cache.shape[0]) (RTCATTN_CHECK=1)")
+    if cache_leftpad is not None:
+        for b, lp in enumerate(cache_leftpad.to("cpu").tolist()):
+            if not 0 <= lp <= seqlens[b]:
+                raise ValueError(f"cache_leftpad[{b}]={lp} is not supported; accepted: 0..cache_seqlens[{b}]="
+                                 f"{seqlens[b]} (RTCATTN_CHECK=1)")
+    if p.paged:
+        table = block_table.to("cpu")
+        for b in range(n):
+            pages = -(-(seqlens[b] + p.new) // p.page_size)
+            bad = ((table[b, :pages] < 0) | (table[b, :pages] >= p.cache_batch)).nonzero()
+            if bad.numel():
+                j = int(bad[0, 0])
+                raise ValueError(f"block_table[{b}, {j}]={int(table[b, j])} is not supported; accepted: a block id "
+                                 f"in [0, {p.cache_batch}) (k_cache.shape[0]) (RTCATTN_CHECK=1)")
