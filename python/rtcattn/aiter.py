@@ -16,18 +16,30 @@ from . import api, ops  # noqa: F401  (ops registers torch.ops.rtcattn.*, which 
 from .ops import schema
 
 # AITER op name -> the rtcattn function whose signature and behaviour it has.
-ENTRIES = {"rtcattn_fwd": api.flash_attn_func, "rtcattn_varlen_fwd": api.flash_attn_varlen_func}
-OP_NAME, VARLEN_OP_NAME = ENTRIES
-# Always (out, lse), so the schema has one return type; lse is empty [0] unless return_lse.
-SCHEMAS = {name: schema.schema_of(fn, name, returns="(Tensor, Tensor)") for name, fn in ENTRIES.items()}
+ENTRIES = {"rtcattn_fwd": api.flash_attn_func, "rtcattn_varlen_fwd": api.flash_attn_varlen_func,
+           "rtcattn_kvcache_fwd": api.flash_attn_with_kvcache}
+OP_NAME, VARLEN_OP_NAME, KVCACHE_OP_NAME = ENTRIES
+# What each op writes in place (flash_attn_with_kvcache appends to the caches).
+WRITES = {KVCACHE_OP_NAME: ("k_cache", "v_cache")}
+# Always (out, lse), so the schema has one return type; lse is empty [0] unless asked for.
+SCHEMAS = {name: schema.schema_of(fn, name, WRITES.get(name, ()), returns="(Tensor, Tensor)")
+           for name, fn in ENTRIES.items()}
+
+
+def _lse_flag(a: dict) -> bool:
+    """Whether the call asked for the LSE: flash-attn's kvcache entry names it return_softmax_lse."""
+    return a["return_softmax_lse"] if "return_softmax_lse" in a else a["return_lse"]
 
 _lock = threading.Lock()
 _fragment = None  # kept alive: a torch Library object unregisters its ops when collected
 
 
 def _op_impl(fn):
-    """The op's composite kernel: fn on the schema's arguments, returning (out, lse)."""
+    """The op's composite kernel: fn on the schema's arguments, returning (out, lse). The dispatcher may pass fn's
+    keyword-only parameters by position (the schema has them in fn's order), so they bind by position here."""
     sig = inspect.signature(fn)
+    sig = sig.replace(parameters=[p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                  for p in sig.parameters.values()])
 
     def impl(*args, **kwargs):
         bound = sig.bind(*args, **kwargs)
@@ -38,7 +50,7 @@ def _op_impl(fn):
         # AITER's schema does not have): a copy of out.
         out = a.pop("out", None)
         res = fn(**a)
-        o, lse = res if a["return_lse"] else (res, res.new_empty((0,), dtype=torch.float32))
+        o, lse = res if _lse_flag(a) else (res, res.new_empty((0,), dtype=torch.float32))
         if out is not None:
             out.copy_(o)
         return o, lse
@@ -59,10 +71,12 @@ def _entry(name: str, fn):
         a = bound.arguments
         api.check_scalars(**{k: a[k] for k in scalars if k in a})
         a["window_size"] = list(a["window_size"])
-        o, lse = getattr(torch.ops.aiter, name)(*bound.args)
+        if "cache_seqlens" in a:  # an int becomes the tensor the schema takes
+            a["cache_seqlens"] = api._seqlens_tensor(a["cache_seqlens"], a["q"], a["k_cache"], a["k"], a["block_table"])
+        o, lse = getattr(torch.ops.aiter, name)(*bound.args, **bound.kwargs)
         if a.get("out") is not None:
             o = a["out"]
-        return (o, lse) if a["return_lse"] else o
+        return (o, lse) if _lse_flag(a) else o
     call.__name__ = call.__qualname__ = name
     call.__signature__ = sig
     call.__doc__ = f"aiter.{name}: {fn.__name__}'s signature and return convention (out, or (out, lse))."
@@ -71,6 +85,7 @@ def _entry(name: str, fn):
 
 rtcattn_fwd = _entry(OP_NAME, api.flash_attn_func)
 rtcattn_varlen_fwd = _entry(VARLEN_OP_NAME, api.flash_attn_varlen_func)
+rtcattn_kvcache_fwd = _entry(KVCACHE_OP_NAME, api.flash_attn_with_kvcache)
 
 
 def _import_aiter():
@@ -96,4 +111,5 @@ def register():
             _fragment = frag
         module.rtcattn_fwd = rtcattn_fwd
         module.rtcattn_varlen_fwd = rtcattn_varlen_fwd
+        module.rtcattn_kvcache_fwd = rtcattn_kvcache_fwd
     return module.rtcattn_fwd

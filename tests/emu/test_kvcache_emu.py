@@ -180,3 +180,27 @@ def test_check_knob_refuses_block_ids(monkeypatch):
     args["block_table"][0, 1] = kc.shape[0]
     with pytest.raises(ValueError, match=r"block_table\[0, 1\]=11 .*accepted: a block id in \[0, 11\)"):
         rtcattn.flash_attn_with_kvcache(q, kc, vc, **args)
+
+
+def test_aiter_registry_entry(monkeypatch):
+    """rtcattn.aiter.register() adds aiter::rtcattn_kvcache_fwd (the caches declared written) and
+    aiter.rtcattn_kvcache_fwd, which runs flash_attn_with_kvcache bit for bit, an int cache_seqlens included."""
+    import sys
+    import types
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    monkeypatch.setitem(sys.modules, "aiter", types.ModuleType("aiter"))
+    module = rtcattn.aiter.register() and sys.modules["aiter"]
+    schema = str(torch.ops.aiter.rtcattn_kvcache_fwd.default._schema)
+    assert "Tensor(a!) k_cache, Tensor(b!) v_cache" in schema and "Tensor? cache_seqlens" in schema
+    q, kc, vc, args, _ = make(CASES[0], seed=9)
+    args["cache_seqlens"] = 17
+    kc2, vc2 = kc.clone(), vc.clone()
+    want, lse = rtcattn.flash_attn_with_kvcache(q, kc, vc, **args, causal=True, return_softmax_lse=True,
+                                                how_v3_bf16_cvt=2)
+    got, lse2 = module.rtcattn_kvcache_fwd(q, kc2, vc2, **args, causal=True, return_softmax_lse=True,
+                                           how_v3_bf16_cvt=2)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)) and torch.equal(lse, lse2)
+    assert torch.equal(kc2.view(torch.int16), kc.view(torch.int16)) and torch.equal(vc2, vc)
+    out = torch.zeros_like(q)
+    assert module.rtcattn_kvcache_fwd(q, kc2, vc2, causal=True, how_v3_bf16_cvt=2, out=out,
+                                      cache_seqlens=18) is out
