@@ -294,7 +294,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
 
 
 def _ops(fake: bool) -> tuple:
-    """The four ops, written once: their signatures are the schemas; fake=True gives their fakes."""
+    """The ops, written once: their signatures are the schemas; fake=True gives their fakes."""
     def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, round_mode: str,
             softmax_scale: float | None, return_lse: bool, window_left: int = -1,
             window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
