@@ -63,9 +63,11 @@ def add_arguments(p) -> None:
                    help="GPU seconds of timed rounds per case at most (caps --reps)")
     p.add_argument("--quick", action="store_true", help="3 shapes, 1 mode, 3 reps")
     p.add_argument("--json", dest="json_out", metavar="FILE", help="write the results as JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="bar chart of TFLOP/s (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="bar chart per case of TFLOP/s, or of the suite's own figure (needs matplotlib)")
     p.add_argument("--dry-run", action="store_true",
-                   help="list the cases the suite would time (with their FLOPs), run nothing: no GPU needed")
+                   help="list the cases the suite would time (with their FLOPs or bytes), run nothing: no GPU "
+                        "needed")
     for suite in SUITES.values():
         if suite.add_arguments is not None:
             suite.add_arguments(p)

@@ -116,21 +116,22 @@ def matplotlib_pyplot():
                           "pip install matplotlib or drop --plot") from e
 
 
-def plot(rows: list, path: str, plt, title: str = "") -> None:
-    """Grouped bars of TFLOP/s per case (in the order measured), one bar per implementation and mode;
-    the title names the machine and the date of the run."""
+def plot(rows: list, path: str, plt, title: str = "", value: str = "tflops", ylabel: str = "TFLOP/s") -> None:
+    """Grouped bars of a row's `value` (TFLOP/s unless told) per case (in the order measured), one bar per
+    implementation and mode (0 where a row has none: an n/a peer); the title names the machine and the date
+    of the run."""
     labels = list(dict.fromkeys((r["case"], r.get("layout", "")) for r in rows))
     series = sorted({(r["impl"], r["mode"]) for r in rows})
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(labels)), 5))
     width = 0.8 / len(series)
     for i, (impl, mode) in enumerate(series):
-        ys = [next((r["tflops"] or 0 for r in rows if (r["case"], r.get("layout", "")) == lab
+        ys = [next((r[value] or 0 for r in rows if (r["case"], r.get("layout", "")) == lab
                     and r["impl"] == impl and r["mode"] == mode), 0) for lab in labels]
         ax.bar([j + i * width for j in range(len(labels))], ys, width,
                label=impl if mode == "-" else f"{impl} {mode}")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
     ax.set_xticklabels([f"{case} {layout}".strip() for case, layout in labels], rotation=30, ha="right")
-    ax.set_ylabel("TFLOP/s")
+    ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -4,7 +4,9 @@
   autograd, the argument block, the launch;
 - validate.py: the argument checks of the dense, packed and paged forms;
 - reference.py: the host references of the numerics contract (tests and tools);
-- bench.py: the benchmark suites, registered with `python -m rtcattn bench` (imported only by it).
+- bench.py: the benchmark suites, registered with `python -m rtcattn bench` (imported only by it); the decode
+  suite in bench_decode.py, which bench.py imports; peers.py: the peers both time rtcattn against (FA4) and
+  the probe that turns a peer's failure into its n/a reason.
 """
 OP = "attention_fwd"  # the op's name in configs/ops.json (and this folder's)
 

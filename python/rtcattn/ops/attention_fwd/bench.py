@@ -13,7 +13,9 @@ FlashAttention-4 when it is installed, timed by tools/timing.py (interleaved rou
     ([8, 512] over [8, 4096]), rtcattn packed, and rtcattn paged with pages of 16, 64, 128, 256 rows
     (shuffled page ids), FA4 paged where its version takes a page table.
   FLOPs are 4 D H per (query, key) pair a row sees (causal: bottom-right), so Sq = Sk causal is half of
-  the full count, as FlashAttention reports it.
+  the full count, as FlashAttention reports it;
+- decode (also `--shapes decode`): one query row per sequence over shuffled pages, against FA4 and a 4 GiB copy
+  in the same rounds (bench_decode.py).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import sys
 from dataclasses import dataclass
 
 from ...tools import bench as driver, timing
+from . import bench_decode, peers
 from .validate import LAYOUTS, axis_values
 
 # The seed's shapes (B, H, S) with Sq = Sk = S, D = 128 (shared anchors).
@@ -43,7 +46,8 @@ PEERS = (("vs_cudnn", "cuDNN", "sdpa-cudnn"), ("vs_fa4", "FA4", "fa4"))
 def add_arguments(p) -> None:
     p.add_argument("--shapes", help='"B,H[/Hk],S[,Sk][:causal];..." (default: the seed\'s 9 shapes); '
                                     '"masks": the causal and GQA shapes of the masks work; "serving": the '
-                                    'serving suite (packed sequences and paged KV); "headdim": the head-dim suite')
+                                    'serving suite (packed sequences and paged KV); "headdim": the head-dim suite; '
+                                    '"decode": the decode suite (paged KV, one query row per sequence)')
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--modes", default="rtne,rtna,rtz", help="round modes of rtcattn, comma-separated")
     p.add_argument("--layout", default="bshd",
@@ -120,14 +124,14 @@ def _sdpa_fn(backend, layout, c: Case):
 
 def _fa4_fn(layout, c: Case):
     """FlashAttention-4 (flash_attn.cute) when installed; it takes [B, S, H, D] and GQA natively."""
-    fa4 = _fa4()[0]
+    fa4 = peers.fa4()[0]
     if fa4 is None:
         return None
 
     def run(q, k, v):
         if layout == "bhsd":
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        return _first(fa4(q, k, v, causal=c.causal))
+        return peers.first(fa4(q, k, v, causal=c.causal))
     return run
 
 
@@ -212,9 +216,9 @@ def _modes(args) -> list:
 
 
 def dense(args) -> dict:
-    """The dense suite; `--shapes serving` and `--shapes headdim` run those suites instead."""
-    if args.shapes and args.shapes.strip() in ("serving", "headdim"):
-        return (headdim if args.shapes.strip() == "headdim" else serving)(args)
+    """The dense suite; `--shapes serving`, `headdim` and `decode` run those suites instead."""
+    if args.shapes and args.shapes.strip() in OTHER_SUITES:
+        return OTHER_SUITES[args.shapes.strip()][0](args)
     import torch
     shapes = parse_shapes(args.shapes) if args.shapes else [
         Case(b, h, s, s) for b, h, s in (QUICK_SHAPES if args.quick else SEED_SHAPES)]
@@ -236,8 +240,8 @@ def dense(args) -> dict:
 
 def dense_plan(args) -> dict:
     """The dense suite's cases and their FLOPs, timing nothing (`--dry-run`)."""
-    if args.shapes and args.shapes.strip() in ("serving", "headdim"):
-        return (headdim_plan if args.shapes.strip() == "headdim" else serving_plan)(args)
+    if args.shapes and args.shapes.strip() in OTHER_SUITES:
+        return OTHER_SUITES[args.shapes.strip()][1](args)
     shapes = parse_shapes(args.shapes) if args.shapes else [
         Case(b, h, s, s) for b, h, s in (QUICK_SHAPES if args.quick else SEED_SHAPES)]
     rows = [{"case": c.label(), "D": args.head_dim, "layout": layout, "mode": mode, "flops": flops(c, args.head_dim)}
@@ -296,30 +300,6 @@ def _headdim_selection(args) -> list:
     return headdim_cases(dims, dtypes)
 
 
-def _first_line(text: str, n: int = 110) -> str:
-    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
-    return line[:n] + ("..." if len(line) > n else "")
-
-
-def try_call(fn, inputs) -> str | None:
-    """None when fn runs on these inputs, else why not: the exception, and the first warning the call gave
-    (torch's SDPA says there why a backend declined)."""
-    import warnings
-
-    import torch
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        try:
-            fn(*inputs[0])
-            if torch.cuda.is_available():  # a launch that fails on the device is this peer's failure too
-                torch.cuda.synchronize()
-            return None
-        except Exception as e:  # any failure of a peer is that peer's n/a, never the suite's end
-            why = f"{type(e).__name__}: {_first_line(e)}"
-    hints = [_first_line(w.message) for w in seen if _first_line(w.message)]
-    return why + (f" ({hints[0]})" if hints else "")
-
-
 def _headdim_impls(hc: HeadDimCase) -> dict:
     """impl -> fn, or impl -> why it cannot run at all here (FA4 not installed)."""
     from torch.nn.attention import SDPBackend
@@ -341,7 +321,7 @@ def headdim_case_rows(hc: HeadDimCase, reps: int, budget_s: float) -> list:
     inputs = _inputs(hc.case, hc.d, "bshd", dtype)
     fns, missing = {}, {}
     for name, fn in _headdim_impls(hc).items():
-        why = fn if isinstance(fn, str) else try_call(fn, inputs)
+        why = fn if isinstance(fn, str) else peers.try_call(fn, inputs)
         if why:
             missing[name] = why
         else:
@@ -426,7 +406,8 @@ def headdim_plan(args) -> dict:
 
 
 def serving_plan(args) -> dict:
-    raise ValueError("--dry-run is not supported for the serving suite; accepted: the dense and headdim suites")
+    raise ValueError("--dry-run is not supported for the serving suite; accepted: the dense, headdim and decode "
+                     "suites")
 
 
 def headdim_arguments(p) -> None:
@@ -471,18 +452,6 @@ def _paged(k, v, lens, page, torch, seed=0):
     return pools[0], pools[1], table.to("cuda")
 
 
-def _fa4():
-    try:
-        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
-        return flash_attn_func, flash_attn_varlen_func
-    except ImportError:
-        return None, None
-
-
-def _first(res):
-    return res[0] if isinstance(res, tuple) else res
-
-
 def _time(fns: dict, inputs, reps, budget_s, f: float, label: str) -> list:
     ok = {}
     for name, fn in fns.items():
@@ -518,10 +487,10 @@ def varlen_rows(causal: bool, modes, reps, budget_s) -> list:
                 sdpa(q[a:b].transpose(0, 1)[None], k[a:b].transpose(0, 1)[None], v[a:b].transpose(0, 1)[None],
                      is_causal=causal, enable_gqa=True)
     fns = {"cudnn": cudnn}
-    _, fa4_varlen = _fa4()
+    _, fa4_varlen = peers.fa4()
     if fa4_varlen is not None:
-        fns["fa4"] = lambda q, k, v: _first(fa4_varlen(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx,
-                                                       max_seqlen_k=mx, causal=causal))
+        fns["fa4"] = lambda q, k, v: peers.first(fa4_varlen(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                                            max_seqlen_q=mx, max_seqlen_k=mx, causal=causal))
     for m in modes:
         fns[f"rtcattn {m}"] = (lambda q, k, v, m=m: rtcattn.forward_varlen(q, k, v, cu, cu, mx, mx, round_mode=m,
                                                                            causal=causal))
@@ -539,18 +508,18 @@ def prefill_rows(modes, reps, budget_s) -> list:
     q = torch.randn(b * sq, HQ, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b * sk, HK, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     f = _flops(lens_q, lens_k, True)
-    fa4_dense, fa4_varlen = _fa4()
+    fa4_dense, fa4_varlen = peers.fa4()
     dense = (q.view(b, sq, HQ, D), k.view(b, sk, HK, D), v.view(b, sk, HK, D))
     fns = {}
     if fa4_dense is not None:
-        fns["fa4"] = lambda q, k, v: _first(fa4_dense(q, k, v, causal=True))
+        fns["fa4"] = lambda q, k, v: peers.first(fa4_dense(q, k, v, causal=True))
     for m in modes:
         fns[f"rtcattn {m}"] = lambda q, k, v, m=m: rtcattn.forward(q, k, v, round_mode=m, causal=True)
     rows = _time(fns, [dense], reps, budget_s, f, "prefill 8x512/4096 dense")
     packed = {"rtcattn rtne": lambda q, k, v: rtcattn.forward_varlen(q, k, v, cq, ck, sq, sk, causal=True)}
     if fa4_varlen is not None:
-        packed["fa4"] = lambda q, k, v: _first(fa4_varlen(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=sq,
-                                                          max_seqlen_k=sk, causal=True))
+        packed["fa4"] = lambda q, k, v: peers.first(fa4_varlen(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck,
+                                                               max_seqlen_q=sq, max_seqlen_k=sk, causal=True))
     rows += _time(packed, [(q, k, v)], reps, budget_s, f, "prefill 8x512/4096 packed")
     for page in PAGES:
         kp, vp, table = _paged(k, v, lens_k, page, torch, seed=page)
@@ -558,7 +527,7 @@ def prefill_rows(modes, reps, budget_s) -> list:
             q, k, v, cq, ck, sq, sk, causal=True, block_table=table)}
         if fa4_varlen is not None:
             used = torch.tensor(lens_k, dtype=torch.int32, device="cuda")
-            fns["fa4"] = lambda q, k, v, table=table, used=used: _first(fa4_varlen(
+            fns["fa4"] = lambda q, k, v, table=table, used=used: peers.first(fa4_varlen(
                 q, k, v, cu_seqlens_q=cq, max_seqlen_q=sq, seqused_k=used, page_table=table, causal=True))
         rows += _time(fns, [(q, kp, vp)], reps, budget_s, f, f"prefill 8x512/4096 paged {page}")
     return rows
@@ -587,6 +556,9 @@ def serving(args) -> dict:
     return {"rows": rows}
 
 
+# `--shapes NAME` runs another suite: its run and its plan.
+OTHER_SUITES = {"serving": (serving, serving_plan), "headdim": (headdim, headdim_plan),
+                "decode": (bench_decode.decode, bench_decode.decode_plan)}
 driver.register("dense", dense, "seed shapes, --shapes, --shapes masks (default)", add_arguments, plot,
                 default=True, plan=dense_plan)
 driver.register("headdim", headdim, "D 32..256, causal or not, bf16 and fp16 against cuDNN and FA4 (--shapes headdim)",
