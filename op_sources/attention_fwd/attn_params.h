@@ -156,12 +156,9 @@ RTC_HD Seq seq_of(const AttnParams& p, int b) {
     }
     s.k_off = s.v_off = 0;  // rows through the block table (page_row)
   } else {
-    if (p.seqused_k) {
-      k0 = clamp_i(p.cu_k[b], 0, p.total_k);
-      s.len_k = used_keys(p, b, p.total_k - k0);
-    } else {
-      seq_rows(p.cu_k, b, p.total_k, k0, s.len_k);
-    }
+    k0 = clamp_i(p.cu_k[b], 0, p.total_k);
+    const int end = p.seqused_k ? k0 + used_keys(p, b, p.total_k - k0) : clamp_i(p.cu_k[b + 1], k0, p.total_k);
+    s.len_k = end - k0;
     s.k_row = k0;
     s.k_off = (rtc_i64)k0 * p.k_ss;
     s.v_off = (rtc_i64)k0 * p.v_ss;

@@ -291,7 +291,8 @@ def _expected_params(rec: dict, stage: int) -> dict:
                 scale_log2=_f32(scale * LOG2E), tail_split=0)
     for t in "qkvo":
         want.update(zip((f"{t}_sb", f"{t}_ss", f"{t}_sh"), a[f"{t}_strides"]))
-    want.update(cu_q=a.get("cu_seqlens_q", 0), cu_k=a.get("cu_seqlens_k", 0), block_table=a.get("block_table", 0))
+    want.update(cu_q=a.get("cu_seqlens_q", 0), cu_k=a.get("cu_seqlens_k", 0), block_table=a.get("block_table", 0),
+                seqused_k=a.get("seqused_k", 0))
     want.update({f: a.get(f, 0) for f in ("total_q", "total_k", "page_size", "num_pages", "pages_per_seq",
                                            "table_stride")})
     if rec["kernel"] == "gfx942":
