@@ -31,8 +31,28 @@ struct Plan {
   int64_t workspace_bytes = 0;
 };
 
-// splits: 1 (no split) unless the items cannot fill num_cus * kWavesPerCu waves and each part keeps
-// kMinStepsPerPart steps; forced (tail_split > 1) it is what was asked, at most DECODE_MAX_SPLITS.
+// splits: a planned split (tail_split -1) minimises the time of the attention stage in units of one 16-key sub-tile's
+// K and V bytes: rounds (of num_cus * kWavesPerCu resident workgroups) x (the sub-tiles of a part, plus 2 when split:
+// a part's partial, 16 rows x bucket fp32, is the bytes of one sub-tile's K and V, written once and read once by the
+// merge). Each part keeps kMinStepsPerPart steps, and a tie keeps the fewer parts. Forced (tail_split > 1) it is what
+// was asked, at most DECODE_MAX_SPLITS; tail_split 0 (or the NO_TAIL knob, for a planned split) is no split.
+int64_t split_cost(int64_t items, int64_t steps, int subs, int64_t slots, int64_t g) {
+  return ceil_div(items * g, slots) * (ceil_div(steps, g) * subs + (g > 1 ? 2 : 0));
+}
+
+int pick_splits(int64_t items, int64_t steps, int subs, int cus) {
+  const int64_t slots = int64_t(cus) * kWavesPerCu;
+  if (cus <= 0 || items <= 0 || items >= slots) return 1;
+  const int64_t most = std::min<int64_t>(steps / kMinStepsPerPart, DECODE_MAX_SPLITS);
+  int best_g = 1;
+  int64_t best = split_cost(items, steps, subs, slots, 1);
+  for (int64_t g = 2; g <= most; ++g) {
+    const int64_t cost = split_cost(items, steps, subs, slots, g);
+    if (cost < best) best = cost, best_g = int(g);
+  }
+  return best_g;
+}
+
 Plan make_plan(const AttentionFwdArgs& a) {
   Plan pl;
   pl.bucket = gfx942_bucket(int(a.head_dim));
@@ -41,15 +61,10 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.items = a.batch * a.heads_k * pl.chunks;
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
   const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
-  if (request > 1) {
+  if (request > 1)
     pl.splits = std::min(request, DECODE_MAX_SPLITS);
-  } else if (request == -1 && a.num_cus > 0) {
-    const int64_t target = int64_t(a.num_cus) * kWavesPerCu;
-    if (pl.items < target) {
-      const int64_t want = ceil_div(target, pl.items), room = pl.steps / kMinStepsPerPart;
-      pl.splits = int(std::max<int64_t>(1, std::min<int64_t>({want, room, DECODE_MAX_SPLITS})));
-    }
-  }
+  else if (request == -1)
+    pl.splits = pick_splits(pl.items, pl.steps, decode_subs(pl.bucket), a.num_cus);
   pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
   return pl;
 }

@@ -1,0 +1,69 @@
+"""The gfx942 decode kernel's host side (jit/ops/attention_fwd/gfx942_decode.cpp): the plan (packed rows per K/V head,
+KV steps, the split planner and a forced split, the partials' workspace, grids) and what the kernel refuses, by name,
+before anything is launched. No device: fake addresses, the runtime's plan and check only."""
+import math
+
+import pytest
+
+from rtcattn.runtime import _lib, manifest
+
+OP = "attention_fwd"
+KERNEL = "gfx942_decode"
+CUS = 304
+BUCKETS = list(manifest.load().op(OP).kernel(KERNEL).axes["head_dim"].buckets)
+STEP_KEYS = {64: 64, 96: 64, 128: 32, 192: 32, 256: 16}  # 16-key sub-tiles per step: 4, 4, 2, 2, 1
+
+
+def args(b, hq, hk, sq, sk, d, tail_split=-1, st=None, cus=CUS):
+    qs = st or (sq * hq * d, hq * d, d)  # bshd, contiguous
+    ks = (sk * hk * d, hk * d, d)
+    return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=qs, k_strides=ks, v_strides=ks,
+                        o_strides=qs, batch=b, heads=hq, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=-1,
+                        window_right=-1, softmax_scale=0.1, tail_split=tail_split, num_cus=cus)
+
+
+def bucket_of(d):
+    return next(x for x in BUCKETS if x >= d)
+
+
+@pytest.mark.parametrize("d", [8, 64, 72, 128, 160, 256])
+def test_plan_follows_the_bucket_and_the_group(d):
+    b = bucket_of(d)
+    p = _lib.op_plan(OP, KERNEL, args(4, 32, 8, 4, 4096, d, tail_split=0))
+    assert p["bucket"] == b and p["group"] == 4 and p["chunks"] == 1 and p["items"] == 4 * 8, p  # 4 x 4 rows
+    assert p["step_keys"] == STEP_KEYS[b] and p["steps"] == math.ceil(4096 / STEP_KEYS[b]), p
+    assert p["splits"] == 1 and p["workspace_bytes"] == 0 and p["grid_attn"] == 32 and "grid_merge" not in p, p
+    f = _lib.op_plan(OP, KERNEL, args(4, 32, 8, 4, 4096, d, tail_split=5))
+    assert f["splits"] == 5 and f["grid_attn"] == 32 * 5 and f["grid_merge"] == 32, f
+    assert f["workspace_bytes"] == 32 * 5 * 16 * (b + 2) * 4, f  # per part: O [16][bucket], m, l in fp32
+    mqa = _lib.op_plan(OP, KERNEL, args(1, 32, 1, 3, 100, d, tail_split=0))
+    assert mqa["chunks"] == 6 and mqa["items"] == 6, mqa  # 32 heads x 3 rows = 96 packed rows
+
+
+def cost(items, steps, g, subs=2):
+    """The planner's model, in one 16-key sub-tile's K and V bytes: rounds of 304 CUs x 8 resident waves times the
+    sub-tiles of a part, + 2 when split (a part's partial is one sub-tile's bytes, written, then read by the merge)."""
+    return math.ceil(items * g / (CUS * 8)) * (math.ceil(steps / g) * subs + 2 * (g > 1))
+
+
+def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
+    """The fewest parts of least cost, each part at least 4 steps (d = 128: steps of 32 keys, 2 sub-tiles)."""
+    for b, sk, want in ((1, 131072, 293), (32, 4096, 9), (8, 32768, 38), (256, 1024, 1), (1, 200, 1)):
+        items, steps = b * 8, math.ceil(sk / 32)
+        p = _lib.op_plan(OP, KERNEL, args(b, 32, 8, 1, sk, 128))
+        best = min(range(1, max(steps // 4, 1) + 1), key=lambda g: (cost(items, steps, g), g))
+        assert p["splits"] == best == want, (b, sk, p)
+    # B = 1 at 131072 keys: 293 parts of 14 steps in one round; unsplit it would be 4096 steps on 8 CUs.
+    assert cost(8, 4096, 293) == 30 and cost(8, 4096, 1) == 8192
+    no_cus = _lib.op_plan(OP, KERNEL, args(1, 8, 8, 1, 9000, 128, cus=0))  # unknown CUs: no planned split
+    assert no_cus["splits"] == 1, no_cus
+
+
+def test_refusals_name_the_argument():
+    assert _lib.op_supports(OP, KERNEL, args(2, 8, 2, 16, 300, 128), "hip") is None
+    why = _lib.op_supports(OP, KERNEL, args(2, 8, 2, 17, 300, 128), "hip")
+    assert why.startswith("seq_q=17 is not accepted by the gfx942_decode kernel; accepted: at most 16"), why
+    why = _lib.op_supports(OP, KERNEL, args(2, 8, 2, 4, 300, 128, st=(4 * 8 * 128, -8 * 128, 128)), "hip")
+    assert why.startswith("q_strides=(4096, -1024, 128) over 4 rows and 4 heads") and "non-negative" in why, why
+    why = _lib.op_supports(OP, KERNEL, args(2, 8, 2, 4, 300, 128), "cuda")
+    assert why.startswith("vendor='cuda' is not accepted by the gfx942_decode kernel"), why
