@@ -48,9 +48,9 @@ namespace gdec {
 // One work item, or one part of it: its rows' keys, Q, the KV loop over its steps, then O and LSE, or the partial.
 RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
   Seq seq;
-  const int wg = (int)blockIdx.x;
-  const Work w = find_work(p, wg, false, seq);
-  if (w.i1 <= w.i0) return;  // the chunk holds no row of its sequence (uniform)
+  Work w;
+  // Grid padding, or a chunk that holds no row of its sequence (uniform).
+  if (!find_work(p, (int)blockIdx.x, false, w, seq) || w.i1 <= w.i0) return;
   const int lane = (int)lane_id();
   const RowKeys rk = row_keys(p, w, seq, lane & 15);
   const rtc_buffer_rsrc qr = g942::uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.hk * p.group * p.q_sh,
@@ -67,9 +67,8 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
   st.l = 0.0f;
   kv_loop(sm, kr, vr, q, st, w.kb0, w.kb1, p.head_dim, p.scale_log2, rk.lo, rk.hi, lane);
   const float l = g942::row_sum4(st.l, (lane ^ 32) << 2);
-  const rtc_i64 item = wg / p.splits;
   if (p.splits > 1)
-    write_part(part_of(p, item, w.part), st.o, st.m, l, lane);
+    write_part(part_of(p, ((rtc_i64)w.b * p.heads_k + w.hk) * p.chunks + w.chunk, w.part), st.o, st.m, l, lane);
   else
     write_row(out_rows(p, w, seq, rk), st.o, st.m, l, rk, lane, p.head_dim);
 }
@@ -77,12 +76,11 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
 // One item's merge: its parts' partials, in part order, into O and LSE.
 RTC_DEVICE void merge_stage(const DecodeParams& p) {
   Seq seq;
-  const int wg = (int)blockIdx.x;
-  const Work w = find_work(p, wg, true, seq);
-  if (w.i1 <= w.i0) return;
+  Work w;
+  if (!find_work(p, (int)blockIdx.x, true, w, seq) || w.i1 <= w.i0) return;
   const int lane = (int)lane_id();
   const RowKeys rk = row_keys(p, w, seq, lane & 15);
-  merge_item(p, wg, out_rows(p, w, seq, rk), rk, lane);
+  merge_item(p, blockIdx.x, out_rows(p, w, seq, rk), rk, lane);
 }
 
 }  // namespace gdec

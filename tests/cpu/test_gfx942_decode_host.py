@@ -38,6 +38,9 @@ def test_plan_follows_the_bucket_and_the_group(d):
     assert f["workspace_bytes"] == 32 * 5 * 16 * (b + 2) * 4, f  # per part: O [16][bucket], m, l in fp32
     mqa = _lib.op_plan(OP, KERNEL, args(1, 32, 1, 3, 100, d, tail_split=0))
     assert mqa["chunks"] == 6 and mqa["items"] == 6, mqa  # 32 heads x 3 rows = 96 packed rows
+    # More than one chunk: the units (parts of a (sequence, K/V head)) rounded up to 8, each unit's chunks on one XCD.
+    assert mqa["grid_attn"] == 8 * 6, mqa
+    assert _lib.op_plan(OP, KERNEL, args(3, 32, 1, 3, 100, d, tail_split=3))["grid_attn"] == 16 * 6
 
 
 def cost(items, steps, g, subs=2):
@@ -55,6 +58,10 @@ def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
         assert p["splits"] == best == want, (b, sk, p)
     # B = 1 at 131072 keys: 293 parts of 14 steps in one round; unsplit it would be 4096 steps on 8 CUs.
     assert cost(8, 4096, 293) == 30 and cost(8, 4096, 1) == 8192
+    # Above the 128 bucket one wave per SIMD: 4 resident waves per CU (B = 1 at 131072 keys, d = 256: 8192 steps).
+    wide = _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 131072, 256))
+    best = min(range(1, 1025), key=lambda g: (math.ceil(8 * g / (CUS * 4)) * math.ceil(8192 / g) + 2 * (g > 1), g))
+    assert wide["splits"] == best and wide["grid_attn"] <= CUS * 4, wide
     no_cus = _lib.op_plan(OP, KERNEL, args(1, 8, 8, 1, 9000, 128, cus=0))  # unknown CUs: no planned split
     assert no_cus["splits"] == 1, no_cus
 

@@ -15,9 +15,10 @@ namespace {
 // AttnParams is trivial, so the derived fields start right after it on the host and on the GPU.
 static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams size changed: check the kernel");
 
-// The split planner's picture of the GPU: resident waves per CU it aims to fill (the kernel holds 5 to 10 KiB of
-// LDS and at most 2 waves' VGPRs per SIMD: docs/design-gfx942-decode.md), and the fewest KV steps a part gets.
-constexpr int kWavesPerCu = 8;
+// The split planner's picture of the GPU: the kernel's resident waves per CU (one-wave workgroups; the code objects
+// allow 2 waves per SIMD up to the 128 bucket and 1 above: tests/cpu/test_gfx942_decode_isa.py), and the fewest KV
+// steps a part gets.
+int waves_per_cu(int bucket) { return bucket <= 128 ? 8 : 4; }
 constexpr int kMinStepsPerPart = 4;
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
@@ -32,7 +33,7 @@ struct Plan {
 };
 
 // splits: a planned split (tail_split -1) minimises the time of the attention stage in units of one 16-key sub-tile's
-// K and V bytes: rounds (of num_cus * kWavesPerCu resident workgroups) x (the sub-tiles of a part, plus 2 when split:
+// K and V bytes: rounds (of num_cus * waves_per_cu resident workgroups) x (the sub-tiles of a part, plus 2 when split:
 // a part's partial, 16 rows x bucket fp32, is the bytes of one sub-tile's K and V, written once and read once by the
 // merge). Each part keeps kMinStepsPerPart steps, and a tie keeps the fewer parts. Forced (tail_split > 1) it is what
 // was asked, at most DECODE_MAX_SPLITS; tail_split 0 (or the NO_TAIL knob, for a planned split) is no split.
@@ -40,8 +41,9 @@ int64_t split_cost(int64_t items, int64_t steps, int subs, int64_t slots, int64_
   return ceil_div(items * g, slots) * (ceil_div(steps, g) * subs + (g > 1 ? 2 : 0));
 }
 
-int pick_splits(int64_t items, int64_t steps, int subs, int cus) {
-  const int64_t slots = int64_t(cus) * kWavesPerCu;
+int pick_splits(int64_t items, int64_t steps, int bucket, int cus) {
+  const int64_t slots = int64_t(cus) * waves_per_cu(bucket);
+  const int subs = decode_subs(bucket);
   if (cus <= 0 || items <= 0 || items >= slots) return 1;
   const int64_t most = std::min<int64_t>(steps / kMinStepsPerPart, DECODE_MAX_SPLITS);
   int best_g = 1;
@@ -64,9 +66,16 @@ Plan make_plan(const AttentionFwdArgs& a) {
   if (request > 1)
     pl.splits = std::min(request, DECODE_MAX_SPLITS);
   else if (request == -1)
-    pl.splits = pick_splits(pl.items, pl.steps, decode_subs(pl.bucket), a.num_cus);
+    pl.splits = pick_splits(pl.items, pl.steps, pl.bucket, a.num_cus);
   pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
   return pl;
+}
+
+// Workgroups of the attention stage: items x splits, and with more than one chunk per (sequence, K/V head) the units
+// (parts of a (sequence, K/V head)) rounded up to 8, whose chunks go to one XCD (gfx942_decode/scheduler.h).
+int64_t attn_grid(const Plan& pl) {
+  const int64_t units = pl.items / pl.chunks * pl.splits;
+  return pl.chunks == 1 ? units : ceil_div(units, 8) * 8 * pl.chunks;
 }
 
 std::string why_not(const void* p, const char* vendor) {
@@ -113,7 +122,7 @@ std::string why_not(const void* p, const char* vendor) {
              "(sequence, K/V head) or page";
   }
   const Plan pl = make_plan(a);
-  if (pl.items * pl.splits >= (int64_t(1) << 31))
+  if (attn_grid(pl) >= (int64_t(1) << 31))
     return "batch*heads_k*ceil(heads/heads_k*" + std::string(rows) +
            "/16)*splits=" + std::to_string(pl.items * pl.splits) +
            " workgroups is too many for the gfx942_decode kernel; accepted: < 2^31";
@@ -122,9 +131,9 @@ std::string why_not(const void* p, const char* vendor) {
 
 int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
 
-// Workgroups of each stage, in launch order: the attention stage (items x splits), then the merge when split.
+// Workgroups of each stage, in launch order: the attention stage, then the merge (one per item) when split.
 std::vector<std::pair<int, int64_t>> stages(const Plan& pl) {
-  std::vector<std::pair<int, int64_t>> s = {{DECODE_STAGE_ATTN, pl.items * pl.splits}};
+  std::vector<std::pair<int, int64_t>> s = {{DECODE_STAGE_ATTN, attn_grid(pl)}};
   if (pl.splits > 1) s.push_back({DECODE_STAGE_MERGE, pl.items});
   return s;
 }

@@ -16,14 +16,25 @@ struct Work {
   int kb0, kb1;            // KV steps of this workgroup
 };
 
-// The item of workgroup `wg` (attention: item * splits + part; merge: the item) and its sequence. The K length of
-// a sequence is seq_of's (attn_params.h), the only place that reads it.
-RTC_DEVICE Work find_work(const DecodeParams& p, int wg, bool merge, Seq& seq) {
-  Work w;
-  const int item = merge ? wg : wg / p.splits;
-  w.part = merge ? 0 : wg - item * p.splits;
-  const int bhk = item / p.chunks;
-  w.chunk = item - bhk * p.chunks;
+// The item of workgroup `wg` and its sequence; false when the workgroup holds none (the attention grid's padding).
+// Attention: a unit is one part of one (sequence, K/V head), u = (b * heads_k + hk) * splits + part, and its chunks
+// run on one XCD one after another: the hardware deals workgroup i to XCD i % 8, so workgroup
+// ((u / 8) * chunks + chunk) * 8 + u % 8 puts every chunk of u on XCD u % 8, where the later chunks find the unit's K
+// and V in that XCD's L2 (one chunk: the identity). Merge: one workgroup per item, item = bhk * chunks + chunk.
+// The K length of a sequence is seq_of's (attn_params.h), the only place that reads it.
+RTC_DEVICE bool find_work(const DecodeParams& p, int wg, bool merge, Work& w, Seq& seq) {
+  int bhk;
+  if (merge) {
+    bhk = wg / p.chunks;
+    w.chunk = wg - bhk * p.chunks;
+    w.part = 0;
+  } else {
+    const int j = wg >> 3, u = ((j / p.chunks) << 3) + (wg & 7);
+    w.chunk = j - (j / p.chunks) * p.chunks;
+    bhk = u / p.splits;
+    w.part = u - bhk * p.splits;
+  }
+  if (bhk >= p.batch * p.heads_k) return false;
   w.b = bhk / p.heads_k;
   w.hk = bhk - w.b * p.heads_k;
   seq = seq_of(p, w.b);
@@ -49,7 +60,7 @@ RTC_DEVICE Work find_work(const DecodeParams& p, int wg, bool merge, Seq& seq) {
   w.i1 = uniform_i32(w.i1);
   w.kb0 = uniform_i32(w.kb0);
   w.kb1 = uniform_i32(w.kb1);
-  return w;
+  return true;
 }
 
 }  // namespace gdec
