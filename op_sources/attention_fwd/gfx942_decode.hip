@@ -73,14 +73,16 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
     write_row(out_rows(p, w, seq, rk), st.o, st.m, l, rk, lane, p.head_dim);
 }
 
-// One item's merge: its parts' partials, in part order, into O and LSE.
+// One item's merge for one 16-column tile of O (workgroup item * tiles + t, tiles = ceil(d / 16)): its parts'
+// partials, in part order, into O (and, tile 0, the LSE).
 RTC_DEVICE void merge_stage(const DecodeParams& p) {
   Seq seq;
   Work w;
-  if (!find_work(p, (int)blockIdx.x, true, w, seq) || w.i1 <= w.i0) return;
+  const int tiles = (p.head_dim + 15) / 16, item = (int)blockIdx.x / tiles, t = (int)blockIdx.x - item * tiles;
+  if (!find_work(p, item, true, w, seq) || w.i1 <= w.i0) return;
   const int lane = (int)lane_id();
   const RowKeys rk = row_keys(p, w, seq, lane & 15);
-  merge_item(p, blockIdx.x, out_rows(p, w, seq, rk), rk, lane);
+  merge_tile(p, item, t, out_rows(p, w, seq, rk), rk, lane);
 }
 
 }  // namespace gdec

@@ -34,7 +34,8 @@ def test_plan_follows_the_bucket_and_the_group(d):
     assert p["step_keys"] == STEP_KEYS[b] and p["steps"] == math.ceil(4096 / STEP_KEYS[b]), p
     assert p["splits"] == 1 and p["workspace_bytes"] == 0 and p["grid_attn"] == 32 and "grid_merge" not in p, p
     f = _lib.op_plan(OP, KERNEL, args(4, 32, 8, 4, 4096, d, tail_split=5))
-    assert f["splits"] == 5 and f["grid_attn"] == 32 * 5 and f["grid_merge"] == 32, f
+    # The merge: one workgroup per item and 16-column tile of O.
+    assert f["splits"] == 5 and f["grid_attn"] == 32 * 5 and f["grid_merge"] == 32 * math.ceil(d / 16), f
     assert f["workspace_bytes"] == 32 * 5 * 16 * (b + 2) * 4, f  # per part: O [16][bucket], m, l in fp32
     mqa = _lib.op_plan(OP, KERNEL, args(1, 32, 1, 3, 100, d, tail_split=0))
     assert mqa["chunks"] == 6 and mqa["items"] == 6, mqa  # 32 heads x 3 rows = 96 packed rows
@@ -43,24 +44,26 @@ def test_plan_follows_the_bucket_and_the_group(d):
     assert _lib.op_plan(OP, KERNEL, args(3, 32, 1, 3, 100, d, tail_split=3))["grid_attn"] == 16 * 6
 
 
-def cost(items, steps, g, subs=2):
+def cost(items, steps, g, subs=2, waves=8):
     """The planner's model, in one 16-key sub-tile's K and V bytes: rounds of 304 CUs x 8 resident waves times the
-    sub-tiles of a part, + 2 when split (a part's partial is one sub-tile's bytes, written, then read by the merge)."""
-    return math.ceil(items * g / (CUS * 8)) * (math.ceil(steps / g) * subs + 2 * (g > 1))
+    sub-tiles of a part, + 2 when split (a part's partial is one sub-tile's bytes, written, then read by the merge),
+    + the merge's round trips to memory (16 parts' partials a trip), each one step."""
+    merge = math.ceil(g / 16) * subs if g > 1 else 0
+    return math.ceil(items * g / (CUS * waves)) * (math.ceil(steps / g) * subs + 2 * (g > 1)) + merge
 
 
 def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
     """The fewest parts of least cost, each part at least 4 steps (d = 128: steps of 32 keys, 2 sub-tiles)."""
-    for b, sk, want in ((1, 131072, 293), (32, 4096, 9), (8, 32768, 38), (256, 1024, 1), (1, 200, 1)):
+    for b, sk, want in ((1, 131072, 256), (32, 4096, 9), (8, 32768, 38), (256, 1024, 1), (1, 200, 1)):
         items, steps = b * 8, math.ceil(sk / 32)
         p = _lib.op_plan(OP, KERNEL, args(b, 32, 8, 1, sk, 128))
         best = min(range(1, max(steps // 4, 1) + 1), key=lambda g: (cost(items, steps, g), g))
         assert p["splits"] == best == want, (b, sk, p)
-    # B = 1 at 131072 keys: 293 parts of 14 steps in one round; unsplit it would be 4096 steps on 8 CUs.
-    assert cost(8, 4096, 293) == 30 and cost(8, 4096, 1) == 8192
+    # B = 1 at 131072 keys: 256 parts of 16 steps in one round, 16 merge trips; unsplit 4096 steps on 8 CUs.
+    assert cost(8, 4096, 256) == 66 and cost(8, 4096, 1) == 8192
     # Above the 128 bucket one wave per SIMD: 4 resident waves per CU (B = 1 at 131072 keys, d = 256: 8192 steps).
     wide = _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 131072, 256))
-    best = min(range(1, 1025), key=lambda g: (math.ceil(8 * g / (CUS * 4)) * math.ceil(8192 / g) + 2 * (g > 1), g))
+    best = min(range(1, 1025), key=lambda g: (cost(8, 8192, g, subs=1, waves=4), g))
     assert wide["splits"] == best and wide["grid_attn"] <= CUS * 4, wide
     no_cus = _lib.op_plan(OP, KERNEL, args(1, 8, 8, 1, 9000, 128, cus=0))  # unknown CUs: no planned split
     assert no_cus["splits"] == 1, no_cus

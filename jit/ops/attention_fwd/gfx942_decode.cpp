@@ -30,15 +30,18 @@ struct Plan {
   int64_t items = 0;  // B * Hk * chunks
   int64_t steps = 0;  // KV steps of one item (packed: of a max_seqlen_k sequence), the planner's input
   int64_t workspace_bytes = 0;
+  int merge_tiles = 0;  // merge workgroups per item: the call's 16-column tiles of O
 };
 
 // splits: a planned split (tail_split -1) minimises the time of the attention stage in units of one 16-key sub-tile's
 // K and V bytes: rounds (of num_cus * waves_per_cu resident workgroups) x (the sub-tiles of a part, plus 2 when split:
 // a part's partial, 16 rows x bucket fp32, is the bytes of one sub-tile's K and V, written once and read once by the
-// merge). Each part keeps kMinStepsPerPart steps, and a tie keeps the fewer parts. Forced (tail_split > 1) it is what
+// merge), plus the merge's round trips to memory, ceil(g / DECODE_MERGE_BATCH), each counted as one step (a step of a wave
+// is a round trip too). Each part keeps kMinStepsPerPart steps, and a tie keeps the fewer parts. Forced (tail_split > 1) it is what
 // was asked, at most DECODE_MAX_SPLITS; tail_split 0 (or the NO_TAIL knob, for a planned split) is no split.
 int64_t split_cost(int64_t items, int64_t steps, int subs, int64_t slots, int64_t g) {
-  return ceil_div(items * g, slots) * (ceil_div(steps, g) * subs + (g > 1 ? 2 : 0));
+  const int64_t merge = g > 1 ? ceil_div(g, DECODE_MERGE_BATCH) * subs : 0;
+  return ceil_div(items * g, slots) * (ceil_div(steps, g) * subs + (g > 1 ? 2 : 0)) + merge;
 }
 
 int pick_splits(int64_t items, int64_t steps, int bucket, int cus) {
@@ -62,6 +65,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS));
   pl.items = a.batch * a.heads_k * pl.chunks;
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
+  pl.merge_tiles = int(ceil_div(a.head_dim, 16));
   const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
   if (request > 1)
     pl.splits = std::min(request, DECODE_MAX_SPLITS);
@@ -131,10 +135,11 @@ std::string why_not(const void* p, const char* vendor) {
 
 int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
 
-// Workgroups of each stage, in launch order: the attention stage, then the merge (one per item) when split.
+// Workgroups of each stage, in launch order: the attention stage, then the merge (one per item and 16-column tile of
+// O) when split.
 std::vector<std::pair<int, int64_t>> stages(const Plan& pl) {
   std::vector<std::pair<int, int64_t>> s = {{DECODE_STAGE_ATTN, attn_grid(pl)}};
-  if (pl.splits > 1) s.push_back({DECODE_STAGE_MERGE, pl.items});
+  if (pl.splits > 1) s.push_back({DECODE_STAGE_MERGE, pl.items * pl.merge_tiles});
   return s;
 }
 

@@ -7,6 +7,7 @@
 #define DECODE_ROWS 16     // packed q rows per work item: the M rows of one MFMA tile
 #define DECODE_MAX_Q 16    // query rows per sequence the kernel takes (why_not): decode and speculative decoding
 #define DECODE_MAX_SPLITS 1024  // KV parts per work item at most (forced or planned)
+#define DECODE_MERGE_BATCH 16   // split parts whose partials the merge loads at once (one memory round trip)
 
 // 16-key sub-tiles per KV step, by head-dim bucket: a step's K and V are loaded into registers at once
 // (bucket / 4 VGPRs per sub-tile), so the step shrinks as the bucket grows: 4 up to 96, 2 up to 192, 1 at 256.
