@@ -44,27 +44,34 @@ def test_plan_follows_the_bucket_and_the_group(d):
     assert _lib.op_plan(OP, KERNEL, args(3, 32, 1, 3, 100, d, tail_split=3))["grid_attn"] == 16 * 6
 
 
-def cost(items, steps, g, subs=2, waves=8):
-    """The planner's model, in one 16-key sub-tile's K and V bytes: rounds of 304 CUs x 8 resident waves times the
-    sub-tiles of a part, + 2 when split (a part's partial is one sub-tile's bytes, written, then read by the merge),
-    + the merge's round trips to memory (16 parts' partials a trip), each one step."""
-    merge = math.ceil(g / 16) * subs if g > 1 else 0
-    return math.ceil(items * g / (CUS * waves)) * (math.ceil(steps / g) * subs + 2 * (g > 1)) + merge
+def planned_ns(items, steps, g, d=128, chunks=1):
+    """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (17.4 B/ns per CU)
+    or the waves' steps (2 us round trip + 0.9 us math each, rounds of 8 or 4 resident waves per CU), whichever is
+    longer, + the merge's round trips (16 parts a trip)."""
+    step_keys, waves = STEP_KEYS[d], 8 if d <= 128 else 4
+    partials = 2 * items * g * 16 * (d + 2) * 4 if g > 1 else 0
+    hbm = (items // chunks * steps * 4 * step_keys * d + partials) / (17.4 * CUS)
+    steps_ns = math.ceil(items * g / (CUS * waves)) * math.ceil(steps / g) * 2900.0
+    return max(hbm, steps_ns) + (math.ceil(g / 16) * 2000.0 if g > 1 else 0.0)
+
+
+@pytest.mark.parametrize("b,hk,sk,d", [(1, 8, 131072, 128), (32, 8, 4096, 128), (8, 8, 32768, 128),
+                                       (256, 8, 1024, 128), (1, 8, 200, 128), (1, 8, 131072, 256),
+                                       (32, 8, 4096, 64), (64, 8, 8192, 128)])
+def test_the_planner_takes_the_fewest_parts_of_least_estimated_time(b, hk, sk, d):
+    p = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d))
+    items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
+    best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (planned_ns(items, steps, g, d), g))
+    assert p["splits"] == best, (b, hk, sk, d, p)
+    assert abs(p["planned_ns"] - planned_ns(items, steps, best, d)) <= 1, p
 
 
 def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
-    """The fewest parts of least cost, each part at least 4 steps (d = 128: steps of 32 keys, 2 sub-tiles)."""
-    for b, sk, want in ((1, 131072, 256), (32, 4096, 9), (8, 32768, 38), (256, 1024, 1), (1, 200, 1)):
-        items, steps = b * 8, math.ceil(sk / 32)
-        p = _lib.op_plan(OP, KERNEL, args(b, 32, 8, 1, sk, 128))
-        best = min(range(1, max(steps // 4, 1) + 1), key=lambda g: (cost(items, steps, g), g))
-        assert p["splits"] == best == want, (b, sk, p)
-    # B = 1 at 131072 keys: 256 parts of 16 steps in one round, 16 merge trips; unsplit 4096 steps on 8 CUs.
-    assert cost(8, 4096, 256) == 66 and cost(8, 4096, 1) == 8192
-    # Above the 128 bucket one wave per SIMD: 4 resident waves per CU (B = 1 at 131072 keys, d = 256: 8192 steps).
-    wide = _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 131072, 256))
-    best = min(range(1, 1025), key=lambda g: (cost(8, 8192, g, subs=1, waves=4), g))
-    assert wide["splits"] == best and wide["grid_attn"] <= CUS * 4, wide
+    one = _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 131072, 128))  # 8 items of 4096 steps: split
+    kv_ns = 131072 * 8 * 128 * 4 / 5.3e3  # the KV bytes at 5.3 TB/s
+    assert 64 <= one["splits"] <= 304 and one["planned_ns"] <= 1.25 * kv_ns, one
+    assert _lib.op_plan(OP, KERNEL, args(256, 32, 8, 1, 1024, 128))["splits"] == 1  # 2048 items fill the GPU
+    assert _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 200, 128))["splits"] == 1  # 7 steps: at least 4 per part
     no_cus = _lib.op_plan(OP, KERNEL, args(1, 8, 8, 1, 9000, 128, cus=0))  # unknown CUs: no planned split
     assert no_cus["splits"] == 1, no_cus
 

@@ -15,10 +15,15 @@ namespace {
 // AttnParams is trivial, so the derived fields start right after it on the host and on the GPU.
 static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams size changed: check the kernel");
 
-// The split planner's picture of the GPU: the kernel's resident waves per CU (one-wave workgroups; the code objects
-// allow 2 waves per SIMD up to the 128 bucket and 1 above: tests/cpu/test_gfx942_decode_isa.py), and the fewest KV
-// steps a part gets.
+// The split planner's picture of the GPU, per CU: the kernel's resident waves (one-wave workgroups; the code objects
+// allow 2 waves per SIMD up to the 128 bucket and 1 above: tests/cpu/test_gfx942_decode_isa.py), HBM bytes per ns
+// (MI300X: 5.3 TB/s over 304 CUs; an MI250X GCD, 1.6 TB/s over 110, is about the same per CU), the time of a round
+// trip to memory under load and of a step's own instructions (a wave issues a step's loads and waits for them before
+// its math: the wave's step costs both). Assumptions, not measurements: docs/design-gfx942-decode.md.
 int waves_per_cu(int bucket) { return bucket <= 128 ? 8 : 4; }
+constexpr double kBytesPerNsPerCu = 17.4;
+constexpr double kRoundTripNs = 2000.0;
+constexpr double kStepMathNs = 900.0;
 constexpr int kMinStepsPerPart = 4;
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
@@ -33,27 +38,30 @@ struct Plan {
   int merge_tiles = 0;  // merge workgroups per item: the call's 16-column tiles of O
 };
 
-// splits: a planned split (tail_split -1) minimises the time of the attention stage in units of one 16-key sub-tile's
-// K and V bytes: rounds (of num_cus * waves_per_cu resident workgroups) x (the sub-tiles of a part, plus 2 when split:
-// a part's partial, 16 rows x bucket fp32, is the bytes of one sub-tile's K and V, written once and read once by the
-// merge), plus the merge's round trips to memory, ceil(g / DECODE_MERGE_BATCH), each counted as one step (a step of a wave
-// is a round trip too). Each part keeps kMinStepsPerPart steps, and a tie keeps the fewer parts. Forced (tail_split > 1) it is what
-// was asked, at most DECODE_MAX_SPLITS; tail_split 0 (or the NO_TAIL knob, for a planned split) is no split.
-int64_t split_cost(int64_t items, int64_t steps, int subs, int64_t slots, int64_t g) {
-  const int64_t merge = g > 1 ? ceil_div(g, DECODE_MERGE_BATCH) * subs : 0;
-  return ceil_div(items * g, slots) * (ceil_div(steps, g) * subs + (g > 1 ? 2 : 0)) + merge;
+// splits: a planned split (tail_split -1) takes the fewest parts of the least estimated time: the attention stage
+// is bound by HBM (every (sequence, K/V head)'s K and V once, the later chunks of one finding them in L2, plus the
+// partials written and read back) or by its waves' steps (rounds of resident workgroups x a part's steps x a step's
+// round trip and math), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH parts. Each
+// part keeps kMinStepsPerPart steps. Forced (tail_split > 1) it is what was asked, at most DECODE_MAX_SPLITS;
+// tail_split 0 (or the NO_TAIL knob, for a planned split) is no split.
+double split_ns(const Plan& pl, int cus, int64_t g) {
+  const double step_bytes = 4.0 * decode_step_keys(pl.bucket) * pl.bucket;  // K and V, 16-bit
+  const double partials = g > 1 ? 2.0 * pl.items * g * decode_part_bytes(pl.bucket) : 0.0;
+  const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
+  const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket)));
+  const double waves = rounds * double(ceil_div(pl.steps, g)) * (kRoundTripNs + kStepMathNs);
+  const double merge = g > 1 ? double(ceil_div(g, DECODE_MERGE_BATCH)) * kRoundTripNs : 0.0;
+  return std::max(hbm, waves) + merge;
 }
 
-int pick_splits(int64_t items, int64_t steps, int bucket, int cus) {
-  const int64_t slots = int64_t(cus) * waves_per_cu(bucket);
-  const int subs = decode_subs(bucket);
-  if (cus <= 0 || items <= 0 || items >= slots) return 1;
-  const int64_t most = std::min<int64_t>(steps / kMinStepsPerPart, DECODE_MAX_SPLITS);
+int pick_splits(const Plan& pl, int cus) {
+  if (cus <= 0 || pl.items <= 0) return 1;
+  const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, DECODE_MAX_SPLITS);
   int best_g = 1;
-  int64_t best = split_cost(items, steps, subs, slots, 1);
+  double best = split_ns(pl, cus, 1);
   for (int64_t g = 2; g <= most; ++g) {
-    const int64_t cost = split_cost(items, steps, subs, slots, g);
-    if (cost < best) best = cost, best_g = int(g);
+    const double t = split_ns(pl, cus, g);
+    if (t < best) best = t, best_g = int(g);
   }
   return best_g;
 }
@@ -70,7 +78,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   if (request > 1)
     pl.splits = std::min(request, DECODE_MAX_SPLITS);
   else if (request == -1)
-    pl.splits = pick_splits(pl.items, pl.steps, pl.bucket, a.num_cus);
+    pl.splits = pick_splits(pl, a.num_cus);
   pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
   return pl;
 }
@@ -146,11 +154,13 @@ std::vector<std::pair<int, int64_t>> stages(const Plan& pl) {
 std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
   const Plan pl = make_plan(a);
+  const int64_t planned_ns = a.num_cus > 0 ? int64_t(split_ns(pl, a.num_cus, pl.splits)) : 0;
   std::vector<std::pair<std::string, int64_t>> f = {
-      {"bucket", pl.bucket},    {"group", pl.group},
-      {"chunks", pl.chunks},    {"items", pl.items},
-      {"steps", pl.steps},      {"step_keys", decode_step_keys(pl.bucket)},
-      {"splits", pl.splits},    {"workspace_bytes", pl.workspace_bytes},
+      {"bucket", pl.bucket},      {"group", pl.group},
+      {"chunks", pl.chunks},      {"items", pl.items},
+      {"steps", pl.steps},        {"step_keys", decode_step_keys(pl.bucket)},
+      {"splits", pl.splits},      {"merge_tiles", pl.merge_tiles},
+      {"planned_ns", planned_ns}, {"workspace_bytes", pl.workspace_bytes},
       {"block", DECODE_THREADS}};
   const char* names[] = {"grid_attn", "grid_merge"};
   for (const auto& s : stages(pl)) f.push_back({names[s.first], s.second});

@@ -263,6 +263,9 @@ def add_parser(sub) -> None:
                                    "instruction counts)")
     p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
     p.add_argument("--kernel", default=KERNEL, choices=KERNELS, help=f"which kernel (default {KERNEL}: prefill)")
+    p.add_argument("--decode-model", action="store_true",
+                   help="the static bandwidth model of the gfx942_decode kernel on the issue's decode cases, against "
+                        "MI300X's 5.3 TB/s")
     add_variant_arguments(p)
     p.set_defaults(func=cmd_isa)
 
@@ -316,6 +319,10 @@ def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "
 
 
 def cmd_isa(args) -> int:
+    if getattr(args, "decode_model", False):
+        from .decode_model import print_model
+        print_model(args.arch)
+        return 0
     kernel = getattr(args, "kernel", KERNEL)
     print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))
     return 0
