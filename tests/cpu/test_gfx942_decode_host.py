@@ -11,7 +11,7 @@ OP = "attention_fwd"
 KERNEL = "gfx942_decode"
 CUS = 304
 BUCKETS = list(manifest.load().op(OP).kernel(KERNEL).axes["head_dim"].buckets)
-STEP_KEYS = {64: 64, 96: 64, 128: 32, 192: 32, 256: 16}  # 16-key sub-tiles per step: 4, 4, 2, 2, 1
+STEP_KEYS = {64: 64, 96: 32, 128: 32, 192: 32, 256: 16}  # 16-key sub-tiles per step: 4, 2, 2, 2, 1
 
 
 def args(b, hq, hk, sq, sk, d, tail_split=-1, st=None, cus=CUS):
@@ -46,12 +46,12 @@ def test_plan_follows_the_bucket_and_the_group(d):
 
 def planned_ns(items, steps, g, d=128, chunks=1):
     """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (17.4 B/ns per CU)
-    or the waves' steps (2 us round trip + 0.9 us math each, rounds of 8 or 4 resident waves per CU), whichever is
-    longer, + the merge's round trips (16 parts a trip)."""
+    or the waves' steps (2 us round trip + 0.2 us of S^T MFMAs each, rounds of 8 or 4 resident waves per CU),
+    whichever is longer, + the merge's round trips (16 parts a trip)."""
     step_keys, waves = STEP_KEYS[d], 8 if d <= 128 else 4
     partials = 2 * items * g * 16 * (d + 2) * 4 if g > 1 else 0
     hbm = (items // chunks * steps * 4 * step_keys * d + partials) / (17.4 * CUS)
-    steps_ns = math.ceil(items * g / (CUS * waves)) * math.ceil(steps / g) * 2900.0
+    steps_ns = math.ceil(items * g / (CUS * waves)) * math.ceil(steps / g) * 2200.0
     return max(hbm, steps_ns) + (math.ceil(g / 16) * 2000.0 if g > 1 else 0.0)
 
 

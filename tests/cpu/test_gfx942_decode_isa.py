@@ -17,7 +17,7 @@ BUCKETS = coreport.buckets(KERNEL)
 MODES = [(m, "bf16") for m in coreport.axis_values("round_mode")] + [("rtne", "fp16")]
 # The design (op_sources/attention_fwd/gfx942_decode/params.h, mainloop.h): 16-key sub-tiles per KV step, and the V^T
 # tile's row pitch (16 keys + 4) in elements.
-SUBS = {64: 4, 96: 4, 128: 2, 192: 2, 256: 1}
+SUBS = {64: 4, 96: 2, 128: 2, 192: 2, 256: 1}
 VT_PITCH = 20
 
 

@@ -13,6 +13,9 @@ LOOP = {"valu": 300, "trans": 9, "mfma": 32}  # about the d = 128 paged loop's c
 
 def test_step_time_is_the_loop_instructions_one_after_another():
     assert dm.step_seconds(LOOP) == pytest.approx((291 * 4 + 9 * 16 + 32 * 16) / 2.1e9)
+    # A wave's step: the round trip of the loads requested after the S^T MFMAs (16 of the 32), or the math if longer.
+    assert dm.wave_step_seconds(LOOP) == pytest.approx(2e-6 + 16 * 16 / 2.1e9)
+    assert dm.wave_step_seconds(dict(LOOP, valu=2000)) == dm.step_seconds(dict(LOOP, valu=2000))
 
 
 def test_a_full_batch_is_bound_by_hbm_and_a_lone_sequence_needs_its_split():

@@ -18,12 +18,13 @@ static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams siz
 // The split planner's picture of the GPU, per CU: the kernel's resident waves (one-wave workgroups; the code objects
 // allow 2 waves per SIMD up to the 128 bucket and 1 above: tests/cpu/test_gfx942_decode_isa.py), HBM bytes per ns
 // (MI300X: 5.3 TB/s over 304 CUs; an MI250X GCD, 1.6 TB/s over 110, is about the same per CU), the time of a round
-// trip to memory under load and of a step's own instructions (a wave issues a step's loads and waits for them before
-// its math: the wave's step costs both). Assumptions, not measurements: docs/design-gfx942-decode.md.
+// trip to memory under load, and the part of a step's instructions its loads do not overlap (a wave requests the
+// next step's K after the step's S^T MFMAs and its V after the LDS write: a step costs a round trip plus the S^T
+// MFMAs). Assumptions, not measurements: docs/design-gfx942-decode.md.
 int waves_per_cu(int bucket) { return bucket <= 128 ? 8 : 4; }
 constexpr double kBytesPerNsPerCu = 17.4;
 constexpr double kRoundTripNs = 2000.0;
-constexpr double kStepMathNs = 900.0;
+constexpr double kStepMathNs = 200.0;
 constexpr int kMinStepsPerPart = 4;
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }

@@ -110,8 +110,10 @@ RTC_DEVICE Frag k_frag(const rtc_u32x4 (&k)[kLoads], int ds) {
 // O^T += V^T P^T for one 16-key sub-tile: the lanes write their V columns into the LDS tile transposed (column-major
 // keys), then read V^T's A fragments, 4 keys of one column per lane. Wave-private LDS: a wave sync orders the
 // writes before the reads, and the MFMAs, which every lane reaches after its reads, order them before the next
-// sub-tile's writes.
-RTC_DEVICE void pv_sub(Smem& sm, const rtc_u32x4 (&v)[kLoads], Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane) {
+// sub-tile's writes. Once written, the V registers are free: the next step's V rows of this sub-tile (j_next, when
+// `more`) are requested into them, to arrive while this step ends and the next one starts.
+RTC_DEVICE void pv_sub(Smem& sm, rtc_u32x4 (&v)[kLoads], Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane, const KvRows& vr,
+                       bool more, int j_next, int d) {
   const int key = lane & 15, col0 = (lane >> 4) * kQuadCols;
 #pragma unroll
   for (int u = 0; u < kLoads; ++u)
@@ -120,6 +122,7 @@ RTC_DEVICE void pv_sub(Smem& sm, const rtc_u32x4 (&v)[kLoads], Frag pf, rtc_f32x
       const rtc_u32 w = v[u][e >> 1];
       ds_write<rtc_elem_t>(&sm.vt[(col0 + 8 * u + e) * kVtPitch + key], (rtc_elem_t)((e & 1) ? w >> 16 : w & 0xFFFFu));
     }
+  if (more) load_rows(vr, j_next, lane, d, v);
   wave_barrier();
 #pragma unroll
   for (int t = 0; t < kHdTiles; ++t) {
@@ -133,18 +136,23 @@ struct LoopState {
   float m, l;             // running max (log2 units, scale folded in) and this lane's share of the row's sum
 };
 
-// Steps [kb0, kb1) of the item: per step, the K and V of its kSub sub-tiles in flight at once, S^T, the softmax,
-// then PV sub-tile by sub-tile.
+// Steps [kb0, kb1) of the item: per step, S^T from the step's K registers, the softmax, then PV sub-tile by sub-tile
+// from its V registers. Each register set is refilled with the next step's rows as soon as it is consumed (K after
+// the S^T MFMAs, V after its LDS write), so a step's loads fly during the previous step's math: a wave's step costs
+// about one round trip to memory instead of a round trip plus its math, with no more registers.
 RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag (&q)[kDSteps], LoopState& st, int kb0,
                         int kb1, int d, float c, int lo, int hi, int lane) {
   const int quad = lane >> 4, xaddr = (lane ^ 32) << 2;
+  if (kb0 >= kb1) return;
+  rtc_u32x4 kv[kSub][kLoads], vv[kSub][kLoads];
+  const int first = (int)readfirstlane((rtc_u32)(kb0 * kStepKeys));
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) load_rows(kr, first + 16 * s, lane, d, kv[s]);
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) load_rows(vr, first + 16 * s, lane, d, vv[s]);
   for (int kb = kb0; kb < kb1; ++kb) {
-    const int key0 = (int)readfirstlane((rtc_u32)(kb * kStepKeys));
-    rtc_u32x4 kv[kSub][kLoads], vv[kSub][kLoads];
-#pragma unroll
-    for (int s = 0; s < kSub; ++s) load_rows(kr, key0 + 16 * s, lane, d, kv[s]);
-#pragma unroll
-    for (int s = 0; s < kSub; ++s) load_rows(vr, key0 + 16 * s, lane, d, vv[s]);
+    const int key0 = (int)readfirstlane((rtc_u32)(kb * kStepKeys)), next = key0 + kStepKeys;
+    const bool more = kb + 1 < kb1;
     rtc_f32x4 sc[kSub];
 #pragma unroll
     for (int s = 0; s < kSub; ++s) {
@@ -152,10 +160,14 @@ RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag
 #pragma unroll
       for (int ds = 0; ds < kDSteps; ++ds) sc[s] = mma(k_frag(kv[s], ds), q[ds], sc[s]);
     }
+    if (more) {
+#pragma unroll
+      for (int s = 0; s < kSub; ++s) load_rows(kr, next + 16 * s, lane, d, kv[s]);
+    }
     Frag pf[kSub];
     softmax_step(sc, st.o, pf, st.m, st.l, c, quad, key0, lo, hi, xaddr);
 #pragma unroll
-    for (int s = 0; s < kSub; ++s) pv_sub(sm, vv[s], pf[s], st.o, lane);
+    for (int s = 0; s < kSub; ++s) pv_sub(sm, vv[s], pf[s], st.o, lane, vr, more, next + 16 * s, d);
   }
 }
 

@@ -10,8 +10,9 @@
 #define DECODE_MERGE_BATCH 16   // split parts whose partials the merge loads at once (one memory round trip)
 
 // 16-key sub-tiles per KV step, by head-dim bucket: a step's K and V are loaded into registers at once
-// (bucket / 4 VGPRs per sub-tile), so the step shrinks as the bucket grows: 4 up to 96, 2 up to 192, 1 at 256.
-RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 96 ? 4 : bucket <= 192 ? 2 : 1; }
+// (bucket / 4 VGPRs per sub-tile), so the step shrinks as the bucket grows: 4 at 64, 2 up to 192, 1 at 256 (96 at
+// 4 sub-tiles took 260 VGPRs + AGPRs: one wave per SIMD).
+RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 64 ? 4 : bucket <= 192 ? 2 : 1; }
 RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(bucket); }
 // One split part's partial result: unnormalised fp32 O [16 rows][bucket], then m [16], l [16].
 RTC_HD constexpr long long decode_part_bytes(int bucket) { return (long long)DECODE_ROWS * (bucket + 2) * 4; }

@@ -4,11 +4,11 @@ the code object's KV loop (coreport), set against the case's KV bytes at MI300X'
 measurement: no AMD GPU was available.
 
 The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later
-chunks of one finding them in L2, the block table, q and o, the partials written), the waves' steps (a wave issues a
-step's loads and waits for them before its math: per step one loaded round trip to memory, LATENCY_S, plus the step's
-instructions, in rounds of the resident workgroups), and the SIMDs' issue (every wave-step's instructions spread over
-the CUs' SIMDs). The merge stage, when the call is split, adds its round trips (16 parts' partials a trip) and the
-partials read back.
+chunks of one finding them in L2, the block table, q and o, the partials written), the waves' steps (a wave requests
+the next step's K right after a step's S^T MFMAs and its V after the LDS write: a step costs the longer of one loaded
+round trip to memory, LATENCY_S, plus the S^T MFMAs, and the step's instructions; in rounds of the resident
+workgroups), and the SIMDs' issue (every wave-step's instructions spread over the CUs' SIMDs). The merge stage, when
+the call is split, adds its round trips (16 parts' partials a trip) and the partials read back.
 """
 from __future__ import annotations
 
@@ -64,6 +64,12 @@ def step_seconds(loop: dict) -> float:
     return cycles / CLOCK_HZ
 
 
+def wave_step_seconds(loop: dict) -> float:
+    """One wave's KV step in time: a round trip for the loads requested after the previous step's S^T MFMAs (half
+    the loop's MFMAs), or the step's instructions when they take longer."""
+    return max(LATENCY_S + loop["mfma"] // 2 * MFMA_CYCLES / CLOCK_HZ, step_seconds(loop))
+
+
 def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS) -> dict:
     """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy."""
     b, ctx, hq, hk, page, sq, d = case
@@ -79,7 +85,7 @@ def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS) -> dict:
     out = {"case": case, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
            "ideal": kv / HBM_BYTES_PER_S,
            "hbm": attn_bytes / HBM_BYTES_PER_S,
-           "waves": rounds * math.ceil(steps / splits) * (LATENCY_S + step),
+           "waves": rounds * math.ceil(steps / splits) * wave_step_seconds(loop),
            "issue": items * steps * step / (cus * 4),
            "merge": (math.ceil(splits / MERGE_BATCH) * LATENCY_S + partials / HBM_BYTES_PER_S) if splits > 1 else 0.0}
     out["bound"] = max(out["hbm"], out["waves"], out["issue"]) + out["merge"]
