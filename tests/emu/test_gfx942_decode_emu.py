@@ -172,6 +172,17 @@ def test_forced_splits_meet_the_contract_and_repeat_bit_for_bit():
     assert not torch.equal(one[1].view(torch.int32), runs[0][1].view(torch.int32)), "the split did not run"
 
 
+@pytest.mark.parametrize("splits", [0, 3])
+def test_rows_that_see_no_key_and_chunks_with_a_split(splits):
+    """Causal with more query rows than keys: rows 0..10 of 16 see no key (+0, LSE -Inf), the rest 1..5 keys; and MQA
+    32/1 with 3 rows (six chunks of 16 packed rows on one XCD each), unsplit and split."""
+    run = run_on(tail_split=splits)
+    q, k, v = suite.make_qkv("bshd", 2, 8, MAX_Q, 5, 64, "cpu", seed=11, hk=2)
+    suite.check_accuracy(run, q, k, v, "bshd", "rtna", what=f"empty rows splits={splits}", window=CAUSAL)
+    q, k, v = suite.make_qkv("bhsd", 3, 32, 3, 200, 128, "cpu", seed=12, hk=1, dtype=F16)
+    suite.check_accuracy(run, q, k, v, "bhsd", "rtne", what=f"MQA chunks splits={splits}", window=(50, 0))
+
+
 def test_gfx942_and_gfx90a_agree_bit_for_bit():
     """The same source built for both archs gives the same output and LSE, dense with a split, and paged."""
     q, k, v = suite.make_qkv("bshd", 2, 8, 3, 450, 128, "cpu", seed=3, hk=2)
