@@ -194,13 +194,15 @@ def test_warm_builds_the_default_set_and_all_with_the_flag():
     one = ["--arch", "gfx90a,sm_90a", "--mask", "none", "--kv", "dense"]
     m = manifest.load()
 
-    def first_choice(arch, d, dtype):  # the variant dispatch picks first for a dense unmasked rtne call
+    def first_choice(arch, d, dtype, supports):  # the variant dispatch picks first for a dense unmasked rtne call
         call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": d, "dtype": dtype}
-        return dispatch.select("attention_fwd", arch, call, m=m).variant
+        return dispatch.select("attention_fwd", arch, call, m=m, supports=supports).variant
 
+    # Decode calls and prefill ones: a kernel that declines whole classes of calls at run time declines the latter.
+    calls = (None, lambda k: k.declines_at_run_time or None)
     for d in (32, 64, 128, 256):  # --head-dim names a bucket: the first choices compiled at that bucket
         default = _names("warm", *one, "--head-dim", str(d))
-        picks = [(a, first_choice(a, d, dt)) for a in ("gfx90a", "sm_90a") for dt in ("bf16", "fp16")]
+        picks = [(a, first_choice(a, d, dt, s)) for a in ("gfx90a", "sm_90a") for dt in ("bf16", "fp16") for s in calls]
         assert default == sorted({f"{a} {v.name}" for a, v in picks if v["head_dim"] == d}), (d, default)
         every = _names("warm", "--all", *one, "--head-dim", str(d))
         assert set(default) < set(every) and {n for n in every if "-rtz-" in n}, every

@@ -86,7 +86,7 @@ def test_cache_dir_is_where_entries_go(tmp_path):
 
 def test_log_reports_lookups_and_the_kernel_chosen(tmp_path):
     code = ("import torch, rtcattn\n"
-            "q = torch.randn(1, 3, 1, 64).to(torch.bfloat16)\n"
+            "q = torch.randn(1, 20, 1, 64).to(torch.bfloat16)\n"  # 20 query rows: a prefill call
             "rtcattn.forward(q, q, q)")
     quiet = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path)
     loud = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path, RTCATTN_LOG=1)
@@ -116,7 +116,7 @@ def test_clang_names_the_compiler_used_for_amd(tmp_path):
 
 def test_host_cxx_names_the_emulator_compiler(tmp_path):
     code = ("import torch, rtcattn\n"
-            "q = torch.randn(1, 3, 1, 64).to(torch.bfloat16)\n"
+            "q = torch.randn(1, 20, 1, 64).to(torch.bfloat16)\n"  # 20 query rows: a prefill call
             "try:\n"
             "    rtcattn.forward(q, q, q)\n"
             "    print('RAN')\n"

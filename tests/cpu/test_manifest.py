@@ -221,7 +221,9 @@ def test_warm_enumerates_no_excluded_variant():
     assert names == ["baseline-rtna-none-dense-d64-bf16", "baseline-rtne-none-dense-d64-bf16",
                      "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16",
                      "gfx942-rtna-none-dense-d64-bf16", "gfx942-rtne-none-dense-d64-bf16",
-                     "gfx942-rtne-none-dense-d64-fp16", "gfx942-rtz-none-dense-d64-bf16"]
+                     "gfx942-rtne-none-dense-d64-fp16", "gfx942-rtz-none-dense-d64-bf16",
+                     "gfx942_decode-rtna-none-dense-d64-bf16", "gfx942_decode-rtne-none-dense-d64-bf16",
+                     "gfx942_decode-rtne-none-dense-d64-fp16", "gfx942_decode-rtz-none-dense-d64-bf16"]
     only = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode",
                                     "rtna,rtz"])
     assert cli._warm_variants(only) == []
@@ -259,12 +261,15 @@ def _fast_everywhere(d):
 @pytest.mark.parametrize("edit", [None, _fast_everywhere], ids=["real", "sm90-every-head-dim"])
 def test_default_set_is_what_dispatch_picks_first(tmp_path, edit):
     """On every arch: each call the default set is for runs on a variant of the default set (dispatch's pick,
-    ignoring run-time declines), and each variant of the set is the pick of some call: nothing it holds is only
-    a fallback."""
+    ignoring run-time declines on alignment or strides, and the pick when each kernel that declines whole classes of
+    calls at run time, `declines_at_run_time`, declines), and each variant of the set is the pick of some call:
+    nothing it holds is only a fallback."""
     m = manifest.load(write(tmp_path, edited(edit)), root=ROOT) if edit else manifest.load()
+    declines = lambda k: k.declines_at_run_time or None  # noqa: E731
     for arch in m.archs("attention_fwd"):
         default = _defaults(m, arch)
-        picked = {dispatch.select("attention_fwd", arch, call, m=m).variant.name for call in _every_call(m)}
+        picked = {dispatch.select("attention_fwd", arch, call, m=m, supports=s).variant.name
+                  for call in _every_call(m) for s in (None, declines)}
         assert picked == default, (arch, sorted(picked ^ default))
 
 
@@ -295,6 +300,10 @@ def test_no_warm_default_means_every_variant(tmp_path):
     assert m.op("attention_fwd").warm_default.describe() == "every variant"
 
 
+# A prefill call: each kernel that declines whole classes of calls at run time (the decode kernels) declines it.
+PREFILL = lambda k: k.declines_at_run_time or None  # noqa: E731
+
+
 def test_an_excluded_combination_is_refused_by_name():
     m = manifest.load()
     call = dict(_call("rtz", 64), dtype="fp16")
@@ -303,16 +312,17 @@ def test_an_excluded_combination_is_refused_by_name():
         m.variant_for("attention_fwd", "baseline", "gfx942", call)
     with pytest.raises(ValueError, match=r"asks for no variant: dtype='fp16', round_mode='rtz' is no variant"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
-    sel = dispatch.select("attention_fwd", "gfx942", dict(call, round_mode="rtne"), m=m)
+    sel = dispatch.select("attention_fwd", "gfx942", dict(call, round_mode="rtne"), m=m, supports=PREFILL)
     assert sel.variant.name == "gfx942-rtne-none-dense-d64-fp16"
 
 
 def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
-    """An fp16 call goes to the fast kernel when its dtype axis takes fp16, else to the baseline, saying why."""
+    """An fp16 (prefill) call goes to the fast kernel when its dtype axis takes fp16, else to the baseline, saying
+    why."""
     m = manifest.load()
     for arch, fast in (("sm_90a", "sm90"), ("gfx942", "gfx942"), ("gfx90a", "gfx942"), ("gfx942-emu", "gfx942")):
-        assert dispatch.select("attention_fwd", arch, _call("rtne", 128), m=m).kernel.name == fast
-        sel = dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), dtype="fp16"), m=m)
+        assert dispatch.select("attention_fwd", arch, _call("rtne", 128), m=m, supports=PREFILL).kernel.name == fast
+        sel = dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), dtype="fp16"), m=m, supports=PREFILL)
         dtypes = m.op("attention_fwd").kernel(fast).axes["dtype"]
         if "fp16" in dtypes:
             assert sel.kernel.name == fast and sel.variant.name == f"{fast}-rtne-none-dense-d128-fp16", sel
@@ -400,7 +410,7 @@ def _head_dim(kernel: str) -> manifest.BucketSpec:
 
 def test_every_kernel_has_its_head_dims_checked():
     kernels = [k.name for k in manifest.load(ROOT / "configs" / "ops.json").op("attention_fwd").kernels]
-    assert sorted(kernels) == ["baseline", "gfx942", "sm90"]
+    assert sorted(kernels) == ["baseline", "gfx942", "gfx942_decode", "sm90"]
 
 
 def test_sm90_buckets_match_its_plans():
@@ -416,6 +426,24 @@ def test_gfx942_head_dims_match_manifest():
     spec = _head_dim("gfx942")
     assert (spec.lo, spec.hi, spec.step, spec.buckets) == (lo, hi, step, buckets)
     assert list(buckets) == sorted(buckets) and buckets[-1] == hi and all(b % step == 0 for b in buckets)
+
+
+GFX942_DECODE_BUCKET = (OP_TEXT / "gfx942_decode.hip",
+                        r"^static_assert\(gfx942_bucket\(RTC_HEAD_DIM_MAX\) == RTC_HEAD_DIM_MAX,$")
+GFX942_DECODE_REFUSAL = (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942_decode.cpp",
+                         r'" is not accepted by the gfx942_decode kernel; accepted: a multiple of (\d+) from (\d+) to '
+                         r'(\d+)"')
+
+
+def test_gfx942_decode_head_dims_match_manifest():
+    """The decode kernel is built in gfx942/params.h's buckets (its static_assert) and its host refuses what they
+    do not hold: the manifest's entry is the gfx942 kernel's."""
+    _stated(*GFX942_DECODE_BUCKET)
+    buckets = tuple(int(b) for b in _stated(*GFX942_BUCKETS).split(", "))
+    step, lo, hi = (int(n) for n in _stated(*GFX942_DECODE_REFUSAL))
+    spec = _head_dim("gfx942_decode")
+    assert (spec.lo, spec.hi, spec.step, spec.buckets) == (lo, hi, step, buckets) == tuple(
+        getattr(_head_dim("gfx942"), f) for f in ("lo", "hi", "step", "buckets"))
 
 
 def test_baseline_head_dims_match_manifest():

@@ -31,6 +31,10 @@ def tree(tmp_path, monkeypatch):
     return tmp_path
 
 
+# A prefill call: each kernel that declines whole classes of calls at run time (the decode kernels) declines it.
+PREFILL = lambda k: k.declines_at_run_time or None  # noqa: E731
+
+
 def test_axis_reaches_variants_names_defines_and_selection(tree):
     m = manifest.load()
     assert m.path == tree / "configs" / "ops.json"
@@ -40,7 +44,7 @@ def test_axis_reaches_variants_names_defines_and_selection(tree):
     names = {v.name for v in m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"], head_dim=[64])}
     assert "baseline-rtne-none-dense-d64-bf16-loud" in names and "baseline-rtz-window-dense-d64-bf16-plain" in names
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16", "flavor": "loud"}
-    sel = dispatch.select("attention_fwd", "gfx942", call, m=m)
+    sel = dispatch.select("attention_fwd", "gfx942", call, m=m, supports=PREFILL)
     assert sel.variant.name == "gfx942-rtne-none-dense-d128-bf16-loud" and sel.variant["flavor"] == "loud"
     req = m.request(sel.variant, "0")
     assert "-DRTC_TEST_FLAVOR=1" in req.options
@@ -68,7 +72,7 @@ def test_a_kernel_may_restrict_the_axis(tree):
     ops.write_text(json.dumps(data))
     m = manifest.load()
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16", "flavor": "loud"}
-    sel = dispatch.select("attention_fwd", "gfx942", call, m=m)
+    sel = dispatch.select("attention_fwd", "gfx942", call, m=m, supports=PREFILL)
     assert sel.kernel.name == "baseline" and "flavor 'loud' not in ['plain']" in sel.why
     assert {v["flavor"] for v in m.variants("attention_fwd", kernels=["gfx942"])} == {"plain"}
 
@@ -106,5 +110,5 @@ def test_exclusions_of_the_axis_come_from_the_json_alone(tree):
     n = len(data["ops"]["attention_fwd"]["exclude"]) - 1
     with pytest.raises(ValueError, match=rf"flavor='loud', mask='window' is no variant .*exclude\[{n}\]"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
-    sel = dispatch.select("attention_fwd", "gfx942", dict(call, flavor="plain"), m=m)
+    sel = dispatch.select("attention_fwd", "gfx942", dict(call, flavor="plain"), m=m, supports=PREFILL)
     assert sel.variant.name == "gfx942-rtne-window-dense-d128-bf16-plain"

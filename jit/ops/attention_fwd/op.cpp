@@ -147,7 +147,7 @@ const rtc::OpRegistration kOp({"attention_fwd",
                                sizeof(AttentionFwdArgs),
                                {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
                                validate,
-                               {sm90_host(), gfx942_host(), baseline_host()}});
+                               {sm90_host(), gfx942_decode_host(), gfx942_host(), baseline_host()}});
 
 }  // namespace
 

@@ -20,9 +20,10 @@ void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs
 // {"key": value, ...} from (key, integer) pairs.
 std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fields);
 
-// The kernels' host descriptors (baseline.cpp, gfx942.cpp, sm90.cpp), registered by op.cpp.
+// The kernels' host descriptors (baseline.cpp, gfx942.cpp, gfx942_decode.cpp, sm90.cpp), registered by op.cpp.
 rtc::KernelHost baseline_host();
 rtc::KernelHost gfx942_host();
+rtc::KernelHost gfx942_decode_host();
 rtc::KernelHost sm90_host();
 
 }  // namespace attention_fwd

@@ -66,6 +66,9 @@ class KernelSpec:
     source: str             # file name inside op_sources/<op>/
     archs: tuple
     axes: dict              # axis name -> tuple of accepted values (enumerated) or BucketSpec (bucketed)
+    # The manifest's `declines_at_run_time`: which calls of its axis values it leaves, at run time, to the kernels
+    # after it (on what only the arguments tell, e.g. sequence lengths); "" when it serves every call they allow.
+    declines_at_run_time: str = ""
 
     def accepted(self, axis: Axis):
         return self.axes[axis.name]
@@ -146,9 +149,13 @@ class OpSpec:
     def first_choice(self, k: KernelSpec, arch: str, values: dict) -> bool:
         """Whether some call that kernel k's variant (values: one per axis, a bucket for a bucketed axis) serves
         on arch is taken by no earlier kernel of the op: dispatch's order, from the manifest's conditions alone
-        (a kernel that declines a call at run time, on alignment or strides, falls back past this)."""
+        (a kernel that declines a call at run time, on alignment or strides, falls back past this). An earlier
+        kernel that declines whole classes of calls at run time (`declines_at_run_time`) takes none of them for
+        sure."""
         earlier = []
         for e in self.kernels[:self.kernels.index(k)]:
+            if e.declines_at_run_time:
+                continue
             if arch in e.archs and all(e.why_not(a, values[a.name]) is None for a in self.axes if not a.buckets):
                 earlier.append(e)
         if not earlier:
@@ -342,7 +349,7 @@ def _op_spec(name: str, op: dict) -> OpSpec:
             else:
                 per_axis[a.name] = tuple(spec) if spec is not None else tuple(a.value_names())
         kernels.append(KernelSpec(name=k["name"], symbol=k["symbol"], source=k["source"], archs=tuple(k["archs"]),
-                                  axes=per_axis))
+                                  axes=per_axis, declines_at_run_time=k.get("declines_at_run_time", "")))
     exclude = tuple(Exclusion(i, tuple((axis, frozenset(names)) for axis, names in e.items()))
                     for i, e in enumerate(op.get("exclude", [])))
     wd = op.get("warm_default", {})
@@ -557,6 +564,8 @@ def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict, op_dir:
     if op_dir is not None and not (op_dir / source).is_file():
         c.fail(f"{w}.source", source, f"a file that exists in {op_dir}")
     c.str_list(k, "archs", w, choices=archs)
+    c.get(k, "declines_at_run_time", w, str,
+          "a string: the calls the kernel leaves to the kernels after it at run time", optional=True)
     given = c.get(k, "axes", w, dict, "an object: axis name -> accepted values or buckets", optional=True) or {}
     for name in given:
         if name not in axes:

@@ -1,5 +1,6 @@
-"""Code-object report of the gfx942 fast kernel: registers, LDS, scratch, occupancy and the per-KV-iteration
-instruction mix of its loops, read from the very code objects a call loads (`python -m rtcattn isa`).
+"""Code-object report of the gfx942 fast kernels (the prefill kernel `gfx942`, and `gfx942_decode` with --kernel):
+registers, LDS, scratch, occupancy and the per-KV-iteration instruction mix of its loops, read from the very code
+objects a call loads (`python -m rtcattn isa`).
 
 The static issue model built on these counts, with MoonMath's measured times, is a lab tool:
 `python3 .ci/lab/gfx942/isa_model.py`."""
@@ -16,7 +17,8 @@ from pathlib import Path
 
 from ..ops.attention_fwd import OP
 
-KERNEL = "gfx942"
+KERNEL = "gfx942"  # the default kernel of the report
+KERNELS = ("gfx942", "gfx942_decode")
 ARCHS = ("gfx942", "gfx90a")
 TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
 # Bytes one wave64 instruction moves through the LDS (reads, writes, cross-lane traffic, DMA fill).
@@ -37,10 +39,12 @@ class Report:
     kv: str = "dense"
     head_dim: int = 128   # the head-dim bucket
     dtype: str = "bf16"
+    kernel: str = KERNEL
 
     @property
     def name(self) -> str:
-        return f"{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}"
+        prefix = "" if self.kernel == KERNEL else f"{self.kernel} "
+        return f"{prefix}{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}"
 
     @property
     def waves_per_simd(self) -> int:
@@ -182,7 +186,7 @@ def count(body: list) -> dict:
     return c
 
 
-def analyse(code: bytes) -> tuple:
+def analyse(code: bytes, kernel: str = KERNEL) -> tuple:
     """(notes, instructions with addresses relative to the kernel symbol) of one code object."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "k.co"
@@ -191,7 +195,7 @@ def analyse(code: bytes) -> tuple:
                                check=True).stdout
         dis = subprocess.run([_tool("llvm-objdump"), "-d", str(path)], capture_output=True, text=True,
                              check=True).stdout
-    m = re.search(r"^([0-9a-f]+) <" + _spec().kernel(KERNEL).symbol + ">:", dis, re.M)
+    m = re.search(r"^([0-9a-f]+) <" + _spec().kernel(kernel).symbol + ">:", dis, re.M)
     start = int(m.group(1), 16) if m else 0
     return parse_notes(notes), [(a - start, op, args) for a, op, args in _instructions(dis)]
 
@@ -205,20 +209,21 @@ def axis_values(axis: str) -> list:
     return _spec().axis_values(axis)
 
 
-def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128, dtype: str = "bf16"):
+def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128, dtype: str = "bf16",
+          kernel: str = KERNEL):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from ..runtime import dispatch, manifest
-    v = manifest.load().variant_for(OP, KERNEL, arch, {"round_mode": mode, "mask": mask, "kv": kv,
+    v = manifest.load().variant_for(OP, kernel, arch, {"round_mode": mode, "mask": mask, "kv": kv,
                                                         "head_dim": head_dim, "dtype": dtype})
     return dispatch.build(v)
 
 
 def report(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128,
-           dtype: str = "bf16") -> Report:
-    res = build(arch, mode, mask, kv, head_dim, dtype)
-    notes, insts = analyse(res.code())
-    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv, head_dim=head_dim, dtype=dtype)
+           dtype: str = "bf16", kernel: str = KERNEL) -> Report:
+    res = build(arch, mode, mask, kv, head_dim, dtype, kernel)
+    notes, insts = analyse(res.code(), kernel)
+    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv, head_dim=head_dim, dtype=dtype, kernel=kernel)
     loops = [count(b) for b in kv_loops(insts)]
     r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
     if mask != "none":
@@ -254,9 +259,13 @@ def table(rows, cols) -> None:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernel (registers, LDS, loop "
+    p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernels (registers, LDS, loop "
                                    "instruction counts)")
     p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
+    p.add_argument("--kernel", default=KERNEL, choices=KERNELS, help=f"which kernel (default {KERNEL}: prefill)")
+    p.add_argument("--decode-model", action="store_true",
+                   help="the static bandwidth model of the gfx942_decode kernel on the issue's decode cases, against "
+                        "MI300X's 5.3 TB/s")
     add_variant_arguments(p)
     p.set_defaults(func=cmd_isa)
 
@@ -270,30 +279,30 @@ def add_variant_arguments(p) -> None:
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "all"), help="which dtype's variants")
 
 
-def buckets() -> list:
+def buckets(kernel: str = KERNEL) -> list:
     """The kernel's head-dim buckets, from the manifest."""
-    return list(_spec().kernel(KERNEL).axes["head_dim"].buckets)
+    return list(_spec().kernel(kernel).axes["head_dim"].buckets)
 
 
-def parse_head_dims(text: str) -> list:
+def parse_head_dims(text: str, kernel: str = KERNEL) -> list:
     if text == "all":
-        return buckets()
+        return buckets(kernel)
     dims = [int(x) for x in text.split(",")]
-    bad = [d for d in dims if d not in buckets()]
+    bad = [d for d in dims if d not in buckets(kernel)]
     if bad:
-        raise SystemExit(f"--head-dim {text}: {bad} not a bucket of the {KERNEL} kernel; accepted: "
-                         f"{', '.join(map(str, buckets()))} or all")
+        raise SystemExit(f"--head-dim {text}: {bad} not a bucket of the {kernel} kernel; accepted: "
+                         f"{', '.join(map(str, buckets(kernel)))} or all")
     return dims
 
 
-def variants(kv: str = "dense", head_dims=None, dtype: str = "bf16") -> list:
+def variants(kv: str = "dense", head_dims=None, dtype: str = "bf16", kernel: str = KERNEL) -> list:
     """(mode, mask, kv, head_dim, dtype) of every variant the manifest has for these filters, in report order."""
     from ..runtime import manifest
     spec = manifest.load().op(OP)
     kvs = axis_values("kv") if kv == "all" else [kv]
-    dtypes = list(spec.kernel(KERNEL).axes["dtype"]) if dtype == "all" else [dtype]
+    dtypes = list(spec.kernel(kernel).axes["dtype"]) if dtype == "all" else [dtype]
     out = []
-    for d in head_dims or buckets():
+    for d in head_dims or buckets(kernel):
         for t in dtypes:
             for k in kvs:
                 for mask in axis_values("mask"):
@@ -304,13 +313,18 @@ def variants(kv: str = "dense", head_dims=None, dtype: str = "bf16") -> list:
     return out
 
 
-def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "bf16") -> list:
+def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "bf16", kernel: str = KERNEL) -> list:
     """The report of every variant of the kernel for arch (every kv variant for kv="all"), per bucket and dtype."""
-    return [report(arch, *v) for v in variants(kv, head_dims, dtype)]
+    return [report(arch, *v, kernel=kernel) for v in variants(kv, head_dims, dtype, kernel)]
 
 
 def cmd_isa(args) -> int:
-    print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim), args.dtype))
+    if getattr(args, "decode_model", False):
+        from .decode_model import print_model
+        print_model(args.arch)
+        return 0
+    kernel = getattr(args, "kernel", KERNEL)
+    print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))
     return 0
 
 

@@ -1,0 +1,201 @@
+// Host side of the gfx942 decode kernel: what it accepts (few query rows per sequence), the KV split planner, the
+// workspace of the split parts, the plan as JSON, and one or two launches per call (attention, then the merge).
+#include "op.h"
+#include "common.h"
+#include "gfx942/params.h"
+#include "gfx942_decode/params.h"
+#include "knobs.h"
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace attention_fwd {
+namespace {
+
+// AttnParams is trivial, so the derived fields start right after it on the host and on the GPU.
+static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams size changed: check the kernel");
+
+// The split planner's picture of the GPU, per CU: the kernel's resident waves (one-wave workgroups; the code objects
+// allow 2 waves per SIMD up to the 128 bucket and 1 above: tests/cpu/test_gfx942_decode_isa.py), HBM bytes per ns
+// (MI300X: 5.3 TB/s over 304 CUs; an MI250X GCD, 1.6 TB/s over 110, is about the same per CU), the time of a round
+// trip to memory under load, and the part of a step's instructions its loads do not overlap (a wave requests the
+// next step's K after the step's S^T MFMAs and its V after the LDS write: a step costs a round trip plus the S^T
+// MFMAs). Assumptions, not measurements: docs/design-gfx942-decode.md.
+int waves_per_cu(int bucket) { return bucket <= 128 ? 8 : 4; }
+constexpr double kBytesPerNsPerCu = 17.4;
+constexpr double kRoundTripNs = 2000.0;
+constexpr double kStepMathNs = 200.0;
+constexpr int kMinStepsPerPart = 4;
+
+const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Plan {
+  int bucket = 0, group = 0, chunks = 0, splits = 1;
+  int64_t items = 0;  // B * Hk * chunks
+  int64_t steps = 0;  // KV steps of one item (packed: of a max_seqlen_k sequence), the planner's input
+  int64_t workspace_bytes = 0;
+  int merge_tiles = 0;  // merge workgroups per item: the call's 16-column tiles of O
+};
+
+// splits: a planned split (tail_split -1) takes the fewest parts of the least estimated time: the attention stage
+// is bound by HBM (every (sequence, K/V head)'s K and V once, the later chunks of one finding them in L2, plus the
+// partials written and read back) or by its waves' steps (rounds of resident workgroups x a part's steps x a step's
+// round trip and math), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH parts. Each
+// part keeps kMinStepsPerPart steps. Forced (tail_split > 1) it is what was asked, at most DECODE_MAX_SPLITS;
+// tail_split 0 (or the NO_TAIL knob, for a planned split) is no split.
+double split_ns(const Plan& pl, int cus, int64_t g) {
+  const double step_bytes = 4.0 * decode_step_keys(pl.bucket) * pl.bucket;  // K and V, 16-bit
+  const double partials = g > 1 ? 2.0 * pl.items * g * decode_part_bytes(pl.bucket) : 0.0;
+  const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
+  const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket)));
+  const double waves = rounds * double(ceil_div(pl.steps, g)) * (kRoundTripNs + kStepMathNs);
+  const double merge = g > 1 ? double(ceil_div(g, DECODE_MERGE_BATCH)) * kRoundTripNs : 0.0;
+  return std::max(hbm, waves) + merge;
+}
+
+int pick_splits(const Plan& pl, int cus) {
+  if (cus <= 0 || pl.items <= 0) return 1;
+  const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, DECODE_MAX_SPLITS);
+  int best_g = 1;
+  double best = split_ns(pl, cus, 1);
+  for (int64_t g = 2; g <= most; ++g) {
+    const double t = split_ns(pl, cus, g);
+    if (t < best) best = t, best_g = int(g);
+  }
+  return best_g;
+}
+
+Plan make_plan(const AttentionFwdArgs& a) {
+  Plan pl;
+  pl.bucket = gfx942_bucket(int(a.head_dim));
+  pl.group = int(a.heads / a.heads_k);
+  pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS));
+  pl.items = a.batch * a.heads_k * pl.chunks;
+  pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
+  pl.merge_tiles = int(ceil_div(a.head_dim, 16));
+  const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
+  if (request > 1)
+    pl.splits = std::min(request, DECODE_MAX_SPLITS);
+  else if (request == -1)
+    pl.splits = pick_splits(pl, a.num_cus);
+  pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
+  return pl;
+}
+
+// Workgroups of the attention stage: items x splits, and with more than one chunk per (sequence, K/V head) the units
+// (parts of a (sequence, K/V head)) rounded up to 8, whose chunks go to one XCD (gfx942_decode/scheduler.h).
+int64_t attn_grid(const Plan& pl) {
+  const int64_t units = pl.items / pl.chunks * pl.splits;
+  return pl.chunks == 1 ? units : ceil_div(units, 8) * 8 * pl.chunks;
+}
+
+std::string why_not(const void* p, const char* vendor) {
+  const AttentionFwdArgs& a = args_of(p);
+  const std::string v = vendor;
+  if (v != "hip" && v != "host")
+    return "vendor=" + rtc::quote(v) + " is not accepted by the gfx942_decode kernel; accepted: hip, host";
+  const int mode = kv_mode(a);
+  const char* rows = mode == RTC_KV_DENSE ? "seq_q" : "max_seqlen_q";
+  if (a.seq_q > DECODE_MAX_Q)
+    return std::string(rows) + "=" + std::to_string(a.seq_q) +
+           " is not accepted by the gfx942_decode kernel; accepted: at most " + std::to_string(DECODE_MAX_Q) +
+           " query rows per sequence (decode; longer calls go to the prefill kernel)";
+  if (a.head_dim % 8 != 0 || gfx942_bucket(int(a.head_dim)) == 0)
+    return "head_dim=" + std::to_string(a.head_dim) +
+           " is not accepted by the gfx942_decode kernel; accepted: a multiple of 8 from 8 to 256";
+  // q and o: one buffer resource over the rows of a (sequence, K/V head)'s group of q heads.
+  const int64_t group = a.heads / a.heads_k;
+  const struct {
+    const char* name;
+    const int64_t* st;
+  } qo[] = {{"q", a.q_strides}, {"o", a.o_strides}};
+  for (const auto& t : qo) {
+    const int64_t span = decode_group_span_bytes(a.seq_q, t.st[1], group, t.st[2], a.head_dim);
+    if (t.st[1] < 0 || t.st[2] < 0 || span >= (int64_t(1) << 32))
+      return std::string(t.name) + "_strides=(" + std::to_string(t.st[0]) + ", " + std::to_string(t.st[1]) + ", " +
+             std::to_string(t.st[2]) + ") over " + std::to_string(a.seq_q) + " rows and " + std::to_string(group) +
+             " heads span " + std::to_string(span) +
+             " bytes; the gfx942_decode kernel reads a (sequence, K/V head)'s q heads through one buffer resource "
+             "and accepts non-negative row and head strides with a span below 4 GiB";
+  }
+  // K and V: one resource over a sequence's rows of a K/V head (dense, varlen) or over one page.
+  const int64_t kv_rows = mode == RTC_KV_PAGED ? a.page_size : mode == RTC_KV_VARLEN ? a.total_k : a.seq_k;
+  const struct {
+    const char* name;
+    int64_t stride;
+  } kv[] = {{"k", a.k_strides[1]}, {"v", a.v_strides[1]}};
+  for (const auto& t : kv) {
+    const int64_t span = kv_rows <= 0 ? 0 : ((kv_rows - 1) * t.stride + a.head_dim) * 2;
+    if (t.stride < 0 || span >= (int64_t(1) << 32))
+      return std::string(t.name) + "_strides[1]=" + std::to_string(t.stride) + " over " + std::to_string(kv_rows) +
+             " rows spans " + std::to_string(span) +
+             " bytes; the gfx942_decode kernel accepts a non-negative row stride with a span below 4 GiB per "
+             "(sequence, K/V head) or page";
+  }
+  const Plan pl = make_plan(a);
+  if (attn_grid(pl) >= (int64_t(1) << 31))
+    return "batch*heads_k*ceil(heads/heads_k*" + std::string(rows) +
+           "/16)*splits=" + std::to_string(pl.items * pl.splits) +
+           " workgroups is too many for the gfx942_decode kernel; accepted: < 2^31";
+  return "";
+}
+
+int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
+
+// Workgroups of each stage, in launch order: the attention stage, then the merge (one per item and 16-column tile of
+// O) when split.
+std::vector<std::pair<int, int64_t>> stages(const Plan& pl) {
+  std::vector<std::pair<int, int64_t>> s = {{DECODE_STAGE_ATTN, attn_grid(pl)}};
+  if (pl.splits > 1) s.push_back({DECODE_STAGE_MERGE, pl.items * pl.merge_tiles});
+  return s;
+}
+
+std::string plan_json(const void* p) {
+  const AttentionFwdArgs& a = args_of(p);
+  const Plan pl = make_plan(a);
+  const int64_t planned_ns = a.num_cus > 0 ? int64_t(split_ns(pl, a.num_cus, pl.splits)) : 0;
+  std::vector<std::pair<std::string, int64_t>> f = {
+      {"bucket", pl.bucket},      {"group", pl.group},
+      {"chunks", pl.chunks},      {"items", pl.items},
+      {"steps", pl.steps},        {"step_keys", decode_step_keys(pl.bucket)},
+      {"splits", pl.splits},      {"merge_tiles", pl.merge_tiles},
+      {"planned_ns", planned_ns}, {"workspace_bytes", pl.workspace_bytes},
+      {"block", DECODE_THREADS}};
+  const char* names[] = {"grid_attn", "grid_merge"};
+  for (const auto& s : stages(pl)) f.push_back({names[s.first], s.second});
+  return json_object(f);
+}
+
+void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
+  const AttentionFwdArgs& a = args_of(p);
+  const Plan pl = make_plan(a);
+  RTC_CHECK(pl.workspace_bytes == 0 || (a.workspace && a.workspace_bytes >= pl.workspace_bytes), RTC_ERR_ARG,
+            "workspace_bytes=" + std::to_string(a.workspace_bytes) +
+                " is too small for the gfx942_decode kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
+                " (rtc_op_workspace_bytes with the same args)");
+  DecodeParams dp;
+  std::memset(&dp, 0, sizeof dp);
+  static_cast<AttnParams&>(dp) = fill_params(a);
+  dp.tail_split = pl.splits;
+  dp.group = pl.group;
+  dp.chunks = pl.chunks;
+  dp.splits = pl.splits;
+  // Same stream, in order, so the merge sees the parts' partials.
+  for (const auto& s : stages(pl)) {
+    if (s.second == 0) continue;  // no sequence, no K/V head: nothing to write
+    RTC_CHECK(s.second < (int64_t(1) << 31), RTC_ERR_ARG,
+              "the gfx942_decode kernel needs " + std::to_string(s.second) + " workgroups for stage " +
+                  std::to_string(s.first) + "; accepted: fewer than 2^31");
+    dp.stage = s.first;
+    const unsigned grid[3] = {unsigned(s.second), 1, 1};
+    launch(program, t, a, grid, DECODE_THREADS, 0, &dp, sizeof dp);  // static LDS only
+  }
+}
+
+}  // namespace
+
+rtc::KernelHost gfx942_decode_host() { return {"gfx942_decode", why_not, workspace_bytes, plan_json, launch_decode}; }
+
+}  // namespace attention_fwd

@@ -1,0 +1,86 @@
+"""The gfx942 decode kernel's host side (jit/ops/attention_fwd/gfx942_decode.cpp): the plan (packed rows per K/V head,
+KV steps, the split planner and a forced split, the partials' workspace, grids) and what the kernel refuses, by name,
+before anything is launched. No device: fake addresses, the runtime's plan and check only."""
+import math
+
+import pytest
+
+from rtcattn.runtime import _lib, manifest
+
+OP = "attention_fwd"
+KERNEL = "gfx942_decode"
+CUS = 304
+BUCKETS = list(manifest.load().op(OP).kernel(KERNEL).axes["head_dim"].buckets)
+STEP_KEYS = {64: 64, 96: 32, 128: 32, 192: 32, 256: 16}  # 16-key sub-tiles per step: 4, 2, 2, 2, 1
+
+
+def args(b, hq, hk, sq, sk, d, tail_split=-1, st=None, cus=CUS):
+    qs = st or (sq * hq * d, hq * d, d)  # bshd, contiguous
+    ks = (sk * hk * d, hk * d, d)
+    return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=qs, k_strides=ks, v_strides=ks,
+                        o_strides=qs, batch=b, heads=hq, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=-1,
+                        window_right=-1, softmax_scale=0.1, tail_split=tail_split, num_cus=cus)
+
+
+def bucket_of(d):
+    return next(x for x in BUCKETS if x >= d)
+
+
+@pytest.mark.parametrize("d", [8, 64, 72, 128, 160, 256])
+def test_plan_follows_the_bucket_and_the_group(d):
+    b = bucket_of(d)
+    p = _lib.op_plan(OP, KERNEL, args(4, 32, 8, 4, 4096, d, tail_split=0))
+    assert p["bucket"] == b and p["group"] == 4 and p["chunks"] == 1 and p["items"] == 4 * 8, p  # 4 x 4 rows
+    assert p["step_keys"] == STEP_KEYS[b] and p["steps"] == math.ceil(4096 / STEP_KEYS[b]), p
+    assert p["splits"] == 1 and p["workspace_bytes"] == 0 and p["grid_attn"] == 32 and "grid_merge" not in p, p
+    f = _lib.op_plan(OP, KERNEL, args(4, 32, 8, 4, 4096, d, tail_split=5))
+    # The merge: one workgroup per item and 16-column tile of O.
+    assert f["splits"] == 5 and f["grid_attn"] == 32 * 5 and f["grid_merge"] == 32 * math.ceil(d / 16), f
+    assert f["workspace_bytes"] == 32 * 5 * 16 * (b + 2) * 4, f  # per part: O [16][bucket], m, l in fp32
+    mqa = _lib.op_plan(OP, KERNEL, args(1, 32, 1, 3, 100, d, tail_split=0))
+    assert mqa["chunks"] == 6 and mqa["items"] == 6, mqa  # 32 heads x 3 rows = 96 packed rows
+    # More than one chunk: the units (parts of a (sequence, K/V head)) rounded up to 8, each unit's chunks on one XCD.
+    assert mqa["grid_attn"] == 8 * 6, mqa
+    assert _lib.op_plan(OP, KERNEL, args(3, 32, 1, 3, 100, d, tail_split=3))["grid_attn"] == 16 * 6
+
+
+def planned_ns(items, steps, g, d=128, chunks=1):
+    """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (17.4 B/ns per CU)
+    or the waves' steps (2 us round trip + 0.2 us of S^T MFMAs each, rounds of 8 or 4 resident waves per CU),
+    whichever is longer, + the merge's round trips (16 parts a trip)."""
+    step_keys, waves = STEP_KEYS[d], 8 if d <= 128 else 4
+    partials = 2 * items * g * 16 * (d + 2) * 4 if g > 1 else 0
+    hbm = (items // chunks * steps * 4 * step_keys * d + partials) / (17.4 * CUS)
+    steps_ns = math.ceil(items * g / (CUS * waves)) * math.ceil(steps / g) * 2200.0
+    return max(hbm, steps_ns) + (math.ceil(g / 16) * 2000.0 if g > 1 else 0.0)
+
+
+@pytest.mark.parametrize("b,hk,sk,d", [(1, 8, 131072, 128), (32, 8, 4096, 128), (8, 8, 32768, 128),
+                                       (256, 8, 1024, 128), (1, 8, 200, 128), (1, 8, 131072, 256),
+                                       (32, 8, 4096, 64), (64, 8, 8192, 128)])
+def test_the_planner_takes_the_fewest_parts_of_least_estimated_time(b, hk, sk, d):
+    p = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d))
+    items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
+    best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (planned_ns(items, steps, g, d), g))
+    assert p["splits"] == best, (b, hk, sk, d, p)
+    assert abs(p["planned_ns"] - planned_ns(items, steps, best, d)) <= 1, p
+
+
+def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
+    one = _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 131072, 128))  # 8 items of 4096 steps: split
+    kv_ns = 131072 * 8 * 128 * 4 / 5.3e3  # the KV bytes at 5.3 TB/s
+    assert 64 <= one["splits"] <= 304 and one["planned_ns"] <= 1.25 * kv_ns, one
+    assert _lib.op_plan(OP, KERNEL, args(256, 32, 8, 1, 1024, 128))["splits"] == 1  # 2048 items fill the GPU
+    assert _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 200, 128))["splits"] == 1  # 7 steps: at least 4 per part
+    no_cus = _lib.op_plan(OP, KERNEL, args(1, 8, 8, 1, 9000, 128, cus=0))  # unknown CUs: no planned split
+    assert no_cus["splits"] == 1, no_cus
+
+
+def test_refusals_name_the_argument():
+    assert _lib.op_supports(OP, KERNEL, args(2, 8, 2, 16, 300, 128), "hip") is None
+    why = _lib.op_supports(OP, KERNEL, args(2, 8, 2, 17, 300, 128), "hip")
+    assert why.startswith("seq_q=17 is not accepted by the gfx942_decode kernel; accepted: at most 16"), why
+    why = _lib.op_supports(OP, KERNEL, args(2, 8, 2, 4, 300, 128, st=(4 * 8 * 128, -8 * 128, 128)), "hip")
+    assert why.startswith("q_strides=(4096, -1024, 128) over 4 rows and 4 heads") and "non-negative" in why, why
+    why = _lib.op_supports(OP, KERNEL, args(2, 8, 2, 4, 300, 128), "cuda")
+    assert why.startswith("vendor='cuda' is not accepted by the gfx942_decode kernel"), why

@@ -1,0 +1,66 @@
+"""Code-object checks of the gfx942 decode kernel, per head-dim bucket, on gfx942 (clang 19) and gfx90a (hipRTC 5.2, or
+clang), every variant (the three bf16 modes and fp16, both masks, every kv form): no scratch and no VGPR spills, the
+design's LDS (one 16-key V^T tile per wave), one wave per workgroup, the element type's MFMA, and the KV loop's MFMAs,
+loads and (no) barriers. The VGPR, AGPR and LDS figures are in docs/NOTES.md ("gfx942 decode kernel")."""
+import functools
+import itertools
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rtcattn.tools import coreport
+
+KERNEL = "gfx942_decode"
+ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19")) if shutil.which(tool)]
+BUCKETS = coreport.buckets(KERNEL)
+MODES = [(m, "bf16") for m in coreport.axis_values("round_mode")] + [("rtne", "fp16")]
+# The design (op_sources/attention_fwd/gfx942_decode/params.h, mainloop.h): 16-key sub-tiles per KV step, and the V^T
+# tile's row pitch (16 keys + 4) in elements.
+SUBS = {64: 4, 96: 2, 128: 2, 192: 2, 256: 1}
+VT_PITCH = 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt():
+    """Every variant, compiled up front two at a time (the archs interleaved) into the user cache."""
+    from rtcattn.runtime import dispatch, manifest
+    m = manifest.load()
+    by_arch = [[m.variant_for(coreport.OP, KERNEL, a, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": d,
+                                                       "dtype": dtype})
+                for mode, mask, kv, d, dtype in coreport.variants("all", None, "all", KERNEL)] for a in ARCHS]
+    order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(dispatch.build, order))
+
+
+@functools.cache
+def report(arch, mode, mask, kv, d, dtype):
+    return coreport.report(arch, mode, mask, kv, d, dtype, kernel=KERNEL)
+
+
+def test_the_design_table_covers_the_buckets():
+    assert sorted(SUBS) == BUCKETS
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("d", BUCKETS)
+@pytest.mark.parametrize("kv", coreport.axis_values("kv"))
+@pytest.mark.parametrize("mode,dtype", MODES, ids=[f"{m}-{t}" for m, t in MODES])
+@pytest.mark.parametrize("mask", coreport.axis_values("mask"))
+def test_code_object(arch, d, kv, mode, dtype, mask):
+    r = report(arch, mode, mask, kv, d, dtype)
+    n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
+    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2, tag
+    assert n["max_flat_workgroup_size"] == 64, tag
+    # Occupancy: at least 2 waves per SIMD up to 128 (8 one-wave workgroups per CU, the planner's picture), 1 above.
+    assert r.waves_per_simd >= (2 if d <= 128 else 1), tag
+    mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
+    assert r.loop[mine] and not r.loop[other], tag
+    # One KV step of one wave: S^T (sub-tiles x d/16 k-steps) and as many PV MFMAs; K and V of each sub-tile in
+    # d/32 buffer_load_dwordx4 per lane each; no barrier (the LDS tile is the wave's own).
+    assert r.loop["mfma"] == 2 * SUBS[d] * d // 16 and r.loop["s_barrier"] == 0, tag
+    assert r.loop["vmem16"] == 2 * SUBS[d] * d // 32, tag
+    # Paged: each sub-tile's page lookup adds one block-table load.
+    assert r.loop["vmem"] == r.loop["vmem16"] + (SUBS[d] * 2 if kv == "paged" else 0), tag
