@@ -320,8 +320,9 @@ def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "
 
 def cmd_isa(args) -> int:
     if getattr(args, "decode_model", False):
-        from .decode_model import print_model
-        print_model(args.arch)
+        from . import decode_model
+        decode_model.print_model(decode_model.case_models(
+            lambda d: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL)), table)
         return 0
     kernel = getattr(args, "kernel", KERNEL)
     print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))
