@@ -36,8 +36,8 @@ STANDIN_SRC = os.path.join(HERE, "hip_standin", "libamdhip64.c")
 OP_DIR = os.path.join(ROOT, "op_sources", "attention_fwd")
 COMMON = os.path.join(ROOT, "csrc_common")
 # The struct each kernel takes by value, and the headers declaring them (include names under OP_DIR).
-PARAM_STRUCT = {"baseline": "AttnParams", "gfx942": "Gfx942Params"}
-PARAM_HEADERS = ("attn_params.h", "gfx942/params.h")
+PARAM_STRUCT = {"baseline": "AttnParams", "gfx942": "Gfx942Params", "gfx942_decode": "DecodeParams"}
+PARAM_HEADERS = ("attn_params.h", "gfx942/params.h", "gfx942_decode/params.h")
 # Fake device addresses above 2^32 (a pointer truncated to 32 bits shows) and a fake stream.
 ADDR = {"q": 0x7F1200010000, "k": 0x7F1300020000, "v": 0x7F1400030000, "o": 0x7F1500040000,
         "lse": 0x7F1600050000}
@@ -66,9 +66,13 @@ def _problem(v) -> dict:
     # gfx942: 2*50*22 = 2200 q blocks of 384 rows on 304 CUs leave a tail of 72 (head-dim buckets up to 128; 3200
     # blocks of 256 rows at 192: 160; 6400 of 128 at 256: 16), which the planner splits (V^T, attention, merge);
     # Sq != Sk and B != H so a swapped field shows.
-    b, h, sq, sk = (2, 50, 8192, 8000) if v.kernel == "gfx942" else (2, 3, 40, 50)
+    # gfx942_decode: 3 query rows of 8 q heads on 2 K/V heads (a decode call, GQA 4), 5000 keys: 2 x 2 items that
+    # the planner splits (attention, merge).
+    b, h, sq, sk = {"gfx942": (2, 50, 8192, 8000), "gfx942_decode": (2, 8, 3, 5000)}.get(v.kernel, (2, 3, 40, 50))
     # A masked variant gets a window (left 17, causal) and, where it takes one, a K/V head count below h.
     hk, window = (h, (-1, -1)) if v["mask"] == "none" else (1 if v.kernel == "baseline" else h, (17, 0))
+    if v.kernel == "gfx942_decode":
+        hk = 2
 
     # One code object serves both layouts (the strides carry it): the rtna variants get [B, H, S, D] tensors,
     # the others [B, S, H, D], so both stride orders reach every kernel, arch, mask and head dim.
@@ -179,7 +183,7 @@ def param_layout(tmp_path_factory):
     _need_tools()
     work = tmp_path_factory.mktemp("kernarg_layout")
     members = _param_members()
-    lines = ["#include <cstdio>", "#include <type_traits>", '#include "gfx942/params.h"',
+    lines = ["#include <cstdio>", "#include <type_traits>", *[f'#include "{h}"' for h in PARAM_HEADERS],
              "template <class T> const char* kind() { return std::is_pointer<T>::value ? \"ptr\" : "
              "std::is_floating_point<T>::value ? \"f\" : std::is_signed<T>::value ? \"i\" : \"u\"; }",
              "int main() {", 'std::printf("{");']
@@ -196,7 +200,7 @@ def param_layout(tmp_path_factory):
     inc = ["-I", OP_DIR, "-I", COMMON]
     subprocess.run([GXX, "-std=c++17", "-Wno-invalid-offsetof", *inc, str(src), "-o", str(exe)], check=True)
     layout = json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
-    checks = ['#include "gfx942/params.h"']
+    checks = [f'#include "{h}"' for h in PARAM_HEADERS]
     for s, lay in layout.items():
         checks.append(f'static_assert(sizeof({s}) == {lay["size"]}, "sizeof {s}");')
         checks += [f"static_assert(__builtin_offsetof({s}, {f}) == {off} && sizeof((({s}*)0)->{f}) == {n}, "
@@ -298,6 +302,9 @@ def _expected_params(rec: dict, stage: int) -> dict:
     if rec["kernel"] == "gfx942":
         want.update({f: plan[f] for f in ("nqb", "nkb", "n_prefix", "tail", "split_g", "n_swz", "vt_bytes")})
         want.update(tail_split=plan["split_g"], stage=stage, vt_head_blocks=plan["vt_head_blocks"])
+    if rec["kernel"] == "gfx942_decode":
+        want.update(tail_split=plan["splits"], stage=stage, group=plan["group"], chunks=plan["chunks"],
+                    splits=plan["splits"])
     return want
 
 
@@ -311,7 +318,9 @@ def test_every_variant_loaded_once_through_the_standin(hip_run):
     assert len(loads) == len(fns) == len(VARIANTS)
     assert {c["device"] for c in _by_call(calls, "hipSetDevice") + _by_call(calls, "hipGetDevice")} <= {0}
     # gfx942: V^T, attention and (the dense problem splits its tail) the merge; packed calls never split.
-    n_launches = sum((3 if "-dense-" in r["name"] else 2) if r["kernel"] == "gfx942" else 1 for r in res["variants"])
+    # gfx942_decode: attention and (the problem splits) the merge.
+    n_launches = sum((3 if "-dense-" in r["name"] else 2) if r["kernel"] == "gfx942" else
+                     2 if r["kernel"] == "gfx942_decode" else 1 for r in res["variants"])
     assert len(_by_call(calls, "hipModuleLaunchKernel")) == n_launches
 
 
@@ -351,6 +360,15 @@ def test_launch_matches_code_object(hip_run, param_layout, index):
                          plan["tail"] * plan["q_rows"] // 16], plan
         want = [((g, 1, 1), (plan["block"], 1, 1)) for g in grids]
         assert plan["block"] == 512
+    elif rec["kernel"] == "gfx942_decode":
+        # Every q head of a K/V head and every query row packed into one 16-row item per (sequence, K/V head); the
+        # KV split's parts, then the merge per item and 16-column tile of O.
+        assert plan["group"] == 4 and plan["chunks"] == 1 and plan["items"] == a["batch"] * a["heads_k"], plan
+        assert plan["splits"] > 1 and a["workspace_bytes"] == plan["workspace_bytes"] > 0, (a, plan)
+        grids = [plan["grid_attn"], plan["grid_merge"]]
+        assert grids == [plan["items"] * plan["splits"], plan["items"] * math.ceil(a["head_dim"] / 16)], plan
+        want = [((g, 1, 1), (plan["block"], 1, 1)) for g in grids]
+        assert plan["block"] == 64
     else:
         assert (plan["grid_x"], plan["grid_y"], plan["grid_z"]) == (math.ceil(a["seq_q"] / 16), a["heads"],
                                                                    a["batch"]), plan
@@ -376,6 +394,8 @@ def test_launch_matches_code_object(hip_run, param_layout, index):
         assert threads <= notes[".max_flat_workgroup_size"], (what, threads, notes[".max_flat_workgroup_size"])
         if rec["kernel"] == "gfx942":
             assert threads == notes[".max_flat_workgroup_size"] == 512, (what, threads)
+        if rec["kernel"] == "gfx942_decode":
+            assert threads == notes[".max_flat_workgroup_size"] == 64, (what, threads)
         assert notes[".group_segment_fixed_size"] + c["shared_bytes"] <= LDS_LIMIT, (what, notes)
         # The bytes decode, field by field of the kernel's struct, to the call's values.
         blob = (log / c["file"]).read_bytes()

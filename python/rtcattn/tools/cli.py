@@ -243,8 +243,8 @@ def parser() -> argparse.ArgumentParser:
     from . import bench
     bench.add_arguments(sub.add_parser("bench", help="GPU: the ops' benchmark suites against their peers"))
     sub.choices["bench"].set_defaults(func=cmd_bench)
-    from . import coreport, decode_model, firstcall
-    coreport.add_parser(sub).set_defaults(func=decode_model.cmd_isa)
+    from . import coreport, firstcall
+    coreport.add_parser(sub)
     firstcall.add_parser(sub)
     return p
 

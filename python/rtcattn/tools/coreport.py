@@ -258,7 +258,7 @@ def table(rows, cols) -> None:
         print("  ".join(str(x).ljust(n) for x, n in zip(r, w)))
 
 
-def add_parser(sub):
+def add_parser(sub) -> None:
     p = sub.add_parser("isa", help="code-object report of the gfx942 fast kernels (registers, LDS, loop "
                                    "instruction counts)")
     p.add_argument("--arch", default="gfx942", choices=ARCHS, help="gfx942 (clang) or gfx90a (hipRTC/clang)")
@@ -268,7 +268,6 @@ def add_parser(sub):
                         "MI300X's 5.3 TB/s")
     add_variant_arguments(p)
     p.set_defaults(func=cmd_isa)
-    return p
 
 
 def add_variant_arguments(p) -> None:
@@ -320,6 +319,11 @@ def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "
 
 
 def cmd_isa(args) -> int:
+    if getattr(args, "decode_model", False):
+        from . import decode_model
+        decode_model.print_model(decode_model.case_models(
+            lambda d: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL)), table)
+        return 0
     kernel = getattr(args, "kernel", KERNEL)
     print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))
     return 0

@@ -16,8 +16,6 @@ import math
 
 from ..ops.attention_fwd import OP
 from ..runtime.dispatch import EMULATED_CUS
-from . import coreport
-from .coreport import report, table
 
 KERNEL = "gfx942_decode"
 CUS = EMULATED_CUS["gfx942-emu"]  # MI300X's compute units, as the runtime plans the emulated part
@@ -95,25 +93,18 @@ def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS) -> dict:
     return out
 
 
-def cmd_isa(args) -> int:
-    """`isa`: the decode model with --decode-model, else the code-object report."""
-    if args.decode_model:
-        print_model(args.arch)
-        return 0
-    return coreport.cmd_isa(args)
-
-
-def case_models(arch: str = "gfx942") -> list:
-    """Every case's model, with the loop counts and occupancy of its variant (paged, causal, rtne, bf16)."""
+def case_models(report_of) -> list:
+    """Every case's model; report_of(bucket): the code-object report (coreport.Report) of the case's variant (paged,
+    causal, rtne, bf16), for its loop counts and occupancy."""
     out = []
     for case in CASES:
-        r = report(arch, "rtne", "window", "paged", bucket_of(case[6]), "bf16", kernel=KERNEL)
+        r = report_of(bucket_of(case[6]))
         out.append(model(case, r.loop, r.waves_per_simd))
     return out
 
 
-def print_model(arch: str = "gfx942") -> None:
-    rows = case_models(arch)
+def print_model(rows: list, table) -> None:
+    """The models of case_models as a table (table(rows, cols): coreport's)."""
     us = lambda s: f"{s * 1e6:.1f}"  # noqa: E731
     table([(" ".join(map(str, m["case"])), m["splits"], m["grid_attn"], f"{m['kv_bytes'] / 1e6:.0f}", us(m["ideal"]),
             us(m["hbm"]), us(m["waves"]), us(m["issue"]), us(m["merge"]), us(m["bound"]), f"{m['ratio']:.2f}")
