@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from ..ops.attention_fwd import OP
+from ..ops.attention_fwd.bench_decode import DECODE_CASES
 from ..runtime.dispatch import EMULATED_CUS
 
 KERNEL = "gfx942_decode"
@@ -26,12 +27,8 @@ VALU_CYCLES, TRANS_CYCLES, MFMA_CYCLES = 4, 16, 16  # issue cycles of a wave64 i
 MERGE_BATCH = 16                  # partials the merge loads per round trip (DECODE_MERGE_BATCH)
 TARGET = 1.25                     # the issue's: the bound within 1.25x of the KV bytes at 5.3 TB/s
 
-# The issue's decode cases (B, context, Hq, Hk, page, Sq, D): its table, then Sq = 4 (speculative), MQA 32/1, D 64
-# and D 256.
-CASES = [(32, 4096, 32, 8, 16, 1, 128), (32, 4096, 32, 8, 64, 1, 128), (128, 2048, 32, 8, 16, 1, 128),
-         (8, 32768, 32, 8, 64, 1, 128), (1, 131072, 32, 8, 64, 1, 128), (64, 8192, 64, 8, 16, 1, 128),
-         (256, 1024, 32, 8, 16, 1, 128), (32, 4096, 32, 8, 16, 4, 128), (32, 4096, 32, 1, 16, 1, 128),
-         (32, 4096, 32, 8, 16, 1, 64), (32, 4096, 32, 8, 16, 1, 256)]
+# The decode cases (B, context, Hq, Hk, page, Sq, D): the benchmark's (`bench --shapes decode`), one list.
+CASES = [(c.b, c.context, c.hq, c.hk, c.page, c.sq, c.d) for c in DECODE_CASES]
 
 
 def _lib():
