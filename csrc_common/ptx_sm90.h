@@ -1,5 +1,5 @@
 // sm_90a PTX wrappers used by the Hopper kernels: mbarrier, TMA, shared-memory loads and stores, cp.async,
-// named barriers, setmaxnreg, fences.
+// ldmatrix and mma.sync, named barriers, setmaxnreg, fences.
 #pragma once
 #include "platform.h"
 
@@ -66,6 +66,44 @@ RTC_DEVICE void cp_async_4(rtc_u32 dst, const void* src) {
 RTC_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits for every cp.async of this thread, committed or not.
 RTC_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// 16 bytes global -> shared, asynchronous, through L2 only (cg); src_bytes 0 reads nothing and writes zeros (a row
+// past the tensor: src must still be a valid address, any byte of the tensor).
+RTC_DEVICE void cp_async_16_zfill(rtc_u32 dst, const void* src, rtc_u32 src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// Waits until at most N of this thread's committed cp.async groups are pending.
+template <int N> RTC_DEVICE void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// ---- ldmatrix: four 8x8 matrices of 16-bit elements, lanes 8i..8i+7 giving the row addresses of matrix i ----
+RTC_DEVICE void ldmatrix_x4(rtc_u32 (&r)[4], rtc_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// The same, each matrix transposed (a row-major [k][n] tile as the column-major B operand).
+RTC_DEVICE void ldmatrix_x4_trans(rtc_u32 (&r)[4], rtc_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// ---- mma.sync m16n8k16, fp32 accumulators: d += a b, a and b bf16 (fp16 when kFp16) ----
+template <bool kFp16>
+RTC_DEVICE void mma_16816(float (&d)[4], const rtc_u32 (&a)[4], rtc_u32 b0, rtc_u32 b1) {
+  if (kFp16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9},"
+                 " {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9},"
+                 " {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 // ---- named barriers (id 0 is __syncthreads) ----
 RTC_DEVICE void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }

@@ -147,7 +147,7 @@ const rtc::OpRegistration kOp({"attention_fwd",
                                sizeof(AttentionFwdArgs),
                                {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
                                validate,
-                               {sm90_host(), gfx942_decode_host(), gfx942_host(), baseline_host()}});
+                               {sm90_decode_host(), sm90_host(), gfx942_decode_host(), gfx942_host(), baseline_host()}});
 
 }  // namespace
 
@@ -233,6 +233,19 @@ void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs
   cfg.ranges = ranges.data();
   cfg.n_ranges = int(ranges.size());
   rtc::launch_program(program, &cfg, params, size);
+}
+
+std::string aligned_why_not(const char* kernel, const char* name, const void* ptr, const int64_t (&st)[3],
+                            int64_t align_elems) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
+  if (addr % 16 != 0)
+    return std::string(name) + " pointer is not 16-byte aligned (address % 16 = " + std::to_string(addr % 16) +
+           "); the " + kernel + " kernel accepts 16-byte aligned tensors";
+  for (int i = 0; i < 3; ++i)
+    if (st[i] < 0 || st[i] % align_elems != 0 || st[i] >= (int64_t(1) << 38))
+      return std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) + " is not accepted by the " +
+             kernel + " kernel; accepted: a multiple of " + std::to_string(align_elems) + " elements in [0, 2^38)";
+  return "";
 }
 
 std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fields) {

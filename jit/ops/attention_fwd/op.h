@@ -17,13 +17,19 @@ std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a);
 // Launches program once with the by-value parameter block (params, size).
 void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs& a, const unsigned (&grid)[3],
             unsigned block, unsigned shared_bytes, const void* params, size_t size);
+// Why `kernel` cannot take tensor `name` at ptr with strides st (elements) when it needs 16-byte aligned rows and
+// strides that are multiples of align_elems in [0, 2^38); empty when it can.
+std::string aligned_why_not(const char* kernel, const char* name, const void* ptr, const int64_t (&st)[3],
+                            int64_t align_elems);
 // {"key": value, ...} from (key, integer) pairs.
 std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fields);
 
-// The kernels' host descriptors (baseline.cpp, gfx942.cpp, gfx942_decode.cpp, sm90.cpp), registered by op.cpp.
+// The kernels' host descriptors (baseline.cpp, gfx942.cpp, gfx942_decode.cpp, sm90.cpp, sm90_decode.cpp), registered
+// by op.cpp.
 rtc::KernelHost baseline_host();
 rtc::KernelHost gfx942_host();
 rtc::KernelHost gfx942_decode_host();
 rtc::KernelHost sm90_host();
+rtc::KernelHost sm90_decode_host();
 
 }  // namespace attention_fwd

@@ -24,18 +24,6 @@ static_assert(offsetof(Sm90AttnParams, a) == 384, "Sm90AttnParams: the three map
 static_assert(sizeof(Sm90AttnParams) % 64 == 0, "Sm90AttnParams: a whole number of 64-byte lines");
 
 // What TMA and the kernel's 4-byte output stores need of one tensor: "" or why not.
-std::string tensor_why_not(const char* name, const void* ptr, const int64_t (&st)[3], int64_t align_elems) {
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
-  if (addr % 16 != 0)
-    return std::string(name) + " pointer is not 16-byte aligned (address % 16 = " + std::to_string(addr % 16) +
-           "); the sm90 kernel accepts 16-byte aligned tensors";
-  for (int i = 0; i < 3; ++i)
-    if (st[i] < 0 || st[i] % align_elems != 0 || st[i] >= (int64_t(1) << 38))
-      return std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) +
-             " is not accepted by the sm90 kernel; accepted: a multiple of " + std::to_string(align_elems) +
-             " elements in [0, 2^38)";
-  return "";
-}
 
 // The plan of the bucket the call's variant was compiled for (the manifest's sm90 buckets are the plans').
 Sm90Plan plan_of(const AttentionFwdArgs& a) { return sm90_plan(int(a.head_dim)); }
@@ -111,7 +99,7 @@ std::string why_not(const void* p, const char* vendor) {
                  {"v", a->v, a->v_strides, 8},
                  {"o", a->o, a->o_strides, 2}};
   for (const auto& t : tensors) {
-    std::string why = tensor_why_not(t.name, t.ptr, t.st, t.align);
+    std::string why = aligned_why_not("sm90", t.name, t.ptr, t.st, t.align);
     if (!why.empty()) return why;
   }
   const int64_t tiles = tile_count(*a);

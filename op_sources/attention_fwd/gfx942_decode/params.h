@@ -1,38 +1,14 @@
-// The gfx942 decode kernel's parameter block: AttnParams plus the launch plan (stage, packed rows, KV split), and the
-// shapes per head-dim bucket; shared by host and kernel.
+// The gfx942 decode kernel's shapes per head-dim bucket, shared by host and kernel; the parameter block DecodeParams,
+// the work item and the partials' layout are every decode kernel's (decode_params.h).
 #pragma once
-#include "attn_params.h"
+#include "decode_params.h"
 
-#define DECODE_THREADS 64  // one wave per workgroup
-#define DECODE_ROWS 16     // packed q rows per work item: the M rows of one MFMA tile
-#define DECODE_MAX_Q 16    // query rows per sequence the kernel takes (why_not): decode and speculative decoding
-#define DECODE_MAX_SPLITS 1024  // KV parts per work item at most (forced or planned)
-#define DECODE_MERGE_BATCH 16   // split parts whose partials the merge loads at once (one memory round trip)
+#define DECODE_THREADS 64      // one wave per workgroup
+#define DECODE_MERGE_BATCH 16  // split parts whose partials the merge loads at once (one memory round trip)
 
 // 16-key sub-tiles per KV step, by head-dim bucket: a step's K and V are loaded into registers at once
 // (bucket / 4 VGPRs per sub-tile), so the step shrinks as the bucket grows: 4 at 64, 2 up to 192, 1 at 256 (96 at
 // 4 sub-tiles took 260 VGPRs + AGPRs: one wave per SIMD).
 RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 64 ? 4 : bucket <= 192 ? 2 : 1; }
 RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(bucket); }
-// One split part's partial result: unnormalised fp32 O [16 rows][bucket], then m [16], l [16].
-RTC_HD constexpr long long decode_part_bytes(int bucket) { return (long long)DECODE_ROWS * (bucket + 2) * 4; }
 
-// Bytes a [rows, heads, d] view of 16-bit elements (row stride ss, head stride sh, both >= 0) spans from its first
-// element: the q or o rows of one (sequence, K/V head), read and written through one buffer resource.
-RTC_HD rtc_i64 decode_group_span_bytes(rtc_i64 rows, rtc_i64 ss, rtc_i64 heads, rtc_i64 sh, rtc_i64 d) {
-  return rows <= 0 || heads <= 0 ? 0 : ((rows - 1) * ss + (heads - 1) * sh + d) * 2;
-}
-
-enum DecodeStage { DECODE_STAGE_ATTN = 0, DECODE_STAGE_MERGE = 1 };
-
-// A work item is 16 packed q rows of one (sequence, K/V head): packed row R = i * group + g is query row i of q head
-// hk * group + g, so every q head of a K/V head and every query row of a sequence share one pass over its K/V.
-// Items are numbered (b * heads_k + hk) * chunks + chunk; the attention stage runs splits parts of each, workgroup
-// item * splits + part, part taking a contiguous share of the item's KV steps. With splits > 1 the parts write
-// partials to the workspace and the merge stage (one workgroup per item) combines them in part order.
-struct DecodeParams : AttnParams {
-  int stage;   // DecodeStage
-  int group;   // q heads per K/V head (heads / heads_k)
-  int chunks;  // work items per (sequence, K/V head): ceil(group * seq_q / 16)
-  int splits;  // KV parts per work item (1: no partials, no merge)
-};

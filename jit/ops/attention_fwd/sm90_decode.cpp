@@ -1,0 +1,167 @@
+// Host side of the sm_90a decode kernel: what it accepts (few query rows per sequence), the KV split planner, the
+// workspace of the split parts, the plan as JSON, and one or two launches per call (attention, then the merge).
+#include "op.h"
+#include "common.h"
+#include "knobs.h"
+#include "sm90_decode/params.h"
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace attention_fwd {
+namespace {
+
+// DecodeParams is AttnParams and four ints: the kernel takes it by value.
+static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams size changed: check the kernel");
+
+const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The split planner: a part keeps at least kMinStepsPerPart stages (256 keys) so its partial (16 rows x the bucket in
+// fp32, written and read back) stays a few percent of the K/V bytes it reads; a merge costs about kMergeSteps
+// stages' time (a second launch and a pass over the partials). Assumptions checked against the decode bench
+// (docs/NOTES.md, "sm90 decode kernel").
+constexpr int kMinStepsPerPart = 4;
+constexpr int kMergeSteps = 2;
+
+struct Plan {
+  int bucket = 0, group = 0, chunks = 0, splits = 1, slots = 0;
+  int64_t items = 0;  // B * Hk * chunks
+  int64_t steps = 0;  // 64-key stages of a max_seqlen_k sequence
+  int64_t workspace_bytes = 0;
+  int64_t smem = 0;
+};
+
+// Time of g parts per item in stage-times: the rounds of resident CTAs (slots: SMs x CTAs an SM holds) times a
+// part's stages, plus the merge. The KV reads are the same bytes for every g; what g changes is how many SMs read
+// them at once and how long the last round runs.
+int64_t split_cost(const Plan& pl, int64_t g) {
+  return ceil_div(pl.items * g, pl.slots) * ceil_div(pl.steps, g) + (g > 1 ? kMergeSteps : 0);
+}
+
+int pick_splits(const Plan& pl) {
+  if (pl.slots <= 0 || pl.items <= 0) return 1;
+  const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, DECODE_MAX_SPLITS);
+  int best_g = 1;
+  int64_t best = split_cost(pl, 1);
+  for (int64_t g = 2; g <= most; ++g) {
+    const int64_t t = split_cost(pl, g);
+    if (t < best) best = t, best_g = int(g);  // ties keep the fewer parts
+  }
+  return best_g;
+}
+
+Plan make_plan(const AttentionFwdArgs& a) {
+  Plan pl;
+  const Sm90DecodePlan dp = sm90_decode_plan(int(a.head_dim));
+  pl.bucket = dp.head_dim;
+  pl.smem = sm90_decode_smem_bytes(dp);
+  pl.group = int(a.heads / a.heads_k);
+  pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS));
+  pl.items = a.batch * a.heads_k * pl.chunks;
+  pl.steps = ceil_div(a.seq_k, SM90_DECODE_STAGE_KEYS);
+  pl.slots = a.num_cus > 0 ? a.num_cus * sm90_decode_ctas_per_sm(dp) : 0;
+  const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
+  if (request > 1)
+    pl.splits = std::min(request, DECODE_MAX_SPLITS);
+  else if (request == -1)
+    pl.splits = pick_splits(pl);
+  pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
+  return pl;
+}
+
+std::string why_not(const void* p, const char* vendor) {
+  const AttentionFwdArgs& a = args_of(p);
+  if (!vendor || std::string(vendor) != "cuda")
+    return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") +
+           " is not accepted by the sm90_decode kernel; accepted: cuda";
+  const char* rows = kv_mode(a) == RTC_KV_DENSE ? "seq_q" : "max_seqlen_q";
+  if (a.seq_q > DECODE_MAX_Q)
+    return std::string(rows) + "=" + std::to_string(a.seq_q) +
+           " is not accepted by the sm90_decode kernel; accepted: at most " + std::to_string(DECODE_MAX_Q) +
+           " query rows per sequence (decode; longer calls go to the prefill kernel)";
+  const int d_max = kSm90DecodePlans[kSm90DecodePlanCount - 1].head_dim;
+  if (a.head_dim < 8 || a.head_dim > d_max || a.head_dim % 8 != 0)
+    return "head_dim=" + std::to_string(a.head_dim) +
+           " is not accepted by the sm90_decode kernel; accepted: a multiple of 8 in [8, " + std::to_string(d_max) +
+           "]";
+  // q, k, v: 16-byte cp.async pieces; o: 4-byte stores of column pairs.
+  const struct {
+    const char* name;
+    const void* ptr;
+    const int64_t (&st)[3];
+    int64_t align;
+  } tensors[] = {{"q", a.q, a.q_strides, 8}, {"k", a.k, a.k_strides, 8}, {"v", a.v, a.v_strides, 8},
+                 {"o", a.o, a.o_strides, 2}};
+  for (const auto& t : tensors) {
+    const std::string why = aligned_why_not("sm90_decode", t.name, t.ptr, t.st, t.align);
+    if (!why.empty()) return why;
+  }
+  const Plan pl = make_plan(a);
+  if (pl.items * pl.splits >= (int64_t(1) << 31))
+    return "batch*heads_k*ceil(heads/heads_k*" + std::string(rows) + "/16)*splits=" +
+           std::to_string(pl.items * pl.splits) + " CTAs is too many for the sm90_decode kernel; accepted: < 2^31";
+  return "";
+}
+
+int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
+
+// CTAs of each stage, in launch order: the attention stage, then the merge (one per item) when split.
+std::vector<std::pair<int, int64_t>> stages(const Plan& pl) {
+  std::vector<std::pair<int, int64_t>> s = {{DECODE_STAGE_ATTN, pl.items * pl.splits}};
+  if (pl.splits > 1) s.push_back({DECODE_STAGE_MERGE, pl.items});
+  return s;
+}
+
+std::string plan_json(const void* p) {
+  const AttentionFwdArgs& a = args_of(p);
+  const Plan pl = make_plan(a);
+  std::vector<std::pair<std::string, int64_t>> f = {
+      {"bucket", pl.bucket},
+      {"group", pl.group},
+      {"chunks", pl.chunks},
+      {"items", pl.items},
+      {"steps", pl.steps},
+      {"step_keys", SM90_DECODE_STAGE_KEYS},
+      {"stages", sm90_decode_plan(int(a.head_dim)).stages},
+      {"slots", pl.slots},
+      {"splits", pl.splits},
+      {"planned_steps", pl.slots > 0 ? split_cost(pl, pl.splits) : 0},
+      {"workspace_bytes", pl.workspace_bytes},
+      {"shared_bytes", pl.smem},
+      {"block", SM90_DECODE_THREADS}};
+  const char* names[] = {"grid_attn", "grid_merge"};
+  for (const auto& s : stages(pl)) f.push_back({names[s.first], s.second});
+  return json_object(f);
+}
+
+void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
+  const AttentionFwdArgs& a = args_of(p);
+  const Plan pl = make_plan(a);
+  RTC_CHECK(pl.workspace_bytes == 0 || (a.workspace && a.workspace_bytes >= pl.workspace_bytes), RTC_ERR_ARG,
+            "workspace_bytes=" + std::to_string(a.workspace_bytes) +
+                " is too small for the sm90_decode kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
+                " (rtc_op_workspace_bytes with the same args)");
+  DecodeParams dp;
+  std::memset(&dp, 0, sizeof dp);
+  static_cast<AttnParams&>(dp) = fill_params(a);
+  dp.tail_split = pl.splits;
+  dp.group = pl.group;
+  dp.chunks = pl.chunks;
+  dp.splits = pl.splits;
+  // Same stream, in order, so the merge sees the parts' partials.
+  for (const auto& s : stages(pl)) {
+    if (s.second == 0) continue;  // no sequence, no K/V head: nothing to write
+    dp.stage = s.first;
+    const unsigned grid[3] = {unsigned(s.second), 1, 1};
+    launch(program, t, a, grid, SM90_DECODE_THREADS, unsigned(s.first == DECODE_STAGE_ATTN ? pl.smem : 0), &dp,
+           sizeof dp);
+  }
+}
+
+}  // namespace
+
+rtc::KernelHost sm90_decode_host() { return {"sm90_decode", why_not, workspace_bytes, plan_json, launch_decode}; }
+
+}  // namespace attention_fwd
