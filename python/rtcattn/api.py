@@ -183,16 +183,19 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     at rows cache_seqlens[b] .. + S_new - 1 before attention (k rotated when rotary_cos / rotary_sin
     [seqlen_ro, rotary_dim / 2] are given; q too, at the same positions when causal or local, all at cache_seqlens[b]
     otherwise). Sequence b attends to its cache rows cache_leftpad[b] .. cache_seqlens[b] + S_new - 1 of cache
-    batch cache_batch_idx[b] (contiguous caches), masks aligned bottom-right. num_splits: 0 (heuristic), 1 (no split)
-    or n (at most n): the kernels split no KV range today, so every value runs unsplit. Returns out, or
-    (out, softmax_lse [B, Hq, Sq] fp32) when return_softmax_lse.
+    batch cache_batch_idx[b] (contiguous caches), masks aligned bottom-right. num_splits, as flash-attn defines it:
+    0 (heuristic), 1 (no split) or n (at most n parts of each sequence's KV range). The gfx942 decode kernel (at most
+    16 query rows per sequence) takes its planner's split, none, or its planner's pick of at most n parts; the other
+    kernels run these packed calls unsplit whatever num_splits says. Every value meets the same numerics, and a
+    given num_splits gives the same bits run to run. Returns out, or (out, softmax_lse [B, Hq, Sq] fp32) when
+    return_softmax_lse.
     """
     mode = check_scalars(0.0, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     if softcap != 0.0:
         _unsupported("softcap", softcap, "0.0 (no soft cap)")
     if alibi_slopes is not None:
         _unsupported("alibi_slopes", type(alibi_slopes).__name__, "None")
-    checks.check_int("num_splits", num_splits, 0, checks.MAX_SIZE, " (0: heuristic, 1: no split, n: at most n)")
+    validate.check_num_splits(num_splits)
     for name, value in (("rotary_interleaved", rotary_interleaved), ("return_softmax_lse", return_softmax_lse)):
         checks.check_bool(name, value)
     tensors = (("q", q, False), ("k_cache", k_cache, False), ("v_cache", v_cache, False), ("k", k, True),
@@ -205,7 +208,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
     args = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, mode, scale,
-            return_softmax_lse, left, right, rotary_interleaved)
+            return_softmax_lse, left, right, rotary_interleaved, num_splits)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_kvcache(q, k_cache, v_cache, *args)
     else:

@@ -4,7 +4,10 @@ before anything is launched. No device: fake addresses, the runtime's plan and c
 import math
 
 import pytest
+import torch
 
+from rtcattn.ops import attention_fwd
+from rtcattn.ops.attention_fwd import stub, validate
 from rtcattn.runtime import _lib, manifest
 
 OP = "attention_fwd"
@@ -14,12 +17,13 @@ BUCKETS = list(manifest.load().op(OP).kernel(KERNEL).axes["head_dim"].buckets)
 STEP_KEYS = {64: 64, 96: 32, 128: 32, 192: 32, 256: 16}  # 16-key sub-tiles per step: 4, 2, 2, 2, 1
 
 
-def args(b, hq, hk, sq, sk, d, tail_split=-1, st=None, cus=CUS):
+def args(b, hq, hk, sq, sk, d, tail_split=-1, st=None, cus=CUS, max_splits=0):
     qs = st or (sq * hq * d, hq * d, d)  # bshd, contiguous
     ks = (sk * hk * d, hk * d, d)
     return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=qs, k_strides=ks, v_strides=ks,
                         o_strides=qs, batch=b, heads=hq, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=-1,
-                        window_right=-1, softmax_scale=0.1, tail_split=tail_split, num_cus=cus)
+                        window_right=-1, softmax_scale=0.1, tail_split=tail_split, num_cus=cus,
+                        max_splits=max_splits)
 
 
 def bucket_of(d):
@@ -74,6 +78,58 @@ def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
     assert _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 200, 128))["splits"] == 1  # 7 steps: at least 4 per part
     no_cus = _lib.op_plan(OP, KERNEL, args(1, 8, 8, 1, 9000, 128, cus=0))  # unknown CUs: no planned split
     assert no_cus["splits"] == 1, no_cus
+
+
+# ---- max_splits (flash_attn_with_kvcache's num_splits) caps the planned split ------------------------------------
+
+def best_of(items, steps, d, cap):
+    """The planner's pick among 1..cap parts (each part at least 4 steps): least estimated time, fewest parts."""
+    return min(range(1, max(min(steps // 4, 1024, cap), 1) + 1), key=lambda g: (planned_ns(items, steps, g, d), g))
+
+
+@pytest.mark.parametrize("b,hk,sk,d", [(1, 8, 131072, 128), (1, 8, 4097, 128), (1, 2, 700, 128), (1, 8, 9000, 256)])
+def test_max_splits_caps_the_planned_split(b, hk, sk, d):
+    """max_splits n >= 1: the planner's pick among at most n parts (1: no split, no workspace, no merge); 0 or an n
+    at or past the heuristic's pick: the heuristic's."""
+    items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
+    free = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d))["splits"]
+    assert free == best_of(items, steps, d, 1024) > 3, free  # a case where the heuristic splits more than 3 ways
+    for n in (1, 2, 3, free - 1, free, free + 1, 5000):
+        p = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d, max_splits=n))
+        assert p["splits"] == best_of(items, steps, d, n) <= n, (n, p)
+        if n >= free:
+            assert p["splits"] == free, (n, p)
+    one = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d, max_splits=1))
+    assert one["splits"] == 1 and one["workspace_bytes"] == 0 and "grid_merge" not in one, one
+
+
+def test_a_forced_split_wins_over_max_splits():
+    """tail_split > 1 is what was asked, capped at 1024 parts, whatever max_splits says; tail_split 0 is no split."""
+    assert _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 4097, 128, tail_split=5, max_splits=2))["splits"] == 5
+    assert _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 131072, 128, tail_split=5000, max_splits=2000))["splits"] == 1024
+    assert _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 4097, 128, tail_split=0, max_splits=9))["splits"] == 1
+
+
+def test_a_negative_max_splits_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"max_splits=-1 is not accepted; accepted: 0 \(the kernel's own cap\) or "
+                                         r"n >= 1"):
+        _lib.op_plan(OP, KERNEL, args(1, 32, 8, 1, 4097, 128, max_splits=-1))
+
+
+def test_num_splits_maps_to_the_split_fields():
+    """flash-attn's num_splits: 0 the heuristic (tail_split -1, max_splits 0), 1 no split (tail_split 0), n >= 2 the
+    planner's pick of at most n (max_splits n); a packed call's argument block carries them to the plan."""
+    assert stub.split_fields(0) == {"tail_split": -1, "max_splits": 0}
+    assert stub.split_fields(1) == {"tail_split": 0, "max_splits": 0}
+    assert stub.split_fields(2) == {"tail_split": -1, "max_splits": 2}
+    assert stub.split_fields(7) == {"tail_split": -1, "max_splits": 7}
+    q, k = torch.zeros(1, 32, 128, dtype=torch.bfloat16), torch.zeros(4097, 8, 128, dtype=torch.bfloat16)
+    cu_q, cu_k = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0, 4097], dtype=torch.int32)
+    p = validate.check_varlen_inputs(q, k, k, cu_q, cu_k, 1, 4097)
+    splits = {n: _lib.op_plan(OP, KERNEL, attention_fwd.args_block_varlen(q, k, k, None, cu_q, cu_k, None, p, CUS,
+                                                                           num_splits=n))["splits"]
+              for n in (0, 1, 2, 3)}
+    assert splits == {0: best_of(8, 129, 128, 1024), 1: 1, 2: 2, 3: 3} and splits[0] > 3, splits
 
 
 def test_refusals_name_the_argument():

@@ -13,11 +13,11 @@ BUCKETS = list(manifest.load().op(OP).kernel("gfx942").axes["head_dim"].buckets)
 Q_ROWS = {64: 384, 96: 384, 128: 384, 192: 256, 256: 128}  # 8 waves x 16 rows x q tiles per wave (3, 3, 3, 2, 1)
 
 
-def args(b, h, sq, sk, d, tail_split=-1):
+def args(b, h, sq, sk, d, tail_split=-1, max_splits=0):
     st = (sk * h * d, h * d, d)  # bshd, contiguous
     return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=st, k_strides=st, v_strides=st,
                         o_strides=st, batch=b, heads=h, seq_q=sq, seq_k=sk, head_dim=d, heads_k=h, window_left=-1,
-                        window_right=-1, softmax_scale=0.1, tail_split=tail_split, num_cus=CUS)
+                        window_right=-1, softmax_scale=0.1, tail_split=tail_split, num_cus=CUS, max_splits=max_splits)
 
 
 def bucket_of(d):
@@ -59,3 +59,15 @@ def test_v_transpose_offsets_bound_the_keys_per_bucket():
                    f"offsets); accepted: at most {most}"), why
     assert _lib.op_supports(OP, "gfx942", args(1, 1, 64, most, 200), "hip") is None
     assert _lib.op_supports(OP, "gfx942", args(1, 1, 64, most + 1, 200), "hip") is not None
+
+
+def test_max_splits_caps_the_planned_tail_split():
+    """100 (b, h) x 22 q blocks = 2200 items on 304 CUs leave a tail of 72 items the planner splits in 4: max_splits n
+    caps the parts (1: no split), an n past the planner's pick changes nothing, a forced split wins."""
+    planned = _lib.op_plan(OP, "gfx942", args(1, 100, 8192, 8192, 128))
+    assert planned["tail"] == 72 and planned["split_g"] == 4, planned
+    for n, g in ((1, 1), (2, 2), (3, 3), (4, 4), (5, 4), (100, 4)):
+        p = _lib.op_plan(OP, "gfx942", args(1, 100, 8192, 8192, 128, max_splits=n))
+        assert p["split_g"] == g and p["tail"] == (72 if g > 1 else 0), (n, p)
+        assert p["grid_attn"] == p["n_prefix"] + p["tail"] * g, p
+    assert _lib.op_plan(OP, "gfx942", args(1, 100, 8192, 8192, 128, tail_split=6, max_splits=2))["split_g"] == 6

@@ -204,6 +204,23 @@ def test_opcheck(monkeypatch):
                           test_utils=("test_schema", "test_faketensor"))
 
 
+def test_the_op_checks_num_splits():
+    """torch.ops.rtcattn.fwd_kvcache itself (and its fake) refuses a negative num_splits, naming it, before anything
+    is written; the schema carries it as the last argument, 0 by default."""
+    q, kc, vc, extra = inputs()
+    before = kc.clone()
+    args = (q, kc, vc, extra["k"], extra["v"], None, None, extra["cache_seqlens"], None, None, None, "rtne", None,
+            True, -1, 0, True)
+    for fake in (False, True):
+        with pytest.raises(ValueError, match=r"num_splits=-2 is not supported; accepted: an int >= 0"):
+            stub._kvcache(*args[:11], None, "rtne", None, True, (-1, 0), True, fake, -2)
+    with pytest.raises(ValueError, match=r"num_splits=-2 is not supported; accepted: an int >= 0"):
+        torch.ops.rtcattn.fwd_kvcache(*args, -2)
+    assert torch.equal(kc, before)
+    schema = torch.ops.rtcattn.fwd_kvcache.default._schema
+    assert schema.arguments[-1].name == "num_splits" and schema.arguments[-1].default_value == 0
+
+
 @pytest.mark.parametrize("paged", [False, True])
 def test_device_work_runs_on_meta_tensors(paged):
     """The append, rotary and metadata on tensors without data (the meta device): any read of a value back to the

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import rtcattn
-from rtcattn.ops.attention_fwd import reference as ref
-from rtcattn.runtime import dispatch
+from rtcattn.ops import attention_fwd
+from rtcattn.ops.attention_fwd import kvcache, reference as ref, validate
+from rtcattn.runtime import _lib, dispatch
 
 pytestmark = pytest.mark.emu
 
@@ -204,3 +205,52 @@ def test_aiter_registry_entry(monkeypatch):
     out = torch.zeros_like(q)
     assert module.rtcattn_kvcache_fwd(q, kc2, vc2, causal=True, how_v3_bf16_cvt=2, out=out,
                                       cache_seqlens=18) is out
+
+
+def _decode_plan(q, kc, vc, seqlens, num_splits):
+    """The gfx942 decode kernel's plan of a kvcache call (its packed form, as the entry builds it) and the kernel
+    dispatch picks for it."""
+    p = validate.check_kvcache_inputs(q, kc, vc, cache_seqlens=seqlens)
+    packed = kvcache.plan(q, kc, vc, seqlens, None, None, p)
+    pk = (packed.q, packed.k, packed.v, packed.cu_q, packed.cu_k, p.seq_q, packed.max_seqlen_k)
+    vp = validate.check_varlen_inputs(*pk, seqused_k=packed.seqused_k)
+    args = attention_fwd.args_block_varlen(*pk[:3], None, *pk[3:5], None, vp, dispatch.EMULATED_CUS["gfx942-emu"],
+                                           packed.seqused_k, num_splits)
+    kernel = attention_fwd.selection_varlen(*pk, seqused_k=packed.seqused_k, num_splits=num_splits).kernel.name
+    return _lib.op_plan(attention_fwd.OP, "gfx942_decode", args), kernel
+
+
+def test_num_splits_steers_the_decode_split(monkeypatch):
+    """num_splits (flash-attn's: 0 heuristic, 1 no split, n at most n parts) reaches the gfx942 decode kernel's
+    planner: 2 sequences x 2 K/V heads of a 700-key cache (22 steps), where the heuristic takes more than 3 parts,
+    run with 1, 2 and 3 parts and the heuristic's. Each meets the numerics contract, repeats bit for bit, and gives
+    the bits of the same call with its split forced to the plan's count; the counts give different output bits (the
+    parts' partials are merged in another grouping), so a num_splits that steered nothing would fail."""
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    gen = torch.Generator().manual_seed(21)
+    q, kc, vc = (torch.randn(shape, generator=gen).to(torch.bfloat16)
+                 for shape in ((2, 1, 8, 128), (2, 700, 2, 128), (2, 700, 2, 128)))
+    seqlens = i32([699, 650])
+    k, v = (torch.randn((2, 1, 2, 128), generator=gen).to(torch.bfloat16) for _ in range(2))
+    args = dict(k=k, v=v, cache_seqlens=seqlens, causal=True, return_softmax_lse=True, how_v3_bf16_cvt=0)
+    (_, _), (o64, lse64) = ref.reference_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, window=(-1, 0))
+    r = ref.reference_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, window=(-1, 0), round_mode="rtne")[1]
+    err_r, _ = ref.errors(r, o64)
+    heuristic = _decode_plan(q, kc, vc, seqlens, 0)[0]["splits"]
+    assert heuristic > 3, heuristic
+    out_bits = {}
+    for n, want in ((0, heuristic), (1, 1), (2, 2), (3, 3)):
+        plan, kernel = _decode_plan(q, kc, vc, seqlens, n)
+        assert kernel == "gfx942_decode" and plan["splits"] == want, (n, kernel, plan)
+        runs = [rtcattn.flash_attn_with_kvcache(q, kc, vc, **args, num_splits=n) for _ in range(2)]
+        with dispatch.pinned(tail_split=want):
+            runs.append(rtcattn.flash_attn_with_kvcache(q, kc, vc, **args))
+        for out, lse in runs[1:]:
+            assert torch.equal(out.view(torch.int16), runs[0][0].view(torch.int16)), n
+            assert torch.equal(lse.view(torch.int32), runs[0][1].view(torch.int32)), n
+        err, _ = ref.errors(runs[0][0], o64)
+        assert err <= 2 * err_r + 1e-5, f"num_splits={n}: err {err:.3g} > 2 err(R) {err_r:.3g} + 1e-5"
+        assert bool(ref.lse_close(runs[0][1], lse64).all()), f"num_splits={n}: LSE"
+        out_bits[n] = runs[0][0].view(torch.int16)
+    for a, b in ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)):
+        assert not torch.equal(out_bits[a], out_bits[b]), f"num_splits {a} and {b} gave the same output bits"

@@ -31,6 +31,7 @@
   X(window_right, int64_t, I64, 1)  /* -1 = unbounded; causal = 0 */                          \
   X(softmax_scale, float, F32, 1)                                                              \
   X(tail_split, int32_t, I32, 1)    /* -1 = the planner decides, 0 = off, >1 = forced parts */ \
+  X(max_splits, int32_t, I32, 1)    /* 0 = the kernel's own cap, n >= 1 = at most n parts */   \
   X(num_cus, int32_t, I32, 1)       /* CUs / SMs of the device (planner input; <= 0 unknown) */ \
   /* Packed sequences (varlen), and K/V in pages (paged): null pointers for a dense call. Then */  \
   /* batch counts sequences, seq_q / seq_k are max_seqlen_q / max_seqlen_k, q / o are           */  \

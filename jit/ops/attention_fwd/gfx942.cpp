@@ -32,8 +32,8 @@ Shape shape_of(const AttentionFwdArgs& a) {
   return {b, gfx942_q_rows(b), gfx942_vt_block_bytes(b), gfx942_part_bytes(b)};
 }
 
-// The tail-split plan of one call: a pure function of the problem, num_cus, tail_split and the
-// NO_TAIL knob.
+// The tail-split plan of one call: a pure function of the problem, num_cus, tail_split, max_splits and
+// the NO_TAIL knob.
 struct Plan {
   Shape shape = {};
   int nqb = 0, nkb = 0;      // q blocks (the bucket's q rows) and kv blocks (64 rows) per (b, h)
@@ -48,11 +48,12 @@ struct Plan {
 
 // Cost of the last round in kv blocks: unsplit, every tail item streams all nkb blocks; split in
 // g parts, ceil(tail*g / cus) waves of ceil(nkb/g) blocks plus the merge (about 3 blocks' time).
-int pick_split(int64_t tail, int cus, int nkb) {
+// max_splits >= 1 caps g (the argument block's max_splits; 0: no cap beyond the planner's own).
+int pick_split(int64_t tail, int cus, int nkb, int max_splits) {
   if (tail == 0 || nkb < 48 || tail * 19 > int64_t(cus) * 18) return 1;  // nothing stranded, or too little to win
   int best_g = 1;
   int64_t best = nkb;
-  for (int g = 2; g <= 2 * cus / tail && g <= nkb / 4; ++g) {
+  for (int g = 2; g <= 2 * cus / tail && g <= nkb / 4 && (max_splits == 0 || g <= max_splits); ++g) {
     const int64_t cost = ceil_div(tail * g, cus) * ceil_div(nkb, g) + 3;
     if (cost < best) best = cost, best_g = g;
   }
@@ -188,7 +189,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
     if (tail == 0) tail = cus > 0 && cus < pl.items ? cus : pl.items;
     g = request < pl.nkb ? request : pl.nkb;
   } else if (request == -1 && cus > 0) {
-    g = pick_split(tail, cus, pl.nkb);
+    g = pick_split(tail, cus, pl.nkb, a.max_splits);
   }
   if (g < 2) tail = 0, g = 1;
   pl.tail = int(tail);

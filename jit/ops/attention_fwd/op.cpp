@@ -123,6 +123,9 @@ void validate(const void* p) {
             "softmax_scale=" + std::to_string(a->softmax_scale) + " is not accepted; accepted: a finite float > 0");
   RTC_CHECK(a->tail_split >= -1, RTC_ERR_ARG,
             "tail_split=" + std::to_string(a->tail_split) + " is not accepted; accepted: -1 (plan), 0 (off), >1");
+  RTC_CHECK(a->max_splits >= 0, RTC_ERR_ARG,
+            "max_splits=" + std::to_string(a->max_splits) +
+                " is not accepted; accepted: 0 (the kernel's own cap) or n >= 1 (a planned split of at most n parts)");
 }
 
 // The elements a strided [B, S, H, D] view reaches (strides may be zero or negative).

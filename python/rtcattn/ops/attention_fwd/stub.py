@@ -47,11 +47,20 @@ def _contiguous_strides(shape) -> tuple:
     return tuple(reversed(out))
 
 
-def _fields(problem, num_cus: int) -> dict:
-    """The argument block's size fields every form fills alike."""
+def split_fields(num_splits: int = 0) -> dict:
+    """flash-attn's num_splits as the argument block's split fields: 0, the planner's own pick (tail_split -1,
+    max_splits 0); 1, no split (tail_split 0); n >= 2, the planner's pick of at most n parts (max_splits n)."""
+    if num_splits == 1:
+        return dict(tail_split=0, max_splits=0)
+    return dict(tail_split=-1, max_splits=num_splits)
+
+
+def _fields(problem, num_cus: int, num_splits: int = 0) -> dict:
+    """The argument block's size fields every form fills alike, and the split fields of num_splits (0 but for
+    flash_attn_with_kvcache's)."""
     return dict(heads=problem.heads, head_dim=problem.head_dim, heads_k=problem.heads_k or problem.heads,
                 window_left=problem.window[0], window_right=problem.window[1], softmax_scale=problem.scale,
-                tail_split=-1, num_cus=num_cus)
+                num_cus=num_cus, **split_fields(num_splits))
 
 
 def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
@@ -70,8 +79,9 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
 
 
 def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenProblem, num_cus: int,
-                      seqused_k=None):
-    """The runtime's argument block of a packed call; out None: q's address stands in until launch."""
+                      seqused_k=None, num_splits: int = 0):
+    """The runtime's argument block of a packed call; out None: q's address stands in until launch. num_splits:
+    flash-attn's (split_fields)."""
     from ...runtime import dispatch
     o = q if out is None else out
     kv_strides = (lambda t: tuple(t.stride()[:3])) if p.paged else (lambda t: (0, t.stride(0), t.stride(1)))
@@ -80,7 +90,7 @@ def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenP
         q_strides=(0, q.stride(0), q.stride(1)), k_strides=kv_strides(k), v_strides=kv_strides(v),
         o_strides=(0, q.shape[1] * q.shape[2], q.shape[2]) if out is None else (0, out.stride(0), out.stride(1)),
         batch=p.batch, seq_q=p.max_seqlen_q, seq_k=p.max_seqlen_k, cu_seqlens_q=cu_q.data_ptr(),
-        cu_seqlens_k=cu_k.data_ptr(), total_q=p.total_q, total_k=p.total_k, **_fields(p, num_cus))
+        cu_seqlens_k=cu_k.data_ptr(), total_q=p.total_q, total_k=p.total_k, **_fields(p, num_cus, num_splits))
     if p.paged:
         fields.update(block_table=block_table.data_ptr(), page_size=p.page_size, num_pages=p.num_pages,
                       pages_per_seq=p.pages_per_seq, table_stride=block_table.stride(0))
@@ -159,19 +169,19 @@ def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_s
 
 
 def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
-                     softmax_scale=None, window=(-1, -1), block_table=None, seqused_k=None):
+                     softmax_scale=None, window=(-1, -1), block_table=None, seqused_k=None, num_splits=0):
     """The kernel and variant a packed call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
     p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                                      softmax_scale, None, window, block_table, seqused_k)
     cus = dispatch.device_facts(q.device)[1]
     d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
-        copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus, seqused_k), (q, k, v),
-        q.device)
+        copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus, seqused_k, num_splits),
+        (q, k, v), q.device)
     if d is not None:  # the padded call's selection, as the call runs it
         return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k)
-    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k)
+                                max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k, num_splits)
+    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k, num_splits)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
 
 
@@ -217,7 +227,7 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
 
 
 def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
-            fake: bool, seqused_k=None):
+            fake: bool, seqused_k=None, num_splits: int = 0):
     """A packed call: (out, lse); lse is [Hq, total_q] fp32 when return_lse, else an empty [0] tensor."""
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
                                      checks.check_window(window), block_table, seqused_k)
@@ -228,14 +238,14 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
     if not empty:
         args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1],
-                                 seqused_k)
+                                 seqused_k, num_splits)
         d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
-            copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, args.num_cus, seqused_k),
+            copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, args.num_cus, seqused_k, num_splits),
             (q, k, v, out), q.device)
         if d is not None:
             # A paged pool is copied whole. A given out is copied too, so rows no sequence owns keep its values.
             o, lse = _packed(_pad(q, d), _pad(k, d), _pad(v, d), _pad(out, d), cu_q, cu_k, max_q, max_k,
-                             round_mode, p.scale, return_lse, window, block_table, False, seqused_k)
+                             round_mode, p.scale, return_lse, window, block_table, False, seqused_k, num_splits)
             o = o[..., :p.head_dim]
             return (o.contiguous() if out is None else out.copy_(o)), lse
         sel = dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
@@ -258,12 +268,15 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
 
 
 def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-             block_table, out, round_mode, softmax_scale, return_lse, window, rotary_interleaved, fake: bool):
+             block_table, out, round_mode, softmax_scale, return_lse, window, rotary_interleaved, fake: bool,
+             num_splits: int = 0):
     """flash_attn_with_kvcache: (out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32 or an empty [0] tensor). Appends k / v into
-    the caches in place, rotates, then runs the packed form with seqused_k (kvcache.py says how, without a sync)."""
+    the caches in place, rotates, then runs the packed form with seqused_k (kvcache.py says how, without a sync) and
+    num_splits's split fields (split_fields)."""
     p = validate.check_kvcache_inputs(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                       cache_batch_idx, cache_leftpad, block_table, softmax_scale, out)
     window = checks.check_window(window)
+    validate.check_num_splits(num_splits)
     checks.check_bool("rotary_interleaved", rotary_interleaved)
     lse_shape = (p.batch, p.heads, p.seq_q) if return_lse else (0,)
     if fake:
@@ -274,7 +287,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     packed = kvcache.plan(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, p)
     args = (packed.cu_q, packed.cu_k, p.seq_q, packed.max_seqlen_k, round_mode, p.scale)
     if q.numel():  # the runtime's checks of the attention, before the append writes anything
-        selection_varlen(packed.q, packed.k, packed.v, *args, window, block_table, packed.seqused_k)
+        selection_varlen(packed.q, packed.k, packed.v, *args, window, block_table, packed.seqused_k, num_splits)
     # flash-attn's rule: q's rows take their own rotary positions when the call is causal or local, a window side
     # at or past the capacity counting as unbounded.
     per_row = any(0 <= w < p.capacity for w in window)
@@ -284,7 +297,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     # out= as packed rows when its strides allow (every row belongs to a sequence), else written through a copy.
     direct = out is None or (out.stride(0) == p.seq_q * out.stride(1) or p.batch <= 1)
     o, lse = _packed(packed.q, packed.k, packed.v, None if out is None or not direct else out.view(rows),
-                     *args, return_lse, window, block_table, False, packed.seqused_k)
+                     *args, return_lse, window, block_table, False, packed.seqused_k, num_splits)
     lse = lse.view(p.heads, p.batch, p.seq_q).permute(1, 0, 2).contiguous() if return_lse else lse
     if out is None:
         return o.view(q.shape), lse
@@ -332,11 +345,11 @@ def _ops(fake: bool) -> tuple:
                     cache_seqlens: torch.Tensor | None, cache_batch_idx: torch.Tensor | None,
                     cache_leftpad: torch.Tensor | None, block_table: torch.Tensor | None, round_mode: str,
                     softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
-                    rotary_interleaved: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                    rotary_interleaved: bool = True, num_splits: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) of flash_attn_with_kvcache; k_cache / v_cache get k / v appended in place."""
         return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                         cache_leftpad, block_table, None, round_mode, softmax_scale, return_lse,
-                        (window_left, window_right), rotary_interleaved, fake)
+                        (window_left, window_right), rotary_interleaved, fake, num_splits)
 
     def fwd_kvcache_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
                         k: torch.Tensor | None, v: torch.Tensor | None, rotary_cos: torch.Tensor | None,
@@ -344,11 +357,11 @@ def _ops(fake: bool) -> tuple:
                         cache_batch_idx: torch.Tensor | None, cache_leftpad: torch.Tensor | None,
                         block_table: torch.Tensor | None, round_mode: str, softmax_scale: float | None,
                         return_lse: bool, window_left: int = -1, window_right: int = -1,
-                        rotary_interleaved: bool = True) -> torch.Tensor:
+                        rotary_interleaved: bool = True, num_splits: int = 0) -> torch.Tensor:
         """Writes the output into out; returns lse as fwd_kvcache does."""
         return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                         cache_leftpad, block_table, out, round_mode, softmax_scale, return_lse,
-                        (window_left, window_right), rotary_interleaved, fake)[1]
+                        (window_left, window_right), rotary_interleaved, fake, num_splits)[1]
 
     return fwd, fwd_out, fwd_varlen, fwd_varlen_out, fwd_kvcache, fwd_kvcache_out
 

@@ -166,6 +166,11 @@ def check_max(name: str, value) -> int:
     return checks.check_int(name, value, 1, checks.MAX_SIZE, " (the longest sequence's length)")
 
 
+def check_num_splits(value) -> int:
+    """flash-attn's num_splits: parts of the KV range (the argument block's max_splits, an int32, bounds it)."""
+    return checks.check_int("num_splits", value, 0, checks.MAX_SIZE, " (0: heuristic, 1: no split, n: at most n)")
+
+
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
                         softmax_scale=None, out: torch.Tensor | None = None, window: tuple = (-1, -1),
                         block_table: torch.Tensor | None = None,
