@@ -40,9 +40,11 @@ int64_t split_cost(const Plan& pl, int64_t g) {
   return ceil_div(pl.items * g, pl.slots) * ceil_div(pl.steps, g) + (g > 1 ? kMergeSteps : 0);
 }
 
-int pick_splits(const Plan& pl) {
+// A planned split takes at most max_splits parts when that is set (>= 1: flash_attn_with_kvcache's num_splits).
+int pick_splits(const Plan& pl, int max_splits) {
   if (pl.slots <= 0 || pl.items <= 0) return 1;
-  const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, DECODE_MAX_SPLITS);
+  const int cap = max_splits > 0 ? std::min(max_splits, DECODE_MAX_SPLITS) : DECODE_MAX_SPLITS;
+  const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, cap);
   int best_g = 1;
   int64_t best = split_cost(pl, 1);
   for (int64_t g = 2; g <= most; ++g) {
@@ -66,7 +68,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   if (request > 1)
     pl.splits = std::min(request, DECODE_MAX_SPLITS);
   else if (request == -1)
-    pl.splits = pick_splits(pl);
+    pl.splits = pick_splits(pl, a.max_splits);
   pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
   return pl;
 }
