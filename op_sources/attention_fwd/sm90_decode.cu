@@ -1,13 +1,14 @@
 // bf16 / fp16 attention forward for decode on sm_90a (H100/H200): few query rows per sequence (at most 16), a pass
 // over the KV cache at the memory's speed, for one head-dim bucket (RTC_HEAD_DIM_MAX) of the call's head dim.
 //
-// A CTA is four warps and one work item: 16 packed q rows of one (sequence, K/V head), every q head of the K/V head
-// and every query row of the sequence (row R = i * group + g), the M rows of mma.sync m16n8k16, so each K/V byte is
-// read once per 16 packed rows. All 128 threads gather the K and V rows of each 64-key stage (through the block table
-// when paged) with cp.async into a ring of stages in shared memory; each warp takes 16 keys of every stage (its own
-// row max, sum and O) and the four are combined at the end. When the batch cannot fill the GPU the host splits each
-// item's stages into parts (CTAs of their own) that write partials, and a second launch of the same kernel (the merge
-// stage) combines them by LSE in part order: no atomics, the same bits on every run.
+// A CTA is four warps and one work item: up to 64 packed q rows (one to four 16-row tiles) of one (sequence, K/V
+// head), every q head of the K/V head and every query row of the sequence (row R = i * group + g), the M rows of
+// mma.sync m16n8k16, so each K/V byte is read once per 64 packed rows. All 128 threads gather the K and V rows of
+// each 64-key stage (through the block table when paged) with cp.async into a ring of stages in shared memory; each
+// warp takes a row tile and 16-key blocks of every stage (its own row max, sum and O), and a row tile's warps are
+// combined at the end. When the batch cannot fill the GPU the host splits each item's stages into parts (CTAs of
+// their own) that write partials, and a second launch of the same kernel (the merge stage) combines them by LSE in
+// part order: no atomics, the same bits on every run.
 // The design and its reasons: docs/design-sm90-decode.md.
 //
 // This file is the stage switch and the attention stage's top level. The roles' pieces are in sm90_decode/:
@@ -40,41 +41,48 @@ static_assert(sm90_decode_plan(RTC_HEAD_DIM_MAX).head_dim == RTC_HEAD_DIM_MAX,
 
 namespace sm90dec {
 
-// One work item, or one part of it: Q and the KV loop over its stages, the warps combined, then O and LSE, or the
-// partial.
-RTC_DEVICE void attn_stage(const DecodeParams& p, const Smem& sm) {
+// One work item, or one part of it: Q and the KV loop over its stages, each row tile's warps combined, then O and
+// LSE, or the partial.
+RTC_DEVICE void attn_stage(const Sm90DecodeParams& p, const Smem& sm) {
   Seq seq;
   Work w;
   // Grid padding, or a chunk that holds no row of its sequence (uniform over the CTA).
   if (!find_work(p, (int)blockIdx.x, false, w, seq) || w.i1 <= w.i0) return;
-  const int tid = (int)threadIdx.x, lane = tid % 32;
-  const RowKeys rk[2] = {row_keys(p, w, seq, lane / 4), row_keys(p, w, seq, lane / 4 + 8)};
+  const int tid = (int)threadIdx.x, lane = tid % 32, groups = SM90_DECODE_WARPS / p.row_tiles;
+  const int rt = tid / 32 / groups;  // the warp's row tile
+  const RowKeys rk[2] = {row_keys(p, w, seq, 16 * rt + lane / 4), row_keys(p, w, seq, 16 * rt + lane / 4 + 8)};
   load_q(p, w, seq, sm, tid);  // in the first stage's cp.async group
   WarpState st;
   st.init();
   kv_loop(p, w, seq, sm, rk, st, tid);
-  RowSum acc;
-  combine_warps(sm, st, acc, p.scale_log2, tid);
-  if (p.splits > 1)
-    write_part(part_of(p, w.item, w.part), acc, tid);
-  else
-    write_row(p, w, seq, row_keys(p, w, seq, tid / 8), acc, tid % 8);
+  stash_warp(sm, st, tid);
+  __syncthreads();
+  for (int t = 0; t < p.row_tiles; ++t) {
+    RowSum acc;
+    combine_tile(sm, t, groups, acc, p.scale_log2, tid);
+    if (p.splits > 1)
+      write_part(part_of(p, w.item, w.part, t), acc, tid);
+    else
+      write_row(p, w, seq, row_keys(p, w, seq, 16 * t + tid / 8), acc, tid % 8);
+  }
 }
 
-// One item's merge: its parts' partials, in part order, into O and the LSE.
-RTC_DEVICE void merge_stage(const DecodeParams& p) {
+// One item's merge: its parts' partials, in part order, into O and the LSE, row tile by row tile.
+RTC_DEVICE void merge_stage(const Sm90DecodeParams& p) {
   Seq seq;
   Work w;
   if (!find_work(p, (int)blockIdx.x, true, w, seq) || w.i1 <= w.i0) return;
   const int tid = (int)threadIdx.x;
-  RowSum acc;
-  merge_parts(p, w.item, acc, tid);
-  write_row(p, w, seq, row_keys(p, w, seq, tid / 8), acc, tid % 8);
+  for (int t = 0; t < p.row_tiles; ++t) {
+    RowSum acc;
+    merge_parts(p, w.item, t, acc, tid);
+    write_row(p, w, seq, row_keys(p, w, seq, 16 * t + tid / 8), acc, tid % 8);
+  }
 }
 
 }  // namespace sm90dec
 
-RTC_KERNEL(SM90_DECODE_THREADS) attention_fwd_sm90_decode(DecodeParams p) {
+RTC_KERNEL(SM90_DECODE_THREADS) attention_fwd_sm90_decode(Sm90DecodeParams p) {
   extern __shared__ __align__(16) unsigned char sm90_decode_smem[];
   const sm90dec::Smem sm{sm90::smem_addr(sm90_decode_smem)};
   if (p.stage == DECODE_STAGE_ATTN)
@@ -82,4 +90,4 @@ RTC_KERNEL(SM90_DECODE_THREADS) attention_fwd_sm90_decode(DecodeParams p) {
   else
     sm90dec::merge_stage(p);
 }
-RTC_EXPORT_KERNEL(attention_fwd_sm90_decode, DecodeParams)
+RTC_EXPORT_KERNEL(attention_fwd_sm90_decode, Sm90DecodeParams)

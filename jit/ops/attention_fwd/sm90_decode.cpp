@@ -11,8 +11,8 @@
 namespace attention_fwd {
 namespace {
 
-// DecodeParams is AttnParams and four ints: the kernel takes it by value.
-static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams size changed: check the kernel");
+// Sm90DecodeParams is AttnParams and six ints: the kernel takes it by value.
+static_assert(sizeof(Sm90DecodeParams) == sizeof(AttnParams) + 24, "Sm90DecodeParams size changed: check the kernel");
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
 
@@ -26,7 +26,7 @@ constexpr int kMinStepsPerPart = 4;
 constexpr int kMergeSteps = 2;
 
 struct Plan {
-  int bucket = 0, group = 0, chunks = 0, splits = 1, slots = 0;
+  int bucket = 0, group = 0, row_tiles = 1, chunks = 0, splits = 1, slots = 0;
   int64_t items = 0;  // B * Hk * chunks
   int64_t steps = 0;  // 64-key stages of a max_seqlen_k sequence
   int64_t workspace_bytes = 0;
@@ -58,18 +58,21 @@ Plan make_plan(const AttentionFwdArgs& a) {
   Plan pl;
   const Sm90DecodePlan dp = sm90_decode_plan(int(a.head_dim));
   pl.bucket = dp.head_dim;
-  pl.smem = sm90_decode_smem_bytes(dp);
   pl.group = int(a.heads / a.heads_k);
-  pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS));
+  // Row tiles: the fewest of 1, 2, 4 that hold the group x Sq packed rows (at most 4, and what fits the shared
+  // memory: larger groups take chunks).
+  pl.row_tiles = sm90_decode_row_tiles(dp, int(std::min<int64_t>(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS), 4)));
+  pl.smem = sm90_decode_smem_bytes(dp, pl.row_tiles);
+  pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, int64_t(DECODE_ROWS) * pl.row_tiles));
   pl.items = a.batch * a.heads_k * pl.chunks;
   pl.steps = ceil_div(a.seq_k, SM90_DECODE_STAGE_KEYS);
-  pl.slots = a.num_cus > 0 ? a.num_cus * sm90_decode_ctas_per_sm(dp) : 0;
+  pl.slots = a.num_cus > 0 ? a.num_cus * sm90_decode_ctas_per_sm(dp, pl.row_tiles) : 0;
   const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
   if (request > 1)
     pl.splits = std::min(request, DECODE_MAX_SPLITS);
   else if (request == -1)
     pl.splits = pick_splits(pl, a.max_splits);
-  pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
+  pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * pl.row_tiles * decode_part_bytes(pl.bucket) : 0;
   return pl;
 }
 
@@ -102,7 +105,7 @@ std::string why_not(const void* p, const char* vendor) {
   }
   const Plan pl = make_plan(a);
   if (pl.items * pl.splits >= (int64_t(1) << 31))
-    return "batch*heads_k*ceil(heads/heads_k*" + std::string(rows) + "/16)*splits=" +
+    return "batch*heads_k*ceil(heads/heads_k*" + std::string(rows) + "/(16*row_tiles))*splits=" +
            std::to_string(pl.items * pl.splits) + " CTAs is too many for the sm90_decode kernel; accepted: < 2^31";
   return "";
 }
@@ -122,6 +125,7 @@ std::string plan_json(const void* p) {
   std::vector<std::pair<std::string, int64_t>> f = {
       {"bucket", pl.bucket},
       {"group", pl.group},
+      {"row_tiles", pl.row_tiles},
       {"chunks", pl.chunks},
       {"items", pl.items},
       {"steps", pl.steps},
@@ -145,13 +149,14 @@ void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) 
             "workspace_bytes=" + std::to_string(a.workspace_bytes) +
                 " is too small for the sm90_decode kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
                 " (rtc_op_workspace_bytes with the same args)");
-  DecodeParams dp;
+  Sm90DecodeParams dp;
   std::memset(&dp, 0, sizeof dp);
   static_cast<AttnParams&>(dp) = fill_params(a);
   dp.tail_split = pl.splits;
   dp.group = pl.group;
   dp.chunks = pl.chunks;
   dp.splits = pl.splits;
+  dp.row_tiles = pl.row_tiles;
   // Same stream, in order, so the merge sees the parts' partials.
   for (const auto& s : stages(pl)) {
     if (s.second == 0) continue;  // no sequence, no K/V head: nothing to write

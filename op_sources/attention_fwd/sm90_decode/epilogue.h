@@ -1,5 +1,5 @@
-// The sm_90a decode kernel's epilogue and merge: the four warps' (m, l, O) combined through shared memory in warp
-// order, then either a row's O / l in the rounding mode and its LSE, or a split part's partial (O, m, l) in the
+// The sm_90a decode kernel's epilogue and merge: the (m, l, O) of a row tile's warps combined through shared memory in
+// warp order, then either a row's O / l in the rounding mode and its LSE, or a split part's partial (O, m, l) in the
 // workspace; and the merge stage, which combines an item's parts the same way, in part order. No atomics: every run
 // gives the same bits.
 #pragma once
@@ -14,7 +14,8 @@
 
 namespace sm90dec {
 
-// In the combine and the merge, thread t owns row t / 8 of the item and the column pairs 2 (t % 8) + 16 x.
+// In the combine and the merge, row tile by row tile, thread t owns row t / 8 of the tile and the column pairs
+// 2 (t % 8) + 16 x.
 constexpr int kPairs = kBucket / 16;
 constexpr int kCombineStride = kBucket + 4;  // floats per row of a warp's O in shared memory
 
@@ -56,9 +57,9 @@ RTC_DEVICE rtc_u32 combine_ml(const Smem& sm, int warp, int row, int which) {
 RTC_DEVICE void st_shared_f32(rtc_u32 addr, float v) { sm90::st_shared_u32(addr, __float_as_uint(v)); }
 RTC_DEVICE float ld_shared_f32(rtc_u32 addr) { return __uint_as_float(sm90::ld_shared_u32(addr)); }
 
-// Each warp's state into shared memory (its row sums reduced over the quad), then thread t's row combined over the
-// warps in order.
-RTC_DEVICE void combine_warps(const Smem& sm, WarpState& st, RowSum& acc, float c, int tid) {
+// Each warp's state into shared memory (its row sums reduced over the quad): warp w's block holds the 16 rows of its
+// row tile.
+RTC_DEVICE void stash_warp(const Smem& sm, WarpState& st, int tid) {
   const int lane = tid % 32, warp = tid / 32;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -76,10 +77,13 @@ RTC_DEVICE void combine_warps(const Smem& sm, WarpState& st, RowSum& acc, float 
       for (int k = 0; k < 2; ++k)
         st_shared_f32(combine_o(sm, warp, row) + 4 * (8 * j + 2 * (lane % 4) + k), st.o[4 * j + 2 * i + k]);
   }
-  __syncthreads();
+}
+
+// Thread t's row of row tile rt combined over the tile's warps (rt * groups ..), in warp order.
+RTC_DEVICE void combine_tile(const Smem& sm, int rt, int groups, RowSum& acc, float c, int tid) {
   const int row = tid / 8, sub = tid % 8;
   acc.init();
-  for (int w = 0; w < SM90_DECODE_WARPS; ++w) {
+  for (int w = rt * groups; w < (rt + 1) * groups; ++w) {
     float os[2 * kPairs];
 #pragma unroll
     for (int x = 0; x < kPairs; ++x)
@@ -89,9 +93,11 @@ RTC_DEVICE void combine_warps(const Smem& sm, WarpState& st, RowSum& acc, float 
   }
 }
 
-// Part `part` of item `item`'s partials: O as rows [16][bucket] of fp32, then m [16], l [16] (decode_part_bytes).
-RTC_DEVICE float* part_of(const DecodeParams& p, rtc_i64 item, int part) {
-  return (float*)((char*)p.workspace + (item * p.splits + part) * decode_part_bytes(kBucket));
+// Row tile rt of part `part` of item `item`'s partials: per row tile, O as rows [16][bucket] of fp32, then m [16],
+// l [16] (decode_part_bytes); an item's part holds row_tiles of them.
+RTC_DEVICE float* part_of(const Sm90DecodeParams& p, rtc_i64 item, int part, int rt) {
+  return (float*)((char*)p.workspace +
+                  ((item * p.splits + part) * p.row_tiles + rt) * decode_part_bytes(kBucket));
 }
 
 RTC_DEVICE void write_part(float* part, const RowSum& acc, int tid) {
@@ -107,7 +113,7 @@ RTC_DEVICE void write_part(float* part, const RowSum& acc, int tid) {
 
 // A row's final O / l in the variant's element type and its LSE (natural log). l = 0 writes ZeroSumRow's row: 0 and
 // LSE -inf when the row sees no key, NaN when it saw keys (numerics §4, §8).
-RTC_DEVICE void write_row(const DecodeParams& p, const Work& w, const Seq& seq, const RowKeys& rk, const RowSum& acc,
+RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const RowKeys& rk, const RowSum& acc,
                           int sub) {
   if (rk.i < 0) return;
   const float l = sm90::final_row_sum(acc.l, acc.m, p.scale_log2);
@@ -126,11 +132,11 @@ RTC_DEVICE void write_row(const DecodeParams& p, const Work& w, const Seq& seq, 
     p.lse[seq.lse_off + (rtc_i64)h * seq.lse_head_stride + rk.i] = empty ? blank.lse : acc.m * p.scale + logf(l);
 }
 
-// The merge of one item's parts, thread t's row and column pairs, in part order: kMergeBatch parts' partials are
+// The merge of one item's parts for row tile rt, thread t's row and column pairs, in part order: kMergeBatch parts' partials are
 // loaded before they are added, so their loads are in flight together.
-constexpr int kMergeBatch = kBucket <= 128 ? 4 : 2;
+constexpr int kMergeBatch = kBucket <= 128 ? 4 : 1;
 
-RTC_DEVICE void merge_parts(const DecodeParams& p, rtc_i64 item, RowSum& acc, int tid) {
+RTC_DEVICE void merge_parts(const Sm90DecodeParams& p, rtc_i64 item, int rt, RowSum& acc, int tid) {
   const int row = tid / 8, sub = tid % 8;
   acc.init();
   for (int g0 = 0; g0 < p.splits; g0 += kMergeBatch) {
@@ -140,7 +146,7 @@ RTC_DEVICE void merge_parts(const DecodeParams& p, rtc_i64 item, RowSum& acc, in
       mv[g] = sm90::neg_inf();
       lv[g] = 0.f;
       if (g0 + g < p.splits) {
-        const float* part = part_of(p, item, g0 + g);
+        const float* part = part_of(p, item, g0 + g, rt);
         mv[g] = part[DECODE_ROWS * kBucket + row];
         lv[g] = part[DECODE_ROWS * kBucket + DECODE_ROWS + row];
 #pragma unroll

@@ -15,27 +15,28 @@ namespace sm90dec {
 constexpr int kRowBytes = sm90_decode_row_bytes(kBucket);
 constexpr int kChunks = kBucket / 8;  // 16-byte pieces of a row
 constexpr int kStages = sm90_decode_plan(kBucket).stages;
-constexpr int kQBytes = sm90_decode_q_bytes(kBucket);
 constexpr int kStageBytes = sm90_decode_stage_bytes(kBucket);
 constexpr int kHalfStage = kStageBytes / 2;  // the K rows, then the V rows
 
-// Shared memory: Q [16][row], then the ring's stages, each K [64][row] and V [64][row]; the warps' partial results
-// reuse the ring at the end (sm90_decode/epilogue.h).
+constexpr int kRingBytes = sm90_decode_ring_bytes(sm90_decode_plan(kBucket));
+
+// Shared memory: the ring's stages, each K [64][row] and V [64][row], then Q [16 row_tiles][row]; the warps' partial
+// results reuse the ring at the end (sm90_decode/epilogue.h).
 struct Smem {
   rtc_u32 base;
-  RTC_DEVICE rtc_u32 q() const { return base; }
-  RTC_DEVICE rtc_u32 k(int stage) const { return base + kQBytes + stage * kStageBytes; }
+  RTC_DEVICE rtc_u32 ring() const { return base; }
+  RTC_DEVICE rtc_u32 k(int stage) const { return base + stage * kStageBytes; }
   RTC_DEVICE rtc_u32 v(int stage) const { return k(stage) + kHalfStage; }
-  RTC_DEVICE rtc_u32 ring() const { return base + kQBytes; }
+  RTC_DEVICE rtc_u32 q() const { return base + kRingBytes; }
 };
 
-// The item's Q rows: packed row r is query row i = (16 chunk + r) / group of q head hk * group + g. Rows outside the
-// item and columns past D are zeros. Committed with the first stage's group.
-RTC_DEVICE void load_q(const DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, int tid) {
-  constexpr int pieces = DECODE_ROWS * kChunks;
+// The item's Q rows: packed row r is query row i = (16 row_tiles chunk + r) / group of q head hk * group + g. Rows
+// outside the item and columns past D are zeros. Committed with the first stage's group.
+RTC_DEVICE void load_q(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, int tid) {
+  const int rows = DECODE_ROWS * p.row_tiles, pieces = rows * kChunks;
   for (int e = tid; e < pieces; e += SM90_DECODE_THREADS) {
     const int r = e / kChunks, c = e - r * kChunks;
-    const int packed = w.chunk * DECODE_ROWS + r, i = packed / p.group, g = packed - i * p.group;
+    const int packed = w.chunk * rows + r, i = packed / p.group, g = packed - i * p.group;
     const bool ok = i >= w.i0 && i < w.i1 && 8 * c < p.head_dim;
     const rtc_elem_t* src =
         ok ? p.q + seq.q_off + (rtc_i64)i * p.q_ss + (rtc_i64)(w.hk * p.group + g) * p.q_sh + 8 * c : p.q;
@@ -57,11 +58,13 @@ RTC_DEVICE rtc_i64 kv_row(const KvRows& t, int page, int in_page, int hk) {
 
 // Stage n's 64 K and V rows into ring slot `slot`: this thread's pieces e = tid + 128 x of each tile, row e / chunks.
 // The page of a row comes from the block table (int32 loads that stay in L1: a stage's rows share a few entries).
-RTC_DEVICE void load_stage(const DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, const KvRows& kt,
+RTC_DEVICE void load_stage(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, const KvRows& kt,
                            const KvRows& vt, int page_shift, int slot, int n, int tid) {
   constexpr int per_thread = SM90_DECODE_STAGE_KEYS * kChunks / SM90_DECODE_THREADS;
   const int* table = RTC_KV == RTC_KV_PAGED ? p.block_table + (rtc_i64)w.b * p.table_stride : nullptr;
-#pragma unroll
+  // Four rows' table entries in flight at once; unrolled whole, the 256 bucket's 16 pieces held their addresses in
+  // registers beside O's 128 accumulators and spilled.
+#pragma unroll 4
   for (int x = 0; x < per_thread; ++x) {
     const int e = tid + SM90_DECODE_THREADS * x, r = e / kChunks, c = e - r * kChunks;
     const int j = n * SM90_DECODE_STAGE_KEYS + r;

@@ -1,7 +1,9 @@
-// The sm_90a decode kernel's main loop: per stage of 64 keys, warp w takes keys 16 w .. 16 w + 15 and runs
-// S = Q K^T (mma.sync m16n8k16, the 16 packed rows as M), the mask, the online softmax, and O += P V with P straight
-// from the score registers; the cp.async ring stays kStages - 1 stages ahead. Each warp keeps its own row max, row
-// sum and O over its keys; the epilogue combines the four.
+// The sm_90a decode kernel's main loop: per stage of 64 keys (four 16-key blocks), warp w takes row tile
+// w / (4 / row_tiles) and the blocks kg, kg + 4 / row_tiles, ... (kg = w % (4 / row_tiles)): one block per warp with one
+// row tile, all four with four. Per block it runs S = Q K^T (mma.sync m16n8k16, the tile's 16 packed rows as M), the
+// mask, the online softmax, and O += P V with P straight from the score registers; the cp.async ring stays
+// kStages - 1 stages ahead. Each warp keeps its own row max, row sum and O over its keys; the epilogue combines the
+// warps of a row tile.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -35,19 +37,20 @@ struct WarpState {
   }
 };
 
-// Q's A fragment of k-step ks: rows (lane & 7) + 8 ((lane >> 3) & 1), columns 16 ks + 8 (lane >> 4).
-RTC_DEVICE void q_frag(rtc_u32 (&a)[4], const Smem& sm, int ks, int lane) {
-  const int row = (lane & 7) + ((lane >> 3) & 1) * 8, col = 16 * ks + (lane >> 4) * 8;
+// Q's A fragment of k-step ks for row tile rt: rows 16 rt + (lane & 7) + 8 ((lane >> 3) & 1), columns 16 ks +
+// 8 (lane >> 4).
+RTC_DEVICE void q_frag(rtc_u32 (&a)[4], const Smem& sm, int rt, int ks, int lane) {
+  const int row = 16 * rt + (lane & 7) + ((lane >> 3) & 1) * 8, col = 16 * ks + (lane >> 4) * 8;
   sm90::ldmatrix_x4(a, sm.q() + row * kRowBytes + 2 * col);
 }
 
-// S = Q K^T over this warp's 16 keys of the stage in `slot`: n-tile 0 is keys 0-7, n-tile 1 keys 8-15; the K B
+// S = Q K^T over 16-key block `block` of the stage in `slot`: n-tile 0 is keys 0-7, n-tile 1 keys 8-15; the K B
 // fragments of a k-step come from one ldmatrix (keys (lane & 7) + 8 (lane >> 4), columns 8 ((lane >> 3) & 1)).
 RTC_DEVICE void scores(float (&s)[8], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1][4], const Smem& sm, int slot,
-                       int warp, int lane) {
+                       int block, int rt, int lane) {
 #pragma unroll
   for (int x = 0; x < 8; ++x) s[x] = 0.f;
-  const rtc_u32 k_rows = sm.k(slot) + (16 * warp + (lane & 7) + ((lane >> 4) << 3)) * kRowBytes;
+  const rtc_u32 k_rows = sm.k(slot) + (16 * block + (lane & 7) + ((lane >> 4) << 3)) * kRowBytes;
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
     rtc_u32 a[4], b[4];
@@ -55,7 +58,7 @@ RTC_DEVICE void scores(float (&s)[8], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1
 #pragma unroll
       for (int x = 0; x < 4; ++x) a[x] = qf[kQInRegs ? ks : 0][x];
     } else {
-      q_frag(a, sm, ks, lane);
+      q_frag(a, sm, rt, ks, lane);
     }
     sm90::ldmatrix_x4(b, k_rows + 2 * (16 * ks + ((lane >> 3) & 1) * 8));
     float* s0 = s;
@@ -95,13 +98,13 @@ RTC_DEVICE void softmax(float (&s)[8], WarpState& st, float c) {
   }
 }
 
-// O += P V over this warp's 16 keys: P's A fragment is the scores' registers packed in pairs (the raw form: a NaN p
+// O += P V over 16-key block `block`: P's A fragment is the scores' registers packed in pairs (the raw form: a NaN p
 // keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, two n-tiles per call (keys
 // (lane & 7) + 8 ((lane >> 3) & 1), columns 16 dp + 8 (lane >> 4)).
-RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int warp, int lane) {
+RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int block, int lane) {
   const rtc_u32 a[4] = {sm90::pack2_raw(s[0], s[1]), sm90::pack2_raw(s[2], s[3]), sm90::pack2_raw(s[4], s[5]),
                         sm90::pack2_raw(s[6], s[7])};
-  const rtc_u32 v_rows = sm.v(slot) + (16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes;
+  const rtc_u32 v_rows = sm.v(slot) + (16 * block + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes;
 #pragma unroll
   for (int dp = 0; dp < kKSteps; ++dp) {
     rtc_u32 b[4];
@@ -112,10 +115,11 @@ RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, i
 }
 
 // The KV loop over stages [kb0, kb1): kStages - 1 stages in flight ahead of the one computed. Q came with the first
-// stage's cp.async group (load_q before the prologue).
-RTC_DEVICE void kv_loop(const DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, const RowKeys (&rk)[2],
-                        WarpState& st, int tid) {
+// stage's cp.async group (load_q before the prologue). rk: this thread's two rows of the warp's row tile.
+RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm,
+                        const RowKeys (&rk)[2], WarpState& st, int tid) {
   const int lane = tid % 32, warp = tid / 32;
+  const int groups = SM90_DECODE_WARPS / p.row_tiles, rt = warp / groups, kg = warp - rt * groups;
   const KvRows kt = {seq.k_off, p.k_sb, p.k_ss, p.k_sh}, vt = {seq.v_off, p.v_sb, p.v_ss, p.v_sh};
   const int page_shift = RTC_KV == RTC_KV_PAGED ? __ffs(p.page_size) - 1 : 0;
 #pragma unroll
@@ -133,13 +137,16 @@ RTC_DEVICE void kv_loop(const DecodeParams& p, const Work& w, const Seq& seq, co
     sm90::cp_async_commit();
     if (kQInRegs && n == w.kb0)
 #pragma unroll
-      for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, ks, lane);
-    float s[8];
-    scores(s, qf, sm, slot, warp, lane);
-    const rtc_i64 key0 = (rtc_i64)n * SM90_DECODE_STAGE_KEYS + 16 * warp;
-    if (RTC_MASK || (rtc_i64)(n + 1) * SM90_DECODE_STAGE_KEYS > seq.len_k) mask_scores(s, rk, key0, lane);
-    softmax(s, st, p.scale_log2);
-    accumulate(s, st, sm, slot, warp, lane);
+      for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, rt, ks, lane);
+    const bool edge = RTC_MASK || (rtc_i64)(n + 1) * SM90_DECODE_STAGE_KEYS > seq.len_k;
+#pragma unroll 1
+    for (int block = kg; block < SM90_DECODE_WARPS; block += groups) {
+      float s[8];
+      scores(s, qf, sm, slot, block, rt, lane);
+      if (edge) mask_scores(s, rk, (rtc_i64)n * SM90_DECODE_STAGE_KEYS + 16 * block, lane);
+      softmax(s, st, p.scale_log2);
+      accumulate(s, st, sm, slot, block, lane);
+    }
   }
   sm90::cp_async_wait_all();
   __syncthreads();  // the ring is free for the epilogue's combine

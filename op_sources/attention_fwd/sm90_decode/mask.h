@@ -9,7 +9,7 @@
 
 namespace sm90dec {
 
-// One packed row of the item: query row i of q head hk * group + g, and the keys [lo, hi] it sees (aligned
+// Packed row r (< 16 row_tiles) of the item: query row i of q head hk * group + g, and the keys [lo, hi] it sees (aligned
 // bottom-right to its sequence; unmasked: all of the sequence's keys). i = -1: a row past the item's rows, which sees
 // no key and writes nothing.
 struct RowKeys {
@@ -17,8 +17,8 @@ struct RowKeys {
   rtc_i64 lo, hi;
 };
 
-RTC_DEVICE RowKeys row_keys(const DecodeParams& p, const Work& w, const Seq& seq, int r) {
-  const int packed = w.chunk * DECODE_ROWS + r, i = packed / p.group;
+RTC_DEVICE RowKeys row_keys(const Sm90DecodeParams& p, const Work& w, const Seq& seq, int r) {
+  const int packed = w.chunk * DECODE_ROWS * p.row_tiles + r, i = packed / p.group;
   RowKeys k = {-1, packed - i * p.group, 0, -1};
   if (i < w.i0 || i >= w.i1) return k;
   k.i = i;

@@ -1,5 +1,5 @@
-// The sm_90a decode kernel's scheduler: the work item of a CTA (16 packed q rows of one (sequence, K/V head), whole
-// or one part of a KV split), its sequence, its rows and its KV stages.
+// The sm_90a decode kernel's scheduler: the work item of a CTA (row_tiles x 16 packed q rows of one (sequence, K/V
+// head), whole or one part of a KV split), its sequence, its rows and its KV stages.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -11,7 +11,7 @@ constexpr int kBucket = RTC_HEAD_DIM_MAX;
 constexpr int kStageKeys = SM90_DECODE_STAGE_KEYS;
 
 struct Work {
-  int b, hk, chunk, part;  // sequence, K/V head, 16-row chunk of its packed rows, split part (0 when unsplit)
+  int b, hk, chunk, part;  // sequence, K/V head, chunk of row_tiles x 16 of its packed rows, split part (0: unsplit)
   int i0, i1;              // the query rows [i0, i1) the chunk's rows hold (empty: nothing to write)
   int kb0, kb1;            // KV stages of this CTA
   rtc_i64 item;            // (b * heads_k + hk) * chunks + chunk: the partials' and the merge's index
@@ -19,9 +19,9 @@ struct Work {
 
 // The item of CTA `cta` and its sequence; false when there is none. Attention: the chunks of one part are adjacent
 // (cta = ((b * heads_k + hk) * splits + part) * chunks + chunk), so a chunk after the first finds the part's K and V
-// in L2 (MQA: 32 q heads are two chunks). Merge: one CTA per item. The K length of a sequence is seq_of's
+// in L2 (MQA with 128 q heads: two chunks). Merge: one CTA per item. The K length of a sequence is seq_of's
 // (attn_params.h), the only place that reads it.
-RTC_DEVICE bool find_work(const DecodeParams& p, int cta, bool merge, Work& w, Seq& seq) {
+RTC_DEVICE bool find_work(const Sm90DecodeParams& p, int cta, bool merge, Work& w, Seq& seq) {
   int bhk;
   if (merge) {
     bhk = cta / p.chunks;
@@ -40,7 +40,7 @@ RTC_DEVICE bool find_work(const DecodeParams& p, int cta, bool merge, Work& w, S
   seq = seq_of(p, w.b);
   // Rows past the host's seq_q (max_seqlen_q when packed) have no chunk: the grid covers seq_q rows.
   const int rows_q = seq.len_q < p.seq_q ? seq.len_q : p.seq_q;
-  const int r0 = w.chunk * DECODE_ROWS, r1 = r0 + DECODE_ROWS;
+  const int r0 = w.chunk * DECODE_ROWS * p.row_tiles, r1 = r0 + DECODE_ROWS * p.row_tiles;
   w.i0 = r0 / p.group;
   w.i1 = (r1 + p.group - 1) / p.group;
   if (w.i1 > rows_q) w.i1 = rows_q;
