@@ -1,4 +1,4 @@
-// sm_90a PTX wrappers used by the Hopper kernels: mbarrier, TMA, shared-memory loads and stores, cp.async,
+// sm_90a PTX wrappers used by the Hopper kernels: mbarrier, TMA, shared-memory loads and stores, read-only loads,
 // named barriers, setmaxnreg, fences.
 #pragma once
 #include "platform.h"
@@ -59,13 +59,13 @@ RTC_DEVICE rtc_u32 ld_shared_u32(rtc_u32 addr) {
 RTC_DEVICE void st_shared_v4_splat(rtc_u32 addr, rtc_u32 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(v) : "memory");
 }
-// 4 bytes global -> shared, asynchronous (cached in L1); completes with the group it is committed in.
-RTC_DEVICE void cp_async_4(rtc_u32 dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+// 4 bytes of global memory that the kernel never writes, through the non-coherent path. Volatile, so the
+// load issues where the source puts it; only the first use of the value waits for it.
+RTC_DEVICE int ld_global_nc_s32(const int* src) {
+  int v;
+  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(src) : "memory");
+  return v;
 }
-RTC_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits for every cp.async of this thread, committed or not.
-RTC_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // ---- named barriers (id 0 is __syncthreads) ----
 RTC_DEVICE void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
