@@ -1,5 +1,5 @@
-// sm_90a PTX wrappers used by the Hopper kernels: mbarrier, TMA, shared-memory loads and stores, cp.async,
-// ldmatrix and mma.sync, named barriers, setmaxnreg, fences.
+// sm_90a PTX wrappers used by the Hopper kernels: mbarrier, TMA, shared-memory loads and stores, read-only loads,
+// cp.async, ldmatrix and mma.sync, named barriers, setmaxnreg, fences.
 #pragma once
 #include "platform.h"
 
@@ -59,14 +59,17 @@ RTC_DEVICE rtc_u32 ld_shared_u32(rtc_u32 addr) {
 RTC_DEVICE void st_shared_v4_splat(rtc_u32 addr, rtc_u32 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(v) : "memory");
 }
-// 4 bytes global -> shared, asynchronous (cached in L1); completes with the group it is committed in.
-RTC_DEVICE void cp_async_4(rtc_u32 dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+// 4 bytes of global memory that the kernel never writes, through the non-coherent path. Volatile, so the
+// load issues where the source puts it; only the first use of the value waits for it.
+RTC_DEVICE int ld_global_nc_s32(const int* src) {
+  int v;
+  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(src) : "memory");
+  return v;
 }
+
 RTC_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits for every cp.async of this thread, committed or not.
 RTC_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 // 16 bytes global -> shared, asynchronous, through L2 only (cg); src_bytes 0 reads nothing and writes zeros (a row
 // past the tensor: src must still be a valid address, any byte of the tensor).
 RTC_DEVICE void cp_async_16_zfill(rtc_u32 dst, const void* src, rtc_u32 src_bytes) {

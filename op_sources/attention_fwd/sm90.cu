@@ -136,7 +136,7 @@ RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
 }  // namespace
 
 // Shared memory: Q ring, K ring, V ring, barrier slots, then (packed) the tile table. Warpgroup 0
-// produces (one thread issues every load), the others consume; setmaxnreg moves registers
+// produces (one thread issues every load; paged, one warp), the others consume; setmaxnreg moves registers
 // from the first to the others (kProducerRegs, kConsumerRegs: sm90/pipeline.h).
 // The (threads, 1) bound gives the register cap at entry that setmaxnreg needs.
 extern "C" __global__ void __launch_bounds__(kThreads, 1) attention_fwd_sm90(const __grid_constant__ Sm90AttnParams p) {
@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) attention_fwd_sm90(con
   const int wg = warp_uniform(threadIdx.x / 128);
   if (wg == 0) {
     regs_shrink<kProducerRegs>();
-    if (threadIdx.x == 0) produce(p, sm);
+    if (threadIdx.x < producer_threads()) produce(p, sm);
   } else {
     regs_grow<kConsumerRegs>();
     consume(p, sm, wg - 1);

@@ -152,6 +152,28 @@ def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     assert plan["block_m"] in (128, 192) and plan["block"] == 128 + 2 * plan["block_m"], plan
 
 
+@pytest.mark.parametrize("kv", ["varlen", "paged"])
+@pytest.mark.parametrize("mask,window", [("none", (-1, -1)), ("window", (-1, 0))])
+def test_select_sm90_for_seqused_k(kv, mask, window, monkeypatch):
+    """A packed call with seqused_k (flash_attn_with_kvcache's form) runs sm90 on sm_90a: the kernel takes every KV
+    length from seq_of, which honours seqused_k (on a GPU: tests/gpu/test_seqused_gpu.py)."""
+    import varlen_suite as vs
+    monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", 132))
+    monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
+    b = vs.make_batch([1, 40], [20, 300], 4, 2, 128, "cpu")
+    if kv == "paged":
+        b = vs.to_paged(b, 16)
+    used = torch.tensor([20, 17], dtype=torch.int32)
+    sel = attention_fwd.selection_varlen(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, window=window,
+                                         block_table=b.block_table, seqused_k=used)
+    assert sel.kernel.name == "sm90" and sel.why == "first match", sel.why
+    assert sel.variant.name == f"sm90-rtne-{mask}-{kv}-d128-bf16", sel.variant.name
+    p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, block_table=b.block_table,
+                                     seqused_k=used)
+    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, 132, used)
+    assert _lib.op_supports(OP, "sm90", args, "cuda") is None
+
+
 def test_host_plans_are_the_manifest_buckets():
     """The host's plan for each head dim is the manifest's bucket for it: one list, read by both."""
     hd = _sm90().axes["head_dim"]

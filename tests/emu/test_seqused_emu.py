@@ -12,7 +12,7 @@ import torch
 
 import varlen_suite as vs
 from rtcattn.ops.attention_fwd import reference as ref
-from rtcattn.runtime import _lib, dispatch
+from rtcattn.runtime import dispatch
 
 pytestmark = pytest.mark.emu
 
@@ -106,16 +106,3 @@ def test_out_of_range_seqused_and_starts_are_clamped(pin, kernel):
         want = call(b.q, b.k, b.v, b.cu_q, vs.cu([min(50, width)] * 2), b.max_q, 50, (-1, -1), b.block_table)
         assert_same(got, want, f"{kernel} paged")
 
-
-def test_sm90_refuses_seqused_k_with_a_reason():
-    """Until a GPU run verifies it, dispatch runs the baseline on sm_90a for a call with seqused_k."""
-    from rtcattn.ops import attention_fwd
-    from rtcattn.ops.attention_fwd import validate
-    b = vs.make_batch([1, 1], [20, 30], 4, 2, 128, "cpu")
-    used = i32([20, 30])
-    p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, seqused_k=used)
-    with_used = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, 132, used)
-    without = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, 132)
-    assert "seqused_k" in (_lib.op_supports("attention_fwd", "sm90", with_used, "cuda") or "")
-    why = _lib.op_supports("attention_fwd", "sm90", without, "cuda")
-    assert why is None or "seqused_k" not in why

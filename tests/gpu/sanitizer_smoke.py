@@ -45,14 +45,15 @@ def main():
 
 
 def packed(gen) -> set:
-    """Packed sequences and paged KV (the sm90 schedule, TMA per page, zeroed V tails), with lengths 0, 1
-    and past one tile, and with bad metadata: decreasing / out-of-range cu_seqlens and page ids out of
-    range must not touch memory outside the tensors."""
+    """Packed sequences and paged KV (the sm90 schedule, the producer warp's page gather, zeroed V tails), with
+    lengths 0, 1 and past one tile, and with bad metadata: decreasing / out-of-range cu_seqlens, page ids and
+    seqused_k out of range must not touch memory outside the tensors."""
     ran = set()
     lens = [1, 0, 130, 17]
     cu = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
     bad_cu = torch.tensor([0, 140, 20, 10_000, -7], dtype=torch.int32, device="cuda")
-    # sm90's 64 bucket (176-row blocks: 11 page boxes each) in fp16, and its 256 bucket (80 rows).
+    used = torch.tensor([148, 0, 1 << 30, 17], dtype=torch.int32, device="cuda")
+    # sm90's 64 bucket (96-row blocks: 6 page boxes each) in fp16, and its 256 bucket (80 rows: 20 boxes of 16 x 64).
     for d, kernel, dt in ((128, "sm90", BF16), (40, "sm90", F16), (256, "sm90", BF16), (64, "baseline", BF16)):
         os.environ["RTCATTN_KERNEL"] = kernel
         q = torch.randn(148, 4, d, generator=gen, device="cuda").to(dt)
@@ -69,6 +70,11 @@ def packed(gen) -> set:
                 torch.cuda.synchronize()
                 ran.add(attention_fwd.selection_varlen(q, kk, vv, cq, ck, max(lens), max(lens), window=window,
                                      block_table=bt).variant.name)
+            # seqused_k past max_seqlen_k and the rows left, 0, and from out-of-range first rows / page ids.
+            for kk, vv, bt, ck in ((k, v, None, bad_cu), (*pages, bad_table, cu)):
+                torch.ops.rtcattn.fwd_varlen(q, kk, vv, cu, ck, max(lens), max(lens), "rtne", None, True, *window, bt,
+                                             used)
+                torch.cuda.synchronize()
     return ran
 
 

@@ -80,11 +80,6 @@ std::string why_not(const void* p, const char* vendor) {
   if (!vendor || std::string(vendor) != "cuda")
     return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") +
            " is not accepted by the sm90 kernel; accepted: cuda";
-  // Its kernel reads seq_of, so seqused_k would reach it, but no GPU run has verified that yet: the baseline
-  // serves such a call on sm_90a until one does.
-  if (a->seqused_k)
-    return "seqused_k is set: the sm90 kernel has not been verified with seqused_k on a GPU yet; accepted: "
-           "seqused_k null";
   const int64_t d_max = kSm90Plans[kSm90PlanCount - 1].head_dim;
   if (a->head_dim < 8 || a->head_dim > d_max || a->head_dim % 8 != 0)
     return "head_dim=" + std::to_string(a->head_dim) +

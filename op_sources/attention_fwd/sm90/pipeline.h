@@ -52,7 +52,7 @@ constexpr int kAccO = kD / 2;  // output accumulators per thread
 constexpr sm90::Elem kElem = RTC_DTYPE == RTC_DTYPE_FP16 ? sm90::Elem::f16 : sm90::Elem::bf16;
 static_assert(kPlan.head_dim == RTC_HEAD_DIM_MAX, "the manifest's sm90 buckets are the plans' (sm90/params.h)");
 static_assert(kQStages == 1 || kQStages == 2, "one Q tile, or two for the overlap across tiles");
-static_assert(32 + 32 * kStages + 40 + 8 * (kN / 16) <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
+static_assert(32 + 32 * kStages + 40 <= SM90_BAR_BYTES, "the rings' barriers must fit their slot area");
 
 }  // namespace
 
@@ -71,9 +71,6 @@ struct Bars {
   RTC_DEVICE rtc_u32 tile_full(int s) const { return base + 32 + 8 * (4 * kStages + s); }
   RTC_DEVICE rtc_u32 tile_empty(int s) const { return base + 32 + 8 * (4 * kStages + 2 + s); }
   RTC_DEVICE rtc_u32 tile_id(int s) const { return base + 32 + 8 * (4 * kStages + 4) + 4 * s; }
-  // Paged: the page ids of a block (the producer's own scratch, kN / 16 of them), two sets: the
-  // block being loaded and the next one.
-  RTC_DEVICE rtc_u32 pages(int set) const { return base + 32 + 8 * (4 * kStages + 4) + 8 + set * 4 * (kN / 16); }
 };
 
 // The CTA's shared memory as the roles address it (laid out by the kernel entry, sm90.cu).
@@ -100,6 +97,11 @@ struct RingState {
 };
 using PipeState = RingState<kStages>;
 using QState = RingState<kQStages>;
+
+// The producer: one thread; paged, the whole first warp, whose lanes gather a K/V block's pages one TMA box
+// each (sm90/producer.h). Functions, not constants: the constants above are part of every code object's bytes.
+RTC_DEVICE constexpr int producer_threads() { return RTC_KV == RTC_KV_PAGED ? 32 : 1; }
+RTC_DEVICE int producer_lane() { return producer_threads() == 1 ? 0 : (int)(threadIdx.x % 32); }
 
 // The consumers take turns at the tensor cores in a ring: warpgroup wg waits on its named barrier, issues
 // its GEMMs and arrives on the next warpgroup's (ids 1..kConsumerWGs; 0 is __syncthreads').

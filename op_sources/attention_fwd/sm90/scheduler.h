@@ -26,15 +26,22 @@ struct TileOrder {
   }
 };
 
+// Called by every producer thread (pipeline.h: one, or the paged warp, whose lanes all get lane 0's index).
 RTC_DEVICE int next_tile(const Sm90AttnParams& p, int ti) {
   if (!kDynamic) return ti + gridDim.x;
-  return gridDim.x + atomicAdd(static_cast<int*>(p.a.workspace), 1);
+  if (producer_threads() == 1) return gridDim.x + atomicAdd(static_cast<int*>(p.a.workspace), 1);
+  int next = 0;
+  if (producer_lane() == 0) next = gridDim.x + atomicAdd(static_cast<int*>(p.a.workspace), 1);
+  return __shfl_sync(0xffffffffu, next, 0);
 }
 
-RTC_DEVICE void publish_tile(const Bars& b, TileOrder& o, int ti) {
+// Every producer thread waits for the slot; the leader (the producer's lane 0) writes the index and arrives.
+RTC_DEVICE void publish_tile(const Bars& b, TileOrder& o, int ti, bool leader) {
   mbar_wait(b.tile_empty(o.slot), o.phase ^ 1);
-  st_shared_u32(b.tile_id(o.slot), ti);
-  mbar_arrive(b.tile_full(o.slot));  // release: the consumers' wait acquires the index
+  if (leader) {
+    st_shared_u32(b.tile_id(o.slot), ti);
+    mbar_arrive(b.tile_full(o.slot));  // release: the consumers' wait acquires the index
+  }
   o.advance();
 }
 
