@@ -41,6 +41,7 @@ def main():
                 assert torch.isfinite(out.float()).all()
                 ran.add(attention_fwd.selection(q, k, v, round_mode=mode, window=window).variant.name)
     ran |= packed(gen)
+    ran |= decode(gen)
     print("sanitizer smoke ran kernels:", sorted(ran))
 
 
@@ -75,6 +76,37 @@ def packed(gen) -> set:
                 torch.ops.rtcattn.fwd_varlen(q, kk, vv, cu, ck, max(lens), max(lens), "rtne", None, True, *window, bt,
                                              used)
                 torch.cuda.synchronize()
+    return ran
+
+
+def decode(gen) -> set:
+    """The sm90 decode kernel: dense and packed decode calls (1 to 16 query rows, GQA packing with 1, 2 and 4 row
+    tiles), split (partials and the merge stage) and not, paged with bad page ids, bad cu_seqlens."""
+    from rtcattn.runtime import dispatch
+    ran = set()
+    os.environ.pop("RTCATTN_KERNEL", None)
+    for d, dt, hq, hk, sq in ((128, BF16, 8, 2, 1), (64, F16, 32, 1, 1), (256, BF16, 16, 2, 16), (40, F16, 8, 8, 3)):
+        for splits in (0, 3):
+            with dispatch.pinned(kernel="sm90_decode", tail_split=splits):
+                for sk, window in ((1, (-1, -1)), (17, (-1, 0)), (300, (5, 0))):
+                    q = torch.randn(2, sq, hq, d, generator=gen, device="cuda").to(dt)
+                    k, v = (torch.randn(2, sk, hk, d, generator=gen, device="cuda").to(dt) for _ in range(2))
+                    rtcattn.forward(q, k, v, return_lse=True, window_size=window)
+                    torch.cuda.synchronize()
+                    ran.add(attention_fwd.selection(q, k, v, window=window).variant.name)
+                lens = [1, 0, 130, 17]
+                cu_q = torch.tensor([0, 1, 1, 2, 3], dtype=torch.int32, device="cuda")
+                cu_k = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
+                bad_k = torch.tensor([0, 140, 20, 10_000, -7], dtype=torch.int32, device="cuda")
+                q = torch.randn(3, hq, d, generator=gen, device="cuda").to(dt)
+                k, v = (torch.randn(148, hk, d, generator=gen, device="cuda").to(dt) for _ in range(2))
+                pages = [torch.randn(12, 16, hk, d, generator=gen, device="cuda").to(dt) for _ in range(2)]
+                table = torch.randint(0, 12, (4, 10), generator=gen, device="cuda", dtype=torch.int32)
+                table[2, :3] = torch.tensor([-1, 12, 2**31 - 1], dtype=torch.int32)
+                for kk, vv, ck, bt in ((k, v, cu_k, None), (k, v, bad_k, None), (*pages, cu_k, table)):
+                    rtcattn.forward_varlen(q, kk, vv, cu_q, ck, 1, max(lens), return_lse=True, window_size=(-1, 0),
+                                           block_table=bt)
+                    torch.cuda.synchronize()
     return ran
 
 

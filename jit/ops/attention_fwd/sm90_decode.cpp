@@ -18,12 +18,12 @@ const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const Atten
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The split planner: a part keeps at least kMinStepsPerPart stages (256 keys) so its partial (16 rows x the bucket in
-// fp32, written and read back) stays a few percent of the K/V bytes it reads; a merge costs about kMergeSteps
-// stages' time (a second launch and a pass over the partials). Assumptions checked against the decode bench
-// (docs/NOTES.md, "sm90 decode kernel").
+// The split planner: a part keeps at least kMinStepsPerPart stages (256 keys); writing its partial (16 rows x the
+// bucket in fp32 per row tile) and reading it back in the merge costs about kPartialSteps of its stages' time, and the
+// merge launch about kMergeSteps. Assumptions checked against the decode bench (docs/NOTES.md, "sm90 decode kernel").
 constexpr int kMinStepsPerPart = 4;
-constexpr int kMergeSteps = 2;
+constexpr double kPartialSteps = 0.5;
+constexpr double kMergeSteps = 2.0;
 
 struct Plan {
   int bucket = 0, group = 0, row_tiles = 1, chunks = 0, splits = 1, slots = 0;
@@ -34,10 +34,11 @@ struct Plan {
 };
 
 // Time of g parts per item in stage-times: the rounds of resident CTAs (slots: SMs x CTAs an SM holds) times a
-// part's stages, plus the merge. The KV reads are the same bytes for every g; what g changes is how many SMs read
-// them at once and how long the last round runs.
-int64_t split_cost(const Plan& pl, int64_t g) {
-  return ceil_div(pl.items * g, pl.slots) * ceil_div(pl.steps, g) + (g > 1 ? kMergeSteps : 0);
+// part's stages (and its partial), plus the merge. The KV reads are the same bytes for every g; what g changes is how
+// many SMs read them at once and how long the last round runs.
+double split_cost(const Plan& pl, int64_t g) {
+  const double part = double(ceil_div(pl.steps, g)) + (g > 1 ? kPartialSteps : 0.0);
+  return double(ceil_div(pl.items * g, pl.slots)) * part + (g > 1 ? kMergeSteps : 0.0);
 }
 
 // A planned split takes at most max_splits parts when that is set (>= 1: flash_attn_with_kvcache's num_splits).
@@ -46,9 +47,9 @@ int pick_splits(const Plan& pl, int max_splits) {
   const int cap = max_splits > 0 ? std::min(max_splits, DECODE_MAX_SPLITS) : DECODE_MAX_SPLITS;
   const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, cap);
   int best_g = 1;
-  int64_t best = split_cost(pl, 1);
+  double best = split_cost(pl, 1);
   for (int64_t g = 2; g <= most; ++g) {
-    const int64_t t = split_cost(pl, g);
+    const double t = split_cost(pl, g);
     if (t < best) best = t, best_g = int(g);  // ties keep the fewer parts
   }
   return best_g;
@@ -133,7 +134,7 @@ std::string plan_json(const void* p) {
       {"stages", sm90_decode_plan(int(a.head_dim)).stages},
       {"slots", pl.slots},
       {"splits", pl.splits},
-      {"planned_steps", pl.slots > 0 ? split_cost(pl, pl.splits) : 0},
+      {"planned_steps", pl.slots > 0 ? int64_t(split_cost(pl, pl.splits)) : 0},
       {"workspace_bytes", pl.workspace_bytes},
       {"shared_bytes", pl.smem},
       {"block", SM90_DECODE_THREADS}};

@@ -1,0 +1,146 @@
+"""The sm_90a decode kernel without a GPU: NVRTC builds of its variants (no spills, every bucket and dtype), the
+manifest entry (before sm90, declining long calls at run time), the host's plan (row tiles, chunks, the split and its
+workspace, num_splits' cap), the refusals, and dispatch: decode calls take it, prefill calls the sm90 kernel."""
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rtcattn.ops import attention_fwd  # noqa: E402
+from rtcattn.ops.attention_fwd import stub, validate  # noqa: E402
+from rtcattn.runtime import _lib, dispatch, manifest  # noqa: E402
+
+OP, KERNEL, SYMBOL = "attention_fwd", "sm90_decode", "attention_fwd_sm90_decode"
+BUCKETS = (32, 64, 96, 128, 160, 192, 256)
+SMS = 132
+
+
+def _build(tmp_path, mode="rtne", mask="none", kv="paged", head_dim=128, dtype="bf16"):
+    m = manifest.load()
+    v = m.variant_for(OP, KERNEL, "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": head_dim,
+                                              "dtype": dtype})
+    req = m.request(v, dispatch.package_version())
+    try:
+        res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
+                         compiler=",".join(req.compilers), package_version=req.package_version,
+                         cache_dir=str(tmp_path))
+    except _lib.UnavailableError as e:
+        pytest.skip(f"NVRTC unavailable for sm_90a: {e}")
+    return res
+
+
+# Every bucket in both dtypes, in the heaviest form (a window over packed sequences) and the paged one; every
+# (mask, kv) at 128 and 256; the other bf16 modes at 128.
+BUILDS = ([(d, t, "rtne", "window", "varlen") for d in BUCKETS for t in ("bf16", "fp16")]
+          + [(d, t, "rtne", "none", "paged") for d in BUCKETS for t in ("bf16", "fp16")]
+          + [(d, "bf16", "rtne", mask, kv) for d in (128, 256) for mask in ("none", "window")
+             for kv in ("dense", "varlen", "paged") if (mask, kv) not in (("window", "varlen"), ("none", "paged"))]
+          + [(128, "bf16", m, "window", "paged") for m in ("rtna", "rtz")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim,dtype,mode,mask,kv", BUILDS)
+def test_nvrtc_builds_without_spills(head_dim, dtype, mode, mask, kv, tmp_path):
+    res = _build(tmp_path, mode, mask, kv, head_dim, dtype)
+    assert res.origin == "compile"
+    log = res.log()
+    assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
+    # Two CTAs of 128 threads per SM up to the 128 bucket (shared memory allows it): at most 255 registers.
+    assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255, log
+
+
+def test_manifest_entry_comes_before_sm90_and_declines_long_calls():
+    k = manifest.load().op(OP)
+    names = [x.name for x in k.kernels]
+    assert names.index(KERNEL) < names.index("sm90") < names.index("baseline"), names
+    entry = k.kernel(KERNEL)
+    assert entry.archs == ("sm_90a",) and entry.axes["head_dim"].buckets == BUCKETS
+    assert entry.axes["dtype"] == ("bf16", "fp16")
+
+
+def _dense_args(sq, sk, hq, hk, d, dtype=torch.bfloat16, sms=SMS):
+    q = torch.zeros(2, sq, hq, d, dtype=dtype)
+    k = torch.zeros(2, sk, hk, d, dtype=dtype)
+    p = validate.check_inputs(q, k, k, "bshd", "rtne")
+    return attention_fwd.args_block(q, k, k, torch.empty_like(q), None, "bshd", p, sms)
+
+
+def _plan(args):
+    return _lib.op_plan(OP, KERNEL, args)
+
+
+@pytest.mark.parametrize("hq,hk,sq,tiles,chunks", [(32, 8, 1, 1, 1), (64, 8, 1, 1, 1), (32, 8, 4, 1, 1),
+                                                   (32, 1, 1, 2, 1), (8, 1, 4, 2, 1), (32, 8, 16, 4, 1),
+                                                   (128, 1, 1, 4, 2), (64, 1, 16, 4, 16)])
+def test_row_tiles_pack_a_group_into_one_cta(hq, hk, sq, tiles, chunks):
+    """group x Sq packed rows: the fewest of 1, 2, 4 row tiles that hold them, then chunks of 64 rows."""
+    plan = _plan(_dense_args(sq, 4096, hq, hk, 128))
+    assert (plan["row_tiles"], plan["chunks"], plan["group"]) == (tiles, chunks, hq // hk), plan
+    assert plan["items"] == 2 * hk * chunks and plan["block"] == 128
+
+
+def test_row_tiles_stay_within_shared_memory():
+    """At 256 four row tiles of Q do not fit beside the ring: the plan takes two and more chunks."""
+    plan = _plan(_dense_args(16, 4096, 32, 8, 256))
+    assert plan["row_tiles"] == 2 and plan["chunks"] == 2 and plan["shared_bytes"] <= 227 * 1024, plan
+    for d in BUCKETS:
+        plan = _plan(_dense_args(1, 4096, 32, 8, d))
+        assert plan["shared_bytes"] <= 227 * 1024 and plan["bucket"] == d, plan
+
+
+def test_split_plan_fills_the_gpu_and_sizes_its_workspace():
+    """One long sequence is split to fill the SMs; a batch that fills them is not; the workspace holds each part's
+    partial per row tile (16 x (bucket + 2) fp32) and the merge grid is one CTA per item."""
+    args = _dense_args(1, 131072, 32, 8, 128)
+    plan = _plan(args)
+    assert plan["splits"] > 8 and plan["grid_attn"] == plan["items"] * plan["splits"], plan
+    assert plan["grid_merge"] == plan["items"], plan
+    assert plan["workspace_bytes"] == plan["items"] * plan["splits"] * 16 * (128 + 2) * 4, plan
+    full = _plan(_dense_args(1, 4096, 32 * 64, 8 * 64, 128))
+    assert full["splits"] == 1 and full["workspace_bytes"] == 0 and "grid_merge" not in full, full
+    unknown = _plan(_dense_args(1, 131072, 32, 8, 128, sms=0))  # no SM count: no split
+    assert unknown["splits"] == 1, unknown
+
+
+def test_forced_split_and_num_splits_cap():
+    args = _dense_args(1, 131072, 32, 8, 128)
+    planned = _plan(args)["splits"]
+    args.tail_split = 5
+    assert _plan(args)["splits"] == 5
+    args.tail_split = 0
+    assert _plan(args)["splits"] == 1
+    args.tail_split, args.max_splits = -1, 3
+    assert _plan(args)["splits"] == 3 < planned
+    fields = stub.split_fields(2)
+    args.tail_split, args.max_splits = fields["tail_split"], fields["max_splits"]
+    assert _plan(args)["splits"] == 2
+
+
+def test_refusals_name_the_argument_and_what_is_accepted():
+    args = _dense_args(17, 300, 8, 2, 128)
+    why = _lib.op_supports(OP, KERNEL, args, "cuda")
+    assert why == ("seq_q=17 is not accepted by the sm90_decode kernel; accepted: at most 16 query rows per "
+                   "sequence (decode; longer calls go to the prefill kernel)")
+    assert "accepted: cuda" in _lib.op_supports(OP, KERNEL, _dense_args(1, 300, 8, 2, 128), "hip")
+    base = torch.zeros(1, 40, 2, 132, dtype=torch.bfloat16)
+    view = base[..., :128]  # strides 264 and 132 elements: 132 % 8 != 0
+    p = validate.check_inputs(view, view, view, "bshd", "rtne")
+    args = attention_fwd.args_block(view, view, view, torch.empty_like(view), None, "bshd", p, SMS)
+    args.seq_q = 1
+    assert _lib.op_supports(OP, KERNEL, args, "cuda") == (
+        "q_strides[2]=132 is not accepted by the sm90_decode kernel; accepted: a multiple of 8 elements in [0, 2^38)")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dispatch_picks_the_decode_kernel_for_decode_calls_only(dtype, monkeypatch):
+    monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", SMS))
+    monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
+    for sq, kernel in ((1, KERNEL), (16, KERNEL), (17, "sm90")):
+        q = torch.zeros(2, sq, 8, 128, dtype=dtype)
+        k = torch.zeros(2, 300, 2, 128, dtype=dtype)
+        sel = attention_fwd.selection(q, k, k, window=(-1, 0))
+        assert sel.kernel.name == kernel, (sq, sel.why)
+        if kernel == "sm90":
+            assert f"{KERNEL}: seq_q=17 is not accepted by the {KERNEL} kernel" in sel.why, sel.why
