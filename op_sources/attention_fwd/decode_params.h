@@ -5,7 +5,7 @@
 #include "attn_params.h"
 
 #define DECODE_ROWS 16          // packed q rows per work item: the M rows of one MFMA / MMA tile
-#define DECODE_MAX_Q 16         // query rows per sequence a decode kernel takes (why_not): decode and speculative decoding
+#define DECODE_MAX_Q 16  // query rows per sequence a decode kernel takes (why_not): decode and speculative decoding
 #define DECODE_MAX_SPLITS 1024  // KV parts per work item at most (forced or planned)
 
 // One split part's partial result: unnormalised fp32 O [16 rows][bucket], then m [16], l [16].
@@ -25,8 +25,8 @@ enum DecodeStage { DECODE_STAGE_ATTN = 0, DECODE_STAGE_MERGE = 1 };
 // a contiguous share of the item's KV steps. With splits > 1 the parts write partials to the workspace and the merge
 // stage combines them in part order.
 struct DecodeParams : AttnParams {
-  int stage;   // DecodeStage
-  int group;   // q heads per K/V head (heads / heads_k)
+  int stage;  // DecodeStage
+  int group;  // q heads per K/V head (heads / heads_k)
   int chunks;  // work items per (sequence, K/V head): ceil(group * seq_q / 16)
   int splits;  // KV parts per work item (1: no partials, no merge)
 };

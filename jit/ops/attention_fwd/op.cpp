@@ -150,7 +150,8 @@ const rtc::OpRegistration kOp({"attention_fwd",
                                sizeof(AttentionFwdArgs),
                                {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
                                validate,
-                               {sm90_decode_host(), sm90_host(), gfx942_decode_host(), gfx942_host(), baseline_host()}});
+                               {sm90_decode_host(), sm90_host(), gfx942_decode_host(), gfx942_host(),
+                                baseline_host()}});
 
 }  // namespace
 
@@ -246,8 +247,9 @@ std::string aligned_why_not(const char* kernel, const char* name, const void* pt
            "); the " + kernel + " kernel accepts 16-byte aligned tensors";
   for (int i = 0; i < 3; ++i)
     if (st[i] < 0 || st[i] % align_elems != 0 || st[i] >= (int64_t(1) << 38))
-      return std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) + " is not accepted by the " +
-             kernel + " kernel; accepted: a multiple of " + std::to_string(align_elems) + " elements in [0, 2^38)";
+      return std::string(name) + "_strides[" + std::to_string(i) + "]=" + std::to_string(st[i]) +
+             " is not accepted by the " + kernel + " kernel; accepted: a multiple of " + std::to_string(align_elems) +
+             " elements in [0, 2^38)";
   return "";
 }
 

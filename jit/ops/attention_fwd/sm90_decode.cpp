@@ -62,7 +62,8 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.group = int(a.heads / a.heads_k);
   // Row tiles: the fewest of 1, 2, 4 that hold the group x Sq packed rows (at most 4, and what fits the shared
   // memory: larger groups take chunks).
-  pl.row_tiles = sm90_decode_row_tiles(dp, int(std::min<int64_t>(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS), 4)));
+  pl.row_tiles =
+      sm90_decode_row_tiles(dp, int(std::min<int64_t>(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS), 4)));
   pl.smem = sm90_decode_smem_bytes(dp, pl.row_tiles);
   pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, int64_t(DECODE_ROWS) * pl.row_tiles));
   pl.items = a.batch * a.heads_k * pl.chunks;
@@ -98,16 +99,17 @@ std::string why_not(const void* p, const char* vendor) {
     const void* ptr;
     const int64_t (&st)[3];
     int64_t align;
-  } tensors[] = {{"q", a.q, a.q_strides, 8}, {"k", a.k, a.k_strides, 8}, {"v", a.v, a.v_strides, 8},
-                 {"o", a.o, a.o_strides, 2}};
+  } tensors[] = {
+      {"q", a.q, a.q_strides, 8}, {"k", a.k, a.k_strides, 8}, {"v", a.v, a.v_strides, 8}, {"o", a.o, a.o_strides, 2}};
   for (const auto& t : tensors) {
     const std::string why = aligned_why_not("sm90_decode", t.name, t.ptr, t.st, t.align);
     if (!why.empty()) return why;
   }
   const Plan pl = make_plan(a);
   if (pl.items * pl.splits >= (int64_t(1) << 31))
-    return "batch*heads_k*ceil(heads/heads_k*" + std::string(rows) + "/(16*row_tiles))*splits=" +
-           std::to_string(pl.items * pl.splits) + " CTAs is too many for the sm90_decode kernel; accepted: < 2^31";
+    return "batch*heads_k*ceil(heads/heads_k*" + std::string(rows) +
+           "/(16*row_tiles))*splits=" + std::to_string(pl.items * pl.splits) +
+           " CTAs is too many for the sm90_decode kernel; accepted: < 2^31";
   return "";
 }
 

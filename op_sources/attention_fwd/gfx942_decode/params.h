@@ -11,4 +11,3 @@
 // 4 sub-tiles took 260 VGPRs + AGPRs: one wave per SIMD).
 RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 64 ? 4 : bucket <= 192 ? 2 : 1; }
 RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(bucket); }
-

@@ -50,8 +50,8 @@ RTC_DEVICE rtc_u32 combine_o(const Smem& sm, int warp, int row) {
   return sm.ring() + ((warp * DECODE_ROWS + row) * kCombineStride) * 4;
 }
 RTC_DEVICE rtc_u32 combine_ml(const Smem& sm, int warp, int row, int which) {
-  return sm.ring() + (SM90_DECODE_WARPS * DECODE_ROWS * kCombineStride + (which * SM90_DECODE_WARPS + warp) * 16 +
-                      row) * 4;
+  return sm.ring() +
+         (SM90_DECODE_WARPS * DECODE_ROWS * kCombineStride + (which * SM90_DECODE_WARPS + warp) * 16 + row) * 4;
 }
 
 RTC_DEVICE void st_shared_f32(rtc_u32 addr, float v) { sm90::st_shared_u32(addr, __float_as_uint(v)); }
@@ -96,8 +96,7 @@ RTC_DEVICE void combine_tile(const Smem& sm, int rt, int groups, RowSum& acc, fl
 // Row tile rt of part `part` of item `item`'s partials: per row tile, O as rows [16][bucket] of fp32, then m [16],
 // l [16] (decode_part_bytes); an item's part holds row_tiles of them.
 RTC_DEVICE float* part_of(const Sm90DecodeParams& p, rtc_i64 item, int part, int rt) {
-  return (float*)((char*)p.workspace +
-                  ((item * p.splits + part) * p.row_tiles + rt) * decode_part_bytes(kBucket));
+  return (float*)((char*)p.workspace + ((item * p.splits + part) * p.row_tiles + rt) * decode_part_bytes(kBucket));
 }
 
 RTC_DEVICE void write_part(float* part, const RowSum& acc, int tid) {
@@ -113,8 +112,8 @@ RTC_DEVICE void write_part(float* part, const RowSum& acc, int tid) {
 
 // A row's final O / l in the variant's element type and its LSE (natural log). l = 0 writes ZeroSumRow's row: 0 and
 // LSE -inf when the row sees no key, NaN when it saw keys (numerics §4, §8).
-RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const RowKeys& rk, const RowSum& acc,
-                          int sub) {
+RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const RowKeys& rk,
+                          const RowSum& acc, int sub) {
   if (rk.i < 0) return;
   const float l = sm90::final_row_sum(acc.l, acc.m, p.scale_log2);
   const bool empty = l == 0.f;
@@ -126,7 +125,8 @@ RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& s
   for (int x = 0; x < kPairs; ++x) {
     const int col = 2 * sub + 16 * x;
     if (col < p.head_dim)
-      *reinterpret_cast<rtc_u32*>(dst + col) = empty ? blank.o : sm90::pack2(acc.o[2 * x] * inv, acc.o[2 * x + 1] * inv);
+      *reinterpret_cast<rtc_u32*>(dst + col) =
+          empty ? blank.o : sm90::pack2(acc.o[2 * x] * inv, acc.o[2 * x + 1] * inv);
   }
   if (p.lse != nullptr && sub == 0)
     p.lse[seq.lse_off + (rtc_i64)h * seq.lse_head_stride + rk.i] = empty ? blank.lse : acc.m * p.scale + logf(l);

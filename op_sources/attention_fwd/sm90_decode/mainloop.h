@@ -18,7 +18,7 @@ namespace sm90dec {
 
 constexpr bool kFp16 = RTC_DTYPE == RTC_DTYPE_FP16;
 constexpr int kKSteps = kBucket / 16;  // k-steps of Q K^T, and 16-column pairs of n-tiles of P V
-constexpr int kAccO = kBucket / 2;     // O accumulators per thread: kBucket / 8 n-tiles of 4
+constexpr int kAccO = kBucket / 2;  // O accumulators per thread: kBucket / 8 n-tiles of 4
 // Up to the 128 bucket the Q fragments stay in registers (kBucket / 4 of them); above, they are read from shared
 // memory at every k-step (O's kBucket / 2 accumulators leave no room for them).
 constexpr bool kQInRegs = kBucket <= 128;

@@ -73,8 +73,8 @@ RTC_HD constexpr int sm90_decode_ctas_per_sm(const Sm90DecodePlan& pl, int row_t
 }
 RTC_HD constexpr bool sm90_decode_plans_fit() {
   for (int i = 0; i < kSm90DecodePlanCount; ++i)
-    if (sm90_decode_smem_bytes(kSm90DecodePlans[i], 1) > 227 * 1024 ||
-        kSm90DecodePlans[i].head_dim % 32 != 0 || kSm90DecodePlans[i].stages < 2)
+    if (sm90_decode_smem_bytes(kSm90DecodePlans[i], 1) > 227 * 1024 || kSm90DecodePlans[i].head_dim % 32 != 0 ||
+        kSm90DecodePlans[i].stages < 2)
       return false;
   return true;
 }
