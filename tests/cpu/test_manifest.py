@@ -277,11 +277,11 @@ def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
     m = manifest.load()
     assert {v["round_mode"] for v in m.variants("attention_fwd", default=True)} == {"rtne"}
     sm90 = _defaults(m, "sm_90a")
-    buckets = m.op("attention_fwd").kernel("sm90").axes["head_dim"].buckets
-    # sm90 takes every head dim and both dtypes: on sm_90a the default set is its rtne variants, no baseline.
-    assert sm90 == {f"sm90-rtne-{mask}-{kv}-d{b}-{dt}" for mask in ("none", "window")
+    # sm90 and sm90_decode take every head dim and both dtypes: on sm_90a the default set is their rtne variants (the
+    # decode kernel leaves longer calls to sm90 at run time, so both are first choices), no baseline.
+    assert sm90 == {f"{k}-rtne-{mask}-{kv}-d{b}-{dt}" for k in ("sm90", "sm90_decode") for mask in ("none", "window")
                     for kv in ("dense", "varlen", "paged")
-                    for b in buckets for dt in ("bf16", "fp16")}
+                    for b in m.op("attention_fwd").kernel(k).axes["head_dim"].buckets for dt in ("bf16", "fp16")}
     # Where the fast kernel does not take fp16 (gfx942 today), the baseline's fp16 variants stay in the set.
     gfx = _defaults(m, "gfx90a")
     assert "gfx942-rtne-none-dense-d128-bf16" in gfx
@@ -289,7 +289,8 @@ def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
         assert "baseline-rtne-none-dense-d128-fp16" in gfx
     fast = manifest.load(write(tmp_path, edited(_fast_everywhere)), root=ROOT)
     assert not [n for n in _defaults(fast, "sm_90a") if n.startswith("baseline-")]
-    assert len(_defaults(fast, "sm_90a")) == 4 * 2 * 2 * 3   # buckets x dtypes x masks x kv forms
+    decode = len(m.op("attention_fwd").kernel("sm90_decode").axes["head_dim"].buckets) * 2 * 2 * 3
+    assert len(_defaults(fast, "sm_90a")) == 4 * 2 * 2 * 3 + decode  # buckets x dtypes x masks x kv forms
     assert _defaults(fast, "sm_80") == _defaults(m, "sm_80")   # no faster kernel there: every rtne variant
     assert len(_defaults(m, "sm_80")) == len(list(m.variants("attention_fwd", archs=["sm_80"], round_mode=["rtne"])))
 

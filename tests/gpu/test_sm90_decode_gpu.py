@@ -266,3 +266,25 @@ def test_flash_attn_with_kvcache_runs_the_decode_kernel():
         err = (out[i].transpose(0, 1).double() - o).abs().max().item()
         assert err < 2e-2, (i, err)
         assert torch.allclose(lse[i, :, 0].double(), torch.logsumexp(s, -1)[:, 0], atol=1e-3)
+
+
+@needs_hopper
+@pytest.mark.parametrize("splits", [0, 2])
+def test_output_near_65504_stays_within_the_contract(splits):
+    """V's column 0 at 65504 and column 1 at -65504, one key at p = 1 and 100 at p = 0.500338 (fp16 0.500488): R, which
+    rounds every p against the row's max over all keys, gives O/l = 65523, so +-Inf. This kernel rounds each p
+    against the running max of its warp's keys (and of its split part), where the 100 keys' own max makes their p
+    exactly 1: their fp16 P is exact and the row stays at the exact answer +-65504 (0x7BFF / 0xFBFF). docs/numerics.md
+    §9 allows both; rows whose P is exact everywhere stay 0x7BFF / 0xFBFF."""
+    import math
+    n = 100
+    q = torch.zeros(1, 3, 1, 64, dtype=F16, device=DEV)
+    k = torch.zeros(1, n + 1, 1, 64, dtype=F16, device=DEV)
+    q[0, :, 0, 0] = torch.tensor([1.0, 0.0, -1.0])
+    k[0, 1:, 0, 0] = -(1 - 2**-10)
+    v = torch.randn(1, n + 1, 1, 64, device=DEV).to(F16)
+    v[..., 0], v[..., 1] = 65504.0, -65504.0
+    out = run_on(tail_split=splits)(q, k, v, "bshd", "rtne", math.log(2.0), False)
+    bits = ref.bf16_bits(out.cpu())[0, :, 0]
+    assert bits[0, :2].tolist() in ([0x7BFF, 0xFBFF], [0x7C00, 0xFC00]), bits[0, :2]
+    assert bits[1:, 0].tolist() == [0x7BFF, 0x7BFF] and bits[1:, 1].tolist() == [0xFBFF, 0xFBFF]
