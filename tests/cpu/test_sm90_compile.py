@@ -129,9 +129,9 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     most 16 goes to the decode kernel, tests/cpu/test_sm90_decode_host.py)."""
     q = torch.zeros(2, 200, 200, 128, dtype=torch.bfloat16)
     sel, err = _choose(q, layout, capfd, monkeypatch)
-    assert sel.kernel.name == "sm90" and sel.why == "first match"
+    assert sel.kernel.name == "sm90" and sel.why.startswith("fallback; sm90_decode: seq_q=200 is not accepted")
     assert sel.variant.name == "sm90-rtne-none-dense-d128-bf16"
-    assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16, sm_90a): first match" in err, err
+    assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16, sm_90a): fallback" in err, err
 
 
 @pytest.mark.parametrize("d,bucket", [(8, 32), (40, 64), (64, 64), (72, 96), (96, 96), (104, 128), (136, 160),
