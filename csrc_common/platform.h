@@ -2,9 +2,6 @@
 //
 // Contract for kernels (nothing else of a vendor header may be used):
 //   RTC_KERNEL(bounds)             extern "C" __global__ with a max-threads launch bound
-//   RTC_KERNEL_BLOCKS(bounds, n)   the same, asking NVIDIA's ptxas to budget registers for n resident blocks of
-//                                  `bounds` threads (its own heuristic may otherwise cap them lower and spill);
-//                                  elsewhere RTC_KERNEL(bounds)
 //   RTC_DEVICE                     device function qualifier (RTC_HD: host and device)
 //   threadIdx / blockIdx / blockDim / gridDim   .x .y .z as usual
 //   __syncthreads()                workgroup barrier with LDS/shared-memory fence
@@ -40,7 +37,6 @@ typedef unsigned short rtc_elem_t;   // raw bits of a 16-bit element: bf16 or fp
 #define RTC_DEVICE __device__ __forceinline__
 #define RTC_HD __host__ __device__ __forceinline__
 #define RTC_KERNEL(bounds) extern "C" __global__ void __launch_bounds__(bounds)
-#define RTC_KERNEL_BLOCKS(bounds, n) extern "C" __global__ void __launch_bounds__(bounds, n)
 
 #elif !defined(__HIP__) && !defined(__HIPCC_RTC__)
 // ---------------------------------------------------------------- plain host C++ (g++, clang++)
@@ -93,7 +89,6 @@ __device__ __forceinline__ void __syncthreads() {
 #define RTC_DEVICE __device__ __forceinline__
 #define RTC_HD __host__ __device__ __forceinline__
 #define RTC_KERNEL(bounds) extern "C" __global__ void __launch_bounds__(bounds)
-#define RTC_KERNEL_BLOCKS(bounds, n) RTC_KERNEL(bounds)
 #endif  // vendor
 
 // A shared-memory array. On GPUs .ld/.st are plain accesses; the emulator's version checks them.

@@ -39,12 +39,6 @@ RTC_DEVICE void tma_load_4d(rtc_u32 dst, const void* tmap, rtc_u32 bar, int c0, 
                "l"(reinterpret_cast<rtc_u64>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                : "memory");
 }
-// ---- bulk copy: `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared, counted on an mbarrier --
-RTC_DEVICE void bulk_load(rtc_u32 dst, const void* src, rtc_u32 bytes, rtc_u32 bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(reinterpret_cast<rtc_u64>(src)), "r"(bytes), "r"(bar)
-               : "memory");
-}
 RTC_DEVICE void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<rtc_u64>(tmap)) : "memory");
 }

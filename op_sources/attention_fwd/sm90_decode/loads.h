@@ -1,10 +1,8 @@
-// The sm_90a decode kernel's loads: the item's packed Q rows (cp.async, once), and each stage's 64 K and V rows,
-// gathered row by row (through the block table when paged) by the 32 lanes of warp 0, each row one bulk copy (the
-// TMA unit's cp.async.bulk: D x 2 bytes) counted on the stage slot's mbarrier. The copy engine holds a stage's bytes
-// in flight, not the SM's load queues, and the lanes gather a stage's pages at once whatever the page size; a lane
-// looks up its next rows' pages one stage ahead. Rows past the sequence and unmapped pages are written as zeros by the
-// lane instead; columns past the call's head dim are zeros once for all (no copy reaches them): no address outside
-// the tensors is read.
+// The sm_90a decode kernel's loads: the item's 16 packed Q rows, and each stage's 64 K and V rows, gathered row by
+// row (through the block table when paged) with cp.async by all 128 threads into the shared-memory ring. Every thread
+// issues its own rows' 16-byte pieces, so a stage's pages are gathered by 128 lanes at once, whatever the page size.
+// Rows past the sequence, unmapped pages and columns past the call's head dim are zero-filled (cp.async with a source
+// size of 0 reads nothing): no address outside the tensors is read.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -22,38 +20,18 @@ constexpr int kHalfStage = kStageBytes / 2;  // the K rows, then the V rows
 
 constexpr int kRingBytes = sm90_decode_ring_bytes(sm90_decode_plan(kBucket));
 
-// Shared memory: the ring's stages, each K [64][row] and V [64][row], then Q [16 row_tiles][row], then the stage
-// slots' mbarriers; the warps' partial results reuse the ring at the end (sm90_decode/epilogue.h).
+// Shared memory: the ring's stages, each K [64][row] and V [64][row], then Q [16 row_tiles][row]; the warps' partial
+// results reuse the ring at the end (sm90_decode/epilogue.h).
 struct Smem {
   rtc_u32 base;
-  int row_tiles;
   RTC_DEVICE rtc_u32 ring() const { return base; }
   RTC_DEVICE rtc_u32 k(int stage) const { return base + stage * kStageBytes; }
   RTC_DEVICE rtc_u32 v(int stage) const { return k(stage) + kHalfStage; }
   RTC_DEVICE rtc_u32 q() const { return base + kRingBytes; }
-  RTC_DEVICE rtc_u32 bar(int stage) const {
-    return base + kRingBytes + sm90_decode_q_bytes(kBucket, row_tiles) + 8 * stage;
-  }
 };
 
-// Before any load: the slots' barriers, and zeros in the ring rows' columns past the call's head dim (a bucket wider
-// than D: the copies write D columns only). The caller syncs the CTA after.
-RTC_DEVICE void init_ring(const Sm90DecodeParams& p, const Smem& sm, int tid) {
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) sm90::mbar_init(sm.bar(s), 1);
-    sm90::mbar_init_fence();
-  }
-  const int c0 = p.head_dim / 8, pieces = kChunks - c0;
-  if (pieces <= 0) return;
-  for (int e = tid; e < kStages * 2 * SM90_DECODE_STAGE_KEYS * pieces; e += SM90_DECODE_THREADS) {
-    const int row = e / pieces, c = c0 + e - row * pieces;  // rows of every slot, K then V, one after another
-    sm90::st_shared_v4_splat(sm.ring() + row * kRowBytes + 16 * c, 0u);
-  }
-}
-
 // The item's Q rows: packed row r is query row i = (16 row_tiles chunk + r) / group of q head hk * group + g. Rows
-// outside the item and columns past D are zeros (cp.async with a source size of 0), waited for before the KV loop.
+// outside the item and columns past D are zeros. Committed with the first stage's group.
 RTC_DEVICE void load_q(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, int tid) {
   const int rows = DECODE_ROWS * p.row_tiles, pieces = rows * kChunks;
   for (int e = tid; e < pieces; e += SM90_DECODE_THREADS) {
@@ -66,9 +44,11 @@ RTC_DEVICE void load_q(const Sm90DecodeParams& p, const Work& w, const Seq& seq,
   }
 }
 
-// Where a K or V row of the item's K/V head starts: the sequence's first row (dense, varlen) and the tensor's strides.
+// Where key row j (< 2^31) of the item's K/V head starts, in elements from the tensor's base, or -1 when it reads as
+// zeros (past the sequence, or paged through an entry that is not a page of the pool). Page sizes are powers of two
+// (op.cpp), so a row's page and its row in the page are a shift and a mask.
 struct KvRows {
-  rtc_i64 off, sb, ss, sh;
+  rtc_i64 off, sb, ss, sh;  // the sequence's first row (dense, varlen) and the tensor's strides
 };
 
 RTC_DEVICE rtc_i64 kv_row(const KvRows& t, int page, int in_page, int hk) {
@@ -76,52 +56,31 @@ RTC_DEVICE rtc_i64 kv_row(const KvRows& t, int page, int in_page, int hk) {
   return t.off + (rtc_i64)in_page * t.ss + (rtc_i64)hk * t.sh;
 }
 
-// Warp 0's gather of the stages: lane l copies rows l and l + 32 of each stage. `page` holds the pages of the lane's
-// rows of the next stage it issues, looked up one stage ahead (page sizes are powers of two: a shift), -1 for a row
-// past the sequence or an entry outside the pool.
-struct Gather {
-  const int* table;  // the sequence's block-table row (paged)
-  int page_shift;
-  int page[2];
-
-  RTC_DEVICE void look_up(const Sm90DecodeParams& p, const Seq& seq, int n, int lane) {
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      const int j = n * SM90_DECODE_STAGE_KEYS + lane + 32 * x;
-      page[x] = j < seq.len_k ? 0 : -1;
-      if (RTC_KV == RTC_KV_PAGED && j < seq.len_k) {
-        const int id = sm90::ld_global_nc_s32(table + (j >> page_shift));
-        page[x] = id >= 0 && id < p.num_pages ? id : -1;
-      }
+// Stage n's 64 K and V rows into ring slot `slot`: this thread's pieces e = tid + 128 x of each tile, row e / chunks.
+// The page of a row comes from the block table (int32 loads that stay in L1: a stage's rows share a few entries).
+RTC_DEVICE void load_stage(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, const KvRows& kt,
+                           const KvRows& vt, int page_shift, int slot, int n, int tid) {
+  constexpr int per_thread = SM90_DECODE_STAGE_KEYS * kChunks / SM90_DECODE_THREADS;
+  const int* table = RTC_KV == RTC_KV_PAGED ? p.block_table + (rtc_i64)w.b * p.table_stride : nullptr;
+  // Four rows' table entries in flight at once; unrolled whole, the 256 bucket's 16 pieces held their addresses in
+  // registers beside O's 128 accumulators and spilled.
+#pragma unroll 4
+  for (int x = 0; x < per_thread; ++x) {
+    const int e = tid + SM90_DECODE_THREADS * x, r = e / kChunks, c = e - r * kChunks;
+    const int j = n * SM90_DECODE_STAGE_KEYS + r;
+    bool ok = j < seq.len_k && 8 * c < p.head_dim;
+    int page = 0, in_page = j;
+    if (RTC_KV == RTC_KV_PAGED && ok) {
+      page = __ldg(table + (j >> page_shift));
+      ok = page >= 0 && page < p.num_pages;
+      in_page = j & ((1 << page_shift) - 1);
     }
+    const rtc_u32 at = r * kRowBytes + 16 * c;
+    const rtc_elem_t* ks = ok ? p.k + kv_row(kt, page, in_page, w.hk) + 8 * c : p.k;
+    const rtc_elem_t* vs = ok ? p.v + kv_row(vt, page, in_page, w.hk) + 8 * c : p.v;
+    sm90::cp_async_16_zfill(sm.k(slot) + at, ks, ok ? 16u : 0u);
+    sm90::cp_async_16_zfill(sm.v(slot) + at, vs, ok ? 16u : 0u);
   }
-
-  // Stage n into ring slot `slot`, then the pages of stage `next` (its next issue; past the part: none).
-  RTC_DEVICE void issue(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, int slot, int n,
-                        int next, int kb1, int lane) {
-    const rtc_u32 row_bytes = 2u * (rtc_u32)p.head_dim, bar = sm.bar(slot);
-    const KvRows kt = {seq.k_off, p.k_sb, p.k_ss, p.k_sh}, vt = {seq.v_off, p.v_sb, p.v_ss, p.v_sh};
-    const int valid = (page[0] >= 0) + (page[1] >= 0);
-    const int total = __reduce_add_sync(0xffffffffu, valid);
-    if (lane == 0) sm90::mbar_expect_tx(bar, 2u * row_bytes * (rtc_u32)total);
-    __syncwarp();
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      const int r = lane + 32 * x, j = n * SM90_DECODE_STAGE_KEYS + r;
-      const rtc_u32 at = r * kRowBytes;
-      if (page[x] >= 0) {
-        const int in_page = RTC_KV == RTC_KV_PAGED ? j & ((1 << page_shift) - 1) : j;
-        sm90::bulk_load(sm.k(slot) + at, p.k + kv_row(kt, page[x], in_page, w.hk), row_bytes, bar);
-        sm90::bulk_load(sm.v(slot) + at, p.v + kv_row(vt, page[x], in_page, w.hk), row_bytes, bar);
-      } else {  // reads as zeros: the row's D columns (K: its score is 0 where a mask does not take it)
-        for (rtc_u32 c = 0; c < row_bytes; c += 16) {
-          sm90::st_shared_v4_splat(sm.k(slot) + at + c, 0u);
-          sm90::st_shared_v4_splat(sm.v(slot) + at + c, 0u);
-        }
-      }
-    }
-    if (next < kb1) look_up(p, seq, next, lane);
-  }
-};
+}
 
 }  // namespace sm90dec

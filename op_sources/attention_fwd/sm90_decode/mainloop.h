@@ -114,31 +114,27 @@ RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, i
   }
 }
 
-// The KV loop over stages [kb0, kb1): warp 0 keeps kStages - 1 stages in flight ahead of the one computed; a stage
-// is in when its slot's mbarrier completes its phase (use u of a slot: parity u & 1). rk: this thread's two rows of
-// the warp's row tile. Q's cp.async was issued before (load_q) and lands under the first stages' copies.
+// The KV loop over stages [kb0, kb1): kStages - 1 stages in flight ahead of the one computed. Q came with the first
+// stage's cp.async group (load_q before the prologue). rk: this thread's two rows of the warp's row tile.
 RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm,
                         const RowKeys (&rk)[2], WarpState& st, int tid) {
   const int lane = tid % 32, warp = tid / 32;
   const int groups = SM90_DECODE_WARPS / p.row_tiles, rt = warp / groups, kg = warp - rt * groups;
-  Gather ga;
-  ga.table = RTC_KV == RTC_KV_PAGED ? p.block_table + (rtc_i64)w.b * p.table_stride : nullptr;
-  ga.page_shift = RTC_KV == RTC_KV_PAGED ? __ffs(p.page_size) - 1 : 0;
-  if (warp == 0 && w.kb0 < w.kb1) {
-    ga.look_up(p, seq, w.kb0, lane);
-#pragma unroll 1
-    for (int x = 0; x < kStages - 1 && w.kb0 + x < w.kb1; ++x)
-      ga.issue(p, w, seq, sm, x, w.kb0 + x, w.kb0 + x + 1, w.kb1, lane);
+  const KvRows kt = {seq.k_off, p.k_sb, p.k_ss, p.k_sh}, vt = {seq.v_off, p.v_sb, p.v_ss, p.v_sh};
+  const int page_shift = RTC_KV == RTC_KV_PAGED ? __ffs(p.page_size) - 1 : 0;
+#pragma unroll
+  for (int x = 0; x < kStages - 1; ++x) {
+    if (w.kb0 + x < w.kb1) load_stage(p, w, seq, sm, kt, vt, page_shift, x, w.kb0 + x, tid);
+    sm90::cp_async_commit();
   }
-  sm90::cp_async_wait_all();  // this thread's Q pieces (the loop's first barrier publishes everyone's)
   rtc_u32 qf[kQInRegs ? kKSteps : 1][4];
   for (int n = w.kb0; n < w.kb1; ++n) {
-    const int u = n - w.kb0, slot = u % kStages;
-    sm90::mbar_wait(sm.bar(slot), (rtc_u32)(u / kStages) & 1u);
-    __syncthreads();  // every warp is done with the slot refilled next (and, first, Q is in)
-    const int ahead = n + kStages - 1;
-    if (warp == 0 && ahead < w.kb1)
-      ga.issue(p, w, seq, sm, (slot + kStages - 1) % kStages, ahead, ahead + 1, w.kb1, lane);
+    const int slot = (n - w.kb0) % kStages;
+    sm90::cp_async_wait_group<kStages - 2>();
+    __syncthreads();  // stage n is in for every thread, and every warp is done with the slot refilled next
+    if (n + kStages - 1 < w.kb1)
+      load_stage(p, w, seq, sm, kt, vt, page_shift, (slot + kStages - 1) % kStages, n + kStages - 1, tid);
+    sm90::cp_async_commit();
     if (kQInRegs && n == w.kb0)
 #pragma unroll
       for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, rt, ks, lane);
@@ -152,6 +148,7 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
       accumulate(s, st, sm, slot, block, lane);
     }
   }
+  sm90::cp_async_wait_all();
   __syncthreads();  // the ring is free for the epilogue's combine
 }
 

@@ -63,10 +63,9 @@ RTC_HD constexpr int sm90_decode_ring_bytes(const Sm90DecodePlan& pl) {
              ? pl.stages * sm90_decode_stage_bytes(pl.head_dim)
              : sm90_decode_combine_bytes(pl.head_dim);
 }
-// Shared memory of a launch: the ring first (its offset stays fixed), then Q's row tiles, then one mbarrier per
-// stage (8 bytes each).
+// Shared memory of a launch: the ring first (its offset stays fixed), then Q's row tiles.
 RTC_HD constexpr int sm90_decode_smem_bytes(const Sm90DecodePlan& pl, int row_tiles) {
-  return sm90_decode_ring_bytes(pl) + sm90_decode_q_bytes(pl.head_dim, row_tiles) + 8 * pl.stages;
+  return sm90_decode_ring_bytes(pl) + sm90_decode_q_bytes(pl.head_dim, row_tiles);
 }
 // CTAs an SM holds: 228 KB of shared memory per SM, 1 KB of it reserved per CTA (the registers allow more).
 RTC_HD constexpr int sm90_decode_ctas_per_sm(const Sm90DecodePlan& pl, int row_tiles) {
