@@ -70,10 +70,12 @@ RTC_DEVICE int ld_global_nc_s32(const int* src) {
 RTC_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits for every cp.async of this thread, committed or not.
 RTC_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-// 16 bytes global -> shared, asynchronous, through L2 only (cg); src_bytes 0 reads nothing and writes zeros (a row
-// past the tensor: src must still be a valid address, any byte of the tensor).
+// 16 bytes global -> shared, asynchronous, through L2 only (cg), asking L2 to fetch the 128-byte line around it (a
+// row's other pieces follow); src_bytes 0 reads nothing and writes zeros (a row past the tensor: src must still be a
+// valid address, any byte of the tensor).
 RTC_DEVICE void cp_async_16_zfill(rtc_u32 dst, const void* src, rtc_u32 src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
 }
 // Waits until at most N of this thread's committed cp.async groups are pending.
 template <int N> RTC_DEVICE void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }

@@ -18,17 +18,18 @@ struct Sm90DecodeParams : DecodeParams {
   int pad_;
 };
 
-// Per bucket: the depth of the cp.async ring of K/V stages (64 keys each). Decode reads every K/V byte once, so the
-// ring is what keeps HBM busy: a CTA keeps stages - 1 stages in flight. Sized so that up to the 128 bucket two CTAs
-// fit an SM (about 110 KB each, 3-8 stages) and above it one CTA holds 3-4 stages (about 170-205 KB).
+// Per bucket: the depth of the cp.async ring of K/V stages (64 keys each); a CTA keeps stages - 1 stages in flight.
+// Chosen by the decode bench (docs/NOTES.md, "sm90 decode kernel"): more CTAs per SM beat a deeper ring at 32 and 64
+// (64: 3 stages, 3 CTAs per SM, 70% of copy; 6 stages, 2 CTAs, 62%), 3 stages and two CTAs at 128, and above it one
+// CTA of 3-4 stages (about 170-205 KB; 2 stages at 256 lost 3%).
 struct Sm90DecodePlan {
   int head_dim;  // the bucket (a multiple of 32): tiles are this wide, zeros past the call's D
   int stages;    // K/V stages in the ring
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90DecodePlan kSm90DecodePlans[] = {
-    {32, 8},
-    {64, 6},
+    {32, 4},
+    {64, 3},
     {96, 4},
     {128, 3},
     {160, 4},
