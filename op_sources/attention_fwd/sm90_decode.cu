@@ -3,17 +3,17 @@
 //
 // A CTA is four warps and one work item: up to 64 packed q rows (one to four 16-row tiles) of one (sequence, K/V
 // head), every q head of the K/V head and every query row of the sequence (row R = i * group + g), the M rows of
-// mma.sync m16n8k16, so each K/V byte is read once per 64 packed rows. All 128 threads gather the K and V rows of
-// each 64-key stage (through the block table when paged) with cp.async into a ring of stages in shared memory; each
-// warp takes a row tile and 16-key blocks of every stage (its own row max, sum and O), and a row tile's warps are
+// mma.sync m16n8k16, so each K/V byte is read once per 64 packed rows. Warp 0 gathers the K and V rows of each
+// 64-key stage by TMA (boxes through the block table when paged, one per lane) into a ring of stages in shared
+// memory; each warp takes a row tile and 16-key blocks of every stage (its own row max, sum and O), and a row tile's warps are
 // combined at the end. When the batch cannot fill the GPU the host splits each item's stages into parts (CTAs of
 // their own) that write partials, and a second launch of the same kernel (the merge stage) combines them by LSE in
 // part order: no atomics, the same bits on every run.
 // The design and its reasons: docs/design-sm90-decode.md.
 //
 // This file is the stage switch and the attention stage's top level. The roles' pieces are in sm90_decode/:
-// params.h (the shapes per bucket), scheduler.h (work items), mask.h (a row's keys), loads.h (cp.async gathers of Q
-// and the K/V stages), mainloop.h (MMAs, softmax, the KV loop) and epilogue.h (the warps' combine, O, LSE, partials
+// params.h (the shapes per bucket), scheduler.h (work items), mask.h (a row's keys), loads.h (Q, and the TMA gathers
+// of the K/V stages), mainloop.h (MMAs, softmax, the KV loop) and epilogue.h (the warps' combine, O, LSE, partials
 // and the merge). Shared with the prefill kernel: sm90/softmax.h (scaled max, exponentials, packing, ZeroSumRow) and
 // csrc_common/ptx_sm90.h; with every decode kernel: decode_params.h.
 #ifndef RTC_HEAD_DIM_MAX
@@ -51,7 +51,13 @@ RTC_DEVICE void attn_stage(const Sm90DecodeParams& p, const Smem& sm) {
   const int tid = (int)threadIdx.x, lane = tid % 32, groups = SM90_DECODE_WARPS / p.row_tiles;
   const int rt = tid / 32 / groups;  // the warp's row tile
   const RowKeys rk[2] = {row_keys(p, w, seq, 16 * rt + lane / 4), row_keys(p, w, seq, 16 * rt + lane / 4 + 8)};
-  load_q(p, w, seq, sm, tid);  // in the first stage's cp.async group
+  if (tid == 0) {
+    for (int x = 0; x < kStages; ++x) sm90::mbar_init(sm.bar(x), 1);
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();  // the barriers are initialised before any copy signals them
+  load_q(p, w, seq, sm, tid);
+  sm90::cp_async_commit();
   WarpState st;
   st.init();
   kv_loop(p, w, seq, sm, rk, st, tid);
@@ -82,9 +88,10 @@ RTC_DEVICE void merge_stage(const Sm90DecodeParams& p) {
 
 }  // namespace sm90dec
 
-RTC_KERNEL(SM90_DECODE_THREADS) attention_fwd_sm90_decode(Sm90DecodeParams p) {
-  extern __shared__ __align__(16) unsigned char sm90_decode_smem[];
-  const sm90dec::Smem sm{sm90::smem_addr(sm90_decode_smem)};
+// The tensor maps are read by TMA in parameter space: the block is a __grid_constant__.
+RTC_KERNEL(SM90_DECODE_THREADS) attention_fwd_sm90_decode(const __grid_constant__ Sm90DecodeParams p) {
+  extern __shared__ __align__(1024) unsigned char sm90_decode_smem[];
+  const sm90dec::Smem sm{(sm90::smem_addr(sm90_decode_smem) + 1023u) & ~1023u, p.row_tiles};
   if (p.stage == DECODE_STAGE_ATTN)
     sm90dec::attn_stage(p, sm);
   else

@@ -3,6 +3,7 @@
 #include "common.h"
 #include "cuda_driver.h"
 #include "sm90/params.h"
+#include "sm90_tma.h"
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +19,6 @@ using rtc::CudaDriver;
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
 
-static_assert(sizeof(Sm90TensorMap) == 128 && alignof(Sm90TensorMap) == 64,
-              "Sm90TensorMap must match CUtensorMap (128 bytes, 64-byte aligned)");
 static_assert(offsetof(Sm90AttnParams, a) == 384, "Sm90AttnParams: the three maps come first");
 static_assert(sizeof(Sm90AttnParams) % 64 == 0, "Sm90AttnParams: a whole number of 64-byte lines");
 
@@ -30,21 +29,6 @@ Sm90Plan plan_of(const AttentionFwdArgs& a) { return sm90_plan(int(a.head_dim));
 
 // 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order). d is the call's head
 // dim: the boxes of a tile's last 64-column block past it read zeros.
-Sm90TensorMap encode(const char* name, const void* ptr, const int64_t (&st)[3], int64_t d, int64_t seq, int64_t heads,
-                     int64_t batch, unsigned box_rows) {
-  // Elements travel as 16-bit words, bf16 and fp16 alike: TMA only moves them, and its zero fill is +0 in both.
-  const int kUint16 = 1, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote256 = 3, kOobZero = 0;
-  uint64_t dims[4] = {uint64_t(d), uint64_t(seq), uint64_t(heads), uint64_t(batch)};
-  uint64_t strides[3] = {uint64_t(st[1]) * 2, uint64_t(st[2]) * 2, uint64_t(st[0]) * 2};
-  unsigned box[4] = {SM90_BOX_D, box_rows, 1, 1};
-  unsigned elem[4] = {1, 1, 1, 1};
-  Sm90TensorMap m;
-  std::memset(&m, 0, sizeof m);
-  cuda_check(cuda_driver().encode_tiled(&m, kUint16, 4, const_cast<void*>(ptr), dims, strides, box, elem,
-                                        kInterleaveNone, kSwizzle128, kL2Promote256, kOobZero),
-             RTC_ERR_LAUNCH, std::string("cuTensorMapEncodeTiled(") + name + ")");
-  return m;
-}
 
 int sm_count(const AttentionFwdArgs& a, int device) {
   if (a.num_cus > 0) return a.num_cus;
@@ -139,39 +123,23 @@ std::string plan_json(const void* p) {
 
 void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const AttentionFwdArgs& a = args_of(p);
-  const CudaDriver& cu = cuda_driver();
-  RTC_CHECK(cu.why.empty(), RTC_ERR_UNAVAILABLE, cu.why);
-  RTC_CHECK(cu.encode_tiled, RTC_ERR_UNAVAILABLE,
-            "the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA >= 12), which the sm90 kernel needs");
+  require_tensor_maps("sm90");
   alignas(64) Sm90AttnParams sp;
   std::memset(&sp, 0, sizeof sp);
-  const int mode = kv_mode(a);
   const Sm90Plan pl = plan_of(a);
   const unsigned block_m = unsigned(sm90_block_m(pl)), block_n = unsigned(pl.block_n);
   const int64_t d = a.head_dim;
-  if (mode == RTC_KV_DENSE) {
-    sp.tmap_q = encode("q", a.q, a.q_strides, d, a.seq_q, a.heads, a.batch, block_m);
-    sp.tmap_k = encode("k", a.k, a.k_strides, d, a.seq_k, a.heads_k, a.batch, block_n);
-    sp.tmap_v = encode("v", a.v, a.v_strides, d, a.seq_k, a.heads_k, a.batch, block_n);
-  } else {
-    // Packed rows: one "batch" of total rows (its stride is never stepped; any valid value does).
+  if (kv_mode(a) == RTC_KV_DENSE) {
+    sp.tmap_q = sm90_tensor_map("q", a.q, a.q_strides, d, a.seq_q, a.heads, a.batch, block_m);
+  } else {  // packed rows: one "batch" of total rows (its stride is never stepped; any valid value does)
     const int64_t q_st[3] = {a.q_strides[1], a.q_strides[1], a.q_strides[2]};
-    sp.tmap_q = encode("q", a.q, q_st, d, a.total_q, a.heads, 1, block_m);
-    if (mode == RTC_KV_PAGED) {  // [num_pages, page_size, Hk, D]: the page is the batch coordinate
-      // Boxes of gcd(page_size, block_n) rows (page sizes are powers of two): none crosses a page.
-      sp.kv_box = int(block_n & -block_n);
-      if (a.page_size < sp.kv_box) sp.kv_box = int(a.page_size);
-      while ((int64_t(1) << sp.page_shift) < a.page_size) ++sp.page_shift;
-      sp.tmap_k = encode("k", a.k, a.k_strides, d, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
-      sp.tmap_v = encode("v", a.v, a.v_strides, d, a.page_size, a.heads_k, a.num_pages, unsigned(sp.kv_box));
-    } else {
-      const int64_t k_st[3] = {a.k_strides[1], a.k_strides[1], a.k_strides[2]};
-      const int64_t v_st[3] = {a.v_strides[1], a.v_strides[1], a.v_strides[2]};
-      sp.tmap_k = encode("k", a.k, k_st, d, a.total_k, a.heads_k, 1, block_n);
-      sp.tmap_v = encode("v", a.v, v_st, d, a.total_k, a.heads_k, 1, block_n);
-    }
+    sp.tmap_q = sm90_tensor_map("q", a.q, q_st, d, a.total_q, a.heads, 1, block_m);
   }
-  if (mode != RTC_KV_PAGED) sp.kv_box = int(block_n);
+  const KvMaps kv = sm90_kv_maps(a, block_n);
+  sp.tmap_k = kv.k;
+  sp.tmap_v = kv.v;
+  sp.kv_box = kv.box_rows;
+  sp.page_shift = kv.page_shift;
   sp.a = fill_params(a);
   sp.num_m_blocks = int(m_blocks(a));
   const int64_t tiles = tile_count(a);

@@ -4,15 +4,18 @@
 #include "common.h"
 #include "knobs.h"
 #include "sm90_decode/params.h"
+#include "sm90_tma.h"
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
 namespace attention_fwd {
 namespace {
 
-// Sm90DecodeParams is AttnParams and six ints: the kernel takes it by value.
-static_assert(sizeof(Sm90DecodeParams) == sizeof(AttnParams) + 24, "Sm90DecodeParams size changed: check the kernel");
+// The kernel takes the block by value, its tensor maps 64-byte aligned where TMA reads them.
+static_assert(offsetof(Sm90DecodeParams, tmap_k) % 64 == 0 && sizeof(Sm90DecodeParams) % 64 == 0,
+              "Sm90DecodeParams: the tensor maps must be 64-byte aligned");
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
 
@@ -89,11 +92,11 @@ std::string why_not(const void* p, const char* vendor) {
            " is not accepted by the sm90_decode kernel; accepted: at most " + std::to_string(DECODE_MAX_Q) +
            " query rows per sequence (decode; longer calls go to the prefill kernel)";
   const int d_max = kSm90DecodePlans[kSm90DecodePlanCount - 1].head_dim;
+  // q: 16-byte cp.async pieces; k, v: TMA rows (16-byte aligned, strides multiples of 16 bytes); o: 4-byte stores.
   if (a.head_dim < 8 || a.head_dim > d_max || a.head_dim % 8 != 0)
     return "head_dim=" + std::to_string(a.head_dim) +
            " is not accepted by the sm90_decode kernel; accepted: a multiple of 8 in [8, " + std::to_string(d_max) +
            "]";
-  // q, k, v: 16-byte cp.async pieces; o: 4-byte stores of column pairs.
   const struct {
     const char* name;
     const void* ptr;
@@ -147,13 +150,19 @@ std::string plan_json(const void* p) {
 
 void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const AttentionFwdArgs& a = args_of(p);
+  require_tensor_maps("sm90_decode");
   const Plan pl = make_plan(a);
   RTC_CHECK(pl.workspace_bytes == 0 || (a.workspace && a.workspace_bytes >= pl.workspace_bytes), RTC_ERR_ARG,
             "workspace_bytes=" + std::to_string(a.workspace_bytes) +
                 " is too small for the sm90_decode kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
                 " (rtc_op_workspace_bytes with the same args)");
-  Sm90DecodeParams dp;
+  alignas(64) Sm90DecodeParams dp;
   std::memset(&dp, 0, sizeof dp);
+  const KvMaps kv = sm90_kv_maps(a, SM90_DECODE_STAGE_KEYS);
+  dp.tmap_k = kv.k;
+  dp.tmap_v = kv.v;
+  dp.kv_box = kv.box_rows;
+  dp.page_shift = kv.page_shift;
   static_cast<AttnParams&>(dp) = fill_params(a);
   dp.tail_split = pl.splits;
   dp.group = pl.group;

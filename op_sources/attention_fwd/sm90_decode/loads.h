@@ -1,8 +1,9 @@
-// The sm_90a decode kernel's loads: the item's 16 packed Q rows, and each stage's 64 K and V rows, gathered row by
-// row (through the block table when paged) with cp.async by all 128 threads into the shared-memory ring. Every thread
-// issues its own rows' 16-byte pieces, so a stage's pages are gathered by 128 lanes at once, whatever the page size.
-// Rows past the sequence, unmapped pages and columns past the call's head dim are zero-filled (cp.async with a source
-// size of 0 reads nothing): no address outside the tensors is read.
+// The sm_90a decode kernel's loads: the item's packed Q rows (cp.async, once), and each stage's 64 K and V rows by
+// TMA, boxes of kv_box rows x 64 columns counted on the stage slot's mbarrier. Warp 0 issues a stage: one box per
+// lane (at most 4 boxes of rows x 4 column blocks x K and V = 32), so a paged stage's pages are gathered by as many
+// lanes as it has boxes, each lane looking up its page one stage ahead. A box past the tensor, or through a
+// block-table entry that is not a page of the pool (page coordinate num_pages), reads zeros and reads nothing; rows
+// past the sequence inside the tensor are masked (K) and zeroed in shared memory when the stage is in (V).
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -12,26 +13,36 @@
 
 namespace sm90dec {
 
-constexpr int kRowBytes = sm90_decode_row_bytes(kBucket);
-constexpr int kChunks = kBucket / 8;  // 16-byte pieces of a row
+constexpr int kRowBytes = sm90_decode_row_bytes(kBucket);  // a Q row in shared memory
+constexpr int kChunks = kBucket / 8;                          // 16-byte pieces of a Q row
 constexpr int kStages = sm90_decode_plan(kBucket).stages;
+constexpr int kColBlocks = sm90_decode_col_blocks(kBucket);
 constexpr int kStageBytes = sm90_decode_stage_bytes(kBucket);
-constexpr int kHalfStage = kStageBytes / 2;  // the K rows, then the V rows
-
+constexpr int kHalfStage = kStageBytes / 2;  // K's column blocks, then V's
 constexpr int kRingBytes = sm90_decode_ring_bytes(sm90_decode_plan(kBucket));
 
-// Shared memory: the ring's stages, each K [64][row] and V [64][row], then Q [16 row_tiles][row]; the warps' partial
-// results reuse the ring at the end (sm90_decode/epilogue.h).
+// Shared memory (1024-byte aligned): the ring's stages, then Q [16 row_tiles][row], then the slots' mbarriers; the
+// warps' partial results reuse the ring at the end (sm90_decode/epilogue.h).
 struct Smem {
   rtc_u32 base;
+  int row_tiles;
   RTC_DEVICE rtc_u32 ring() const { return base; }
   RTC_DEVICE rtc_u32 k(int stage) const { return base + stage * kStageBytes; }
   RTC_DEVICE rtc_u32 v(int stage) const { return k(stage) + kHalfStage; }
   RTC_DEVICE rtc_u32 q() const { return base + kRingBytes; }
+  RTC_DEVICE rtc_u32 bar(int stage) const {
+    return base + kRingBytes + sm90_decode_q_bytes(kBucket, row_tiles) + 8 * stage;
+  }
 };
 
+// The 16-byte piece c (0..7) of key row `key` in a column block of a K or V tile: the 128-byte swizzle puts it at
+// c ^ (key % 8) within the row.
+RTC_DEVICE rtc_u32 kv_piece(rtc_u32 tile, int col_block, int key, int c) {
+  return tile + col_block * SM90_DECODE_BLOCK_BYTES + key * 128 + ((c ^ (key & 7)) << 4);
+}
+
 // The item's Q rows: packed row r is query row i = (16 row_tiles chunk + r) / group of q head hk * group + g. Rows
-// outside the item and columns past D are zeros. Committed with the first stage's group.
+// outside the item and columns past D are zeros (cp.async with a source size of 0), waited for before the KV loop.
 RTC_DEVICE void load_q(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, int tid) {
   const int rows = DECODE_ROWS * p.row_tiles, pieces = rows * kChunks;
   for (int e = tid; e < pieces; e += SM90_DECODE_THREADS) {
@@ -44,43 +55,57 @@ RTC_DEVICE void load_q(const Sm90DecodeParams& p, const Work& w, const Seq& seq,
   }
 }
 
-// Where key row j (< 2^31) of the item's K/V head starts, in elements from the tensor's base, or -1 when it reads as
-// zeros (past the sequence, or paged through an entry that is not a page of the pool). Page sizes are powers of two
-// (op.cpp), so a row's page and its row in the page are a shift and a mask.
-struct KvRows {
-  rtc_i64 off, sb, ss, sh;  // the sequence's first row (dense, varlen) and the tensor's strides
+// Warp 0's TMA issue of the stages: lane l < 2 x boxes issues box l % boxes of K (l < boxes) or V: box row
+// i = (l % boxes) / col_blocks, column block (l % boxes) % col_blocks. `page` is the page of the lane's box in the next
+// stage it issues (paged), looked up one stage ahead: num_pages for a box past the sequence or an entry outside the
+// pool (TMA fills zeros there).
+struct Gather {
+  int boxes;  // boxes of one tensor per stage: (64 / kv_box) x col_blocks
+  int page;
+  RTC_DEVICE void look_up(const Sm90DecodeParams& p, const Work& w, const Seq& seq, int n, int lane) {
+    if (RTC_KV != RTC_KV_PAGED || lane >= 2 * boxes) return;
+    const int row = n * SM90_DECODE_STAGE_KEYS + ((lane % boxes) / kColBlocks) * p.kv_box;
+    page = p.num_pages;
+    if (row < seq.len_k) {
+      const int id = sm90::ld_global_nc_s32(p.block_table + (rtc_i64)w.b * p.table_stride + (row >> p.page_shift));
+      if (id >= 0 && id < p.num_pages) page = id;
+    }
+  }
+  // Stage n into ring slot `slot`, then the pages of stage `next` (none past the part).
+  RTC_DEVICE void issue(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, int slot, int n,
+                        int next, int kb1, int lane) {
+    const rtc_u32 bar = sm.bar(slot);
+    if (lane == 0) sm90::mbar_expect_tx(bar, (rtc_u32)(2 * boxes * p.kv_box * 128));
+    __syncwarp();
+    if (lane < 2 * boxes) {
+      const int x = lane % boxes, i = x / kColBlocks, cb = x - i * kColBlocks;
+      const bool is_v = lane >= boxes;
+      const int row = n * SM90_DECODE_STAGE_KEYS + i * p.kv_box;
+      const rtc_u32 dst = (is_v ? sm.v(slot) : sm.k(slot)) + cb * SM90_DECODE_BLOCK_BYTES + i * p.kv_box * 128;
+      const void* map = is_v ? (const void*)&p.tmap_v : (const void*)&p.tmap_k;
+      if (RTC_KV == RTC_KV_PAGED)
+        sm90::tma_load_4d(dst, map, bar, cb * SM90_BOX_D, row & ((1 << p.page_shift) - 1), w.hk, page);
+      else if (RTC_KV == RTC_KV_VARLEN)
+        sm90::tma_load_4d(dst, map, bar, cb * SM90_BOX_D, seq.k_row + row, w.hk, 0);
+      else
+        sm90::tma_load_4d(dst, map, bar, cb * SM90_BOX_D, row, w.hk, w.b);
+    }
+    if (next < kb1) look_up(p, w, seq, next, lane);
+  }
 };
 
-RTC_DEVICE rtc_i64 kv_row(const KvRows& t, int page, int in_page, int hk) {
-  if (RTC_KV == RTC_KV_PAGED) return (rtc_i64)page * t.sb + (rtc_i64)in_page * t.ss + (rtc_i64)hk * t.sh;
-  return t.off + (rtc_i64)in_page * t.ss + (rtc_i64)hk * t.sh;
-}
-
-// Stage n's 64 K and V rows into ring slot `slot`: this thread's pieces e = tid + 128 x of each tile, row e / chunks.
-// The page of a row comes from the block table (int32 loads that stay in L1: a stage's rows share a few entries).
-RTC_DEVICE void load_stage(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm, const KvRows& kt,
-                           const KvRows& vt, int page_shift, int slot, int n, int tid) {
-  constexpr int per_thread = SM90_DECODE_STAGE_KEYS * kChunks / SM90_DECODE_THREADS;
-  const int* table = RTC_KV == RTC_KV_PAGED ? p.block_table + (rtc_i64)w.b * p.table_stride : nullptr;
-  // Four rows' table entries in flight at once; unrolled whole, the 256 bucket's 16 pieces held their addresses in
-  // registers beside O's 128 accumulators and spilled.
-#pragma unroll 4
-  for (int x = 0; x < per_thread; ++x) {
-    const int e = tid + SM90_DECODE_THREADS * x, r = e / kChunks, c = e - r * kChunks;
-    const int j = n * SM90_DECODE_STAGE_KEYS + r;
-    bool ok = j < seq.len_k && 8 * c < p.head_dim;
-    int page = 0, in_page = j;
-    if (RTC_KV == RTC_KV_PAGED && ok) {
-      page = __ldg(table + (j >> page_shift));
-      ok = page >= 0 && page < p.num_pages;
-      in_page = j & ((1 << page_shift) - 1);
-    }
-    const rtc_u32 at = r * kRowBytes + 16 * c;
-    const rtc_elem_t* ks = ok ? p.k + kv_row(kt, page, in_page, w.hk) + 8 * c : p.k;
-    const rtc_elem_t* vs = ok ? p.v + kv_row(vt, page, in_page, w.hk) + 8 * c : p.v;
-    sm90::cp_async_16_zfill(sm.k(slot) + at, ks, ok ? 16u : 0u);
-    sm90::cp_async_16_zfill(sm.v(slot) + at, vs, ok ? 16u : 0u);
+// Once stage n is in: its V rows past the sequence (another sequence's rows, or a page's unused tail, which may hold
+// anything) become zeros, so p = 0 there weighs nothing (0 x NaN would not). K's are masked. The fence orders these
+// generic writes before the slot's next TMA writes.
+RTC_DEVICE void zero_v_tail(const Smem& sm, int slot, int n, const Seq& seq, int tid) {
+  const rtc_i64 first = (rtc_i64)seq.len_k - (rtc_i64)n * SM90_DECODE_STAGE_KEYS;
+  if (first >= SM90_DECODE_STAGE_KEYS) return;
+  const int r0 = first < 0 ? 0 : (int)first;
+  for (int e = tid; e < (SM90_DECODE_STAGE_KEYS - r0) * kColBlocks * 8; e += SM90_DECODE_THREADS) {
+    const int piece = e % 8, rest = e / 8, cb = rest % kColBlocks, r = r0 + rest / kColBlocks;
+    sm90::st_shared_v4_splat(sm.v(slot) + cb * SM90_DECODE_BLOCK_BYTES + r * 128 + piece * 16, 0u);
   }
+  sm90::fence_proxy_async_smem();
 }
 
 }  // namespace sm90dec

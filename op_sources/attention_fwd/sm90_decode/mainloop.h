@@ -1,4 +1,4 @@
-// The sm_90a decode kernel's main loop: per stage of 64 keys (four 16-key blocks), warp w takes row tile
+// The sm_90a decode kernel's main loop: per stage of 64 keys (four 16-key blocks, TMA's swizzled tiles), warp w takes row tile
 // w / (4 / row_tiles) and the blocks kg, kg + 4 / row_tiles, ... (kg = w % (4 / row_tiles)): one block per warp with one
 // row tile, all four with four. Per block it runs S = Q K^T (mma.sync m16n8k16, the tile's 16 packed rows as M), the
 // mask, the online softmax, and O += P V with P straight from the score registers; the cp.async ring stays
@@ -50,7 +50,7 @@ RTC_DEVICE void scores(float (&s)[8], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1
                        int block, int rt, int lane) {
 #pragma unroll
   for (int x = 0; x < 8; ++x) s[x] = 0.f;
-  const rtc_u32 k_rows = sm.k(slot) + (16 * block + (lane & 7) + ((lane >> 4) << 3)) * kRowBytes;
+  const int key = 16 * block + (lane & 7) + ((lane >> 4) << 3);
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
     rtc_u32 a[4], b[4];
@@ -60,7 +60,8 @@ RTC_DEVICE void scores(float (&s)[8], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1
     } else {
       q_frag(a, sm, rt, ks, lane);
     }
-    sm90::ldmatrix_x4(b, k_rows + 2 * (16 * ks + ((lane >> 3) & 1) * 8));
+    const int piece = 2 * ks + ((lane >> 3) & 1);  // 16-byte piece of the row, over the column blocks
+    sm90::ldmatrix_x4(b, kv_piece(sm.k(slot), piece / 8, key, piece % 8));
     float* s0 = s;
     float* s1 = s + 4;
     sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s0), a, b[0], b[1]);
@@ -104,41 +105,46 @@ RTC_DEVICE void softmax(float (&s)[8], WarpState& st, float c) {
 RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int block, int lane) {
   const rtc_u32 a[4] = {sm90::pack2_raw(s[0], s[1]), sm90::pack2_raw(s[2], s[3]), sm90::pack2_raw(s[4], s[5]),
                         sm90::pack2_raw(s[6], s[7])};
-  const rtc_u32 v_rows = sm.v(slot) + (16 * block + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes;
+  const int key = 16 * block + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
   for (int dp = 0; dp < kKSteps; ++dp) {
     rtc_u32 b[4];
-    sm90::ldmatrix_x4_trans(b, v_rows + 2 * (16 * dp + (lane >> 4) * 8));
+    const int piece = 2 * dp + (lane >> 4);
+    sm90::ldmatrix_x4_trans(b, kv_piece(sm.v(slot), piece / 8, key, piece % 8));
     sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp), a, b[0], b[1]);
     sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp + 4), a, b[2], b[3]);
   }
 }
 
-// The KV loop over stages [kb0, kb1): kStages - 1 stages in flight ahead of the one computed. Q came with the first
-// stage's cp.async group (load_q before the prologue). rk: this thread's two rows of the warp's row tile.
+// The KV loop over stages [kb0, kb1): warp 0 keeps kStages - 1 stages in flight ahead of the one computed; a stage
+// is in when its slot's mbarrier completes its phase (use u of a slot: parity u & 1). rk: this thread's two rows of
+// the warp's row tile. Q's cp.async was issued before (load_q) and lands under the first stages' copies.
 RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm,
                         const RowKeys (&rk)[2], WarpState& st, int tid) {
   const int lane = tid % 32, warp = tid / 32;
   const int groups = SM90_DECODE_WARPS / p.row_tiles, rt = warp / groups, kg = warp - rt * groups;
-  const KvRows kt = {seq.k_off, p.k_sb, p.k_ss, p.k_sh}, vt = {seq.v_off, p.v_sb, p.v_ss, p.v_sh};
-  const int page_shift = RTC_KV == RTC_KV_PAGED ? __ffs(p.page_size) - 1 : 0;
-#pragma unroll
-  for (int x = 0; x < kStages - 1; ++x) {
-    if (w.kb0 + x < w.kb1) load_stage(p, w, seq, sm, kt, vt, page_shift, x, w.kb0 + x, tid);
-    sm90::cp_async_commit();
+  Gather ga;
+  ga.boxes = SM90_DECODE_STAGE_KEYS / p.kv_box * kColBlocks;
+  if (warp == 0 && w.kb0 < w.kb1) {
+    ga.look_up(p, w, seq, w.kb0, lane);
+#pragma unroll 1
+    for (int x = 0; x < kStages - 1 && w.kb0 + x < w.kb1; ++x)
+      ga.issue(p, w, seq, sm, x, w.kb0 + x, w.kb0 + x + 1, w.kb1, lane);
   }
+  sm90::cp_async_wait_all();  // this thread's Q pieces (the loop's first barrier publishes everyone's)
   rtc_u32 qf[kQInRegs ? kKSteps : 1][4];
   for (int n = w.kb0; n < w.kb1; ++n) {
-    const int slot = (n - w.kb0) % kStages;
-    sm90::cp_async_wait_group<kStages - 2>();
-    __syncthreads();  // stage n is in for every thread, and every warp is done with the slot refilled next
-    if (n + kStages - 1 < w.kb1)
-      load_stage(p, w, seq, sm, kt, vt, page_shift, (slot + kStages - 1) % kStages, n + kStages - 1, tid);
-    sm90::cp_async_commit();
+    const int u = n - w.kb0, slot = u % kStages;
+    sm90::mbar_wait(sm.bar(slot), (rtc_u32)(u / kStages) & 1u);
+    const bool edge = RTC_MASK || (rtc_i64)(n + 1) * SM90_DECODE_STAGE_KEYS > seq.len_k;
+    if (edge) zero_v_tail(sm, slot, n, seq, tid);
+    __syncthreads();  // every warp is done with the slot refilled next, the tail is zero (and, first, Q is in)
+    const int ahead = n + kStages - 1;
+    if (warp == 0 && ahead < w.kb1)
+      ga.issue(p, w, seq, sm, (slot + kStages - 1) % kStages, ahead, ahead + 1, w.kb1, lane);
     if (kQInRegs && n == w.kb0)
 #pragma unroll
       for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, rt, ks, lane);
-    const bool edge = RTC_MASK || (rtc_i64)(n + 1) * SM90_DECODE_STAGE_KEYS > seq.len_k;
 #pragma unroll 1
     for (int block = kg; block < SM90_DECODE_WARPS; block += groups) {
       float s[8];
@@ -148,7 +154,6 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
       accumulate(s, st, sm, slot, block, lane);
     }
   }
-  sm90::cp_async_wait_all();
   __syncthreads();  // the ring is free for the epilogue's combine
 }
 

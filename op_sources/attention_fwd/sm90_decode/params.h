@@ -3,6 +3,7 @@
 // the partials' layout are every decode kernel's (decode_params.h).
 #pragma once
 #include "decode_params.h"
+#include "sm90/params.h"  // Sm90TensorMap, SM90_BOX_D
 
 #define SM90_DECODE_WARPS 4                           // a CTA is 4 warps: row tiles x 16-key blocks of a stage
 #define SM90_DECODE_THREADS (32 * SM90_DECODE_WARPS)  // 128
@@ -13,15 +14,18 @@
 // packed rows (row_tiles = 1, 2, 4, the fewest that hold a (sequence, K/V head)'s group x Sq rows, at most 4): warp w
 // takes row tile w / (4 / row_tiles) and 16-key blocks of each stage, so with a GQA group or Sq that fills more than
 // 16 rows each K/V byte is still read once for up to 64 rows.
-struct Sm90DecodeParams : DecodeParams {
+// K and V come by TMA through the two tensor maps (boxes of kv_box rows x 64 columns; paged: the page is the batch
+// coordinate, page_shift its log2), which the kernel reads in parameter space (__grid_constant__).
+struct alignas(64) Sm90DecodeParams : DecodeParams {
   int row_tiles;
+  int kv_box;
+  int page_shift;
   int pad_;
+  Sm90TensorMap tmap_k, tmap_v;
 };
 
-// Per bucket: the depth of the cp.async ring of K/V stages (64 keys each); a CTA keeps stages - 1 stages in flight.
-// Chosen by the decode bench (docs/NOTES.md, "sm90 decode kernel"): more CTAs per SM beat a deeper ring at 32 and 64
-// (64: 3 stages, 3 CTAs per SM, 70% of copy; 6 stages, 2 CTAs, 62%), 3 stages and two CTAs at 128, and above it one
-// CTA of 3-4 stages (about 170-205 KB; 2 stages at 256 lost 3%).
+// Per bucket: the depth of the ring of K/V stages (64 keys each); a CTA keeps stages - 1 stages in flight. Chosen by
+// the decode bench (docs/NOTES.md, "sm90 decode kernel").
 struct Sm90DecodePlan {
   int head_dim;  // the bucket (a multiple of 32): tiles are this wide, zeros past the call's D
   int stages;    // K/V stages in the ring
@@ -29,12 +33,12 @@ struct Sm90DecodePlan {
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90DecodePlan kSm90DecodePlans[] = {
     {32, 4},
-    {64, 3},
-    {96, 4},
+    {64, 4},
+    {96, 3},
     {128, 3},
-    {160, 4},
-    {192, 4},
-    {256, 3},
+    {160, 2},
+    {192, 2},
+    {256, 2},
 };
 // clang-format on
 constexpr int kSm90DecodePlanCount = int(sizeof(kSm90DecodePlans) / sizeof(kSm90DecodePlans[0]));
@@ -44,15 +48,19 @@ RTC_HD constexpr Sm90DecodePlan sm90_decode_plan(int d) {
   return kSm90DecodePlans[kSm90DecodePlanCount - 1];
 }
 
-// A row of a Q, K or V tile in shared memory: the bucket's columns and 16 bytes of padding, so the 8 rows an
-// ldmatrix reads start in 8 different 16-byte bank groups (the stride is an odd multiple of 16 bytes for every
-// bucket: 2 * bucket is a multiple of 64).
+// A row of the Q tile in shared memory: the bucket's columns and 16 bytes of padding, so the 8 rows an ldmatrix reads
+// start in 8 different 16-byte bank groups (the stride is an odd multiple of 16 bytes for every bucket: 2 * bucket is
+// a multiple of 64).
 RTC_HD constexpr int sm90_decode_row_bytes(int bucket) { return 2 * bucket + 16; }
 RTC_HD constexpr int sm90_decode_q_bytes(int bucket, int row_tiles) {
   return row_tiles * DECODE_ROWS * sm90_decode_row_bytes(bucket);
 }
+// K and V tiles are TMA's: 64-column blocks of [64 keys][64 columns] (8 KB each) under the 128-byte swizzle, one after
+// the other; a stage is K's blocks then V's.
+RTC_HD constexpr int sm90_decode_col_blocks(int bucket) { return (bucket + SM90_BOX_D - 1) / SM90_BOX_D; }
+#define SM90_DECODE_BLOCK_BYTES (SM90_DECODE_STAGE_KEYS * SM90_BOX_D * 2)
 RTC_HD constexpr int sm90_decode_stage_bytes(int bucket) {
-  return 2 * SM90_DECODE_STAGE_KEYS * sm90_decode_row_bytes(bucket);  // K and V
+  return 2 * sm90_decode_col_blocks(bucket) * SM90_DECODE_BLOCK_BYTES;
 }
 // The warps' partial results, combined at the end through shared memory over the ring: O [warps][16][bucket + 4]
 // fp32 and m, l [warps][16].
@@ -64,9 +72,10 @@ RTC_HD constexpr int sm90_decode_ring_bytes(const Sm90DecodePlan& pl) {
              ? pl.stages * sm90_decode_stage_bytes(pl.head_dim)
              : sm90_decode_combine_bytes(pl.head_dim);
 }
-// Shared memory of a launch: the ring first (its offset stays fixed), then Q's row tiles.
+// Shared memory of a launch: the ring first (1024-byte aligned for the swizzle: the kernel rounds its base up, hence
+// the 1024 more), then Q's row tiles, then one mbarrier per stage.
 RTC_HD constexpr int sm90_decode_smem_bytes(const Sm90DecodePlan& pl, int row_tiles) {
-  return sm90_decode_ring_bytes(pl) + sm90_decode_q_bytes(pl.head_dim, row_tiles);
+  return 1024 + sm90_decode_ring_bytes(pl) + sm90_decode_q_bytes(pl.head_dim, row_tiles) + 8 * pl.stages;
 }
 // CTAs an SM holds: 228 KB of shared memory per SM, 1 KB of it reserved per CTA (the registers allow more).
 RTC_HD constexpr int sm90_decode_ctas_per_sm(const Sm90DecodePlan& pl, int row_tiles) {
