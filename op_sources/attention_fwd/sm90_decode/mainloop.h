@@ -51,7 +51,8 @@ RTC_DEVICE void scores(float (&s)[8], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1
 #pragma unroll
   for (int x = 0; x < 8; ++x) s[x] = 0.f;
   const int key = 16 * block + (lane & 7) + ((lane >> 4) << 3);
-#pragma unroll
+  // Q from shared memory (above the 128 bucket): four k-steps at a time keep their addresses out of O's registers.
+#pragma unroll(kQInRegs ? kKSteps : 4)
   for (int ks = 0; ks < kKSteps; ++ks) {
     rtc_u32 a[4], b[4];
     if (kQInRegs) {
