@@ -82,12 +82,13 @@ def test_row_tiles_pack_a_group_into_one_cta(hq, hk, sq, tiles, chunks):
 
 
 def test_row_tiles_stay_within_shared_memory():
-    """At 256 four row tiles of Q do not fit beside the ring: the plan takes two and more chunks."""
-    plan = _plan(_dense_args(16, 4096, 32, 8, 256))
-    assert plan["row_tiles"] == 2 and plan["chunks"] == 2 and plan["shared_bytes"] <= 227 * 1024, plan
+    """Every bucket: 64 packed rows take as many row tiles as fit beside the ring (at most 4, the rest in chunks), and
+    the launch's shared memory stays within sm_90's 227 KB."""
     for d in BUCKETS:
-        plan = _plan(_dense_args(1, 4096, 32, 8, d))
+        plan = _plan(_dense_args(16, 4096, 32, 8, d))
         assert plan["shared_bytes"] <= 227 * 1024 and plan["bucket"] == d, plan
+        assert plan["row_tiles"] in (1, 2, 4) and plan["row_tiles"] * plan["chunks"] * 16 >= 64, plan
+        assert plan["items"] == 2 * 8 * plan["chunks"], plan
 
 
 def test_split_plan_fills_the_gpu_and_sizes_its_workspace():
