@@ -191,3 +191,15 @@ def test_decode_suite_lives_in_the_op_and_runs_from_shapes():
     assert driver.SUITES["decode"].plan is dec.decode_plan and driver.SUITES["decode"].run is dec.decode
     assert bench.OTHER_SUITES["decode"] == (dec.decode, dec.decode_plan)
     assert "decode" not in (ROOT / "python" / "rtcattn" / "tools" / "bench.py").read_text()
+
+
+def test_shapes_decode_plots_the_decode_chart():
+    """`bench --shapes decode --plot F` charts % of copy bandwidth with the decode suite's plot: the default suite ran
+    it, and its TFLOP/s chart raised KeyError 'tflops' on the decode rows (seen on the H200)."""
+    from rtcattn.tools import bench as driver
+    from rtcattn.tools import cli as tools_cli
+    args = tools_cli.parser().parse_args(["bench", "--shapes", "decode", "--plot", "decode.png"])
+    suite = driver._suite(args)
+    assert suite.plot is dec.plot and suite.run is dec.decode
+    args = tools_cli.parser().parse_args(["bench", "--shapes", "64,8,512"])
+    assert driver._suite(args).name == "dense"

@@ -73,6 +73,15 @@ def add_arguments(p) -> None:
             suite.add_arguments(p)
 
 
+def _suite(args):
+    """The suite that runs: --suite's, or the one `--shapes NAME` names with the default suite (the default suite
+    runs it, so its chart is that suite's own, not the default's)."""
+    shapes = (getattr(args, "shapes", None) or "").strip()
+    if _default and args.suite == _default[0] and shapes in SUITES:
+        return SUITES[shapes]
+    return SUITES[args.suite]
+
+
 def main(args) -> int:
     if args.dry_run:
         return dry_run(args)
@@ -80,7 +89,7 @@ def main(args) -> int:
     if not torch.cuda.is_available():
         raise RuntimeError("bench needs a CUDA or ROCm GPU and torch sees none "
                            f"(torch {torch.__version__}); run it on a GPU machine")
-    suite = SUITES[args.suite]
+    suite = _suite(args)
     plt = timing.matplotlib_pyplot() if args.plot else None   # fails before the runs, not after
     if args.quick:
         args.reps = 3
