@@ -196,8 +196,7 @@ def test_decode_suite_lives_in_the_op_and_runs_from_shapes():
 def test_shapes_decode_plots_the_decode_chart():
     """`bench --shapes decode --plot F` charts % of copy bandwidth with the decode suite's plot: the default suite ran
     it, and its TFLOP/s chart raised KeyError 'tflops' on the decode rows (seen on the H200)."""
-    from rtcattn.tools import bench as driver
-    from rtcattn.tools import cli as tools_cli
+    from rtcattn.tools import bench as driver, cli as tools_cli
     args = tools_cli.parser().parse_args(["bench", "--shapes", "decode", "--plot", "decode.png"])
     suite = driver._suite(args)
     assert suite.plot is dec.plot and suite.run is dec.decode
