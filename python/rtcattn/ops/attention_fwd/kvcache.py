@@ -11,6 +11,7 @@ when the call is causal or local, all at cache_seqlens[b] otherwise.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -97,23 +98,37 @@ def rotate_q(q: torch.Tensor, start, p: KvcacheProblem, rotary, interleaved: boo
     return rotate(q, *_table(rotary, pos.expand(-1, p.seq_q)), interleaved)
 
 
+@functools.lru_cache(maxsize=64)
+def _steps(n: int, step: int, device: torch.device) -> torch.Tensor:
+    """int32 [n + 1]: 0, step, 2 step, ...; one tensor per (n, step, device), made once and only read (cu_seqlens_q
+    of every call of that shape, and with step 0 a paged call's cu_seqlens_k): a decode step queues no kernel for
+    them."""
+    return torch.arange(n + 1, dtype=torch.int32, device=device) * step
+
+
 def plan(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, p: KvcacheProblem) -> Packed:
     """The packed call (q not rotated yet), from the metadata alone: nothing is written. Sequence b's keys start at
-    its cache_leftpad[b] (clamped to [0, end]) and end at end = start + S_new."""
+    its cache_leftpad[b] (clamped to [0, end]) and end at end = start + S_new. Without leftpad every sequence's keys
+    start at row 0: seqused_k is end itself (two small kernels in all, a decode step's whole metadata)."""
     device = q.device
     end = positions(p, cache_seqlens, device) + p.new
-    first = torch.zeros_like(end)
-    if cache_leftpad is not None:
+    if cache_leftpad is None:
+        first, used = None, end.to(torch.int32)
+    else:
         first = torch.minimum(cache_leftpad.to(torch.int64).clamp(min=0), end)
-    used = (end - first).to(torch.int32)
-    cu_q = torch.arange(p.batch + 1, dtype=torch.int32, device=device) * p.seq_q
+        used = (end - first).to(torch.int32)
+    cu_q = _steps(p.batch, p.seq_q, device)
     if p.paged:
-        cu_k = torch.zeros(p.batch + 1, dtype=torch.int32, device=device)
+        cu_k = _steps(p.batch, 0, device)
         kv = (k_cache, v_cache)
     else:
-        batch = (torch.arange(p.batch, device=device) if cache_batch_idx is None
-                 else _clamp(cache_batch_idx.to(torch.int64), 0, p.cache_batch - 1))
-        cu_k = torch.cat((batch * p.rows_per_batch + first, first.new_zeros(1))).to(torch.int32)
+        if cache_batch_idx is None and first is None:
+            cu_k = _steps(p.batch, p.rows_per_batch, device)  # cache batch b's row 0 (the last entry is not read)
+        else:
+            batch = (torch.arange(p.batch, device=device) if cache_batch_idx is None
+                     else _clamp(cache_batch_idx.to(torch.int64), 0, p.cache_batch - 1))
+            starts = batch * p.rows_per_batch + (0 if first is None else first)
+            cu_k = torch.cat((starts, starts.new_zeros(1))).to(torch.int32)
         kv = (rows_view(k_cache, p), rows_view(v_cache, p))
     return Packed(q.reshape(p.batch * p.seq_q, p.heads, p.head_dim), *kv, cu_q, cu_k, used, p.capacity)
 
