@@ -37,7 +37,7 @@ OP_DIR = os.path.join(ROOT, "op_sources", "attention_fwd")
 COMMON = os.path.join(ROOT, "csrc_common")
 # The struct each kernel takes by value, and the headers declaring them (include names under OP_DIR).
 PARAM_STRUCT = {"baseline": "AttnParams", "gfx942": "Gfx942Params", "gfx942_decode": "DecodeParams"}
-PARAM_HEADERS = ("attn_params.h", "gfx942/params.h", "gfx942_decode/params.h")
+PARAM_HEADERS = ("attn_params.h", "gfx942/params.h", "decode_params.h", "gfx942_decode/params.h")
 # Fake device addresses above 2^32 (a pointer truncated to 32 bits shows) and a fake stream.
 ADDR = {"q": 0x7F1200010000, "k": 0x7F1300020000, "v": 0x7F1400030000, "o": 0x7F1500040000,
         "lse": 0x7F1600050000}
