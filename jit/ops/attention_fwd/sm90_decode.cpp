@@ -70,7 +70,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.smem = sm90_decode_smem_bytes(dp, pl.row_tiles);
   pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, int64_t(DECODE_ROWS) * pl.row_tiles));
   pl.items = a.batch * a.heads_k * pl.chunks;
-  pl.steps = ceil_div(a.seq_k, SM90_DECODE_STAGE_KEYS);
+  pl.steps = ceil_div(a.seq_k, sm90_decode_stage_keys(pl.bucket));
   pl.slots = a.num_cus > 0 ? a.num_cus * sm90_decode_ctas_per_sm(dp, pl.row_tiles) : 0;
   const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
   if (request > 1)
@@ -135,7 +135,7 @@ std::string plan_json(const void* p) {
       {"chunks", pl.chunks},
       {"items", pl.items},
       {"steps", pl.steps},
-      {"step_keys", SM90_DECODE_STAGE_KEYS},
+      {"step_keys", sm90_decode_stage_keys(pl.bucket)},
       {"stages", sm90_decode_plan(int(a.head_dim)).stages},
       {"slots", pl.slots},
       {"splits", pl.splits},
@@ -158,7 +158,7 @@ void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) 
                 " (rtc_op_workspace_bytes with the same args)");
   alignas(64) Sm90DecodeParams dp;
   std::memset(&dp, 0, sizeof dp);
-  const KvMaps kv = sm90_kv_maps(a, SM90_DECODE_STAGE_KEYS);
+  const KvMaps kv = sm90_kv_maps(a, unsigned(sm90_decode_stage_keys(pl.bucket)));
   dp.tmap_k = kv.k;
   dp.tmap_v = kv.v;
   dp.kv_box = kv.box_rows;

@@ -17,6 +17,7 @@ constexpr int kRowBytes = sm90_decode_row_bytes(kBucket);  // a Q row in shared 
 constexpr int kChunks = kBucket / 8;                          // 16-byte pieces of a Q row
 constexpr int kStages = sm90_decode_plan(kBucket).stages;
 constexpr int kColBlocks = sm90_decode_col_blocks(kBucket);
+constexpr int kBlockBytes = sm90_decode_block_bytes(kBucket);  // one 64-column block of a stage's K or V
 constexpr int kStageBytes = sm90_decode_stage_bytes(kBucket);
 constexpr int kHalfStage = kStageBytes / 2;  // K's column blocks, then V's
 constexpr int kRingBytes = sm90_decode_ring_bytes(sm90_decode_plan(kBucket));
@@ -38,7 +39,7 @@ struct Smem {
 // The 16-byte piece c (0..7) of key row `key` in a column block of a K or V tile: the 128-byte swizzle puts it at
 // c ^ (key % 8) within the row.
 RTC_DEVICE rtc_u32 kv_piece(rtc_u32 tile, int col_block, int key, int c) {
-  return tile + col_block * SM90_DECODE_BLOCK_BYTES + key * 128 + ((c ^ (key & 7)) << 4);
+  return tile + col_block * kBlockBytes + key * 128 + ((c ^ (key & 7)) << 4);
 }
 
 // The item's Q rows: packed row r is query row i = (16 row_tiles chunk + r) / group of q head hk * group + g. Rows
@@ -64,7 +65,7 @@ struct Gather {
   int page;
   RTC_DEVICE void look_up(const Sm90DecodeParams& p, const Work& w, const Seq& seq, int n, int lane) {
     if (RTC_KV != RTC_KV_PAGED || lane >= 2 * boxes) return;
-    const int row = n * SM90_DECODE_STAGE_KEYS + ((lane % boxes) / kColBlocks) * p.kv_box;
+    const int row = n * kStageKeys + ((lane % boxes) / kColBlocks) * p.kv_box;
     page = p.num_pages;
     if (row < seq.len_k) {
       const int id = sm90::ld_global_nc_s32(p.block_table + (rtc_i64)w.b * p.table_stride + (row >> p.page_shift));
@@ -80,8 +81,8 @@ struct Gather {
     if (lane < 2 * boxes) {
       const int x = lane % boxes, i = x / kColBlocks, cb = x - i * kColBlocks;
       const bool is_v = lane >= boxes;
-      const int row = n * SM90_DECODE_STAGE_KEYS + i * p.kv_box;
-      const rtc_u32 dst = (is_v ? sm.v(slot) : sm.k(slot)) + cb * SM90_DECODE_BLOCK_BYTES + i * p.kv_box * 128;
+      const int row = n * kStageKeys + i * p.kv_box;
+      const rtc_u32 dst = (is_v ? sm.v(slot) : sm.k(slot)) + cb * kBlockBytes + i * p.kv_box * 128;
       const void* map = is_v ? (const void*)&p.tmap_v : (const void*)&p.tmap_k;
       if (RTC_KV == RTC_KV_PAGED)
         sm90::tma_load_4d(dst, map, bar, cb * SM90_BOX_D, row & ((1 << p.page_shift) - 1), w.hk, page);
@@ -98,12 +99,12 @@ struct Gather {
 // anything) become zeros, so p = 0 there weighs nothing (0 x NaN would not). K's are masked. The fence orders these
 // generic writes before the slot's next TMA writes.
 RTC_DEVICE void zero_v_tail(const Smem& sm, int slot, int n, const Seq& seq, int tid) {
-  const rtc_i64 first = (rtc_i64)seq.len_k - (rtc_i64)n * SM90_DECODE_STAGE_KEYS;
-  if (first >= SM90_DECODE_STAGE_KEYS) return;
+  const rtc_i64 first = (rtc_i64)seq.len_k - (rtc_i64)n * kStageKeys;
+  if (first >= kStageKeys) return;
   const int r0 = first < 0 ? 0 : (int)first;
-  for (int e = tid; e < (SM90_DECODE_STAGE_KEYS - r0) * kColBlocks * 8; e += SM90_DECODE_THREADS) {
+  for (int e = tid; e < (kStageKeys - r0) * kColBlocks * 8; e += SM90_DECODE_THREADS) {
     const int piece = e % 8, rest = e / 8, cb = rest % kColBlocks, r = r0 + rest / kColBlocks;
-    sm90::st_shared_v4_splat(sm.v(slot) + cb * SM90_DECODE_BLOCK_BYTES + r * 128 + piece * 16, 0u);
+    sm90::st_shared_v4_splat(sm.v(slot) + cb * kBlockBytes + r * 128 + piece * 16, 0u);
   }
   sm90::fence_proxy_async_smem();
 }

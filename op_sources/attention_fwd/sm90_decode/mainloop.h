@@ -125,7 +125,7 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
   const int lane = tid % 32, warp = tid / 32;
   const int groups = SM90_DECODE_WARPS / p.row_tiles, rt = warp / groups, kg = warp - rt * groups;
   Gather ga;
-  ga.boxes = SM90_DECODE_STAGE_KEYS / p.kv_box * kColBlocks;
+  ga.boxes = kStageKeys / p.kv_box * kColBlocks;
   if (warp == 0 && w.kb0 < w.kb1) {
     ga.look_up(p, w, seq, w.kb0, lane);
 #pragma unroll 1
@@ -137,7 +137,7 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
   for (int n = w.kb0; n < w.kb1; ++n) {
     const int u = n - w.kb0, slot = u % kStages;
     sm90::mbar_wait(sm.bar(slot), (rtc_u32)(u / kStages) & 1u);
-    const bool edge = RTC_MASK || (rtc_i64)(n + 1) * SM90_DECODE_STAGE_KEYS > seq.len_k;
+    const bool edge = RTC_MASK || (rtc_i64)(n + 1) * kStageKeys > seq.len_k;
     if (edge) zero_v_tail(sm, slot, n, seq, tid);
     __syncthreads();  // every warp is done with the slot refilled next, the tail is zero (and, first, Q is in)
     const int ahead = n + kStages - 1;
@@ -147,10 +147,10 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
 #pragma unroll
       for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, rt, ks, lane);
 #pragma unroll 1
-    for (int block = kg; block < SM90_DECODE_WARPS; block += groups) {
+    for (int block = kg; block < kStageKeys / 16; block += groups) {
       float s[8];
       scores(s, qf, sm, slot, block, rt, lane);
-      if (edge) mask_scores(s, rk, (rtc_i64)n * SM90_DECODE_STAGE_KEYS + 16 * block, lane);
+      if (edge) mask_scores(s, rk, (rtc_i64)n * kStageKeys + 16 * block, lane);
       softmax(s, st, p.scale_log2);
       accumulate(s, st, sm, slot, block, lane);
     }

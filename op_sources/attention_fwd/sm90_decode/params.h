@@ -7,7 +7,6 @@
 
 #define SM90_DECODE_WARPS 4                           // a CTA is 4 warps: row tiles x 16-key blocks of a stage
 #define SM90_DECODE_THREADS (32 * SM90_DECODE_WARPS)  // 128
-#define SM90_DECODE_STAGE_KEYS (16 * SM90_DECODE_WARPS)
 #define SM90_DECODE_MAX_ROW_TILES 4  // 16-row tiles of packed q rows per CTA: 1, 2 or 4
 
 // The kernel's parameter block: every decode kernel's, and the row tiles of a work item. An item is row_tiles x 16
@@ -24,21 +23,22 @@ struct alignas(64) Sm90DecodeParams : DecodeParams {
   Sm90TensorMap tmap_k, tmap_v;
 };
 
-// Per bucket: the depth of the ring of K/V stages (64 keys each); a CTA keeps stages - 1 stages in flight. Chosen by
-// the decode bench (docs/NOTES.md, "sm90 decode kernel").
+// Per bucket: the depth of the ring of K/V stages and their keys; a CTA keeps stages - 1 stages in flight. Chosen by
+// the decode bench (docs/NOTES.md, "sm90 decode kernel"): at 256, 32-key stages let two CTAs share an SM.
 struct Sm90DecodePlan {
   int head_dim;  // the bucket (a multiple of 32): tiles are this wide, zeros past the call's D
   int stages;    // K/V stages in the ring
+  int keys;      // keys per stage: 64 (a 16-key block per warp), or 32 where 64 would leave one CTA per SM
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90DecodePlan kSm90DecodePlans[] = {
-    {32, 4},
-    {64, 4},
-    {96, 3},
-    {128, 3},
-    {160, 2},
-    {192, 2},
-    {256, 2},
+    {32, 4, 64},
+    {64, 4, 64},
+    {96, 3, 64},
+    {128, 3, 64},
+    {160, 2, 64},
+    {192, 2, 64},
+    {256, 3, 32},
 };
 // clang-format on
 constexpr int kSm90DecodePlanCount = int(sizeof(kSm90DecodePlans) / sizeof(kSm90DecodePlans[0]));
@@ -58,9 +58,10 @@ RTC_HD constexpr int sm90_decode_q_bytes(int bucket, int row_tiles) {
 // K and V tiles are TMA's: 64-column blocks of [64 keys][64 columns] (8 KB each) under the 128-byte swizzle, one after
 // the other; a stage is K's blocks then V's.
 RTC_HD constexpr int sm90_decode_col_blocks(int bucket) { return (bucket + SM90_BOX_D - 1) / SM90_BOX_D; }
-#define SM90_DECODE_BLOCK_BYTES (SM90_DECODE_STAGE_KEYS * SM90_BOX_D * 2)
+RTC_HD constexpr int sm90_decode_stage_keys(int bucket) { return sm90_decode_plan(bucket).keys; }
+RTC_HD constexpr int sm90_decode_block_bytes(int bucket) { return sm90_decode_stage_keys(bucket) * SM90_BOX_D * 2; }
 RTC_HD constexpr int sm90_decode_stage_bytes(int bucket) {
-  return 2 * sm90_decode_col_blocks(bucket) * SM90_DECODE_BLOCK_BYTES;
+  return 2 * sm90_decode_col_blocks(bucket) * sm90_decode_block_bytes(bucket);
 }
 // The warps' partial results, combined at the end through shared memory over the ring: O [warps][16][bucket + 4]
 // fp32 and m, l [warps][16].
