@@ -4,7 +4,6 @@
 #include "common.h"
 #include "gfx942/params.h"
 #include "gfx942_decode/params.h"
-#include "knobs.h"
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -43,9 +42,8 @@ struct Plan {
 // is bound by HBM (every (sequence, K/V head)'s K and V once, the later chunks of one finding them in L2, plus the
 // partials written and read back) or by its waves' steps (rounds of resident workgroups x a part's steps x a step's
 // round trip and math), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH parts. Each
-// part keeps kMinStepsPerPart steps, and a planned split takes at most max_splits parts when that is set (>= 1:
-// flash-attn's num_splits). Forced (tail_split > 1) it is what was asked, at most DECODE_MAX_SPLITS, whatever
-// max_splits says; tail_split 0 (or the NO_TAIL knob, for a planned split) is no split.
+// part keeps kMinStepsPerPart steps. The forced, capped (max_splits) and refused (tail_split 0, NO_TAIL) splits are
+// every decode host's: decode_splits (op.cpp).
 double split_ns(const Plan& pl, int cus, int64_t g) {
   const double step_bytes = 4.0 * decode_step_keys(pl.bucket) * pl.bucket;  // K and V, 16-bit
   const double partials = g > 1 ? 2.0 * pl.items * g * decode_part_bytes(pl.bucket) : 0.0;
@@ -56,19 +54,6 @@ double split_ns(const Plan& pl, int cus, int64_t g) {
   return std::max(hbm, waves) + merge;
 }
 
-int pick_splits(const Plan& pl, int cus, int max_splits) {
-  if (cus <= 0 || pl.items <= 0) return 1;
-  const int cap = max_splits > 0 ? std::min(max_splits, DECODE_MAX_SPLITS) : DECODE_MAX_SPLITS;
-  const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, cap);
-  int best_g = 1;
-  double best = split_ns(pl, cus, 1);
-  for (int64_t g = 2; g <= most; ++g) {
-    const double t = split_ns(pl, cus, g);
-    if (t < best) best = t, best_g = int(g);
-  }
-  return best_g;
-}
-
 Plan make_plan(const AttentionFwdArgs& a) {
   Plan pl;
   pl.bucket = gfx942_bucket(int(a.head_dim));
@@ -77,11 +62,9 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.items = a.batch * a.heads_k * pl.chunks;
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
   pl.merge_tiles = int(ceil_div(a.head_dim, 16));
-  const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
-  if (request > 1)
-    pl.splits = std::min(request, DECODE_MAX_SPLITS);
-  else if (request == -1)
-    pl.splits = pick_splits(pl, a.num_cus, a.max_splits);
+  const int cus = a.num_cus;
+  pl.splits = decode_splits(a, pl.steps, kMinStepsPerPart, cus > 0 && pl.items > 0,
+                            [&](int64_t g) { return split_ns(pl, cus, g); });
   pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * decode_part_bytes(pl.bucket) : 0;
   return pl;
 }

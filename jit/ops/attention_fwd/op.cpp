@@ -3,6 +3,8 @@
 #include "common.h"
 #include "knobs.h"
 #include "program.h"
+#include "decode_params.h"
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -251,6 +253,22 @@ std::string aligned_why_not(const char* kernel, const char* name, const void* pt
              " is not accepted by the " + kernel + " kernel; accepted: a multiple of " + std::to_string(align_elems) +
              " elements in [0, 2^38)";
   return "";
+}
+
+int decode_splits(const AttentionFwdArgs& a, int64_t steps, int min_steps_per_part, bool can_plan,
+                  const std::function<double(int64_t)>& cost) {
+  const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
+  if (request > 1) return std::min(request, DECODE_MAX_SPLITS);
+  if (request != -1 || !can_plan) return 1;
+  const int cap = a.max_splits > 0 ? std::min(a.max_splits, DECODE_MAX_SPLITS) : DECODE_MAX_SPLITS;
+  const int64_t most = std::min<int64_t>(steps / min_steps_per_part, cap);
+  int best_g = 1;
+  double best = cost(1);
+  for (int64_t g = 2; g <= most; ++g) {
+    const double t = cost(g);
+    if (t < best) best = t, best_g = int(g);  // ties keep the fewer parts
+  }
+  return best_g;
 }
 
 std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fields) {

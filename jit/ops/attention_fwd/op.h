@@ -1,6 +1,7 @@
 // Host pieces the attention_fwd kernels share: the parameter block from the arguments, launch ranges, one launch.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 #include "args.h"
@@ -21,6 +22,12 @@ void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs
 // strides that are multiples of align_elems in [0, 2^38); empty when it can.
 std::string aligned_why_not(const char* kernel, const char* name, const void* ptr, const int64_t (&st)[3],
                             int64_t align_elems);
+// The KV split of a decode kernel's host (gfx942_decode.cpp, sm90_decode.cpp): tail_split > 1 forces that many parts
+// (at most DECODE_MAX_SPLITS, whatever max_splits says); 0, or the NO_TAIL knob with a planned split, is none; -1
+// plans when can_plan: the fewest parts of the least cost(g) over g = 1 .. the most (steps / min_steps_per_part,
+// max_splits when >= 1: flash-attn's num_splits, DECODE_MAX_SPLITS), else none.
+int decode_splits(const AttentionFwdArgs& a, int64_t steps, int min_steps_per_part, bool can_plan,
+                  const std::function<double(int64_t)>& cost);
 // {"key": value, ...} from (key, integer) pairs.
 std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fields);
 

@@ -2,11 +2,9 @@
 // workspace of the split parts, the plan as JSON, and one or two launches per call (attention, then the merge).
 #include "op.h"
 #include "common.h"
-#include "knobs.h"
 #include "sm90_decode/params.h"
 #include "sm90_tma.h"
 #include <algorithm>
-#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -14,7 +12,7 @@ namespace attention_fwd {
 namespace {
 
 // The kernel takes the block by value, its tensor maps 64-byte aligned where TMA reads them.
-static_assert(offsetof(Sm90DecodeParams, tmap_k) % 64 == 0 && sizeof(Sm90DecodeParams) % 64 == 0,
+static_assert(alignof(Sm90DecodeParams) == 64 && alignof(Sm90TensorMap) == 64 && sizeof(Sm90DecodeParams) % 64 == 0,
               "Sm90DecodeParams: the tensor maps must be 64-byte aligned");
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
@@ -44,20 +42,6 @@ double split_cost(const Plan& pl, int64_t g) {
   return double(ceil_div(pl.items * g, pl.slots)) * part + (g > 1 ? kMergeSteps : 0.0);
 }
 
-// A planned split takes at most max_splits parts when that is set (>= 1: flash_attn_with_kvcache's num_splits).
-int pick_splits(const Plan& pl, int max_splits) {
-  if (pl.slots <= 0 || pl.items <= 0) return 1;
-  const int cap = max_splits > 0 ? std::min(max_splits, DECODE_MAX_SPLITS) : DECODE_MAX_SPLITS;
-  const int64_t most = std::min<int64_t>(pl.steps / kMinStepsPerPart, cap);
-  int best_g = 1;
-  double best = split_cost(pl, 1);
-  for (int64_t g = 2; g <= most; ++g) {
-    const double t = split_cost(pl, g);
-    if (t < best) best = t, best_g = int(g);  // ties keep the fewer parts
-  }
-  return best_g;
-}
-
 Plan make_plan(const AttentionFwdArgs& a) {
   Plan pl;
   const Sm90DecodePlan dp = sm90_decode_plan(int(a.head_dim));
@@ -72,11 +56,8 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.items = a.batch * a.heads_k * pl.chunks;
   pl.steps = ceil_div(a.seq_k, sm90_decode_stage_keys(pl.bucket));
   pl.slots = a.num_cus > 0 ? a.num_cus * sm90_decode_ctas_per_sm(dp, pl.row_tiles) : 0;
-  const int request = (a.tail_split == -1 && rtc::knob_bool("NO_TAIL")) ? 0 : a.tail_split;
-  if (request > 1)
-    pl.splits = std::min(request, DECODE_MAX_SPLITS);
-  else if (request == -1)
-    pl.splits = pick_splits(pl, a.max_splits);
+  pl.splits = decode_splits(a, pl.steps, kMinStepsPerPart, pl.slots > 0 && pl.items > 0,
+                            [&](int64_t g) { return split_cost(pl, g); });
   pl.workspace_bytes = pl.splits > 1 ? pl.items * pl.splits * pl.row_tiles * decode_part_bytes(pl.bucket) : 0;
   return pl;
 }
