@@ -321,14 +321,23 @@ def run(op: str, device: torch.device, call: dict, args) -> Selection:
 _knob_env: dict = {}
 
 
+def _our_env() -> dict:
+    """The RTCATTN_* variables as set now. Read from CPython's encoded store where it has one: every call of an op
+    looks, and decoding each of the environment's variables cost more than the rest of the check."""
+    data = getattr(os.environ, "_data", None)
+    if os.name == "posix" and isinstance(data, dict):  # bytes keys
+        return {k: v for k, v in data.items() if k[:8] == b"RTCATTN_"}
+    return {k: v for k, v in os.environ.items() if k.startswith("RTCATTN_")}
+
+
 def check_knobs() -> None:
     """Every RTCATTN_* variable that is set is parsed (and a bad value named) before anything compiles or
     runs, not when the code that reads it is reached; re-checked only when the environment changed.
     Variables the runtime does not declare (a script's own RTCATTN_ARCHS) are not ours to judge."""
     global _knob_env
-    env = {k: v for k, v in os.environ.items() if k.startswith("RTCATTN_")}
+    env = _our_env()
     if env != _knob_env:
-        for name in env:
+        for name in (os.fsdecode(k) if isinstance(k, bytes) else k for k in env):
             try:
                 lib().knob(name)  # raises ValueError naming the variable, its value and what is accepted
             except ValueError as e:

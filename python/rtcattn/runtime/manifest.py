@@ -8,6 +8,7 @@ Variants, their names, the defines of a build, `warm`'s enumeration and dispatch
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -362,8 +363,15 @@ def _op_spec(name: str, op: dict) -> OpSpec:
 _CACHE: dict = {}
 
 
+@functools.lru_cache(maxsize=4)
+def _default_location(path: Path) -> tuple:
+    return path, path.resolve().parent.parent
+
+
 def load(path: Path | None = None, root: Path | None = None) -> Manifest:
     """Parse and validate the manifest; cached per (path, mtime) so edits during development are seen."""
+    if path is None and root is None:  # the installed manifest: an op's every call asks for it
+        path, root = _default_location(paths.manifest_path())
     path = Path(path) if path is not None else paths.manifest_path()
     root = Path(root) if root is not None else path.resolve().parent.parent
     try:

@@ -15,11 +15,17 @@ def _has_data(root: Path) -> bool:
     return (root / "configs" / "ops.json").is_file() and (root / "op_sources").is_dir()
 
 
+_found: list = []  # the root once found: every call of an op asks for the manifest, so it is looked up once
+
+
 def data_root() -> Path:
     """The directory holding op_sources/, csrc_common/ and configs/; installed data wins over a checkout."""
+    if _found:
+        return _found[0]
     candidates = [INSTALLED_DATA_DIR, SOURCE_TREE_DIR]
     for root in candidates:
         if _has_data(root):
+            _found.append(root)
             return root
     tried = ", ".join(str(c) for c in candidates)
     raise FileNotFoundError(

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
+import time
 
 ROTATE_BYTES = 512 << 20   # inputs smaller than this are rotated so every rep reads cold caches
-LEAD_CYCLES = 5_000_000    # ~3 ms of GPU sleep queued ahead of a batch of timed calls (see _queue_rounds)
+LEAD_MS = 3.0              # the least GPU sleep queued ahead of a batch of timed calls (see _queue_rounds)
+SLEEP_CYCLES_PER_MS = 2.0e6  # torch.cuda._sleep counts SM cycles: at most ~2 GHz, so a sleep is at least as long
 
 
 def round_orders(n: int, reps: int) -> list:
@@ -29,26 +32,29 @@ def round_orders(n: int, reps: int) -> list:
     return [rows[r % len(rows)] for r in range(reps)]
 
 
-def _queue_rounds(fns: dict, inputs: list, reps: int) -> dict:
-    """Queues reps rounds, each calling every fn once (round_orders), events around each call.
+def _queue_rounds(fns: dict, inputs: list, reps: int, lead_ms: float) -> tuple:
+    """Queues reps rounds, each calling every fn once (round_orders), events around each call; (events, starved).
 
-    A GPU sleep is queued first and every call takes longer on the GPU than on the host, so the GPU
-    never waits for the host: each pair of events brackets the kernel(s) of one call, not Python
-    dispatch, as in steady use. Interleaving the impls exposes them alike to clock and thermal drift.
+    A GPU sleep of lead_ms is queued first, long enough that the host queues every call before the GPU reaches
+    the first: each pair of events then brackets the kernel(s) of one call, not Python dispatch, as in steady use.
+    starved: the GPU had reached the first call before the last was queued, so it may have waited for the host
+    and the times may be the host's. Interleaving the impls exposes them alike to clock and thermal drift.
     """
     import torch
     names = list(fns)
     events = {n: [] for n in names}
-    torch.cuda._sleep(LEAD_CYCLES)
+    torch.cuda._sleep(int(lead_ms * SLEEP_CYCLES_PER_MS))
+    first = None
     for r, order in enumerate(round_orders(len(names), reps)):
         args = inputs[r % len(inputs)]
         for n in (names[i] for i in order):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
+            first = first or s
             fns[n](*args)
             e.record()
             events[n].append((s, e))
-    return events
+    return events, first is not None and first.query()
 
 
 def time_rounds(fns: dict, inputs: list, reps: int, budget_s: float) -> dict:
@@ -58,12 +64,24 @@ def time_rounds(fns: dict, inputs: list, reps: int, budget_s: float) -> dict:
         for i in range(2):
             fn(*inputs[i % len(inputs)])
     torch.cuda.synchronize()
-    probe = _queue_rounds(fns, inputs, 1)
+    t0 = time.perf_counter()
+    probe, _ = _queue_rounds(fns, inputs, 1, LEAD_MS)
+    host_ms = (time.perf_counter() - t0) * 1e3
     torch.cuda.synchronize()
     round_ms = sum(s.elapsed_time(e) for evs in probe.values() for s, e in evs)
     reps = max(3, min(reps, int(budget_s * 1e3 / max(round_ms, 1e-3))))
-    events = _queue_rounds(fns, inputs, reps)
-    torch.cuda.synchronize()
+    # The lead covers the host's queueing of every round (a slow host outruns a fixed 3 ms on short calls); where
+    # the GPU still caught up, once more with twice the lead, then a warning: those times may be the host's.
+    lead = max(LEAD_MS, 1.5 * reps * host_ms)
+    for _ in range(3):
+        events, starved = _queue_rounds(fns, inputs, reps, lead)
+        torch.cuda.synchronize()
+        if not starved:
+            break
+        lead *= 2
+    else:
+        print(f"warning: the GPU waited for the host in every timed batch ({', '.join(fns)}: {host_ms:.3f} ms of "
+              f"host time a round); these times may be the host's, not the GPU's", file=sys.stderr)
     return {n: [s.elapsed_time(e) for s, e in evs] for n, evs in events.items()}
 
 
