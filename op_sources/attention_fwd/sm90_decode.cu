@@ -5,8 +5,8 @@
 // head), every q head of the K/V head and every query row of the sequence (row R = i * group + g), the M rows of
 // mma.sync m16n8k16, so each K/V byte is read once per 64 packed rows. Warp 0 gathers the K and V rows of each
 // stage (64 keys; 32 at 256) by TMA (boxes through the block table when paged, one per lane) into a ring of stages
-// in shared memory; each warp takes a row tile and 16-key blocks of every stage (its own row max, sum and O), and a
-// row tile's warps are combined at the end. When the batch cannot fill the GPU the host splits each item's stages
+// in shared memory; each warp takes a row tile, 16-key blocks of every stage and (at 256, two warps to a block) a
+// share of O's columns, with its own row max, sum and O, and a row tile's warps are combined at the end. When the batch cannot fill the GPU the host splits each item's stages
 // into parts (CTAs of their own) that write partials, and a second launch of the same kernel (the merge stage)
 // combines them by LSE in part order: no atomics, the same bits on every run.
 // The design and its reasons: docs/design-sm90-decode.md.
@@ -48,8 +48,9 @@ RTC_DEVICE void attn_stage(const Sm90DecodeParams& p, const Smem& sm) {
   Work w;
   // Grid padding, or a chunk that holds no row of its sequence (uniform over the CTA).
   if (!find_work(p, (int)blockIdx.x, false, w, seq) || w.i1 <= w.i0) return;
-  const int tid = (int)threadIdx.x, lane = tid % 32, groups = SM90_DECODE_WARPS / p.row_tiles;
-  const int rt = tid / 32 / groups;  // the warp's row tile
+  const int tid = (int)threadIdx.x, lane = tid % 32;
+  const Role role = Role::of(tid / 32, p.row_tiles);
+  const int rt = role.rt;
   const RowKeys rk[2] = {row_keys(p, w, seq, 16 * rt + lane / 4), row_keys(p, w, seq, 16 * rt + lane / 4 + 8)};
   if (tid == 0) {
     for (int x = 0; x < kStages; ++x) sm90::mbar_init(sm.bar(x), 1);
@@ -61,11 +62,11 @@ RTC_DEVICE void attn_stage(const Sm90DecodeParams& p, const Smem& sm) {
   WarpState st;
   st.init();
   kv_loop(p, w, seq, sm, rk, st, tid);
-  stash_warp(sm, st, tid);
+  stash_warp(sm, st, p.row_tiles, tid);
   __syncthreads();
   for (int t = 0; t < p.row_tiles; ++t) {
     RowSum acc;
-    combine_tile(sm, t, groups, acc, p.scale_log2, tid);
+    combine_tile(sm, t, role.groups, acc, p.scale_log2, tid);
     if (p.splits > 1)
       write_part(part_of(p, w.item, w.part, t), acc, tid);
     else

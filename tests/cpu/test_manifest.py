@@ -384,7 +384,7 @@ def test_request_headers_are_the_include_closure(tmp_path):
 #   sm90      sm90/params.h's plan table kSm90Plans, one row
 #             `{<bucket>, <block_n>, <stages>, <q_stages>, <consumers>},` per bucket: its buckets are the
 #             manifest's, which takes every multiple of 8 from 8 to the last.
-#   sm90_decode  sm90_decode/params.h's plan table kSm90DecodePlans, one row `{<bucket>, <stages>, <keys>},` per
+#   sm90_decode  sm90_decode/params.h's plan table kSm90DecodePlans, one row `{<bucket>, <stages>, <keys>, <col_split>},` per
 #             bucket, the same way.
 #   gfx942    gfx942/params.h `#define GFX942_BUCKETS <b>, <b>, ...` (gfx942.hip static_asserts its bucket is one of
 #             them, the host's refusal names them), step 8 from 8 (each bucket serves every multiple of 8 up to it).
@@ -392,7 +392,7 @@ def test_request_headers_are_the_include_closure(tmp_path):
 #             (step, min and max) and the buckets its #error names ("head-dim bucket: 32, 64, ... or 256").
 OP_TEXT = ROOT / "op_sources" / "attention_fwd"
 SM90_PLANS = r"^constexpr Sm90Plan kSm90Plans\[\] = \{\n((?:    \{\d+, \d+, \d+, \d+, \d+\},\n)+)\};$"
-SM90_DECODE_PLANS = r"^constexpr Sm90DecodePlan kSm90DecodePlans\[\] = \{\n((?:    \{\d+, \d+, \d+\},\n)+)\};$"
+SM90_DECODE_PLANS = r"^constexpr Sm90DecodePlan kSm90DecodePlans\[\] = \{\n((?:    \{\d+, \d+, \d+, \d+\},\n)+)\};$"
 GFX942_BUCKETS = (OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_BUCKETS ([\d, ]+)$")
 GFX942_REFUSAL = (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",
                   r'" is not accepted by the gfx942 kernel; accepted: a multiple of (\d+) from (\d+) to (\d+) '

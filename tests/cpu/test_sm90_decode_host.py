@@ -91,6 +91,17 @@ def test_row_tiles_stay_within_shared_memory():
         assert plan["items"] == 2 * 8 * plan["chunks"], plan
 
 
+def test_column_split_at_256_caps_the_row_tiles():
+    """At 256 two warps share each 16-key block (half of O's columns each), so a CTA's four warps hold at most two row
+    tiles: 64 packed rows (MQA 32/1, Sq 2) take two chunks of two tiles. Other buckets keep whole rows per warp."""
+    for d in BUCKETS:
+        plan = _plan(_dense_args(2, 4096, 32, 1, d))
+        if d == 256:
+            assert (plan["col_split"], plan["row_tiles"], plan["chunks"]) == (2, 2, 2), plan
+        else:
+            assert plan["col_split"] == 1 and plan["row_tiles"] * plan["chunks"] == 4, plan
+
+
 def test_split_plan_fills_the_gpu_and_sizes_its_workspace():
     """One long sequence is split to fill the SMs; a batch that fills them is not; the workspace holds each part's
     partial per row tile (16 x (bucket + 2) fp32) and the merge grid is one CTA per item."""

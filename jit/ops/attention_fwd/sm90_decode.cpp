@@ -47,8 +47,8 @@ Plan make_plan(const AttentionFwdArgs& a) {
   const Sm90DecodePlan dp = sm90_decode_plan(int(a.head_dim));
   pl.bucket = dp.head_dim;
   pl.group = int(a.heads / a.heads_k);
-  // Row tiles: the fewest of 1, 2, 4 that hold the group x Sq packed rows (at most 4, and what fits the shared
-  // memory: larger groups take chunks).
+  // Row tiles: the fewest of 1, 2, 4 that hold the group x Sq packed rows (at most 4 / col_split, one per warp's
+  // column share, and what fits the shared memory: larger groups take chunks).
   pl.row_tiles =
       sm90_decode_row_tiles(dp, int(std::min<int64_t>(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS), 4)));
   pl.smem = sm90_decode_smem_bytes(dp, pl.row_tiles);
@@ -118,6 +118,7 @@ std::string plan_json(const void* p) {
       {"steps", pl.steps},
       {"step_keys", sm90_decode_stage_keys(pl.bucket)},
       {"stages", sm90_decode_plan(int(a.head_dim)).stages},
+      {"col_split", sm90_decode_plan(int(a.head_dim)).col_split},
       {"slots", pl.slots},
       {"splits", pl.splits},
       {"planned_steps", pl.slots > 0 ? int64_t(split_cost(pl, pl.splits)) : 0},

@@ -45,41 +45,46 @@ struct RowSum {
   }
 };
 
-// Warps' partials in shared memory over the ring: O [warp][16][kCombineStride], then m [warp][16], l [warp][16].
-RTC_DEVICE rtc_u32 combine_o(const Smem& sm, int warp, int row) {
-  return sm.ring() + ((warp * DECODE_ROWS + row) * kCombineStride) * 4;
+// Warps' partials in shared memory over the ring, by combine slot (Role::slot: one per row tile and key group; the
+// warps of a column split fill one slot's columns together): O [slot][16][kCombineStride], then m [slot][16],
+// l [slot][16].
+RTC_DEVICE rtc_u32 combine_o(const Smem& sm, int slot, int row) {
+  return sm.ring() + ((slot * DECODE_ROWS + row) * kCombineStride) * 4;
 }
-RTC_DEVICE rtc_u32 combine_ml(const Smem& sm, int warp, int row, int which) {
+RTC_DEVICE rtc_u32 combine_ml(const Smem& sm, int slot, int row, int which) {
   return sm.ring() +
-         (SM90_DECODE_WARPS * DECODE_ROWS * kCombineStride + (which * SM90_DECODE_WARPS + warp) * 16 + row) * 4;
+         (SM90_DECODE_WARPS * DECODE_ROWS * kCombineStride + (which * SM90_DECODE_WARPS + slot) * 16 + row) * 4;
 }
 
 RTC_DEVICE void st_shared_f32(rtc_u32 addr, float v) { sm90::st_shared_u32(addr, __float_as_uint(v)); }
 RTC_DEVICE float ld_shared_f32(rtc_u32 addr) { return __uint_as_float(sm90::ld_shared_u32(addr)); }
 
-// Each warp's state into shared memory (its row sums reduced over the quad): warp w's block holds the 16 rows of its
-// row tile.
-RTC_DEVICE void stash_warp(const Smem& sm, WarpState& st, int tid) {
-  const int lane = tid % 32, warp = tid / 32;
+// Each warp's state into shared memory (its row sums reduced over the quad): its slot holds the 16 rows of its row
+// tile, its columns those of its share. The warps of a column split hold the same m and l (the same S, the same
+// softmax): the first one writes them.
+RTC_DEVICE void stash_warp(const Smem& sm, WarpState& st, int row_tiles, int tid) {
+  const int lane = tid % 32;
+  const Role role = Role::of(tid / 32, row_tiles);
+  const int slot = role.slot(), col0 = role.ch * kWarpCols;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = lane / 4 + 8 * i;
     float l = st.l[i];
     l += sm90::shfl_xor(l, 1);
     l += sm90::shfl_xor(l, 2);
-    if (lane % 4 == 0) {
-      st_shared_f32(combine_ml(sm, warp, row, 0), st.m[i]);
-      st_shared_f32(combine_ml(sm, warp, row, 1), l);
+    if (lane % 4 == 0 && role.ch == 0) {
+      st_shared_f32(combine_ml(sm, slot, row, 0), st.m[i]);
+      st_shared_f32(combine_ml(sm, slot, row, 1), l);
     }
 #pragma unroll
     for (int j = 0; j < kAccO / 4; ++j)
 #pragma unroll
       for (int k = 0; k < 2; ++k)
-        st_shared_f32(combine_o(sm, warp, row) + 4 * (8 * j + 2 * (lane % 4) + k), st.o[4 * j + 2 * i + k]);
+        st_shared_f32(combine_o(sm, slot, row) + 4 * (col0 + 8 * j + 2 * (lane % 4) + k), st.o[4 * j + 2 * i + k]);
   }
 }
 
-// Thread t's row of row tile rt combined over the tile's warps (rt * groups ..), in warp order.
+// Thread t's row of row tile rt combined over the tile's key groups (slots rt * groups ..), in key-group order.
 RTC_DEVICE void combine_tile(const Smem& sm, int rt, int groups, RowSum& acc, float c, int tid) {
   const int row = tid / 8, sub = tid % 8;
   acc.init();

@@ -1,9 +1,9 @@
-// The sm_90a decode kernel's main loop: per stage of 64 keys (four 16-key blocks, TMA's swizzled tiles), warp w takes row tile
-// w / (4 / row_tiles) and the blocks kg, kg + 4 / row_tiles, ... (kg = w % (4 / row_tiles)): one block per warp with one
-// row tile, all four with four. Per block it runs S = Q K^T (mma.sync m16n8k16, the tile's 16 packed rows as M), the
-// mask, the online softmax, and O += P V with P straight from the score registers; the cp.async ring stays
-// kStages - 1 stages ahead. Each warp keeps its own row max, row sum and O over its keys; the epilogue combines the
-// warps of a row tile.
+// The sm_90a decode kernel's main loop: per stage of 64 keys (four 16-key blocks, TMA's swizzled tiles; 32 keys at
+// 256), each warp takes a row tile, every groups-th block of the stage from its key group kg on, and its share of O's
+// columns (Role). Per block it runs S = Q K^T (mma.sync m16n8k16, the tile's 16 packed rows as M; with a column
+// split both warps of a block compute all of S), the mask, the online softmax, and O += P V over its columns with P
+// straight from the score registers; the TMA ring stays kStages - 1 stages ahead. Each warp keeps its own row max,
+// row sum and O over its keys; the epilogue combines a row tile's key groups.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -17,11 +17,30 @@
 namespace sm90dec {
 
 constexpr bool kFp16 = RTC_DTYPE == RTC_DTYPE_FP16;
-constexpr int kKSteps = kBucket / 16;  // k-steps of Q K^T, and 16-column pairs of n-tiles of P V
-constexpr int kAccO = kBucket / 2;  // O accumulators per thread: kBucket / 8 n-tiles of 4
-// Up to the 128 bucket the Q fragments stay in registers (kBucket / 4 of them); above, they are read from shared
-// memory at every k-step (O's kBucket / 2 accumulators leave no room for them).
-constexpr bool kQInRegs = kBucket <= 128;
+constexpr int kColSplit = sm90_decode_plan(kBucket).col_split;  // warps sharing a block, each with 1 / kColSplit of O
+constexpr int kKSteps = kBucket / 16;           // k-steps of Q K^T, and 16-column pairs of n-tiles of P V
+constexpr int kWarpCols = kBucket / kColSplit;  // O's columns a warp holds
+constexpr int kAccO = kWarpCols / 2;            // O accumulators per thread: kWarpCols / 8 n-tiles of 4
+// While a warp holds at most 128 of O's columns the Q fragments stay in registers (kBucket / 4 of them); above, they
+// are read from shared memory at every k-step (O's accumulators leave no room for them).
+constexpr bool kQInRegs = kWarpCols <= 128;
+
+// A warp's place in the CTA: row tile rt, key group kg of `groups` (it takes the stage's blocks kg, kg + groups, ...)
+// and column share ch (columns [ch kWarpCols, (ch + 1) kWarpCols) of O). Warps of one (row tile, key group) are
+// adjacent; slot = rt groups + kg indexes the epilogue's combine.
+struct Role {
+  int rt, kg, ch, groups;
+  RTC_DEVICE static Role of(int warp, int row_tiles) {
+    Role r;
+    r.groups = SM90_DECODE_WARPS / (row_tiles * kColSplit);
+    const int per_tile = r.groups * kColSplit;
+    r.rt = warp / per_tile;
+    r.kg = (warp - r.rt * per_tile) / kColSplit;
+    r.ch = warp % kColSplit;
+    return r;
+  }
+  RTC_DEVICE int slot() const { return rt * groups + kg; }
+};
 
 // A warp's running state for its two rows per thread (rows lane / 4 and lane / 4 + 8 of the item): raw-score max m,
 // this thread's share of the row sum l (the quad's four shares are added at the end), and O over the warp's keys.
@@ -100,17 +119,18 @@ RTC_DEVICE void softmax(float (&s)[8], WarpState& st, float c) {
   }
 }
 
-// O += P V over 16-key block `block`: P's A fragment is the scores' registers packed in pairs (the raw form: a NaN p
-// keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, two n-tiles per call (keys
-// (lane & 7) + 8 ((lane >> 3) & 1), columns 16 dp + 8 (lane >> 4)).
-RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int block, int lane) {
+// O += P V over 16-key block `block`, the warp's columns (share ch): P's A fragment is the scores' registers packed
+// in pairs (the raw form: a NaN p keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, two
+// n-tiles per call (keys (lane & 7) + 8 ((lane >> 3) & 1), columns kWarpCols ch + 16 dp + 8 (lane >> 4)).
+RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int block, int ch,
+                           int lane) {
   const rtc_u32 a[4] = {sm90::pack2_raw(s[0], s[1]), sm90::pack2_raw(s[2], s[3]), sm90::pack2_raw(s[4], s[5]),
                         sm90::pack2_raw(s[6], s[7])};
   const int key = 16 * block + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-  for (int dp = 0; dp < kKSteps; ++dp) {
+  for (int dp = 0; dp < kKSteps / kColSplit; ++dp) {
     rtc_u32 b[4];
-    const int piece = 2 * dp + (lane >> 4);
+    const int piece = 2 * (ch * (kKSteps / kColSplit) + dp) + (lane >> 4);
     sm90::ldmatrix_x4_trans(b, kv_piece(sm.v(slot), piece / 8, key, piece % 8));
     sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp), a, b[0], b[1]);
     sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp + 4), a, b[2], b[3]);
@@ -123,7 +143,7 @@ RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, i
 RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const Smem& sm,
                         const RowKeys (&rk)[2], WarpState& st, int tid) {
   const int lane = tid % 32, warp = tid / 32;
-  const int groups = SM90_DECODE_WARPS / p.row_tiles, rt = warp / groups, kg = warp - rt * groups;
+  const Role role = Role::of(warp, p.row_tiles);
   Gather ga;
   ga.boxes = kStageKeys / p.kv_box * kColBlocks;
   if (warp == 0 && w.kb0 < w.kb1) {
@@ -145,14 +165,14 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
       ga.issue(p, w, seq, sm, (slot + kStages - 1) % kStages, ahead, ahead + 1, w.kb1, lane);
     if (kQInRegs && n == w.kb0)
 #pragma unroll
-      for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, rt, ks, lane);
+      for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, role.rt, ks, lane);
 #pragma unroll 1
-    for (int block = kg; block < kStageKeys / 16; block += groups) {
+    for (int block = role.kg; block < kStageKeys / 16; block += role.groups) {
       float s[8];
-      scores(s, qf, sm, slot, block, rt, lane);
+      scores(s, qf, sm, slot, block, role.rt, lane);
       if (edge) mask_scores(s, rk, (rtc_i64)n * kStageKeys + 16 * block, lane);
       softmax(s, st, p.scale_log2);
-      accumulate(s, st, sm, slot, block, lane);
+      accumulate(s, st, sm, slot, block, role.ch, lane);
     }
   }
   __syncthreads();  // the ring is free for the epilogue's combine

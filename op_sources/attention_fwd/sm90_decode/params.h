@@ -10,9 +10,9 @@
 #define SM90_DECODE_MAX_ROW_TILES 4  // 16-row tiles of packed q rows per CTA: 1, 2 or 4
 
 // The kernel's parameter block: every decode kernel's, and the row tiles of a work item. An item is row_tiles x 16
-// packed rows (row_tiles = 1, 2, 4, the fewest that hold a (sequence, K/V head)'s group x Sq rows, at most 4): warp w
-// takes row tile w / (4 / row_tiles) and 16-key blocks of each stage, so with a GQA group or Sq that fills more than
-// 16 rows each K/V byte is still read once for up to 64 rows.
+// packed rows (row_tiles = 1, 2, 4, the fewest that hold a (sequence, K/V head)'s group x Sq rows, at most
+// 4 / col_split): each warp takes a row tile, 16-key blocks of each stage and a share of O's columns (mainloop.h's
+// Role), so with a GQA group or Sq that fills more than 16 rows each K/V byte is still read once for up to 64 rows.
 // K and V come by TMA through the two tensor maps (boxes of kv_box rows x 64 columns; paged: the page is the batch
 // coordinate, page_shift its log2), which the kernel reads in parameter space (__grid_constant__).
 struct alignas(64) Sm90DecodeParams : DecodeParams {
@@ -24,21 +24,23 @@ struct alignas(64) Sm90DecodeParams : DecodeParams {
 };
 
 // Per bucket: the depth of the ring of K/V stages and their keys; a CTA keeps stages - 1 stages in flight. Chosen by
-// the decode bench (docs/NOTES.md, "sm90 decode kernel"): at 256, 32-key stages let two CTAs share an SM.
+// the decode bench (docs/NOTES.md, "sm90 decode kernel"): at 256, 32-key stages let two CTAs share an SM, and the
+// warps split O's columns in two so that all four of them have work (two 16-key blocks x two column halves).
 struct Sm90DecodePlan {
-  int head_dim;  // the bucket (a multiple of 32): tiles are this wide, zeros past the call's D
-  int stages;    // K/V stages in the ring
-  int keys;      // keys per stage: 64 (a 16-key block per warp), or 32 where 64 would leave one CTA per SM
+  int head_dim;   // the bucket (a multiple of 32): tiles are this wide, zeros past the call's D
+  int stages;     // K/V stages in the ring
+  int keys;       // keys per stage: 64 (a 16-key block per warp), or 32 where 64 would leave one CTA per SM
+  int col_split;  // 1, or 2: two warps share a 16-key block, each with half of O's columns (S computed by both)
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90DecodePlan kSm90DecodePlans[] = {
-    {32, 4, 64},
-    {64, 4, 64},
-    {96, 3, 64},
-    {128, 3, 64},
-    {160, 2, 64},
-    {192, 2, 64},
-    {256, 3, 32},
+    {32, 4, 64, 1},
+    {64, 4, 64, 1},
+    {96, 3, 64, 1},
+    {128, 3, 64, 1},
+    {160, 2, 64, 1},
+    {192, 2, 64, 1},
+    {256, 3, 32, 2},
 };
 // clang-format on
 constexpr int kSm90DecodePlanCount = int(sizeof(kSm90DecodePlans) / sizeof(kSm90DecodePlans[0]));
@@ -85,15 +87,20 @@ RTC_HD constexpr int sm90_decode_ctas_per_sm(const Sm90DecodePlan& pl, int row_t
 RTC_HD constexpr bool sm90_decode_plans_fit() {
   for (int i = 0; i < kSm90DecodePlanCount; ++i)
     if (sm90_decode_smem_bytes(kSm90DecodePlans[i], 1) > 227 * 1024 || kSm90DecodePlans[i].head_dim % 32 != 0 ||
-        kSm90DecodePlans[i].stages < 2)
+        kSm90DecodePlans[i].stages < 2 || (kSm90DecodePlans[i].col_split != 1 && kSm90DecodePlans[i].col_split != 2) ||
+        kSm90DecodePlans[i].keys / 16 * kSm90DecodePlans[i].col_split > SM90_DECODE_WARPS)
       return false;
   return true;
 }
 static_assert(sm90_decode_plans_fit(),
-              "every decode plan fits sm_90's shared memory with one row tile, buckets are multiples of 32");
-// The row tiles a launch may take: as many as asked (1, 2, 4), fewer where Q's rows would not fit beside the ring.
+              "every decode plan fits sm_90's shared memory with one row tile, buckets are multiples of 32, a column "
+              "split is 1 or 2 and a stage's blocks x split are at most the CTA's warps");
+// The row tiles a launch may take: as many as asked (1, 2, 4), fewer where Q's rows would not fit beside the ring,
+// and at most one per warp's share of the columns (4 / col_split: every warp takes one row tile).
 RTC_HD constexpr int sm90_decode_row_tiles(const Sm90DecodePlan& pl, int wanted) {
   int t = 1;
-  while (t < wanted && t < SM90_DECODE_MAX_ROW_TILES && sm90_decode_smem_bytes(pl, 2 * t) <= 227 * 1024) t *= 2;
+  while (t < wanted && 2 * t <= SM90_DECODE_MAX_ROW_TILES / pl.col_split &&
+         sm90_decode_smem_bytes(pl, 2 * t) <= 227 * 1024)
+    t *= 2;
   return t;
 }
