@@ -384,8 +384,8 @@ def test_request_headers_are_the_include_closure(tmp_path):
 #   sm90      sm90/params.h's plan table kSm90Plans, one row
 #             `{<bucket>, <block_n>, <stages>, <q_stages>, <consumers>},` per bucket: its buckets are the
 #             manifest's, which takes every multiple of 8 from 8 to the last.
-#   sm90_decode  sm90_decode/params.h's plan table kSm90DecodePlans, one row `{<bucket>, <stages>, <keys>, <col_split>},` per
-#             bucket, the same way.
+#   sm90_decode  sm90_decode/params.h's plan table kSm90DecodePlans, one row
+#             `{<bucket>, <stages>, <keys>, <col_split>},` per bucket, the same way.
 #   gfx942    gfx942/params.h `#define GFX942_BUCKETS <b>, <b>, ...` (gfx942.hip static_asserts its bucket is one of
 #             them, the host's refusal names them), step 8 from 8 (each bucket serves every multiple of 8 up to it).
 #   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`
