@@ -18,9 +18,9 @@ namespace sm90dec {
 
 constexpr bool kFp16 = RTC_DTYPE == RTC_DTYPE_FP16;
 constexpr int kColSplit = sm90_decode_plan(kBucket).col_split;  // warps sharing a block, each with 1 / kColSplit of O
-constexpr int kKSteps = kBucket / 16;           // k-steps of Q K^T, and 16-column pairs of n-tiles of P V
+constexpr int kKSteps = kBucket / 16;  // k-steps of Q K^T, and 16-column pairs of n-tiles of P V
 constexpr int kWarpCols = kBucket / kColSplit;  // O's columns a warp holds
-constexpr int kAccO = kWarpCols / 2;            // O accumulators per thread: kWarpCols / 8 n-tiles of 4
+constexpr int kAccO = kWarpCols / 2;  // O accumulators per thread: kWarpCols / 8 n-tiles of 4
 // While a warp holds at most 128 of O's columns the Q fragments stay in registers (kBucket / 4 of them); above, they
 // are read from shared memory at every k-step (O's accumulators leave no room for them).
 constexpr bool kQInRegs = kWarpCols <= 128;
@@ -122,8 +122,7 @@ RTC_DEVICE void softmax(float (&s)[8], WarpState& st, float c) {
 // O += P V over 16-key block `block`, the warp's columns (share ch): P's A fragment is the scores' registers packed
 // in pairs (the raw form: a NaN p keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, two
 // n-tiles per call (keys (lane & 7) + 8 ((lane >> 3) & 1), columns kWarpCols ch + 16 dp + 8 (lane >> 4)).
-RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int block, int ch,
-                           int lane) {
+RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int block, int ch, int lane) {
   const rtc_u32 a[4] = {sm90::pack2_raw(s[0], s[1]), sm90::pack2_raw(s[2], s[3]), sm90::pack2_raw(s[4], s[5]),
                         sm90::pack2_raw(s[6], s[7])};
   const int key = 16 * block + (lane & 7) + ((lane >> 3) & 1) * 8;
