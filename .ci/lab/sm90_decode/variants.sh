@@ -10,9 +10,9 @@ cp "$f" /tmp/mainloop.h.orig
 python3 setup.py -q build_ext --inplace >/tmp/build.log 2>&1 || { tail -20 /tmp/build.log; exit 1; }
 declare -A V=(
   [base]=''
-  [no_blocks]='s/for (int block = kg; /for (int block = kg + 1000; /'
-  [no_pv]='s/^      accumulate(s, st, sm, slot, block, lane);/      st.o[0] += s[0] + s[7];/'
-  [no_qk]='s/^      scores(s, qf, sm, slot, block, rt, lane);/      for (int x = 0; x < 8; ++x) s[x] = 0.01f * (x + lane);/'
+  [no_blocks]='s/const int blocks = kStageKeys \/ 16 \/ role.groups;/const int blocks = 0;/'
+  [no_pv]='s/^  accumulate<NB>(s, st, sm, slot, bl, role.ch, lane);/  st.o[0] += s[0];/'
+  [no_qk]='s/^  scores<NB>(s, qf, sm, slot, bl, role.rt, lane);/  for (int x = 0; x < 8 * NB; ++x) s[x] = 0.01f * (x + lane);/'
 )
 for name in base ${VARIANTS:-no_blocks no_pv no_qk} base; do
   cp /tmp/mainloop.h.orig "$f"

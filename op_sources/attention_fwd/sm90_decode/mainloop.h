@@ -63,17 +63,34 @@ RTC_DEVICE void q_frag(rtc_u32 (&a)[4], const Smem& sm, int rt, int ks, int lane
   sm90::ldmatrix_x4(a, sm.q() + row * kRowBytes + 2 * col);
 }
 
-// S = Q K^T over 16-key block `block` of the stage in `slot`: n-tile 0 is keys 0-7, n-tile 1 keys 8-15; the K B
-// fragments of a k-step come from one ldmatrix (keys (lane & 7) + 8 (lane >> 4), columns 8 ((lane >> 3) & 1)).
-RTC_DEVICE void scores(float (&s)[8], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1][4], const Smem& sm, int slot,
-                       int block, int rt, int lane) {
+// A warp's blocks of a stage are taken NB at a time (Blocks): their scores side by side, one softmax over them
+// (one max, one rescale of O), then their P V. Up to the 128 bucket two at a time (a warp with two or four blocks a
+// stage: row tiles 2 or 4), which puts two independent chains of MMAs in flight where one block's S waits on its
+// previous k-step; above, one (O's registers leave no room for two blocks' scores).
+constexpr int kJoint = kBucket <= 128 ? 2 : 1;
+
+// NB 16-key blocks of the stage in `slot`: block0, block0 + stride, ...; scores index 8 nb + 4 j + 2 i + c (block nb,
+// n-tile j, row lane / 4 + 8 i, column 8 j + 2 (lane % 4) + c).
+template <int NB>
+struct Blocks {
+  int block0, stride;
+  RTC_DEVICE int block(int nb) const { return block0 + nb * stride; }
+};
+
+// S = Q K^T over the blocks: n-tile 0 of a block is its keys 0-7, n-tile 1 keys 8-15; the K B fragments of a k-step
+// come from one ldmatrix per block (keys (lane & 7) + 8 (lane >> 4), columns 8 ((lane >> 3) & 1)).
+template <int NB>
+RTC_DEVICE void scores(float (&s)[8 * NB], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1][4], const Smem& sm, int slot,
+                       const Blocks<NB>& bl, int rt, int lane) {
 #pragma unroll
-  for (int x = 0; x < 8; ++x) s[x] = 0.f;
-  const int key = 16 * block + (lane & 7) + ((lane >> 4) << 3);
+  for (int x = 0; x < 8 * NB; ++x) s[x] = 0.f;
+  int key[NB];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) key[nb] = 16 * bl.block(nb) + (lane & 7) + ((lane >> 4) << 3);
   // Q from shared memory (above the 128 bucket): four k-steps at a time keep their addresses out of O's registers.
 #pragma unroll(kQInRegs ? kKSteps : 4)
   for (int ks = 0; ks < kKSteps; ++ks) {
-    rtc_u32 a[4], b[4];
+    rtc_u32 a[4];
     if (kQInRegs) {
 #pragma unroll
       for (int x = 0; x < 4; ++x) a[x] = qf[kQInRegs ? ks : 0][x];
@@ -81,21 +98,27 @@ RTC_DEVICE void scores(float (&s)[8], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1
       q_frag(a, sm, rt, ks, lane);
     }
     const int piece = 2 * ks + ((lane >> 3) & 1);  // 16-byte piece of the row, over the column blocks
-    sm90::ldmatrix_x4(b, kv_piece(sm.k(slot), piece / 8, key, piece % 8));
-    float* s0 = s;
-    float* s1 = s + 4;
-    sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s0), a, b[0], b[1]);
-    sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s1), a, b[2], b[3]);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      rtc_u32 b[4];
+      sm90::ldmatrix_x4(b, kv_piece(sm.k(slot), piece / 8, key[nb], piece % 8));
+      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s + 8 * nb), a, b[0], b[1]);
+      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s + 8 * nb + 4), a, b[2], b[3]);
+    }
   }
 }
 
-// The online softmax of one stage's scores, in the prefill kernel's conventions (sm90/softmax.h): the row max
+// The online softmax of the blocks' scores, in the prefill kernel's conventions (sm90/softmax.h): the row max
 // scaled rounding down, p = 2^(s c - m c) with one FFMA, a row max of -inf taken as 0; O and l rescaled.
-RTC_DEVICE void softmax(float (&s)[8], WarpState& st, float c) {
+template <int NB>
+RTC_DEVICE void softmax(float (&s)[8 * NB], WarpState& st, float c) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float mx = fmaxf(fmaxf(s[2 * i], s[2 * i + 1]), fmaxf(s[4 + 2 * i], s[4 + 2 * i + 1]));
-    mx = fmaxf(mx, st.m[i]);
+    float mx = st.m[i];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+      mx = fmaxf(mx, fmaxf(fmaxf(s[8 * nb + 2 * i], s[8 * nb + 2 * i + 1]),
+                           fmaxf(s[8 * nb + 4 + 2 * i], s[8 * nb + 4 + 2 * i + 1])));
     mx = fmaxf(mx, sm90::shfl_xor(mx, 1));
     mx = fmaxf(mx, sm90::shfl_xor(mx, 2));
     const float ms = mx == sm90::neg_inf() ? 0.f : sm90::scale_max(mx, c);
@@ -103,13 +126,15 @@ RTC_DEVICE void softmax(float (&s)[8], WarpState& st, float c) {
     st.m[i] = mx;
     float sum = 0.f;
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const float p = sm90::ex2(sm90::scaled_diff(s[4 * j + 2 * i + k], c, ms));
-        s[4 * j + 2 * i + k] = p;
-        sum += p;
-      }
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          float& x = s[8 * nb + 4 * j + 2 * i + k];
+          x = sm90::ex2(sm90::scaled_diff(x, c, ms));
+          sum += x;
+        }
     st.l[i] = st.l[i] * rescale + sum;
 #pragma unroll
     for (int j = 0; j < kAccO / 4; ++j) {
@@ -119,21 +144,47 @@ RTC_DEVICE void softmax(float (&s)[8], WarpState& st, float c) {
   }
 }
 
-// O += P V over 16-key block `block`, the warp's columns (share ch): P's A fragment is the scores' registers packed
-// in pairs (the raw form: a NaN p keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, two
+// O += P V over the blocks, the warp's columns (share ch): a block's P A fragment is its scores' registers packed in
+// pairs (the raw form: a NaN p keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, two
 // n-tiles per call (keys (lane & 7) + 8 ((lane >> 3) & 1), columns kWarpCols ch + 16 dp + 8 (lane >> 4)).
-RTC_DEVICE void accumulate(const float (&s)[8], WarpState& st, const Smem& sm, int slot, int block, int ch, int lane) {
-  const rtc_u32 a[4] = {sm90::pack2_raw(s[0], s[1]), sm90::pack2_raw(s[2], s[3]), sm90::pack2_raw(s[4], s[5]),
-                        sm90::pack2_raw(s[6], s[7])};
-  const int key = 16 * block + (lane & 7) + ((lane >> 3) & 1) * 8;
+template <int NB>
+RTC_DEVICE void accumulate(const float (&s)[8 * NB], WarpState& st, const Smem& sm, int slot, const Blocks<NB>& bl,
+                           int ch, int lane) {
+  rtc_u32 a[NB][4];
+  int key[NB];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x) a[nb][x] = sm90::pack2_raw(s[8 * nb + 2 * x], s[8 * nb + 2 * x + 1]);
+    key[nb] = 16 * bl.block(nb) + (lane & 7) + ((lane >> 3) & 1) * 8;
+  }
 #pragma unroll
   for (int dp = 0; dp < kKSteps / kColSplit; ++dp) {
-    rtc_u32 b[4];
     const int piece = 2 * (ch * (kKSteps / kColSplit) + dp) + (lane >> 4);
-    sm90::ldmatrix_x4_trans(b, kv_piece(sm.v(slot), piece / 8, key, piece % 8));
-    sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp), a, b[0], b[1]);
-    sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp + 4), a, b[2], b[3]);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      rtc_u32 b[4];
+      sm90::ldmatrix_x4_trans(b, kv_piece(sm.v(slot), piece / 8, key[nb], piece % 8));
+      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp), a[nb], b[0], b[1]);
+      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp + 4), a[nb], b[2], b[3]);
+    }
   }
+}
+
+// One step of a warp over NB of its blocks of the stage n in `slot`: S, the mask where the stage needs it, the
+// softmax, P V.
+template <int NB>
+RTC_DEVICE void step(const Sm90DecodeParams& p, const Smem& sm, const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1][4],
+                     const RowKeys (&rk)[2], WarpState& st, const Role& role, int slot, int n, bool edge,
+                     const Blocks<NB>& bl, int lane) {
+  float s[8 * NB];
+  scores<NB>(s, qf, sm, slot, bl, role.rt, lane);
+  if (edge)
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+      mask_scores(*reinterpret_cast<float(*)[8]>(s + 8 * nb), rk, (rtc_i64)n * kStageKeys + 16 * bl.block(nb), lane);
+  softmax<NB>(s, st, p.scale_log2);
+  accumulate<NB>(s, st, sm, slot, bl, role.ch, lane);
 }
 
 // The KV loop over stages [kb0, kb1): warp 0 keeps kStages - 1 stages in flight ahead of the one computed; a stage
@@ -165,13 +216,17 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
     if (kQInRegs && n == w.kb0)
 #pragma unroll
       for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, role.rt, ks, lane);
+    // The warp's blocks of the stage: kg, kg + groups, ..., kJoint at a time where it has that many.
+    const int blocks = kStageKeys / 16 / role.groups;
+    if (kJoint > 1 && blocks >= kJoint) {
 #pragma unroll 1
-    for (int block = role.kg; block < kStageKeys / 16; block += role.groups) {
-      float s[8];
-      scores(s, qf, sm, slot, block, role.rt, lane);
-      if (edge) mask_scores(s, rk, (rtc_i64)n * kStageKeys + 16 * block, lane);
-      softmax(s, st, p.scale_log2);
-      accumulate(s, st, sm, slot, block, role.ch, lane);
+      for (int x = 0; x < blocks; x += kJoint)
+        step<kJoint>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<kJoint>{role.kg + x * role.groups, role.groups},
+                     lane);
+    } else {
+#pragma unroll 1
+      for (int x = 0; x < blocks; ++x)
+        step<1>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<1>{role.kg + x * role.groups, role.groups}, lane);
     }
   }
   __syncthreads();  // the ring is free for the epilogue's combine
