@@ -1,5 +1,6 @@
 """Lab: run one decode bench case's rtcattn call a few times (for ncu, or a quick timing). Usage:
-python3 .ci/lab/sm90_decode/one_case.py CASE [CALLS] [impl]; CASE numbered as `bench --shapes decode --dry-run`."""
+python3 .ci/lab/sm90_decode/one_case.py CASE [CALLS] [impl]; CASE numbered as `bench --shapes decode --dry-run`,
+or b,context,hq,hk,page[,d[,sq]]."""
 import os
 import sys
 import time
@@ -8,7 +9,9 @@ import torch
 
 from rtcattn.ops.attention_fwd import bench_decode as bd
 
-c = bd.DECODE_CASES[int(sys.argv[1]) - 1]
+# CASE: a number of the bench's cases, or b,context,hq,hk,page[,d[,sq]] for another shape.
+c = (bd.DECODE_CASES[int(sys.argv[1]) - 1] if "," not in sys.argv[1]
+     else bd.DecodeCase(*(int(x) for x in sys.argv[1].split(","))))
 calls = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 impl = sys.argv[3] if len(sys.argv) > 3 else "rtcattn"
 inputs, meta = bd._decode_inputs(c)
