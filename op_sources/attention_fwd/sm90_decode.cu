@@ -4,7 +4,7 @@
 // A CTA is four warps and one work item: up to 64 packed q rows (one to four 16-row tiles) of one (sequence, K/V
 // head), every q head of the K/V head and every query row of the sequence (row R = i * group + g), the M rows of
 // mma.sync m16n8k16, so each K/V byte is read once per 64 packed rows. Warp 0 gathers the K and V rows of each
-// stage (64 keys; 32 at 256) by TMA (boxes through the block table when paged, one per lane) into a ring of stages
+// stage (64 keys; 128 below 96, 32 at 256) by TMA (boxes through the block table when paged, one per lane) into a ring of stages
 // in shared memory; each warp takes a row tile, 16-key blocks of every stage and (at 256, two warps to a block) a
 // share of O's columns, with its own row max, sum and O, and a row tile's warps are combined at the end. When the batch cannot fill the GPU the host splits each item's stages
 // into parts (CTAs of their own) that write partials, and a second launch of the same kernel (the merge stage)

@@ -19,7 +19,7 @@ const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const Atten
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The split planner: a part keeps at least kMinStepsPerPart stages (256 keys); writing its partial (16 rows x the
+// The split planner: a part keeps at least kMinStepsPerPart stages (128 to 512 keys); writing its partial (16 rows x the
 // bucket in fp32 per row tile) and reading it back in the merge costs about kPartialSteps of its stages' time, and the
 // merge launch about kMergeSteps. Assumptions checked against the decode bench (docs/NOTES.md, "sm90 decode kernel").
 constexpr int kMinStepsPerPart = 4;
@@ -29,7 +29,7 @@ constexpr double kMergeSteps = 2.0;
 struct Plan {
   int bucket = 0, group = 0, row_tiles = 1, chunks = 0, splits = 1, slots = 0;
   int64_t items = 0;  // B * Hk * chunks
-  int64_t steps = 0;  // 64-key stages of a max_seqlen_k sequence
+  int64_t steps = 0;  // K/V stages (sm90_decode_stage_keys) of a max_seqlen_k sequence
   int64_t workspace_bytes = 0;
   int64_t smem = 0;
 };

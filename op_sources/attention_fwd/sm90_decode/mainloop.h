@@ -1,5 +1,5 @@
-// The sm_90a decode kernel's main loop: per stage of 64 keys (four 16-key blocks, TMA's swizzled tiles; 32 keys at
-// 256), each warp takes a row tile, every groups-th block of the stage from its key group kg on, and its share of O's
+// The sm_90a decode kernel's main loop: per stage of kStageKeys keys (16-key blocks in TMA's swizzled tiles: 64 keys,
+// 128 below 96, 32 at 256), each warp takes a row tile, every groups-th block of the stage from its key group kg on, and its share of O's
 // columns (Role). Per block it runs S = Q K^T (mma.sync m16n8k16, the tile's 16 packed rows as M; with a column
 // split both warps of a block compute all of S), the mask, the online softmax, and O += P V over its columns with P
 // straight from the score registers; the TMA ring stays kStages - 1 stages ahead. Each warp keeps its own row max,

@@ -29,13 +29,14 @@ struct alignas(64) Sm90DecodeParams : DecodeParams {
 struct Sm90DecodePlan {
   int head_dim;   // the bucket (a multiple of 32): tiles are this wide, zeros past the call's D
   int stages;     // K/V stages in the ring
-  int keys;       // keys per stage: 64 (a 16-key block per warp), or 32 where 64 would leave one CTA per SM
+  int keys;       // keys per stage: 64 (a 16-key block per warp); 128 below 96 (two blocks per warp: a stage's
+                  // fixed costs over as many bytes as at 128); 32 at 256, where 64 would leave one CTA per SM
   int col_split;  // 1, or 2: two warps share a 16-key block, each with half of O's columns (S computed by both)
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90DecodePlan kSm90DecodePlans[] = {
-    {32, 4, 64, 1},
-    {64, 4, 64, 1},
+    {32, 3, 128, 1},
+    {64, 3, 128, 1},
     {96, 3, 64, 1},
     {128, 3, 64, 1},
     {160, 2, 64, 1},
@@ -57,7 +58,7 @@ RTC_HD constexpr int sm90_decode_row_bytes(int bucket) { return 2 * bucket + 16;
 RTC_HD constexpr int sm90_decode_q_bytes(int bucket, int row_tiles) {
   return row_tiles * DECODE_ROWS * sm90_decode_row_bytes(bucket);
 }
-// K and V tiles are TMA's: 64-column blocks of [64 keys][64 columns] (8 KB each) under the 128-byte swizzle, one after
+// K and V tiles are TMA's: 64-column blocks of [stage keys][64 columns] (8 KB at 64 keys) under the 128-byte swizzle, one after
 // the other; a stage is K's blocks then V's.
 RTC_HD constexpr int sm90_decode_col_blocks(int bucket) { return (bucket + SM90_BOX_D - 1) / SM90_BOX_D; }
 RTC_HD constexpr int sm90_decode_stage_keys(int bucket) { return sm90_decode_plan(bucket).keys; }
@@ -88,13 +89,15 @@ RTC_HD constexpr bool sm90_decode_plans_fit() {
   for (int i = 0; i < kSm90DecodePlanCount; ++i)
     if (sm90_decode_smem_bytes(kSm90DecodePlans[i], 1) > 227 * 1024 || kSm90DecodePlans[i].head_dim % 32 != 0 ||
         kSm90DecodePlans[i].stages < 2 || (kSm90DecodePlans[i].col_split != 1 && kSm90DecodePlans[i].col_split != 2) ||
-        kSm90DecodePlans[i].keys / 16 * kSm90DecodePlans[i].col_split > SM90_DECODE_WARPS)
+        kSm90DecodePlans[i].keys / 16 * kSm90DecodePlans[i].col_split < SM90_DECODE_WARPS ||
+        2 * (kSm90DecodePlans[i].keys / 16) * sm90_decode_col_blocks(kSm90DecodePlans[i].head_dim) > 32)
       return false;
   return true;
 }
 static_assert(sm90_decode_plans_fit(),
               "every decode plan fits sm_90's shared memory with one row tile, buckets are multiples of 32, a column "
-              "split is 1 or 2 and a stage's blocks x split are at most the CTA's warps");
+              "split is 1 or 2, every warp has a block of each stage (blocks x split >= warps), and warp 0's lanes "
+              "hold a stage's TMA boxes at the smallest page (16 rows)");
 // The row tiles a launch may take: as many as asked (1, 2, 4), fewer where Q's rows would not fit beside the ring,
 // and at most one per warp's share of the columns (4 / col_split: every warp takes one row tile).
 RTC_HD constexpr int sm90_decode_row_tiles(const Sm90DecodePlan& pl, int wanted) {

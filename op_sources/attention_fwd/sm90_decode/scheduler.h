@@ -8,7 +8,7 @@
 namespace sm90dec {
 
 constexpr int kBucket = RTC_HEAD_DIM_MAX;
-constexpr int kStageKeys = sm90_decode_stage_keys(kBucket);  // 64, or 32 (params.h)
+constexpr int kStageKeys = sm90_decode_stage_keys(kBucket);  // 32, 64 or 128 (params.h)
 
 struct Work {
   int b, hk, chunk, part;  // sequence, K/V head, chunk of row_tiles x 16 of its packed rows, split part (0: unsplit)
