@@ -7,8 +7,8 @@
 #ifndef RTC_EMU_ARCH
 #define RTC_EMU_ARCH 0x942  // hex, so that `#if RTC_EMU_ARCH == 0x90a` works in the preprocessor
 #endif
-#if RTC_EMU_ARCH != 0x942 && RTC_EMU_ARCH != 0x90a
-#error "RTC_EMU_ARCH must be 0x942 (gfx942) or 0x90a (gfx90a)"
+#if RTC_EMU_ARCH != 0x942 && RTC_EMU_ARCH != 0x90a && RTC_EMU_ARCH != 0x950
+#error "RTC_EMU_ARCH must be 0x942 (gfx942), 0x90a (gfx90a) or 0x950 (gfx950)"
 #endif
 
 typedef int rtc_i32;

@@ -110,8 +110,8 @@ class HostCompiler : public Compiler {
   }
 
   bool available(const std::string& arch, std::string* why) const override {
-    if (arch != "gfx942-emu" && arch != "gfx90a-emu") {
-      if (why) *why = "arch " + quote(arch) + " is not an emulator arch (gfx942-emu, gfx90a-emu)";
+    if (arch != "gfx942-emu" && arch != "gfx90a-emu" && arch != "gfx950-emu") {
+      if (why) *why = "arch " + quote(arch) + " is not an emulator arch (gfx942-emu, gfx90a-emu, gfx950-emu)";
       return false;
     }
     if (ident().path.empty()) {
@@ -141,8 +141,8 @@ class HostCompiler : public Compiler {
     std::vector<std::string> argv = {ident().path};
     const std::vector<const char*> f = flags();
     argv.insert(argv.end(), f.begin(), f.end());
-    argv.insert(argv.end(),
-                {std::string("-DRTC_EMU_ARCH=") + (in.arch == "gfx90a-emu" ? "0x90a" : "0x942"), "-I", dir});
+    const char* emu_arch = in.arch == "gfx90a-emu" ? "0x90a" : in.arch == "gfx950-emu" ? "0x950" : "0x942";
+    argv.insert(argv.end(), {std::string("-DRTC_EMU_ARCH=") + emu_arch, "-I", dir});
     add_options(in, &argv);
     argv.insert(argv.end(), {"-x", "c++", dir + "/" + in.main.name, "-o", dir + "/kernel.so"});
     const std::string log_path = dir + "/compile.log";

@@ -1,0 +1,125 @@
+// Low-precision element formats: OCP FP8 (E4M3, E5M2), OCP MX FP6 (E2M3, E3M2), FP4 (E2M1) and the E8M0 scale.
+// Exact decode, round-to-nearest-even encode, and the table-driven FP4 -> FP8 / bf16 decode. One definition for
+// kernels, the emulator's instructions and (mirrored in python/rtcattn/ops/lowp.py) the Python references.
+//
+// Rules (docs/NOTES.md, "gfx950 ISA on the emulator (issue 23)"):
+//   * value = (-1)^s * 2^(e - bias) * 1.m, subnormal (e = 0) 2^(1 - bias) * 0.m; ties of the encode go to the even
+//     code (mantissa LSB 0); f32 subnormals are far below every format's smallest step and encode as +-0.
+//   * E4M3 has no Inf: S.1111.111 (0x7F, 0xFF) is its only NaN, 448 (0x7E) its largest value. Non-saturating
+//     encode: NaN, Inf and anything that rounds past 448 (above 464) give NaN (0x7F | sign).
+//   * E5M2 is IEEE-like: exponent 31 is Inf (mantissa 0) or NaN; largest 57344 (0x7B). Non-saturating encode:
+//     past 57344 (from 61440 up) and Inf give Inf; NaN gives 0x7E | sign.
+//   * Saturating encode (E4M3, E5M2): overflow and Inf give the largest value with the sign; NaN stays NaN.
+//   * FP6 / FP4 have no Inf or NaN: their encode always saturates, a NaN included (to the largest value, sign kept).
+//   * E8M0: 2^(e - 127), 0xFF = NaN, 0x00 = 2^-127 (not zero). Its encode rounds |x| down to a power of two
+//     (the f32 exponent field; below 2^-126 -> 0x00), NaN and Inf -> 0xFF.
+#pragma once
+#include "platform.h"
+
+// The format codes are the scaled MFMA's cbsz / blgp values.
+enum { RTC_LP_E4M3 = 0, RTC_LP_E5M2 = 1, RTC_LP_E2M3 = 2, RTC_LP_E3M2 = 3, RTC_LP_E2M1 = 4 };
+
+struct rtc_lp_spec {
+  int ebits, mbits, bias;
+  rtc_u32 max_code;  // the largest finite magnitude's code
+};
+
+RTC_HD rtc_lp_spec rtc_lp_spec_of(int fmt) {
+  switch (fmt) {
+    case RTC_LP_E4M3: return {4, 3, 7, 0x7Eu};
+    case RTC_LP_E5M2: return {5, 2, 15, 0x7Bu};
+    case RTC_LP_E2M3: return {2, 3, 1, 0x1Fu};
+    case RTC_LP_E3M2: return {3, 2, 3, 0x1Fu};
+    default: return {2, 1, 1, 0x7u};  // RTC_LP_E2M1
+  }
+}
+// Bits per element: 8, 6 or 4.
+RTC_HD int rtc_lp_width(int fmt) {
+  const rtc_lp_spec s = rtc_lp_spec_of(fmt);
+  return 1 + s.ebits + s.mbits;
+}
+
+RTC_HD float rtc_lp_f32(rtc_u32 bits) {
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+RTC_HD rtc_u32 rtc_lp_bits(float f) {
+  rtc_u32 u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+}
+
+// A code's exact value (the code's bits above the format's width are ignored). NaN: a quiet f32 NaN with the sign.
+RTC_HD float rtc_lp_decode(int fmt, rtc_u32 code) {
+  const rtc_lp_spec s = rtc_lp_spec_of(fmt);
+  const int width = 1 + s.ebits + s.mbits;
+  code &= (1u << width) - 1u;
+  const rtc_u32 sign = (code >> (width - 1)) << 31, mag = code & ((1u << (width - 1)) - 1u);
+  const rtc_u32 e = mag >> s.mbits, m = mag & ((1u << s.mbits) - 1u);
+  if ((fmt == RTC_LP_E4M3 && mag == 0x7Fu) || (fmt == RTC_LP_E5M2 && e == 31u && m != 0u))
+    return rtc_lp_f32(sign | 0x7FC00000u);
+  if (fmt == RTC_LP_E5M2 && e == 31u) return rtc_lp_f32(sign | 0x7F800000u);
+  if (e == 0u) {  // m * 2^(1 - bias - mbits): the power of two is a normal f32, the product exact
+    const float step = rtc_lp_f32((rtc_u32)(127 + 1 - s.bias - s.mbits) << 23);
+    return rtc_lp_f32(sign | rtc_lp_bits((float)m * step));
+  }
+  return rtc_lp_f32(sign | ((e - (rtc_u32)s.bias + 127u) << 23) | (m << (23 - s.mbits)));
+}
+
+// f32 -> code, round to nearest even; saturate: see the rules above (FP6 / FP4 always saturate).
+RTC_HD rtc_u32 rtc_lp_encode(int fmt, float x, bool saturate) {
+  const rtc_lp_spec s = rtc_lp_spec_of(fmt);
+  const int width = 1 + s.ebits + s.mbits;
+  const rtc_u32 u = rtc_lp_bits(x), a = u & 0x7FFFFFFFu, sign = (u >> 31) << (width - 1);
+  const bool fp8 = fmt == RTC_LP_E4M3 || fmt == RTC_LP_E5M2;
+  if (a > 0x7F800000u) return sign | (fmt == RTC_LP_E4M3 ? 0x7Fu : fmt == RTC_LP_E5M2 ? 0x7Eu : s.max_code);
+  rtc_u32 mag = s.max_code + 1u;  // Inf: overflows below
+  if (a < 0x7F800000u) {
+    if ((a >> 23) == 0u) return sign;  // f32 zero or subnormal
+    const int e = (int)(a >> 23) - 127, emin = 1 - s.bias, et = e < emin ? emin : e;
+    const int shift = 23 - s.mbits + (et - e);  // low bits of the 24-bit significand below the target's step
+    const rtc_u32 sig = (a & 0x7FFFFFu) | 0x800000u;
+    rtc_u32 n = 0u;
+    if (shift < 26) {
+      n = sig >> shift;
+      const rtc_u32 rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+      if (rem > half || (rem == half && (n & 1u))) ++n;
+    }
+    // n counts steps of 2^(et - mbits): a carry into the next binade lands on the right code by itself.
+    mag = (rtc_u32)(((et + s.bias) << s.mbits) + (int)n - (1 << s.mbits));
+  }
+  if (mag <= s.max_code) return sign | mag;
+  if (saturate || !fp8) return sign | s.max_code;
+  return sign | (fmt == RTC_LP_E4M3 ? 0x7Fu : 0x7Cu);  // NaN / Inf
+}
+
+RTC_HD float rtc_e8m0_decode(rtc_u32 code) {
+  code &= 0xFFu;
+  if (code == 0xFFu) return rtc_lp_f32(0x7FC00000u);
+  return rtc_lp_f32(code == 0u ? 0x00400000u : code << 23);  // 0x00: 2^-127, an f32 subnormal
+}
+RTC_HD rtc_u32 rtc_e8m0_encode(float x) { return (rtc_lp_bits(x) >> 23) & 0xFFu; }
+
+// ---- FP4 E2M1 -> FP8 E4M3 / bf16 by table: the 8 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} in one constant, the sign
+// (bit 3) moved to the top bit. Exact: every E2M1 value is an E4M3 and a bf16 value.
+#define RTC_FP4_E4M3_TABLE 0x4C4844403C383000ull  // byte i: the E4M3 code of magnitude i
+#define RTC_FP4_BF16_TABLE_LO 0x3FC03F803F000000ull  // 16-bit entry i: the bf16 of magnitude i (0..3)
+#define RTC_FP4_BF16_TABLE_HI 0x40C0408040404000ull  // magnitudes 4..7
+
+RTC_HD rtc_u32 rtc_fp4_to_e4m3(rtc_u32 c) {
+  return ((c & 8u) << 4) | (rtc_u32)((RTC_FP4_E4M3_TABLE >> (8u * (c & 7u))) & 0xFFu);
+}
+RTC_HD rtc_u32 rtc_fp4_to_bf16(rtc_u32 c) {
+  const rtc_u64 t = (c & 4u) ? RTC_FP4_BF16_TABLE_HI : RTC_FP4_BF16_TABLE_LO;
+  return ((c & 8u) << 12) | (rtc_u32)((t >> (16u * (c & 3u))) & 0xFFFFu);
+}
+// Packed: element i in nibble i (the low nibble of a byte first), out element i in byte i / half i.
+RTC_HD rtc_u32 rtc_fp4x4_to_e4m3x4(rtc_u32 nibbles) {
+  rtc_u32 r = 0u;
+  for (int i = 0; i < 4; ++i) r |= rtc_fp4_to_e4m3((nibbles >> (4 * i)) & 0xFu) << (8 * i);
+  return r;
+}
+RTC_HD rtc_u32 rtc_fp4x2_to_bf16x2(rtc_u32 byte) {
+  return rtc_fp4_to_bf16(byte & 0xFu) | (rtc_fp4_to_bf16((byte >> 4) & 0xFu) << 16);
+}
