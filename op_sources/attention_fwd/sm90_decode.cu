@@ -70,20 +70,22 @@ RTC_DEVICE void attn_stage(const Sm90DecodeParams& p, const Smem& sm) {
     if (p.splits > 1)
       write_part(part_of(p, w.item, w.part, t), acc, tid);
     else
-      write_row(p, w, seq, row_keys(p, w, seq, 16 * t + tid / 8), acc, tid % 8);
+      write_row(p, w, seq, row_keys(p, w, seq, 16 * t + tid / 8), acc, tid % 8, 0);
   }
 }
 
-// One item's merge: its parts' partials, in part order, into O and the LSE, row tile by row tile.
+// One slice of one item's merge (sm90_decode_merge_slices: 32 columns a CTA): its parts' partials, in part order, into
+// O and the LSE, row tile by row tile.
 RTC_DEVICE void merge_stage(const Sm90DecodeParams& p) {
   Seq seq;
   Work w;
-  if (!find_work(p, (int)blockIdx.x, true, w, seq) || w.i1 <= w.i0) return;
+  const int slices = sm90_decode_merge_slices(kBucket), slice = (int)blockIdx.x % slices;
+  if (!find_work(p, (int)blockIdx.x / slices, true, w, seq) || w.i1 <= w.i0) return;
   const int tid = (int)threadIdx.x;
   for (int t = 0; t < p.row_tiles; ++t) {
-    RowSum acc;
-    merge_parts(p, w.item, t, acc, tid);
-    write_row(p, w, seq, row_keys(p, w, seq, 16 * t + tid / 8), acc, tid % 8);
+    MergeSum acc;
+    merge_parts(p, w.item, t, slice * kMergePairs, acc, tid);
+    write_row(p, w, seq, row_keys(p, w, seq, 16 * t + tid / 8), acc, tid % 8, slice * kMergePairs);
   }
 }
 

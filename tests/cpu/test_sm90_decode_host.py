@@ -104,11 +104,11 @@ def test_column_split_at_256_caps_the_row_tiles():
 
 def test_split_plan_fills_the_gpu_and_sizes_its_workspace():
     """One long sequence is split to fill the SMs; a batch that fills them is not; the workspace holds each part's
-    partial per row tile (16 x (bucket + 2) fp32) and the merge grid is one CTA per item."""
+    partial per row tile (16 x (bucket + 2) fp32) and the merge grid is one CTA per item and 32 columns."""
     args = _dense_args(1, 131072, 32, 8, 128)
     plan = _plan(args)
     assert plan["splits"] > 8 and plan["grid_attn"] == plan["items"] * plan["splits"], plan
-    assert plan["grid_merge"] == plan["items"], plan
+    assert plan["grid_merge"] == plan["items"] * 128 // 32, plan  # a merge CTA per item and 32 columns
     assert plan["workspace_bytes"] == plan["items"] * plan["splits"] * 16 * (128 + 2) * 4, plan
     full = _plan(_dense_args(1, 4096, 32 * 64, 8 * 64, 128))
     assert full["splits"] == 1 and full["workspace_bytes"] == 0 and "grid_merge" not in full, full

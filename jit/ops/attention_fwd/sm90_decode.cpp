@@ -99,10 +99,10 @@ std::string why_not(const void* p, const char* vendor) {
 
 int64_t workspace_bytes(const void* p) { return make_plan(args_of(p)).workspace_bytes; }
 
-// CTAs of each stage, in launch order: the attention stage, then the merge (one per item) when split.
+// CTAs of each stage, in launch order: the attention stage, then the merge (one per item and 32 columns) when split.
 std::vector<std::pair<int, int64_t>> stages(const Plan& pl) {
   std::vector<std::pair<int, int64_t>> s = {{DECODE_STAGE_ATTN, pl.items * pl.splits}};
-  if (pl.splits > 1) s.push_back({DECODE_STAGE_MERGE, pl.items});
+  if (pl.splits > 1) s.push_back({DECODE_STAGE_MERGE, pl.items * sm90_decode_merge_slices(pl.bucket)});
   return s;
 }
 

@@ -24,26 +24,29 @@ constexpr int kCombineStride = kBucket + 4;  // floats per row of a warp's O in 
 // largest m so far, so the part holding the row's max element enters with weight 2^0 = 1 exactly (final_row_sum's
 // premise). A source with m = -inf saw no score: it adds nothing (its O may hold 0 * NaN from a V NaN under a zero
 // weight, which the prefill kernel never adds either).
-struct RowSum {
+// P: the column pairs a thread holds (all kPairs in the warps' combine; kMergePairs in the merge).
+template <int P>
+struct RowSumOf {
   float m, l;
-  float o[2 * kPairs];
+  float o[2 * P];
   RTC_DEVICE void init() {
     m = sm90::neg_inf();
     l = 0.f;
 #pragma unroll
-    for (int x = 0; x < 2 * kPairs; ++x) o[x] = 0.f;
+    for (int x = 0; x < 2 * P; ++x) o[x] = 0.f;
   }
   RTC_DEVICE static float scaled(float m, float c) { return m == sm90::neg_inf() ? 0.f : sm90::scale_max(m, c); }
-  RTC_DEVICE void add(float ms, float ls, const float (&os)[2 * kPairs], float c) {
+  RTC_DEVICE void add(float ms, float ls, const float (&os)[2 * P], float c) {
     if (ms == sm90::neg_inf()) return;
     const float mn = fmaxf(m, ms), sn = scaled(mn, c);
     const float a = m == sm90::neg_inf() ? 0.f : sm90::ex2(scaled(m, c) - sn), b = sm90::ex2(scaled(ms, c) - sn);
     l = l * a + ls * b;
 #pragma unroll
-    for (int x = 0; x < 2 * kPairs; ++x) o[x] = o[x] * a + os[x] * b;
+    for (int x = 0; x < 2 * P; ++x) o[x] = o[x] * a + os[x] * b;
     m = mn;
   }
 };
+using RowSum = RowSumOf<kPairs>;
 
 // Warps' partials in shared memory over the ring, by combine slot (Role::slot: one per row tile and key group; the
 // warps of a column split fill one slot's columns together): O [slot][16][kCombineStride], then m [slot][16],
@@ -115,10 +118,12 @@ RTC_DEVICE void write_part(float* part, const RowSum& acc, int tid) {
   }
 }
 
-// A row's final O / l in the variant's element type and its LSE (natural log). l = 0 writes ZeroSumRow's row: 0 and
-// LSE -inf when the row sees no key, NaN when it saw keys (numerics §4, §8).
+// A row's final O / l in the variant's element type (the thread's pairs x0, x0 + 1, ...: columns 2 sub + 16 x) and,
+// with the first pairs, its LSE (natural log). l = 0 writes ZeroSumRow's row: 0 and LSE -inf when the row sees no
+// key, NaN when it saw keys (numerics §4, §8).
+template <int P>
 RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const RowKeys& rk,
-                          const RowSum& acc, int sub) {
+                          const RowSumOf<P>& acc, int sub, int x0) {
   if (rk.i < 0) return;
   const float l = sm90::final_row_sum(acc.l, acc.m, p.scale_log2);
   const bool empty = l == 0.f;
@@ -127,25 +132,29 @@ RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& s
   const int h = w.hk * p.group + rk.g;
   rtc_elem_t* dst = p.o + seq.o_off + (rtc_i64)rk.i * p.o_ss + (rtc_i64)h * p.o_sh;
 #pragma unroll
-  for (int x = 0; x < kPairs; ++x) {
-    const int col = 2 * sub + 16 * x;
+  for (int x = 0; x < P; ++x) {
+    const int col = 2 * sub + 16 * (x0 + x);
     if (col < p.head_dim)
       *reinterpret_cast<rtc_u32*>(dst + col) =
           empty ? blank.o : sm90::pack2(acc.o[2 * x] * inv, acc.o[2 * x + 1] * inv);
   }
-  if (p.lse != nullptr && sub == 0)
+  if (p.lse != nullptr && sub == 0 && x0 == 0)
     p.lse[seq.lse_off + (rtc_i64)h * seq.lse_head_stride + rk.i] = empty ? blank.lse : acc.m * p.scale + logf(l);
 }
 
-// The merge of one item's parts for row tile rt, thread t's row and column pairs, in part order: kMergeBatch parts' partials are
-// loaded before they are added, so their loads are in flight together.
-constexpr int kMergeBatch = kBucket <= 128 ? 4 : 1;
+// The merge of one item's parts for row tile rt, thread t's row and the column pairs x0 .. x0 + kMergePairs - 1 of
+// its slice (sm90_decode_merge_slices: a CTA per 32 columns, so an item's partials are read by as many CTAs), in part
+// order: kMergeBatch parts' partials are loaded before they are added, so their loads are in flight together.
+constexpr int kMergePairs = kPairs / sm90_decode_merge_slices(kBucket);
+constexpr int kMergeBatch = 8;
+static_assert(kMergePairs * sm90_decode_merge_slices(kBucket) == kPairs, "merge slices split the column pairs evenly");
+using MergeSum = RowSumOf<kMergePairs>;
 
-RTC_DEVICE void merge_parts(const Sm90DecodeParams& p, rtc_i64 item, int rt, RowSum& acc, int tid) {
+RTC_DEVICE void merge_parts(const Sm90DecodeParams& p, rtc_i64 item, int rt, int x0, MergeSum& acc, int tid) {
   const int row = tid / 8, sub = tid % 8;
   acc.init();
   for (int g0 = 0; g0 < p.splits; g0 += kMergeBatch) {
-    float mv[kMergeBatch], lv[kMergeBatch], ov[kMergeBatch][2 * kPairs];
+    float mv[kMergeBatch], lv[kMergeBatch], ov[kMergeBatch][2 * kMergePairs];
 #pragma unroll
     for (int g = 0; g < kMergeBatch; ++g) {
       mv[g] = sm90::neg_inf();
@@ -155,8 +164,8 @@ RTC_DEVICE void merge_parts(const Sm90DecodeParams& p, rtc_i64 item, int rt, Row
         mv[g] = part[DECODE_ROWS * kBucket + row];
         lv[g] = part[DECODE_ROWS * kBucket + DECODE_ROWS + row];
 #pragma unroll
-        for (int x = 0; x < kPairs; ++x) {
-          const float2 v = *reinterpret_cast<const float2*>(part + row * kBucket + 2 * sub + 16 * x);
+        for (int x = 0; x < kMergePairs; ++x) {
+          const float2 v = *reinterpret_cast<const float2*>(part + row * kBucket + 2 * sub + 16 * (x0 + x));
           ov[g][2 * x] = v.x;
           ov[g][2 * x + 1] = v.y;
         }

@@ -66,6 +66,8 @@ RTC_HD constexpr int sm90_decode_block_bytes(int bucket) { return sm90_decode_st
 RTC_HD constexpr int sm90_decode_stage_bytes(int bucket) {
   return 2 * sm90_decode_col_blocks(bucket) * sm90_decode_block_bytes(bucket);
 }
+// The merge of a split's parts runs as a CTA per item and 32 columns: an item's partials are read by bucket / 32 CTAs.
+RTC_HD constexpr int sm90_decode_merge_slices(int bucket) { return bucket / 32; }
 // The warps' partial results, combined at the end through shared memory over the ring: O [warps][16][bucket + 4]
 // fp32 and m, l [warps][16].
 RTC_HD constexpr int sm90_decode_combine_bytes(int bucket) {
