@@ -49,14 +49,25 @@ class Stream:
         return fn
 
 
-def test_a_slow_host_still_times_the_gpu(monkeypatch):
-    """0.5 ms of host time and 0.15 ms of GPU time a call, 20 rounds: a fixed 3 ms lead would be outrun after ~9
-    calls and the later events would read the host's 0.5 ms; the lead sized from the probe keeps every call 0.15."""
+def test_a_slow_host_still_times_the_gpu(monkeypatch, capsys):
+    """0.5 ms of host time and 0.15 ms of GPU time a call, 20 rounds: a fixed 3 ms lead would be outrun after a few
+    calls (the later events reading the host's time); the lead sized from the probe covers the whole batch the first
+    time (2 warm-up calls, the probe, 20 rounds: no retry), and every call reads its GPU time."""
     s = Stream()
     s.fake_torch(monkeypatch)
-    times = timing.time_rounds({"a": s.call(0.5, 0.15), "b": s.call(0.5, 0.3)}, [()], 20, 10.0)
+    calls = {"a": 0, "b": 0}
+
+    def counted(name, host_ms, gpu_ms):
+        inner = s.call(host_ms, gpu_ms)
+
+        def fn():
+            calls[name] += 1
+            inner()
+        return fn
+    times = timing.time_rounds({"a": counted("a", 0.5, 0.15), "b": counted("b", 0.5, 0.3)}, [()], 20, 10.0)
     assert len(times["a"]) == 20 and all(abs(t - 0.15) < 1e-9 for t in times["a"]), times["a"]
     assert all(abs(t - 0.3) < 1e-9 for t in times["b"]), times["b"]
+    assert calls == {"a": 23, "b": 23} and capsys.readouterr().err == "", calls
 
 
 def test_a_host_slower_than_probed_is_retried_then_named(monkeypatch, capsys):
