@@ -72,7 +72,7 @@ RTC_ISA rtc_f32x16 mfma_32x32x8_f16(rtc_f16x4 a, rtc_f16x4 b, rtc_f32x16 c) {
 }
 // The same instruction as inline asm (the opcode is spelled per arch). The caller owns the wait
 // states: gfx942 needs 7 (16x16x16) / 11 (32x32x8) before a VALU, DS or VMEM read of the result,
-// gfx90a 11 / 19; none between MFMAs chaining the same accumulator.
+// gfx950 8 for a 16x16x16, gfx90a 11 / 19; none between MFMAs chaining the same accumulator.
 #if defined(__gfx90a__)
 #define RTC_MFMA16_OP "v_mfma_f32_16x16x16bf16_1k"
 #define RTC_MFMA16_F16_OP "v_mfma_f32_16x16x16f16"

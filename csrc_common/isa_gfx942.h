@@ -1,9 +1,10 @@
-// gfx942/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1
+// gfx942/gfx950/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1
 // prefetch, gfx90a register-pressure helpers.
 //
 // Wait-state rule (LLVM's hazard recognizer does not see MFMAs written as inline asm, so we own it):
 //   * an XDL MFMA result may be read or overwritten by VALU, DS or VMEM only after N+3 wait states
-//     (N = passes): 7 for 16x16x16 bf16 or f16 on gfx942, 11 on gfx90a;
+//     (N = passes): 7 for 16x16x16 bf16 or f16 on gfx942, 11 on gfx90a; gfx950 asks one more, 8
+//     (clang-22 puts s_nop 7 after its own 16x16x16 builtin there, s_nop 6 on gfx942);
 //   * a VALU write of a VGPR that an MFMA then reads needs 2 wait states;
 //   * MFMAs chaining the same accumulator need none.
 // The kernel pins the operands of every run of MFMAs with reg_fence below (an empty asm taking the
@@ -25,9 +26,9 @@ RTC_ISA rtc_f32x4 mfma_16x16x16_f16_zc(rtc_f16x4 a, rtc_f16x4 b) {
 }
 RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_bf16x4 a, rtc_bf16x4 b) { acc = mfma_16x16x16_bf16(a, b, acc); }
 RTC_ISA void mfma_acc(rtc_f32x4& acc, rtc_f16x4 a, rtc_f16x4 b) { acc = mfma_16x16x16_f16(a, b, acc); }
-template <class T> RTC_ISA void reg_fence(T&) {}          // ordering only: nothing to emulate
+template <class T> RTC_ISA void reg_fence(T&) {}  // ordering only: nothing to emulate
 template <class T> RTC_ISA void sreg_fence(T&) {}
-RTC_ISA void mfma_wait_read() {}                          // wait states are a timing matter
+RTC_ISA void mfma_wait_read() {}  // wait states are a timing matter
 RTC_ISA void mfma_wait_result() {}
 template <class T> RTC_ISA void keep_alive(const T&) {}  // the L1 prefetch value is unused
 RTC_ISA int uniform_i32(int x) { return x; }
@@ -54,9 +55,11 @@ template <class T> RTC_ISA void reg_fence(T& x) { asm volatile("" : "+v"(x)); }
 template <class T> RTC_ISA void sreg_fence(T& x) { asm volatile("" : "+s"(x)); }
 // 2 wait states: VALU write -> MFMA read.
 RTC_ISA void mfma_wait_read() { asm volatile("s_nop 1"); }
-// MFMA result -> VALU/DS/VMEM access: 7 wait states on gfx942, 11 on gfx90a (s_nop n = n+1).
+// MFMA result -> VALU/DS/VMEM access: 7 wait states on gfx942, 8 on gfx950, 11 on gfx90a (s_nop n = n+1).
 #if defined(__gfx90a__)
 RTC_ISA void mfma_wait_result() { asm volatile("s_nop 7\n\ts_nop 2"); }
+#elif defined(__gfx950__)
+RTC_ISA void mfma_wait_result() { asm volatile("s_nop 7"); }
 #else
 RTC_ISA void mfma_wait_result() { asm volatile("s_nop 6"); }
 #endif

@@ -23,7 +23,7 @@ struct CompileOutput {
 class Compiler {
  public:
   virtual ~Compiler() = default;
-  virtual std::string name() const = 0;     // "clang", "hiprtc", "nvrtc", "host"
+  virtual std::string name() const = 0;     // "clang", "clang22", "hiprtc", "nvrtc", "host"
   virtual std::string id() const = 0;       // short identity for file names: "clang19"
   virtual std::string version() const = 0;  // full identity text for the cache key
   // Whether this compiler can build for arch here; *why says why not.
@@ -39,13 +39,14 @@ struct CompileFailure {
 };
 
 // Backends; each returns an object even when its library/binary is missing (available() says so).
-std::unique_ptr<Compiler> make_clang_compiler();
+std::unique_ptr<Compiler> make_clang_compiler();    // <PRODUCT>_CLANG, else clang++-21..18 on PATH
+std::unique_ptr<Compiler> make_clang22_compiler();  // <PRODUCT>_CLANG22, else clang++-22 on PATH (gfx950)
 std::unique_ptr<Compiler> make_hiprtc_compiler();
 std::unique_ptr<Compiler> make_nvrtc_compiler();
 std::unique_ptr<Compiler> make_host_compiler();  // jit/compiler_host.cpp
 
-// The compiler for arch: spec is "auto" (the default order for the arch: gfx* hiprtc then clang,
-// sm_* nvrtc, *-emu host), one name, or a ','-separated order such as the manifest's
+// The compiler for arch: spec is "auto" (the default order for the arch: gfx950 clang22 then clang, other gfx*
+// hiprtc, clang then clang22, sm_* nvrtc, *-emu host), one name, or a ','-separated order such as the manifest's
 // "hiprtc,clang". Throws RTC_ERR_UNAVAILABLE listing each candidate and why it was skipped.
 const Compiler& select_compiler(const std::string& spec, const std::string& arch);
 // Every backend, for info.

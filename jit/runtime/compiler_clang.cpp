@@ -1,11 +1,14 @@
-// clang backend: `clang++ -x hip --cuda-device-only` in a subprocess, for AMD archs hipRTC lacks.
+// clang backend: `clang++ -x hip --cuda-device-only` in a subprocess, for AMD archs hipRTC lacks. Two registry
+// entries share it: "clang" (<PRODUCT>_CLANG) and "clang22" (<PRODUCT>_CLANG22).
 #include "common.h"
 #include "compiler.h"
 #include "fsutil.h"
 #include "knobs.h"
 #include "process.h"
 #include "sha256.h"
+#include <map>
 #include <mutex>
+#include <utility>
 
 namespace rtc {
 namespace {
@@ -15,22 +18,42 @@ struct ClangInfo {
   int major = 0;
 };
 
-// Looked up once per distinct <PRODUCT>_CLANG value: a `--version` run costs ~20 ms.
-ClangInfo probe_clang() {
+// One clang registry entry: its name, the knob that names its executable and the names searched on PATH
+// when the knob is unset. "clang" is the compiler of gfx942 and gfx90a; "clang22" a second one for the archs
+// that need a newer LLVM than clang-19 (gfx950), kept apart so that gfx942's code objects do not change when
+// clang-22 is installed beside clang-19 (docs/NOTES.md, "gfx950 as an arch").
+struct ClangSlot {
+  const char* name;
+  const char* knob;
+  std::vector<std::string> path_names;
+};
+
+// The first LLVM major that targets arch: clang answers an arch it does not know with an error at the first
+// compile; available() says so before that, and a compiler order moves on to the next entry.
+int first_major(const std::string& arch) {
+  std::string base = arch.substr(0, arch.find(':'));
+  if (base == "gfx950") return 20;
+  return 0;
+}
+
+// Looked up once per distinct <PRODUCT>_<knob> value: a `--version` run costs ~20 ms.
+ClangInfo probe_clang(const ClangSlot& slot) {
   static std::mutex mu;
-  static std::string probed_for = "\x01";
-  static ClangInfo info;
-  std::string knob = knob_text("CLANG");
+  static std::map<std::string, std::pair<std::string, ClangInfo>> probed;  // slot name -> (knob value, info)
+  std::string knob = knob_text(slot.knob);
   std::lock_guard<std::mutex> lock(mu);
-  if (probed_for == knob) return info;
-  probed_for = knob;
-  info = ClangInfo{};
-  std::vector<std::string> names = {"clang++-21", "clang++-20", "clang++-19", "clang++-18", "clang++"};
+  auto hit = probed.find(slot.name);
+  if (hit != probed.end() && hit->second.first == knob) return hit->second.second;
+  ClangInfo info;
+  std::vector<std::string> names = slot.path_names;
   if (!knob.empty()) names = {knob};
   info.path = find_executable(names);
   if (info.path.empty()) {
-    info.why = knob.empty() ? "no clang++ (clang++-21..18, clang++) on PATH; set " + knob_env_name("CLANG")
-                            : knob_env_name("CLANG") + "=" + quote(knob) + " is not an executable";
+    std::string listed;
+    for (const std::string& n : slot.path_names) listed += (listed.empty() ? "" : ", ") + n;
+    info.why = knob.empty() ? "no clang++ (" + listed + ") on PATH; set " + knob_env_name(slot.knob)
+                            : knob_env_name(slot.knob) + "=" + quote(knob) + " is not an executable";
+    probed[slot.name] = {knob, info};
     return info;
   }
   ProcessResult r;
@@ -41,36 +64,45 @@ ClangInfo probe_clang() {
   } catch (const RtcError& e) {  // no temp dir: say so, and probe again next time
     info.why = e.what();
     info.path.clear();
-    probed_for = "\x01";
+    probed.erase(slot.name);
     return info;
   }
   size_t pos = r.output.find("version ");
   if (r.exit_code != 0 || pos == std::string::npos) {
     info.why = info.path + " --version failed: " + r.output;
     info.path.clear();
-    return info;
+  } else {
+    info.version_line = r.output.substr(0, r.output.find('\n'));
+    info.major = std::atoi(r.output.c_str() + pos + 8);
   }
-  info.version_line = r.output.substr(0, r.output.find('\n'));
-  info.major = std::atoi(r.output.c_str() + pos + 8);
+  probed[slot.name] = {knob, info};
   return info;
 }
 
 class ClangCompiler : public Compiler {
  public:
-  std::string name() const override { return "clang"; }
-  std::string id() const override { return "clang" + std::to_string(probe_clang().major); }
+  explicit ClangCompiler(ClangSlot slot) : slot_(std::move(slot)) {}
+  std::string name() const override { return slot_.name; }
+  std::string id() const override { return "clang" + std::to_string(probe_clang(slot_).major); }
   std::string version() const override {
-    ClangInfo c = probe_clang();
+    ClangInfo c = probe_clang(slot_);
     return c.path + " " + c.version_line;
   }
   bool available(const std::string& arch, std::string* why) const override {
-    ClangInfo c = probe_clang();
+    ClangInfo c = probe_clang(slot_);
     if (c.path.empty()) return *why = c.why, false;
     if (arch.compare(0, 3, "gfx") != 0 || arch.find("-emu") != std::string::npos)
       return *why = "clang backend builds AMD archs (gfx*) only, not " + quote(arch), false;
+    if (c.major < first_major(arch))
+      return *why = c.path + " is clang " + std::to_string(c.major) + ", which cannot target " + arch +
+                    " (clang >= " + std::to_string(first_major(arch)) + " can; set " + knob_env_name(slot_.knob) + ")",
+             false;
     return true;
   }
   CompileOutput compile(const CompileInput& in) const override;
+
+ private:
+  ClangSlot slot_;
 };
 
 void write_sources(const std::string& dir, const CompileInput& in) {
@@ -88,7 +120,7 @@ void write_sources(const std::string& dir, const CompileInput& in) {
 }
 
 CompileOutput ClangCompiler::compile(const CompileInput& in) const {
-  ClangInfo c = probe_clang();
+  ClangInfo c = probe_clang(slot_);
   std::string dir = make_temp_dir("clang-");
   CompileOutput out;
   try {
@@ -121,6 +153,12 @@ CompileOutput ClangCompiler::compile(const CompileInput& in) const {
 
 }  // namespace
 
-std::unique_ptr<Compiler> make_clang_compiler() { return std::make_unique<ClangCompiler>(); }
+std::unique_ptr<Compiler> make_clang_compiler() {
+  return std::make_unique<ClangCompiler>(
+      ClangSlot{"clang", "CLANG", {"clang++-21", "clang++-20", "clang++-19", "clang++-18", "clang++"}});
+}
+std::unique_ptr<Compiler> make_clang22_compiler() {
+  return std::make_unique<ClangCompiler>(ClangSlot{"clang22", "CLANG22", {"clang++-22"}});
+}
 
 }  // namespace rtc

@@ -18,7 +18,10 @@ std::vector<Knob>& registry() {
       {"REBUILD", KnobType::Bool, "0", "", "ignore cached entries and compile again"},
       {"LOG", KnobType::Bool, "0", "", "log lookups, compiles and loads with timings"},
       {"NO_COMPILE", KnobType::Bool, "0", "", "make any compile an error (proves a warm cache)"},
-      {"CLANG", KnobType::Path, "", "", "clang++ used for AMD targets (default: PATH)"},
+      {"CLANG", KnobType::Path, "", "",
+       "clang++ of the compiler named clang (gfx942, gfx90a; default: clang++-21..18, clang++ on PATH)"},
+      {"CLANG22", KnobType::Path, "", "",
+       "clang++ of the compiler named clang22 (gfx950; default: clang++-22 on PATH)"},
       {"HOST_CXX", KnobType::Path, "", "", "host C++ compiler for the emulator (default: g++, then c++)"},
       {"EMU_SANITIZE", KnobType::Bool, "0", "",
        "build emulated kernels with -fsanitize=address,undefined (the process must preload the sanitizer "

@@ -30,8 +30,8 @@ typedef struct rtc_source {
 typedef struct rtc_build_request {
   const char* op;               // the manifest's op name (part of the file name and key)
   const char* variant;          // readable variant for the file name, e.g. "baseline-rtne-none-dense-d128"
-  const char* arch;             // gfx942 | gfx90a | sm_80 | sm_90a | gfx942-emu | gfx90a-emu
-  const char* compiler;         // "auto" | "clang" | "hiprtc" | "nvrtc" | "host"
+  const char* arch;             // gfx942 | gfx90a | gfx950 | sm_80 | sm_90a | gfx942-emu | gfx90a-emu
+  const char* compiler;         // "auto" | "clang" | "clang22" | "hiprtc" | "nvrtc" | "host" or a ','-list
   const char* kernel_symbol;    // extern "C" kernel name
   rtc_source main;              // the kernel source
   const rtc_source* headers;    // every header it may include, by include name

@@ -1,7 +1,8 @@
-"""Code-object checks of the gfx942 decode kernel, per head-dim bucket, on gfx942 (clang 19) and gfx90a (hipRTC 5.2, or
-clang), every variant (the three bf16 modes and fp16, both masks, every kv form): no scratch and no VGPR spills, the
-design's LDS (one 16-key V^T tile per wave), one wave per workgroup, the element type's MFMA, and the KV loop's MFMAs,
-loads and (no) barriers. The VGPR, AGPR and LDS figures are in docs/NOTES.md ("gfx942 decode kernel")."""
+"""Code-object checks of the gfx942 decode kernel, per head-dim bucket, on gfx942 (clang 19), gfx90a (hipRTC 5.2, or
+clang) and gfx950 (clang 22), every variant (the three bf16 modes and fp16, both masks, every kv form; gfx950: rtne):
+no scratch and no VGPR spills, the design's LDS (one 16-key V^T tile per wave), one wave per workgroup, the element
+type's MFMA, and the KV loop's MFMAs, loads and (no) barriers. The VGPR, AGPR and LDS figures are in docs/NOTES.md
+("gfx942 decode kernel")."""
 import functools
 import itertools
 import shutil
@@ -12,9 +13,14 @@ import pytest
 from rtcattn.tools import coreport
 
 KERNEL = "gfx942_decode"
-ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19")) if shutil.which(tool)]
+ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19"), ("gfx950", "clang++-22"))
+         if shutil.which(tool)]
 BUCKETS = coreport.buckets(KERNEL)
 MODES = [(m, "bf16") for m in coreport.axis_values("round_mode")] + [("rtne", "fp16")]
+# gfx950 (compiled and checked, not run yet) on the warm default's round mode only: rtna / rtz change a few VALU ops of
+# the conversion, which gfx942 and gfx90a check; every bucket, dtype, mask and kv form stays.
+ARCH_MODES = [(a, m, t) for a in ARCHS for m, t in MODES if a != "gfx950" or m == "rtne"]
+ARCH_MODE_IDS = [f"{a}-{m}-{t}" for a, m, t in ARCH_MODES]
 # The design (op_sources/attention_fwd/gfx942_decode/params.h, mainloop.h): 16-key sub-tiles per KV step, and the V^T
 # tile's row pitch (16 keys + 4) in elements.
 SUBS = {64: 4, 96: 2, 128: 2, 192: 2, 256: 1}
@@ -28,7 +34,8 @@ def prebuilt():
     m = manifest.load()
     by_arch = [[m.variant_for(coreport.OP, KERNEL, a, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": d,
                                                        "dtype": dtype})
-                for mode, mask, kv, d, dtype in coreport.variants("all", None, "all", KERNEL)] for a in ARCHS]
+                for mode, mask, kv, d, dtype in coreport.variants("all", None, "all", KERNEL)
+                if (a, mode, dtype) in ARCH_MODES] for a in ARCHS]
     order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(dispatch.build, order))
@@ -43,16 +50,15 @@ def test_the_design_table_covers_the_buckets():
     assert sorted(SUBS) == BUCKETS
 
 
-@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("d", BUCKETS)
 @pytest.mark.parametrize("kv", coreport.axis_values("kv"))
-@pytest.mark.parametrize("mode,dtype", MODES, ids=[f"{m}-{t}" for m, t in MODES])
+@pytest.mark.parametrize("arch,mode,dtype", ARCH_MODES, ids=ARCH_MODE_IDS)
 @pytest.mark.parametrize("mask", coreport.axis_values("mask"))
 def test_code_object(arch, d, kv, mode, dtype, mask):
     r = report(arch, mode, mask, kv, d, dtype)
     n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
-    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2, tag
+    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= coreport.LDS_PER_CU[arch], tag
     assert n["max_flat_workgroup_size"] == 64, tag
     # Occupancy: at least 2 waves per SIMD up to 128 (8 one-wave workgroups per CU, the planner's picture), 1 above.
     assert r.waves_per_simd >= (2 if d <= 128 else 1), tag

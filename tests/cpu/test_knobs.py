@@ -22,6 +22,7 @@ EFFECT_TESTS = {
     P + "LOG": "cpu.test_knobs::test_log_reports_lookups_and_the_kernel_chosen",
     P + "NO_COMPILE": "cpu.test_cache::test_no_compile_fails_cold_and_passes_warm",
     P + "CLANG": "cpu.test_knobs::test_clang_names_the_compiler_used_for_amd",
+    P + "CLANG22": "cpu.test_knobs::test_clang22_names_the_compiler_used_for_gfx950",
     P + "HOST_CXX": "cpu.test_knobs::test_host_cxx_names_the_emulator_compiler",
     P + "EMU_SANITIZE": "cpu.test_sanitize::test_emu_sanitize_builds_kernels_under_asan_and_ubsan",
     P + "EMULATE": "cpu.test_knobs::test_emulate_selects_the_emulated_arch",
@@ -112,6 +113,28 @@ def test_clang_names_the_compiler_used_for_amd(tmp_path):
     if clang:
         found = _child(code, RTCATTN_CLANG=clang)
         assert "ID clang" in found.stdout, found.stdout + found.stderr
+
+
+def test_clang22_names_the_compiler_used_for_gfx950(tmp_path):
+    code = ("from rtcattn.runtime import _lib\n"
+            "src = '#include \"platform.h\"\\nRTC_KERNEL(64) k(int) {}\\n'\n"
+            "plat = open('csrc_common/platform.h').read()\n"
+            "try:\n"
+            "    r = _lib.build('t', 'v', 'gfx950', 'k', ('k.hip', src), [('platform.h', plat)], compiler='clang22', "
+            f"cache_dir={str(tmp_path)!r})\n"
+            "    print('ID', r.compiler_id)\n"
+            "except Exception as e:\n"
+            "    print('ERR', type(e).__name__, e)\n")
+    missing = _child(code, RTCATTN_CLANG22=tmp_path / "no-clang")
+    assert "ERR UnavailableError" in missing.stdout and "RTCATTN_CLANG22=" in missing.stdout, missing.stdout
+    which = __import__("shutil").which
+    if which("clang++-19"):  # a clang without gfx950 is refused before any compile, naming the knob
+        old = _child(code, RTCATTN_CLANG22=which("clang++-19"))
+        assert "ERR UnavailableError" in old.stdout and "cannot target gfx950" in old.stdout, old.stdout
+        assert "set RTCATTN_CLANG22" in old.stdout, old.stdout
+    if which("clang++-22"):
+        found = _child(code, RTCATTN_CLANG22=which("clang++-22"))
+        assert "ID clang22" in found.stdout, found.stdout + found.stderr
 
 
 def test_host_cxx_names_the_emulator_compiler(tmp_path):

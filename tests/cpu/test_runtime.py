@@ -53,7 +53,9 @@ def test_info_lists_compilers_with_versions_loaders_and_cache(env, tmp_path):
     env.setenv("RTCATTN_CACHE_DIR", str(tmp_path))
     info = _lib.info()
     compilers = {c["name"]: c for c in info["compilers"]}
-    assert set(compilers) == {"clang", "hiprtc", "nvrtc", "host"}
+    assert set(compilers) == {"clang", "clang22", "hiprtc", "nvrtc", "host"}
+    from rtcattn.runtime import manifest
+    assert set(manifest.COMPILERS) - {"auto"} == set(compilers)  # the manifest's names are the registry's
     for c in compilers.values():
         assert c["available"] == bool(c["archs"])
         assert (c["version"] != "") == c["available"]
@@ -61,6 +63,10 @@ def test_info_lists_compilers_with_versions_loaders_and_cache(env, tmp_path):
     if HAVE_CLANG:
         assert compilers["clang"]["available"] and "clang version" in compilers["clang"]["version"]
         assert {"gfx942", "gfx90a"} <= set(compilers["clang"]["archs"])
+    if compilers["clang"]["available"] and int(compilers["clang"]["id"][len("clang"):]) < 20:
+        assert "gfx950" not in compilers["clang"]["archs"]  # clang-19 has no gfx950: clang22 builds it
+    if shutil.which("clang++-22"):
+        assert compilers["clang22"]["id"] == "clang22" and {"gfx950", "gfx942"} <= set(compilers["clang22"]["archs"])
     if compilers["hiprtc"]["available"] and compilers["hiprtc"]["id"] < "hiprtc6":
         assert "gfx942" not in compilers["hiprtc"]["archs"]  # ROCm 5 hipRTC aborts on gfx94x
     assert {loader["vendor"] for loader in info["loaders"]} == {"hip", "cuda", "host"}
@@ -130,6 +136,19 @@ def test_argument_block_layout_comes_from_the_runtime():
 def test_runtime_and_package_versions_are_one_fact():
     import rtcattn
     assert _lib.version() == rtcattn.__version__ == _lib.info()["version"]
+
+
+@pytest.mark.skipif(shutil.which("clang++-19") is None, reason="needs clang-19 (the CI installs it)")
+def test_clang19_declines_gfx950_naming_the_knob_and_auto_takes_clang22(env, tmp_path):
+    env.setenv("RTCATTN_CACHE_DIR", str(tmp_path))
+    env.setenv("RTCATTN_CLANG", shutil.which("clang++-19"))
+    src = '#include "platform.h"\nRTC_KERNEL(64) k(int) {}\n'
+    with pytest.raises(_lib.UnavailableError) as e:
+        _lib.build("tiny", "v", "gfx950", "k", ("k.hip", src), [("platform.h", PLATFORM_H)], compiler="clang")
+    assert "cannot target gfx950" in str(e.value) and "RTCATTN_CLANG" in str(e.value), str(e.value)
+    if shutil.which("clang++-22"):
+        r = _lib.build("tiny", "v", "gfx950", "k", ("k.hip", src), [("platform.h", PLATFORM_H)], compiler="auto")
+        assert r.compiler_id == "clang22" and r.code()[:4] == b"\x7fELF"
 
 
 @pytest.mark.skipif(not HAVE_CLANG, reason="needs clang++ (the CI installs clang-19)")

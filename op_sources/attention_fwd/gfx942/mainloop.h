@@ -190,7 +190,7 @@ RTC_DEVICE void mfma_step(Acc& a, const AttnSmem& sm, rtc_buffer_rsrc vt, rtc_u3
       }
     }
   }
-  mfma_wait_result();  // 7 (gfx90a: 11) wait states after the last MFMA ...
+  mfma_wait_result();  // 7 (gfx950: 8, gfx90a: 11) wait states after the last MFMA ...
   fence_acc(a, true);  // ... before any VALU/DS/VMEM touches O or S
   s_setprio<0>();
 }

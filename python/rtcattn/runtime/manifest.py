@@ -393,7 +393,7 @@ def load(path: Path | None = None, root: Path | None = None) -> Manifest:
 
 # ---- schema ------------------------------------------------------------------------------------
 
-COMPILERS = ("auto", "clang", "hiprtc", "nvrtc", "host")
+COMPILERS = ("auto", "clang", "clang22", "hiprtc", "nvrtc", "host")
 
 
 class ManifestError(ValueError):
