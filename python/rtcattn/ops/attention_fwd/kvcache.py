@@ -109,12 +109,17 @@ def _steps(n: int, step: int, device: torch.device) -> torch.Tensor:
 def plan(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, p: KvcacheProblem) -> Packed:
     """The packed call (q not rotated yet), from the metadata alone: nothing is written. Sequence b's keys start at
     its cache_leftpad[b] (clamped to [0, end]) and end at end = start + S_new. Without leftpad every sequence's keys
-    start at row 0: seqused_k is end itself (two small kernels in all, a decode step's whole metadata)."""
+    start at row 0: seqused_k is end itself (one clamp, plus an add with new rows: a decode step's whole metadata)."""
     device = q.device
-    end = positions(p, cache_seqlens, device) + p.new
-    if cache_leftpad is None:
-        first, used = None, end.to(torch.int32)
+    if cache_leftpad is None:  # a decode step's usual call: one clamp in int32, and an add only with new rows
+        first = None
+        if cache_seqlens is None:
+            used = torch.full((p.batch,), p.capacity, dtype=torch.int32, device=device)
+        else:
+            used = _clamp(cache_seqlens.to(torch.int32), 0, p.capacity - p.new)
+            used = used + p.new if p.new else used
     else:
+        end = positions(p, cache_seqlens, device) + p.new
         first = torch.minimum(cache_leftpad.to(torch.int64).clamp(min=0), end)
         used = (end - first).to(torch.int32)
     cu_q = _steps(p.batch, p.seq_q, device)
@@ -137,8 +142,10 @@ def apply(packed: Packed, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cac
           block_table, p: KvcacheProblem, interleaved: bool, per_row: bool) -> Packed:
     """Appends k / v (when given, k rotated) and rotates q (when rotary is given): the packed call to launch.
     per_row: q's rows at their own positions (a causal or local call)."""
-    start = positions(p, cache_seqlens, q.device)
     rotary = None if rotary_cos is None else (rotary_cos, rotary_sin)
+    if not p.new and rotary is None:
+        return packed  # nothing to append or rotate: no kernel
+    start = positions(p, cache_seqlens, q.device)
     if p.new:
         append(k_cache, v_cache, k, v, start, p, cache_batch_idx, block_table, rotary, interleaved)
     if rotary is None:
