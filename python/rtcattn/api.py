@@ -216,6 +216,55 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     return (out, lse) if return_softmax_lse else out
 
 
+def quantize_kv(k: torch.Tensor, v: torch.Tensor, kv_cache_dtype: str = "fp8_e4m3",
+                k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None):
+    """Quantizes a prompt's K and V (bf16 / fp16, [B, S, Hk, D] or packed rows [S, Hk, D], one shape for both) for a
+    quantized KV cache, on their device with no host read (docs/numerics.md, "Quantized KV caches").
+
+    kv_cache_dtype "fp8_e4m3": returns (k, v) as torch.float8_e4m3fn of the same shape, x / descale rounded to nearest
+    even and saturated at +-448; k_descale / v_descale (FA3's convention: the cache value times descale is the value)
+    are fp32 tensors of one element or [B, Hk] (4-D k), default 1.
+    kv_cache_dtype "fp4_e2m1": returns (k, v, k_scale, v_scale): two E2M1 values a byte, element 2i in the low
+    nibble (uint8 [..., D / 2]), and one E8M0 scale byte per (position, head) (uint8 [..., Hk]), 2^(floor(log2 amax)
+    - 2) as OCP MX sets it; no descales."""
+    from .ops.attention_fwd import kvquant
+    for name, t in (("k", k), ("v", v)):
+        checks.check_type(name, t)
+        if t.dtype not in validate.DTYPES:
+            raise ValueError(f"{name}.dtype={t.dtype} is not supported by quantize_kv; accepted: torch.bfloat16, "
+                             "torch.float16")
+        if t.dim() not in (3, 4):
+            raise ValueError(f"{name}.shape={tuple(t.shape)} is not supported by quantize_kv; accepted: [B, S, Hk, D] "
+                             "or packed rows [S, Hk, D]")
+    if v.shape != k.shape or v.dtype != k.dtype or v.device != k.device:
+        raise ValueError(f"v (shape {tuple(v.shape)}, {v.dtype}, {v.device}) is not supported by quantize_kv with k "
+                         f"(shape {tuple(k.shape)}, {k.dtype}, {k.device}); accepted: the same shape, dtype and device")
+    checks.check_choice("kv_cache_dtype", kv_cache_dtype, kvquant.KV_CACHE_DTYPES)
+    if kv_cache_dtype == "fp4_e2m1":
+        for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+            if t is not None:
+                raise ValueError(f"{name} is not supported with kv_cache_dtype='fp4_e2m1' (its scales are computed per "
+                                 "position and head); accepted: None")
+        if k.shape[-1] % 2:
+            raise ValueError(f"k.shape[-1]={k.shape[-1]} is not supported with kv_cache_dtype='fp4_e2m1'; accepted: "
+                             "an even head dim (two values a byte)")
+        (kq, ks), (vq, vs) = kvquant.quantize_fp4(k), kvquant.quantize_fp4(v)
+        return kq, vq, ks, vs
+    descales = []
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is None:
+            descales.append(torch.ones((), dtype=torch.float32, device=k.device))
+            continue
+        checks.check_type(name, t)
+        per_head = k.dim() == 4 and tuple(t.shape) == (k.shape[0], k.shape[2])
+        if t.dtype != torch.float32 or t.device != k.device or not (t.numel() == 1 or per_head):
+            raise ValueError(f"{name} (shape {tuple(t.shape)}, {t.dtype}, {t.device}) is not supported; accepted: "
+                             f"float32 on {k.device}, one element or [B, Hk]" +
+                             (f" = [{k.shape[0]}, {k.shape[2]}]" if k.dim() == 4 else " (with 4-D k)"))
+        descales.append(t.reshape(()) if t.numel() == 1 else t.view(k.shape[0], 1, k.shape[2]))
+    return kvquant.quantize_fp8(k, descales[0]), kvquant.quantize_fp8(v, descales[1])
+
+
 def _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table):
     """cache_seqlens as the op takes it: None or a tensor as given; an int (every sequence's length, as flash-attn
     takes it) checked against the cache here, where it is known, and made an int32 [B] tensor on q's device."""
