@@ -33,8 +33,9 @@ static std::vector<std::string> default_order(const std::string& arch) {
   // code objects are checked (tests/cpu/test_gfx942_isa.py).
   if (arch.compare(0, 6, "gfx950") == 0) return {"clang22", "clang"};
   if (arch.compare(0, 3, "gfx") == 0) return {"hiprtc", "clang", "clang22"};
-  RTC_FAIL(RTC_ERR_ARG, "arch " + quote(arch) +
-                            " is not known; accepted: gfx942, gfx90a, gfx950, sm_80, sm_90a, gfx942-emu, gfx90a-emu");
+  RTC_FAIL(RTC_ERR_ARG,
+           "arch " + quote(arch) +
+               " is not known; accepted: gfx942, gfx90a, gfx950, sm_80, sm_90a, gfx942-emu, gfx90a-emu, gfx950-emu");
 }
 
 // The arch -> ELF machine rule, kept beside the arch -> compiler rule above.

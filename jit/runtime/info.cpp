@@ -30,7 +30,8 @@ std::string json_string(const std::string& s) {
 }
 
 static std::string compilers_json() {
-  const char* probe_archs[] = {"gfx942", "gfx90a", "gfx950", "sm_80", "sm_90a", "gfx942-emu", "gfx90a-emu"};
+  const char* probe_archs[] = {"gfx942", "gfx90a",     "gfx950",     "sm_80",
+                               "sm_90a", "gfx942-emu", "gfx90a-emu", "gfx950-emu"};
   std::string out = "[";
   for (const Compiler* c : all_compilers()) {
     std::string archs, why_all;

@@ -26,7 +26,7 @@ std::vector<Knob>& registry() {
       {"EMU_SANITIZE", KnobType::Bool, "0", "",
        "build emulated kernels with -fsanitize=address,undefined (the process must preload the sanitizer "
        "runtimes; see README, Sanitizers)"},
-      {"EMULATE", KnobType::Enum, "", "|gfx942|gfx90a", "run CPU tensors on the wave emulator of this arch"},
+      {"EMULATE", KnobType::Enum, "", "|gfx942|gfx90a|gfx950", "run CPU tensors on the wave emulator of this arch"},
       {"LIBRARY_PATH", KnobType::PathList, "", "",
        "extra dirs searched for libnvrtc/libhiprtc/libamdhip64/libcuda, ':'-separated"},
       // A timeout has no "no limit" value: a hung compiler or lock holder must never block a caller forever,

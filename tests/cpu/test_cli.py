@@ -237,7 +237,7 @@ def test_warm_queues_the_archs_in_turn():
     (["--shape", "1,64,2,264"], {}, "--shape: '1,64,2,264' has head dim D=264", "a head dim in 8..256"),
     (["--shape", "1,64,2,4"], {}, "--shape: '1,64,2,4' has head dim D=4", "padded to the next multiple of 8"),
     (["--device", "tpu"], {}, "--device: invalid choice: 'tpu'", "'cuda', 'cpu'"),
-    (["--device", "cpu"], {}, "--device=cpu", "RTCATTN_EMULATE=gfx942 or gfx90a"),
+    (["--device", "cpu"], {}, "--device=cpu", "RTCATTN_EMULATE=gfx942, gfx90a or gfx950"),
     (["--device", "cpu"], {"RTCATTN_EMULATE": "gfx1100"}, "--device=cpu", "RTCATTN_EMULATE='gfx1100'"),
     (["--runs", "0"], {}, "--runs: '0'", "an integer >= 1"),
     (["--device", "cuda"], {}, "--device=cuda", "cpu, on the wave emulator"),

@@ -198,6 +198,22 @@ def test_gfx942_and_gfx90a_agree_bit_for_bit():
     assert torch.equal(res[0][1].view(torch.int32), res[1][1].view(torch.int32))
 
 
+def test_gfx950_agrees_with_gfx942_bit_for_bit():
+    """The gfx950 emulator target (CDNA4 keeps CDNA3's MFMA and buffer loads) gives the gfx942 build's bits: dense
+    with a split, and paged."""
+    q, k, v = suite.make_qkv("bshd", 2, 8, 3, 450, 128, "cpu", seed=3, hk=2)
+    outs = [run_on(a, tail_split=3)(q, k, v, "bshd", "rtne", None, True, CAUSAL) for a in ("gfx942", "gfx950")]
+    assert torch.equal(ref.bf16_bits(outs[0][0]), ref.bf16_bits(outs[1][0]))
+    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
+    p = vs.to_paged(vs.make_batch([1, 5], [70, 200], 8, 2, 128, "cpu", seed=2), 16, seed=2)
+    res = []
+    for a in ("gfx942", "gfx950"):
+        with on(a):
+            res.append(vs.run(p, "rtne", CAUSAL))
+    assert torch.equal(ref.bf16_bits(res[0][0]), ref.bf16_bits(res[1][0]))
+    assert torch.equal(res[0][1].view(torch.int32), res[1][1].view(torch.int32))
+
+
 # ---- bad metadata: the launch must complete (the emulator checks every access) ------------------------------------
 
 @pytest.mark.parametrize("splits", [0, 3])

@@ -98,6 +98,15 @@ def test_gfx942_and_gfx90a_agree_bit_for_bit(tail_split):
     assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
 
 
+def test_gfx950_agrees_with_gfx942_bit_for_bit():
+    """gfx950 (CDNA4) keeps CDNA3's MFMA and buffer loads: the same source on the gfx950 emulator target gives the
+    gfx942 build's bits (output and LSE), with a split."""
+    q, k, v = suite.make_qkv("bshd", 1, 2, 77, 450, 128, "cpu", seed=3)
+    outs = [drv.forward(q, k, v, "bshd", "rtne", None, True, arch=a, tail_split=3) for a in ("gfx942", "gfx950")]
+    assert torch.equal(ref.bf16_bits(outs[0][0]), ref.bf16_bits(outs[1][0]))
+    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
+
+
 def test_small_workspace_is_refused():
     from rtcattn.runtime import _lib, manifest
     q, k, v = suite.make_qkv("bshd", 1, 1, 10, 10, 128, "cpu")

@@ -20,7 +20,7 @@ import torch
 from . import manifest, paths
 
 # Compute units of the emulated parts: the planners' input when the "device" is the CPU emulator.
-EMULATED_CUS = {"gfx942-emu": 304, "gfx90a-emu": 110}
+EMULATED_CUS = {"gfx942-emu": 304, "gfx90a-emu": 110, "gfx950-emu": 256}
 
 _lock = threading.Lock()
 _lib_module = None
@@ -107,7 +107,7 @@ def check_runnable(device: torch.device, emulate: str) -> None:
     if device.type == "cpu" and not emulate:
         raise ValueError(f"q.device={device} is not supported: CPU tensors run only on the emulator and "
                          "RTCATTN_EMULATE is unset; accepted: CUDA/ROCm tensors, or CPU tensors with "
-                         "RTCATTN_EMULATE=gfx942 or gfx90a")
+                         "RTCATTN_EMULATE=gfx942, gfx90a or gfx950")
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"q.device={device} is not supported; accepted: cuda (CUDA or ROCm) or cpu "
                          "(with RTCATTN_EMULATE)")
