@@ -294,10 +294,13 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     packed = kvcache.apply(packed, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                            block_table, p, rotary_interleaved, per_row)
     rows = (p.batch * p.seq_q, p.heads, p.head_dim)
-    # out= as packed rows when its strides allow (every row belongs to a sequence), else written through a copy.
-    direct = out is None or (out.stride(0) == p.seq_q * out.stride(1) or p.batch <= 1)
-    o, lse = _packed(packed.q, packed.k, packed.v, None if out is None or not direct else out.view(rows),
-                     *args, return_lse, window, block_table, False, packed.seqused_k, num_splits)
+    # out= as packed rows when its strides allow, else written through a copy. Every packed row belongs to a sequence
+    # (cu_seqlens_q steps by Sq), so the kernels write all of them: the rows need no zeros first (the packed form
+    # zeroes an output it allocates, for rows no sequence owns; here there are none: one memset launch fewer).
+    direct = out is not None and (out.stride(0) == p.seq_q * out.stride(1) or p.batch <= 1)
+    target = out.view(rows) if direct else torch.empty(rows, dtype=q.dtype, device=q.device)
+    o, lse = _packed(packed.q, packed.k, packed.v, target, *args, return_lse, window, block_table, False,
+                     packed.seqused_k, num_splits)
     lse = lse.view(p.heads, p.batch, p.seq_q).permute(1, 0, 2).contiguous() if return_lse else lse
     if out is None:
         return o.view(q.shape), lse
