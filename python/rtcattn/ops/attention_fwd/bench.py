@@ -438,7 +438,7 @@ def _paged(k, v, lens, page, torch, seed=0):
     gen = torch.Generator().manual_seed(seed)
     need = [-(-n // page) for n in lens]
     order = torch.randperm(sum(need), generator=gen).tolist()
-    pools = [torch.zeros(sum(need), page, HK, D, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    pools = [torch.zeros(sum(need), page, *k.shape[1:], device="cuda", dtype=k.dtype) for _ in range(2)]
     table = torch.zeros(len(lens), max(need), dtype=torch.int32)
     start, nxt = 0, 0
     for s, n in enumerate(lens):
