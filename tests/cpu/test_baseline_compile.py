@@ -35,7 +35,7 @@ OBJDUMP = _tool("llvm-objdump-19", "llvm-objdump")
 def _product_build(arch, compiler, variant, cache_dir):
     """The product path: manifest -> build request -> C++ runtime -> compiler, into a fresh cache dir."""
     mode, d = variant
-    call = {"round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d, "dtype": "bf16"}
+    call = {"round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d, "dtype": "bf16", "kv_dtype": "same"}
     v = manifest.load().variant_for("attention_fwd", "baseline", arch, call)
     req = manifest.load().request(v, dispatch.package_version())
     try:

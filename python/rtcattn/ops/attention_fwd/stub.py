@@ -101,10 +101,11 @@ def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenP
 
 def _call(q: torch.Tensor, round_mode: str, problem, kv: str) -> dict:
     """The call's value on each axis of the manifest. round_mode applies to bf16 only: fp16 rounds to nearest even
-    (its only variant, the manifest's exclude list leaves out the others), whatever mode the call names."""
+    (its only variant, the manifest's exclude list leaves out the others), whatever mode the call names. kv_dtype: the
+    cache's element type (a dense call's is always "same")."""
     dtype = validate.DTYPE_AXIS[q.dtype]
     return {"round_mode": round_mode if dtype == "bf16" else "rtne", "mask": "window" if problem.masked else "none",
-            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype}
+            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype, "kv_dtype": problem.kv_dtype}
 
 
 class _Copy:

@@ -39,6 +39,7 @@ class Problem:
     scale: float
     heads_k: int = 0          # K/V heads (GQA/MQA: heads is a multiple of it); 0 = heads
     window: tuple = (-1, -1)  # (left, right) keys around the diagonal; -1 unbounded; causal: right 0
+    kv_dtype: str = "same"    # the manifest's kv_dtype axis: a dense call's K / V are always q's dtype
 
     @property
     def masked(self) -> bool:
@@ -61,6 +62,7 @@ class VarlenProblem:
     page_size: int = 0  # paged: rows per page; 0 = k / v packed like q
     num_pages: int = 0
     pages_per_seq: int = 0
+    kv_dtype: str = "same"  # the manifest's kv_dtype axis: "same" (q's dtype) or a quantized cache's format
 
     @property
     def masked(self) -> bool:
