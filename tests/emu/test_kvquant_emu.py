@@ -103,6 +103,26 @@ def _quant(kw):
                             kw.get("k_scale"), kw.get("v_scale"))
 
 
+def test_fp8_power_of_two_descales_equal_the_dequantized_cache():
+    """With power-of-two descales the baseline's fp32 multiplies (scores by k_descale, O by v_descale) are exact: the
+    same bits as the bf16 baseline on the dequantized cache (numerics §10: per score / per output equals per element
+    then)."""
+    b = vs.to_paged(vs.make_batch([1, 20], [40, 70], 4, 2, 64, "cpu", seed=9), 16)
+    k, v = (kvquant.quantize_fp8(t, torch.ones(())) for t in (b.k, b.v))
+    kd, vd = torch.tensor([[0.5, 4.0], [0.125, 2.0]]), torch.tensor([0.25])
+    args = (b.cu_q, b.cu_k, b.max_q, b.max_k)
+    out, lse = rtcattn.forward_varlen(b.q, k, v, *args, return_lse=True, window_size=(-1, 0),
+                                      block_table=b.block_table, k_descale=kd, v_descale=vd)
+    kdq = torch.stack([ref.descaled(ref.dequantize_cache(k), kd, s) for s in range(2)])  # per sequence's pages
+    used = b.block_table[1, :-(-70 // 16)].long()  # sequence 1's pages (past them, its row holds junk ids)
+    k_pool = kdq[0].clone()
+    k_pool[used] = kdq[1][used]  # the sequences' pages are disjoint: each with its own descales
+    with dispatch.pinned(kernel="baseline"):
+        o2, l2 = rtcattn.forward_varlen(b.q, k_pool.to(torch.bfloat16), (ref.dequantize_cache(v) * 0.25).to(
+            torch.bfloat16), *args, return_lse=True, window_size=(-1, 0), block_table=b.block_table)
+    assert torch.equal(ref.bf16_bits(out), ref.bf16_bits(o2)) and torch.equal(lse, l2)
+
+
 def test_aiter_entry_takes_the_same_caches():
     """flash_attn_varlen_func (AITER's) with an FP8 cache and its descales: forward_varlen's bits."""
     b = vs.to_paged(vs.make_batch([3, 17], [30, 45], 4, 2, 64, "cpu", seed=5), 16)
