@@ -253,7 +253,8 @@ def quantize_kv(k: torch.Tensor, v: torch.Tensor, kv_cache_dtype: str = "fp8_e4m
 
     kv_cache_dtype "fp8_e4m3": returns (k, v) as torch.float8_e4m3fn of the same shape, x / descale rounded to nearest
     even and saturated at +-448; k_descale / v_descale (FA3's convention: the cache value times descale is the value)
-    are fp32 tensors of one element or [B, Hk] (4-D k), default 1.
+    are fp32 tensors of one element or [B, Hk] (4-D k), default 1. "fp8_e4m3fnuz": the same as
+    torch.float8_e4m3fnuz (MI300X's), saturated at +-240.
     kv_cache_dtype "fp4_e2m1": returns (k, v, k_scale, v_scale): two E2M1 values a byte, element 2i in the low
     nibble (uint8 [..., D / 2]), and one E8M0 scale byte per (position, head) (uint8 [..., Hk]), 2^(floor(log2 amax)
     - 2) as OCP MX sets it; no descales."""
@@ -292,7 +293,8 @@ def quantize_kv(k: torch.Tensor, v: torch.Tensor, kv_cache_dtype: str = "fp8_e4m
                              f"float32 on {k.device}, one element or [B, Hk]" +
                              (f" = [{k.shape[0]}, {k.shape[2]}]" if k.dim() == 4 else " (with 4-D k)"))
         descales.append(kvquant.descale_rows(t, k.shape[0], k.device))
-    return kvquant.quantize_fp8(k, descales[0]), kvquant.quantize_fp8(v, descales[1])
+    dtype = kvquant.FP8_DTYPES[kv_cache_dtype]
+    return kvquant.quantize_fp8(k, descales[0], dtype), kvquant.quantize_fp8(v, descales[1], dtype)
 
 
 def _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table, kv_cache_dtype="auto"):

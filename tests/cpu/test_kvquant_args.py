@@ -193,12 +193,35 @@ def test_kernel_defines_are_the_manifest_values():
 
 def test_fp4_kvcache_op_schema_and_fake_with_its_scales_written(monkeypatch):
     """The kvcache op with an FP4 cache: its schema marks the scales written (the append writes them) and its fake
-    gives the output's shapes (torch.library.opcheck: schema and fake tensor; the attention itself stubbed out)."""
+    gives the output's shapes (torch.library.opcheck's every check, AOT dispatch included: what torch.compile
+    traces; the attention itself stubbed out)."""
     monkeypatch.setattr(stub, "_packed", lambda q, k, v, out, *a, **kw: (
         q.clone() if out is None else out.copy_(q), torch.zeros((q.shape[1], q.shape[0]))))
     monkeypatch.setattr(stub, "selection_varlen", lambda *a, **k: None)
     c = _kvcache_call("fp4")
     args = (c["q"], c["k_cache"], c["v_cache"], c["k"], c["v"], None, None, c["cache_seqlens"], None, None,
             c["block_table"], "rtne", None, True, -1, 0, True, 0, None, None, c["k_scale"], c["v_scale"], "fp4_e2m1")
-    torch.library.opcheck(torch.ops.rtcattn.fwd_kvcache.default, args, test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.rtcattn.fwd_kvcache.default, args)
     assert "Tensor(c!)? k_scale" in str(torch.ops.rtcattn.fwd_kvcache.default._schema)
+
+
+@pytest.mark.parametrize("kind", ["fp8", "fp4"])
+def test_quantized_append_runs_on_meta_tensors(kind):
+    """The append into a quantized cache (quantize_kv's code, the scales' write) on tensors without data: no value is
+    read back to the host (the meta device raises on any such read)."""
+    from rtcattn.ops.attention_fwd import kvcache
+    c = _kvcache_call(kind)
+    quant = validate.KvQuant(c.get("kv_cache_dtype", "auto"), c.get("k_descale"), None, c.get("k_scale"),
+                             c.get("v_scale"))
+    p = validate.check_kvcache_inputs(c["q"], c["k_cache"], c["v_cache"], c["k"], c["v"],
+                                      cache_seqlens=c["cache_seqlens"], cache_batch_idx=c.get("cache_batch_idx"),
+                                      block_table=c.get("block_table"), quant=quant)
+    meta = {n: t.to("meta") if isinstance(t, torch.Tensor) else t for n, t in c.items()}
+    mq = validate.KvQuant(quant.kv_cache_dtype, *(None if t is None else t.to("meta") for t in (
+        quant.k_descale, quant.v_descale, quant.k_scale, quant.v_scale)))
+    packed = kvcache.plan(meta["q"], meta["k_cache"], meta["v_cache"], meta["cache_seqlens"],
+                          meta.get("cache_batch_idx"), None, p)
+    packed = kvcache.apply(packed, meta["q"], meta["k_cache"], meta["v_cache"], meta["k"], meta["v"], None, None,
+                           meta["cache_seqlens"], meta.get("cache_batch_idx"), meta.get("block_table"), p, True, True,
+                           mq)
+    assert packed.k.device.type == "meta" and p.kv_dtype == ("fp4_e2m1" if kind == "fp4" else "fp8_e4m3")

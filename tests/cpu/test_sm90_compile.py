@@ -75,7 +75,7 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, head_dim, dtype, mode,
     assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
     assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
     assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
-    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d{head_dim}-{dtype}-sm_90a-")
+    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d{head_dim}-{dtype}-same-sm_90a-")
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
@@ -87,7 +87,7 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, head_dim, dtype, mode,
 def test_warm_lists_and_compiles_sm90(tmp_path):
     args = cli.parser().parse_args(["warm", "--all", "--arch", "sm_90a"])
     names = {v.name for v in cli._warm_variants(args) if v.kernel == "sm90"}
-    assert names == {f"sm90-{mode}-{mask}-{kv}-d{d}-{dtype}" for d in BUCKETS for mask in ("none", "window")
+    assert names == {f"sm90-{mode}-{mask}-{kv}-d{d}-{dtype}-same" for d in BUCKETS for mask in ("none", "window")
                      for kv in ("dense", "varlen", "paged")
                      for mode, dtype in [(m, "bf16") for m in MODES] + [("rtne", "fp16")]}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
@@ -146,7 +146,7 @@ def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
     q = torch.zeros(1, 200, 2, d, dtype=dtype)
     name = "fp16" if dtype == torch.float16 else "bf16"
-    assert attention_fwd.selection(q, q, q).variant.name == f"sm90-rtne-none-dense-d{bucket}-{name}"
+    assert attention_fwd.selection(q, q, q).variant.name == f"sm90-rtne-none-dense-d{bucket}-{name}-same"
     p, args = _args(q, q, q, torch.empty_like(q), "bshd")
     plan = _lib.op_plan(OP, "sm90", args)
     assert plan["head_dim_bucket"] == bucket and plan["shared_bytes"] <= 227 * 1024, plan

@@ -22,7 +22,8 @@ FP8_MAX = {torch.float8_e4m3fn: FP8_E4M3_MAX, torch.float8_e4m3fnuz: 240.0}  # M
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)   # codes 0 .. 7; bit 3 is the sign
 E2M1_EMAX = 2            # E2M1's largest exponent: 6 = 1.5 * 2^2
 E8M0_BIAS, E8M0_NAN = 127, 0xFF
-KV_CACHE_DTYPES = ("fp8_e4m3", "fp4_e2m1")
+FP8_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}  # name -> the cache's dtype
+KV_CACHE_DTYPES = (*FP8_DTYPES, "fp4_e2m1")
 
 
 def quantize_fp8(x: torch.Tensor, descale: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:

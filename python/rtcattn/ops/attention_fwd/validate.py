@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import checks
-from . import OP
+from . import OP, kvquant
 
 # q, k, v and out share one of these dtypes; each one's value on the manifest's dtype axis (LSE is fp32 always).
 DTYPE_AXIS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -174,7 +174,7 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
 # ---- quantized K / V caches (docs/numerics.md §10): the manifest's kv_dtype axis ---------------------------------
 
 # An FP8 cache's torch dtype -> its kv_dtype value; an FP4 cache is uint8, named by kv_cache_dtype="fp4_e2m1".
-FP8_KV_DTYPES = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e4m3fnuz: "fp8_e4m3fnuz"}
+FP8_KV_DTYPES = {dtype: name for name, dtype in kvquant.FP8_DTYPES.items()}
 KV_CACHE_DTYPE_ARGS = ("auto", "fp8_e4m3", "fp8_e4m3fnuz", "fp4_e2m1")  # "auto": read off the cache's dtype
 _FP8_TEXT = "torch.float8_e4m3fn or torch.float8_e4m3fnuz"
 
