@@ -383,7 +383,7 @@ def test_request_headers_are_the_include_closure(tmp_path):
     m = _tree_copy(tmp_path)
     v = next(iter(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"])))
     names = [n for n, _ in m.request(v, "0").headers]
-    assert names == ["attn_params.h", "bf16_round.h", "fp16_round.h", "platform.h"]
+    assert names == ["attn_params.h", "bf16_round.h", "fp16_round.h", "fp8_fp4.h", "kv_quant.h", "platform.h"]
     emu = next(iter(m.variants("attention_fwd", archs=["gfx942-emu"], kernels=["baseline"])))
     emu_names = [n for n, _ in m.request(emu, "0").headers]
     assert "emu/prelude_host.h" in emu_names and "emu/workgroup.h" in emu_names
