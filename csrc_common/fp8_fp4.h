@@ -11,13 +11,17 @@
 //     past 57344 (from 61440 up) and Inf give Inf; NaN gives 0x7E | sign.
 //   * Saturating encode (E4M3, E5M2): overflow and Inf give the largest value with the sign; NaN stays NaN.
 //   * FP6 / FP4 have no Inf or NaN: their encode always saturates, a NaN included (to the largest value, sign kept).
+//   * E4M3 FNUZ (torch.float8_e4m3fnuz, MI300X's FP8): bias 8, no Inf, no -0: 0x80 is its only NaN, 240 (0x7F) its
+//     largest value, so a finite code's value is half its OCP E4M3 code's (0x7F included: 240 here, NaN there).
+//     Encode: -0 and anything that rounds to zero give 0x00; NaN gives 0x80; non-saturating, Inf and anything that
+//     rounds past 240 (from 248 up) give 0x80; saturating, +-240.
 //   * E8M0: 2^(e - 127), 0xFF = NaN, 0x00 = 2^-127 (not zero). Its encode rounds |x| down to a power of two
 //     (the f32 exponent field; below 2^-126 -> 0x00), NaN and Inf -> 0xFF.
 #pragma once
 #include "platform.h"
 
-// The format codes are the scaled MFMA's cbsz / blgp values.
-enum { RTC_LP_E4M3 = 0, RTC_LP_E5M2 = 1, RTC_LP_E2M3 = 2, RTC_LP_E3M2 = 3, RTC_LP_E2M1 = 4 };
+// The format codes 0..4 are the scaled MFMA's cbsz / blgp values; E4M3 FNUZ (5) is none of its formats.
+enum { RTC_LP_E4M3 = 0, RTC_LP_E5M2 = 1, RTC_LP_E2M3 = 2, RTC_LP_E3M2 = 3, RTC_LP_E2M1 = 4, RTC_LP_E4M3FNUZ = 5 };
 
 struct rtc_lp_spec {
   int ebits, mbits, bias;
@@ -30,6 +34,7 @@ RTC_HD rtc_lp_spec rtc_lp_spec_of(int fmt) {
     case RTC_LP_E5M2: return {5, 2, 15, 0x7Bu};
     case RTC_LP_E2M3: return {2, 3, 1, 0x1Fu};
     case RTC_LP_E3M2: return {3, 2, 3, 0x1Fu};
+    case RTC_LP_E4M3FNUZ: return {4, 3, 8, 0x7Fu};
     default: return {2, 1, 1, 0x7u};  // RTC_LP_E2M1
   }
 }
@@ -39,15 +44,24 @@ RTC_HD int rtc_lp_width(int fmt) {
   return 1 + s.ebits + s.mbits;
 }
 
+// NVRTC has no __builtin_memcpy: its own bit casts there.
 RTC_HD float rtc_lp_f32(rtc_u32 bits) {
+#if defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
   float f;
   __builtin_memcpy(&f, &bits, 4);
   return f;
+#endif
 }
 RTC_HD rtc_u32 rtc_lp_bits(float f) {
+#if defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   rtc_u32 u;
   __builtin_memcpy(&u, &f, 4);
   return u;
+#endif
 }
 
 // A code's exact value (the code's bits above the format's width are ignored). NaN: a quiet f32 NaN with the sign.
@@ -59,6 +73,7 @@ RTC_HD float rtc_lp_decode(int fmt, rtc_u32 code) {
   const rtc_u32 e = mag >> s.mbits, m = mag & ((1u << s.mbits) - 1u);
   if ((fmt == RTC_LP_E4M3 && mag == 0x7Fu) || (fmt == RTC_LP_E5M2 && e == 31u && m != 0u))
     return rtc_lp_f32(sign | 0x7FC00000u);
+  if (fmt == RTC_LP_E4M3FNUZ && code == 0x80u) return rtc_lp_f32(0x7FC00000u);
   if (fmt == RTC_LP_E5M2 && e == 31u) return rtc_lp_f32(sign | 0x7F800000u);
   if (e == 0u) {  // m * 2^(1 - bias - mbits): the power of two is a normal f32, the product exact
     const float step = rtc_lp_f32((rtc_u32)(127 + 1 - s.bias - s.mbits) << 23);
@@ -72,11 +87,12 @@ RTC_HD rtc_u32 rtc_lp_encode(int fmt, float x, bool saturate) {
   const rtc_lp_spec s = rtc_lp_spec_of(fmt);
   const int width = 1 + s.ebits + s.mbits;
   const rtc_u32 u = rtc_lp_bits(x), a = u & 0x7FFFFFFFu, sign = (u >> 31) << (width - 1);
-  const bool fp8 = fmt == RTC_LP_E4M3 || fmt == RTC_LP_E5M2;
-  if (a > 0x7F800000u) return sign | (fmt == RTC_LP_E4M3 ? 0x7Fu : fmt == RTC_LP_E5M2 ? 0x7Eu : s.max_code);
+  const bool fnuz = fmt == RTC_LP_E4M3FNUZ, fp8 = fmt == RTC_LP_E4M3 || fmt == RTC_LP_E5M2 || fnuz;
+  if (a > 0x7F800000u)
+    return fnuz ? 0x80u : sign | (fmt == RTC_LP_E4M3 ? 0x7Fu : fmt == RTC_LP_E5M2 ? 0x7Eu : s.max_code);
   rtc_u32 mag = s.max_code + 1u;  // Inf: overflows below
   if (a < 0x7F800000u) {
-    if ((a >> 23) == 0u) return sign;  // f32 zero or subnormal
+    if ((a >> 23) == 0u) return fnuz ? 0u : sign;  // f32 zero or subnormal (FNUZ has no -0)
     const int e = (int)(a >> 23) - 127, emin = 1 - s.bias, et = e < emin ? emin : e;
     const int shift = 23 - s.mbits + (et - e);  // low bits of the 24-bit significand below the target's step
     const rtc_u32 sig = (a & 0x7FFFFFu) | 0x800000u;
@@ -89,8 +105,9 @@ RTC_HD rtc_u32 rtc_lp_encode(int fmt, float x, bool saturate) {
     // n counts steps of 2^(et - mbits): a carry into the next binade lands on the right code by itself.
     mag = (rtc_u32)(((et + s.bias) << s.mbits) + (int)n - (1 << s.mbits));
   }
-  if (mag <= s.max_code) return sign | mag;
+  if (mag <= s.max_code) return fnuz && mag == 0u ? 0u : sign | mag;
   if (saturate || !fp8) return sign | s.max_code;
+  if (fnuz) return 0x80u;                              // NaN: FNUZ's overflow
   return sign | (fmt == RTC_LP_E4M3 ? 0x7Fu : 0x7Cu);  // NaN / Inf
 }
 

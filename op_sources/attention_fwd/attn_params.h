@@ -34,6 +34,14 @@ struct AttnParams {
   int total_q, total_k;       // rows of the packed q/o and (varlen) k/v: the bounds cu_* are clamped to
   int page_size, num_pages;   // paged: k/v are [num_pages, page_size, heads_k, D] (strides: page, row, head)
   int pages_per_seq, table_stride;  // paged: usable entries of a block-table row, and its stride
+  // RTC_KV_DTYPE != SAME: k / v hold bytes (the strides above count bytes), read through kv_quant.h.
+  const float* k_descale;     // FP8: null (1), or (sequence b, K/V head h) at b * kd_sb + h * kd_sh
+  const float* v_descale;
+  rtc_i64 kd_sb, kd_sh, vd_sb, vd_sh;
+  const unsigned char* k_scale;  // FP4: E8M0 of key row r of page g, head h at g * ks_sb + r * ks_ss + h * ks_sh
+  const unsigned char* v_scale;  // (varlen: the packed row r, ks_sb unused)
+  rtc_i64 ks_sb, ks_ss, ks_sh;
+  rtc_i64 vs_sb, vs_ss, vs_sh;
 };
 
 #ifndef RTC_KV
@@ -48,6 +56,14 @@ struct AttnParams {
 #endif
 #define RTC_DTYPE_BF16 0
 #define RTC_DTYPE_FP16 1
+
+#ifndef RTC_KV_DTYPE
+#define RTC_KV_DTYPE 0  // the manifest's kv_dtype axis: K / V in q's dtype (0), or a quantized cache (below)
+#endif
+#define RTC_KV_DTYPE_SAME 0
+#define RTC_KV_DTYPE_FP8_E4M3 1       // OCP E4M3 (torch.float8_e4m3fn), with FA3's descales
+#define RTC_KV_DTYPE_FP8_E4M3FNUZ 2   // E4M3 FNUZ (torch.float8_e4m3fnuz, MI300X's), with FA3's descales
+#define RTC_KV_DTYPE_FP4_E2M1 3       // two E2M1 values a byte, one E8M0 scale per key row and head
 
 #ifndef RTC_MASK
 #define RTC_MASK 0  // the manifest's mask axis: 0 every row sees every key, 1 the window below

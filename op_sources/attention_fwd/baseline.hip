@@ -11,10 +11,13 @@
 // K and V tiles are staged in shared memory; the O accumulator stays in registers.
 // Elements (RTC_DTYPE) are bf16 or fp16, read exactly into fp32; P and O are rounded to the element type:
 // bf16 with the variant's mode (RTC_ROUND), fp16 to nearest even (docs/numerics.md).
+// A quantized cache (RTC_KV_DTYPE, packed calls): K / V rows are read as bytes and staged as their exact elements;
+// the scores take the FP8 descale or the FP4 row's scale in fp32, O the FP8 V descale, p the FP4 V row's (kv_quant.h).
 #include "platform.h"
 #include "attn_params.h"
 #include "bf16_round.h"
 #include "fp16_round.h"
+#include "kv_quant.h"
 
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (head-dim bucket: 32, 64, 96, 128, 192 or 256) must be defined"
@@ -68,7 +71,18 @@ struct Smem {
   rtc_smem<Chunk, kTile * kPad> k;
   rtc_smem<Chunk, kTile * kChunks> v;
   rtc_smem<float, kRows * kTile> s;  // scores of the tile, already in the log2 domain
+#if RTC_KV_FP4
+  rtc_smem<float, kTile> k_scale;  // the tile's key rows' E8M0 scales, as fp32
+  rtc_smem<float, kTile> v_scale;
+#endif
 };
+
+// The type of a K / V row's storage: the element, or the bytes of a quantized cache.
+#if RTC_KV_DTYPE == RTC_KV_DTYPE_SAME
+typedef rtc_elem_t kv_store_t;
+#else
+typedef unsigned char kv_store_t;
+#endif
 
 RTC_DEVICE float fast_exp2(float x) {
 #if defined(RTC_NVIDIA)
@@ -131,6 +145,34 @@ RTC_DEVICE void stage_rows(rtc_smem<Chunk, N>& dst, int pitch, int tile_rows, co
   }
 }
 
+#if RTC_KV_DTYPE != RTC_KV_DTYPE_SAME
+// A quantized row's chunk `ch` (8 values: FP8 8 bytes, FP4 4) as its exact elements, byte by byte (rows and strides
+// may have any alignment).
+RTC_DEVICE Chunk load_chunk_q(const unsigned char* row, int ch) {
+  Chunk c;
+#if RTC_KV_FP4
+  for (int i = 0; i < 4; ++i) c.w[i] = kv_fp4x2_elems(rtc_gld(row + ch * 4 + i));
+#else
+  for (int i = 0; i < 4; ++i)
+    c.w[i] = kv_fp8_elem(rtc_gld(row + ch * 8 + 2 * i)) | (kv_fp8_elem(rtc_gld(row + ch * 8 + 2 * i + 1)) << 16);
+#endif
+  return c;
+}
+
+// stage_rows for a quantized cache's rows (src(row): the row's first byte, or null for a row of zeros).
+template <int N, class RowSrc>
+RTC_DEVICE void stage_rows_q(rtc_smem<Chunk, N>& dst, int pitch, int tile_rows, const RowSrc& src, int rows, int nch) {
+  const int total = tile_rows * nch;
+  for (int i = threadIdx.x; i < total; i += kThreads) {
+    const int row = i / nch, ch = i - row * nch;
+    Chunk c = {{0u, 0u, 0u, 0u}};
+    const unsigned char* r = row < rows ? src(row) : nullptr;
+    if (r != nullptr) c = load_chunk_q(r, ch);
+    dst.st(row * pitch + ch, c);
+  }
+}
+#endif
+
 // Rows `stride` elements apart from `base` (q, and k / v unless paged).
 struct StridedRows {
   const rtc_elem_t* base;
@@ -141,10 +183,10 @@ struct StridedRows {
 // Key rows j0 + row of sequence b of one K/V head: through the block table when paged.
 struct KvRows {
   const AttnParams& p;
-  const rtc_elem_t* base;  // dense / varlen: the sequence's row 0 of the head; paged: the pool's head
+  const kv_store_t* base;  // dense / varlen: the sequence's row 0 of the head; paged: the pool's head
   rtc_i64 page_stride, row_stride;
   int b, j0;
-  RTC_DEVICE const rtc_elem_t* operator()(int row) const {
+  RTC_DEVICE const kv_store_t* operator()(int row) const {
     const int j = j0 + row;
     if (RTC_KV != RTC_KV_PAGED) return base + (rtc_i64)j * row_stride;
     const int page = page_of(p, b, j);
@@ -176,7 +218,7 @@ struct RowState {
 };
 
 // The online-softmax step for one tile: new max, rescale, p = exp2(s - m), O += p·V with p rounded to the element
-// type.
+// type (an FP4 cache: then times its V row's scale, exactly).
 // A NaN score leaves m alone (comparisons are false) and makes p, hence l and O, NaN.
 RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid, RowState& st) {
   float mx = st.m;
@@ -197,13 +239,18 @@ RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid
 #else
     const float pb = rtc_bf16_to_f32(rtc_f32_to_bf16(p));  // with the variant's mode
 #endif
+#if RTC_KV_FP4
+    const float pv = pb * sm.v_scale.ld(j);
+#else
+    const float pv = pb;
+#endif
     for (int u = 0; u < kChunksPerLane; ++u) {
       const int ch = c + kLanesPerRow * u;
       if (ch >= nch) break;
       const Chunk vc = sm.v.ld(j * kChunks + ch);
       for (int w = 0; w < 4; ++w) {
-        st.o[u][2 * w] += pb * elem_lo_f32(vc.w[w]);
-        st.o[u][2 * w + 1] += pb * elem_hi_f32(vc.w[w]);
+        st.o[u][2 * w] += pv * elem_lo_f32(vc.w[w]);
+        st.o[u][2 * w + 1] += pv * elem_hi_f32(vc.w[w]);
       }
     }
   }
@@ -245,8 +292,16 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   const int nch = p.head_dim / 8;
   const rtc_elem_t* qb = p.q + seq.q_off + (rtc_i64)h * p.q_sh + (rtc_i64)q0 * p.q_ss;
   const int hk = kv_head(p, h);
-  const KvRows kr{p, p.k + seq.k_off + (rtc_i64)hk * p.k_sh, p.k_sb, p.k_ss, b, 0};
-  const KvRows vr{p, p.v + seq.v_off + (rtc_i64)hk * p.v_sh, p.v_sb, p.v_ss, b, 0};
+  const kv_store_t* k_store = reinterpret_cast<const kv_store_t*>(p.k);
+  const kv_store_t* v_store = reinterpret_cast<const kv_store_t*>(p.v);
+  const KvRows kr{p, k_store + seq.k_off + (rtc_i64)hk * p.k_sh, p.k_sb, p.k_ss, b, 0};
+  const KvRows vr{p, v_store + seq.v_off + (rtc_i64)hk * p.v_sh, p.v_sb, p.v_ss, b, 0};
+#if RTC_KV_FP8
+  const float k_descale = kv_descale(p.k_descale, p.kd_sb, p.kd_sh, b, hk);
+#elif RTC_KV_FP4
+  const unsigned char* ks_head = p.k_scale + (rtc_i64)hk * p.ks_sh;
+  const unsigned char* vs_head = p.v_scale + (rtc_i64)hk * p.vs_sh;
+#endif
   const int q_rows = p.seq_q - q0 < kRows ? p.seq_q - q0 : kRows;
   // The keys of this block: from the first row's window start to the last row's window end.
   int kv_begin = 0, kv_end = p.seq_k;
@@ -259,8 +314,12 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   }
   // Paged rows start at a page's rows: aligned when the pool and all its strides are.
   const bool paged = RTC_KV == RTC_KV_PAGED;
+#if RTC_KV_DTYPE == RTC_KV_DTYPE_SAME
   const bool k_al = rows_aligned(kr.base, p.k_ss) && (!paged || rows_aligned(p.k, p.k_sb));
   const bool v_al = rows_aligned(vr.base, p.v_ss) && (!paged || rows_aligned(p.v, p.v_sb));
+#else
+  (void)paged;
+#endif
 
   stage_rows(sm.q, kPad, kRows, StridedRows{qb, p.q_ss}, q_rows, nch, rows_aligned(qb, p.q_ss));
   RowState st;
@@ -274,14 +333,32 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
     __syncthreads();  // the previous tile's K, V and scores are no longer read
     KvRows kt = kr, vt = vr;
     kt.j0 = vt.j0 = kv0;
+#if RTC_KV_DTYPE == RTC_KV_DTYPE_SAME
     stage_rows(sm.k, kPad, kTile, kt, valid, nch, k_al);
     stage_rows(sm.v, kChunks, kTile, vt, valid, nch, v_al);
+#else
+    stage_rows_q(sm.k, kPad, kTile, kt, valid, nch);
+    stage_rows_q(sm.v, kChunks, kTile, vt, valid, nch);
+#endif
+#if RTC_KV_FP4
+    if ((int)threadIdx.x < valid) {  // valid <= kTile < kThreads: one key row a thread
+      float ks, vs;
+      kv_row_scales(p, ks_head, vs_head, b, seq.k_row, kv0 + threadIdx.x, ks, vs);
+      sm.k_scale.st(threadIdx.x, ks);
+      sm.v_scale.st(threadIdx.x, vs);
+    }
+#endif
     __syncthreads();
     float acc[kKeysPerLane];
     tile_scores(sm, r, c, nch, acc);
     for (int t = 0; t < kKeysPerLane; ++t) {
       const int j = c + kLanesPerRow * t;
       const bool seen = !RTC_MASK || (kv0 + j >= mine.lo && kv0 + j <= mine.hi);
+#if RTC_KV_FP8
+      acc[t] *= k_descale;  // the score of the dequantized keys, rounded once (numerics §10)
+#elif RTC_KV_FP4
+      if (j < valid) acc[t] *= sm.k_scale.ld(j);  // a power of two: exact
+#endif
       if (j < valid) sm.s.st(r * kTile + j, seen ? acc[t] * p.scale_log2 : rtc_bits_f32(0xFF800000u));
     }
     __syncthreads();
@@ -289,6 +366,11 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   }
 
   if (r >= q_rows) return;
+#if RTC_KV_FP8
+  const float v_descale = kv_descale(p.v_descale, p.vd_sb, p.vd_sh, b, hk);
+  for (int u = 0; u < kChunksPerLane; ++u)
+    for (int e = 0; e < 8; ++e) st.o[u][e] *= v_descale;  // O of the dequantized values, before / l (numerics §10)
+#endif
   rtc_elem_t* orow = p.o + seq.o_off + (rtc_i64)h * p.o_sh + (rtc_i64)(q0 + r) * p.o_ss;
   float* lse = p.lse ? p.lse + seq.lse_off + (rtc_i64)h * seq.lse_head_stride + q0 + r : nullptr;
   write_row(st, mine.lo <= mine.hi, orow, lse, c, nch, rows_aligned(orow, 0));

@@ -20,7 +20,7 @@ ENTRIES = {"rtcattn_fwd": api.flash_attn_func, "rtcattn_varlen_fwd": api.flash_a
            "rtcattn_kvcache_fwd": api.flash_attn_with_kvcache}
 OP_NAME, VARLEN_OP_NAME, KVCACHE_OP_NAME = ENTRIES
 # What each op writes in place (flash_attn_with_kvcache appends to the caches).
-WRITES = {KVCACHE_OP_NAME: ("k_cache", "v_cache")}
+WRITES = {KVCACHE_OP_NAME: ("k_cache", "v_cache", "k_scale", "v_scale")}  # an FP4 cache's scales too
 # Always (out, lse), so the schema has one return type; lse is empty [0] unless asked for.
 SCHEMAS = {name: schema.schema_of(fn, name, WRITES.get(name, ()), returns="(Tensor, Tensor)")
            for name, fn in ENTRIES.items()}
@@ -72,7 +72,8 @@ def _entry(name: str, fn):
         api.check_scalars(**{k: a[k] for k in scalars if k in a})
         a["window_size"] = list(a["window_size"])
         if "cache_seqlens" in a:  # an int becomes the tensor the schema takes
-            a["cache_seqlens"] = api._seqlens_tensor(a["cache_seqlens"], a["q"], a["k_cache"], a["k"], a["block_table"])
+            a["cache_seqlens"] = api._seqlens_tensor(a["cache_seqlens"], a["q"], a["k_cache"], a["k"], a["block_table"],
+                                                     a["kv_cache_dtype"])
         o, lse = getattr(torch.ops.aiter, name)(*bound.args, **bound.kwargs)
         if a.get("out") is not None:
             o = a["out"]

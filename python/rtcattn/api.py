@@ -54,7 +54,9 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, round_mode: str = "rtne",
                    softmax_scale: float | None = None, out: torch.Tensor | None = None,
                    return_lse: bool = False, causal: bool = False, window_size: tuple[int, int] = (-1, -1),
-                   block_table: torch.Tensor | None = None):
+                   block_table: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
+                   v_descale: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
+                   k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None):
     """forward() over a batch of sequences packed along one token dimension (the serving layout).
 
     q [total_q, Hq, D] bf16 or fp16 (k, v and out of the same dtype); sequence b owns rows
@@ -65,6 +67,10 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     cu_seqlens_k[b+1] - cu_seqlens_k[b]. max_seqlen_q bounds the q lengths (it sizes the grid: nothing is
     read back from the device); max_seqlen_k only sizes the launch, every key of a sequence counts (as in
     FlashAttention). Masks align bottom-right per sequence.
+    Quantized KV caches (docs/numerics.md §10; the baseline kernel serves them): k, v torch.float8_e4m3fn (or
+    torch.float8_e4m3fnuz) with FA3's k_descale / v_descale (fp32 [B, Hk] or one element; None: 1), or, paged only,
+    kv_cache_dtype="fp4_e2m1": k, v uint8 [num_pages, Hk, page_size, D / 2] (element 2i in the low nibble) with
+    k_scale / v_scale uint8 [num_pages, page_size, Hk] (E8M0, one per key row and head).
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
     """
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
@@ -73,14 +79,25 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     scale = None if softmax_scale is None else float(softmax_scale)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("block_table", block_table)):
         checks.check_type(name, t, optional=name == "block_table")
+    quant = _quant_args(k_descale, v_descale, kv_cache_dtype, k_scale, v_scale)
     lens = (validate.check_max("max_seqlen_q", max_seqlen_q), validate.check_max("max_seqlen_k", max_seqlen_k))
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
-                                                return_lse, left, right, block_table)
+                                                return_lse, left, right, block_table, None, **quant)
     else:
         lse = torch.ops.rtcattn.fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
-                                               return_lse, left, right, block_table)
+                                               return_lse, left, right, block_table, None, **quant)
     return (out, lse) if return_lse else out
+
+
+def _quant_args(k_descale, v_descale, kv_cache_dtype, k_scale, v_scale) -> dict:
+    """A quantized cache's keyword arguments as the ops take them, type-checked (their values are the op's)."""
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale), ("k_scale", k_scale), ("v_scale", v_scale)):
+        checks.check_type(name, t, optional=True)
+    if not isinstance(kv_cache_dtype, str):
+        checks.check_choice("kv_cache_dtype", kv_cache_dtype, validate.KV_CACHE_DTYPE_ARGS)
+    return dict(k_descale=k_descale, v_descale=v_descale, k_scale=k_scale, v_scale=v_scale,
+                kv_cache_dtype=kv_cache_dtype)
 
 
 def _unsupported(name: str, value, accepted: str) -> None:
@@ -143,11 +160,15 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            deterministic: bool = False, return_lse: bool = False, return_attn_probs: bool = False,
                            how_v3_bf16_cvt: int = 1, block_table: torch.Tensor | None = None,
                            out: torch.Tensor | None = None, cu_seqlens_q_padded: torch.Tensor | None = None,
-                           cu_seqlens_k_padded: torch.Tensor | None = None):
+                           cu_seqlens_k_padded: torch.Tensor | None = None, *, k_descale: torch.Tensor | None = None,
+                           v_descale: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
+                           k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None):
     """AITER's flash_attn_varlen_func (amd-aiter 0.1.7's signature and order): packed q [total_q, Hq, D],
     k / v [total_k, Hk, D] or, with block_table, pages [num_pages, page_size, Hk, D]; bf16 or fp16, one dtype.
     how_v3_bf16_cvt applies to bf16 conversions only: fp16 rounds to nearest even.
 
+    Quantized KV caches (keyword only, after AITER's parameters): k_descale / v_descale (FP8 caches), kv_cache_dtype /
+    k_scale / v_scale (FP4, paged), as forward_varlen takes them.
     Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
     kernels may use; it does not change the result, so it is accepted and ignored.
     Every call is deterministic, whatever `deterministic` says.
@@ -163,7 +184,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     checks.check_bool("deterministic", deterministic)
     return forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode=mode,
                           softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
-                          window_size=window_size, block_table=block_table)
+                          window_size=window_size, block_table=block_table, k_descale=k_descale,
+                          v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale)
 
 
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -175,7 +197,9 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             causal: bool = False, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                             rotary_interleaved: bool = True, alibi_slopes: torch.Tensor | None = None,
                             num_splits: int = 0, return_softmax_lse: bool = False, *, how_v3_bf16_cvt: int = 1,
-                            out: torch.Tensor | None = None):
+                            out: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
+                            v_descale: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
+                            k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None):
     """flash-attn 2.x's flash_attn_with_kvcache (its signature and order), plus AITER's how_v3_bf16_cvt and out=.
 
     q [B, Sq, Hq, D]; k_cache / v_cache [B_cache, S_max, Hk, D], or with block_table (int32 [B, blocks]) a paged
@@ -189,6 +213,11 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     kernels run these packed calls unsplit whatever num_splits says. Every value meets the same numerics, and a
     given num_splits gives the same bits run to run. Returns out, or (out, softmax_lse [B, Hq, Sq] fp32) when
     return_softmax_lse.
+    Quantized caches (docs/numerics.md §10; the baseline kernel serves them): torch.float8_e4m3fn (or
+    torch.float8_e4m3fnuz) caches with FA3's k_descale / v_descale (fp32 [B, Hk] or one element; None: 1), k / v
+    appended as x / descale rounded to nearest even (saturated); or kv_cache_dtype="fp4_e2m1" with a paged cache uint8
+    [num_blocks, Hk, page_size, D / 2] and k_scale / v_scale uint8 [num_blocks, page_size, Hk] (E8M0), k / v appended
+    with each row's scale from its amax (rtcattn.quantize_kv's bytes, scales written in place).
     """
     mode = check_scalars(0.0, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     if softcap != 0.0:
@@ -204,15 +233,16 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                ("block_table", block_table, True), ("out", out, True))
     for name, t, optional in tensors:
         checks.check_type(name, t, optional)
-    cache_seqlens = _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table)
+    cache_seqlens = _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table, kv_cache_dtype)
     left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
+    quant = _quant_args(k_descale, v_descale, kv_cache_dtype, k_scale, v_scale)
     args = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, mode, scale,
             return_softmax_lse, left, right, rotary_interleaved, num_splits)
     if out is None:
-        out, lse = torch.ops.rtcattn.fwd_kvcache(q, k_cache, v_cache, *args)
+        out, lse = torch.ops.rtcattn.fwd_kvcache(q, k_cache, v_cache, *args, **quant)
     else:
-        lse = torch.ops.rtcattn.fwd_kvcache_out(q, k_cache, v_cache, out, *args)
+        lse = torch.ops.rtcattn.fwd_kvcache_out(q, k_cache, v_cache, out, *args, **quant)
     return (out, lse) if return_softmax_lse else out
 
 
@@ -223,7 +253,8 @@ def quantize_kv(k: torch.Tensor, v: torch.Tensor, kv_cache_dtype: str = "fp8_e4m
 
     kv_cache_dtype "fp8_e4m3": returns (k, v) as torch.float8_e4m3fn of the same shape, x / descale rounded to nearest
     even and saturated at +-448; k_descale / v_descale (FA3's convention: the cache value times descale is the value)
-    are fp32 tensors of one element or [B, Hk] (4-D k), default 1.
+    are fp32 tensors of one element or [B, Hk] (4-D k), default 1. "fp8_e4m3fnuz": the same as
+    torch.float8_e4m3fnuz (MI300X's), saturated at +-240.
     kv_cache_dtype "fp4_e2m1": returns (k, v, k_scale, v_scale): two E2M1 values a byte, element 2i in the low
     nibble (uint8 [..., D / 2]), and one E8M0 scale byte per (position, head) (uint8 [..., Hk]), 2^(floor(log2 amax)
     - 2) as OCP MX sets it; no descales."""
@@ -261,18 +292,20 @@ def quantize_kv(k: torch.Tensor, v: torch.Tensor, kv_cache_dtype: str = "fp8_e4m
             raise ValueError(f"{name} (shape {tuple(t.shape)}, {t.dtype}, {t.device}) is not supported; accepted: "
                              f"float32 on {k.device}, one element or [B, Hk]" +
                              (f" = [{k.shape[0]}, {k.shape[2]}]" if k.dim() == 4 else " (with 4-D k)"))
-        descales.append(t.reshape(()) if t.numel() == 1 else t.view(k.shape[0], 1, k.shape[2]))
-    return kvquant.quantize_fp8(k, descales[0]), kvquant.quantize_fp8(v, descales[1])
+        descales.append(kvquant.descale_rows(t, k.shape[0], k.device))
+    dtype = kvquant.FP8_DTYPES[kv_cache_dtype]
+    return kvquant.quantize_fp8(k, descales[0], dtype), kvquant.quantize_fp8(v, descales[1], dtype)
 
 
-def _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table):
+def _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table, kv_cache_dtype="auto"):
     """cache_seqlens as the op takes it: None or a tensor as given; an int (every sequence's length, as flash-attn
     takes it) checked against the cache here, where it is known, and made an int32 [B] tensor on q's device."""
     if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):
         return cache_seqlens
     if not isinstance(q, torch.Tensor) or q.dim() != 4 or k_cache.dim() != 4:
         return cache_seqlens  # the op's checks name what is wrong with q or the cache
-    capacity = k_cache.shape[1] * (block_table.shape[1] if isinstance(block_table, torch.Tensor)
+    page = k_cache.shape[2 if kv_cache_dtype == "fp4_e2m1" else 1]  # an FP4 cache's pages are HND
+    capacity = page * (block_table.shape[1] if isinstance(block_table, torch.Tensor)
                                    and block_table.dim() == 2 else 1)
     new = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
     checks.check_int("cache_seqlens", cache_seqlens, 0, max(capacity - new, 0),

@@ -32,10 +32,12 @@ READELF = _tool("llvm-readelf-19", "llvm-readelf")
 OBJDUMP = _tool("llvm-objdump-19", "llvm-objdump")
 
 
-def _product_build(arch, compiler, variant, cache_dir):
-    """The product path: manifest -> build request -> C++ runtime -> compiler, into a fresh cache dir."""
+def _product_build(arch, compiler, variant, cache_dir, **axes):
+    """The product path: manifest -> build request -> C++ runtime -> compiler, into a fresh cache dir. axes: other
+    axis values than a dense bf16 call's."""
     mode, d = variant
-    call = {"round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d, "dtype": "bf16"}
+    call = {"round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d, "dtype": "bf16", "kv_dtype": "same",
+            **axes}
     v = manifest.load().variant_for("attention_fwd", "baseline", arch, call)
     req = manifest.load().request(v, dispatch.package_version())
     try:
@@ -102,6 +104,21 @@ def test_nvrtc_no_spills(sm, variant, tmp_path):
     assert re.search(r"0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
     smem = int(re.search(r"(\d+) bytes smem", log).group(1))
     assert smem <= 48 * 1024, f"static shared memory {smem} bytes exceeds 48 KiB"
+
+
+@pytest.mark.parametrize("arch,compiler", [("gfx942", "clang"), ("gfx90a", "hiprtc"), ("sm_90a", "nvrtc")])
+@pytest.mark.parametrize("kv_dtype,dtype", [("fp8_e4m3", "bf16"), ("fp8_e4m3fnuz", "fp16"), ("fp4_e2m1", "bf16")])
+def test_quantized_caches(arch, compiler, kv_dtype, dtype, tmp_path):
+    """The variants that read a quantized cache (paged, windowed: the most code) compile with the same checks: no
+    scratch or spills, LDS / shared memory in bounds."""
+    res = _product_build(arch, compiler, ("rtne", 128), tmp_path, kv="paged", mask="window", dtype=dtype,
+                         kv_dtype=kv_dtype)
+    if arch.startswith("gfx"):
+        _check_amd(res.code(), arch)
+        return
+    _check_cuda(res.code(), 90)
+    assert re.search(r"0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", res.log()), res.log()
+    assert int(re.search(r"(\d+) bytes smem", res.log()).group(1)) <= 48 * 1024
 
 
 def test_plain_simt(tmp_path):

@@ -43,6 +43,9 @@ ADDR = {"q": 0x7F1200010000, "k": 0x7F1300020000, "v": 0x7F1400030000, "o": 0x7F
         "lse": 0x7F1600050000}
 WORKSPACE = 0x7F1A00000000
 CU_Q, CU_K, TABLE = 0x7F1700060000, 0x7F1800070000, 0x7F1900080000  # packed sequences' metadata
+# A quantized cache's descales (FP8) or scales (FP4).
+QUANT = {"k_descale": 0x7F1B00090000, "v_descale": 0x7F1C000A0000, "k_scale": 0x7F1D000B0000,
+         "v_scale": 0x7F1E000C0000}
 STREAM = 0x5EED0000
 NUM_CUS = 304
 LDS_LIMIT = 65536
@@ -50,9 +53,14 @@ LOG2E = 1.4426950408889634
 
 
 def _variants():
-    """What `warm --arch gfx942,gfx90a` builds: every op's variants for those archs."""
+    """What `warm --all --arch gfx942,gfx90a` builds: every op's variants for those archs; of those that read a
+    quantized KV cache (kv_dtype other than "same": the baseline's, whose parameter block and launch do not change
+    with the head-dim bucket, the mask or the rounding), one per (arch, kv_dtype, kv form, dtype) at bucket 128,
+    windowed, rtne: 24 compiles where all of them would add 576."""
     m = manifest.load()
-    return [v for op in m.ops for v in m.variants(op, archs=list(ARCHS))]
+    return [v for op in m.ops for v in m.variants(op, archs=list(ARCHS))
+            if dict(v.values).get("kv_dtype", "same") == "same"
+            or (v["head_dim"], v["mask"], v["round_mode"]) == (128, "window", "rtne")]
 
 
 VARIANTS = _variants()
@@ -91,6 +99,18 @@ def _problem(v) -> dict:
             call.update(k_strides=[16 * hk * d, hk * d, d], v_strides=[16 * hk * d, hk * d, d], total_k=0,
                         block_table=TABLE, page_size=16, num_pages=pages, pages_per_seq=sk // 16 + 1,
                         table_stride=sk // 16 + 2)
+    kv_dtype = dict(v.values).get("kv_dtype", "same")
+    if kv_dtype != "same":  # the axis's value in the block; FP8: per (sequence, head) descales; FP4: HND bytes
+        call.update(kv_dtype=manifest.load().op(v.op).axis("kv_dtype").define_value(kv_dtype))
+        if kv_dtype == "fp4_e2m1":
+            rows = call["k_strides"][0] // (hk * d) if v["kv"] == "paged" else 0
+            hnd = [rows * hk * d // 2, d // 2, rows * d // 2] if v["kv"] == "paged" else [0, hk * d // 2, d // 2]
+            scales = [rows * hk, hk, 1] if v["kv"] == "paged" else [0, hk, 1]
+            call.update(k_strides=hnd, v_strides=hnd, k_scale=QUANT["k_scale"], v_scale=QUANT["v_scale"],
+                        k_scale_strides=scales, v_scale_strides=scales)
+        else:
+            call.update(k_descale=QUANT["k_descale"], v_descale=QUANT["v_descale"], k_descale_strides=[hk, 1],
+                        v_descale_strides=[0, 0])
     return call
 
 
@@ -298,7 +318,10 @@ def _expected_params(rec: dict, stage: int) -> dict:
     want.update(cu_q=a.get("cu_seqlens_q", 0), cu_k=a.get("cu_seqlens_k", 0), block_table=a.get("block_table", 0),
                 seqused_k=a.get("seqused_k", 0))
     want.update({f: a.get(f, 0) for f in ("total_q", "total_k", "page_size", "num_pages", "pages_per_seq",
-                                           "table_stride")})
+                                           "table_stride", *QUANT)})
+    for t in "kv":  # a quantized cache's descale / scale strides (zeros when the call has none)
+        want.update(zip((f"{t}d_sb", f"{t}d_sh"), a.get(f"{t}_descale_strides", (0, 0))))
+        want.update(zip((f"{t}s_sb", f"{t}s_ss", f"{t}s_sh"), a.get(f"{t}_scale_strides", (0, 0, 0))))
     if rec["kernel"] == "gfx942":
         want.update({f: plan[f] for f in ("nqb", "nkb", "n_prefix", "tail", "split_g", "n_swz", "vt_bytes")})
         want.update(tail_split=plan["split_g"], stage=stage, vt_head_blocks=plan["vt_head_blocks"])

@@ -32,7 +32,11 @@ def test_signature_is_flash_attn_2s_then_keyword_only():
     params = inspect.signature(rtcattn.flash_attn_with_kvcache).parameters
     assert list(params)[:len(FLASH_ATTN_ORDER)] == FLASH_ATTN_ORDER
     assert [(n, p.kind, p.default) for n, p in list(params.items())[len(FLASH_ATTN_ORDER):]] == [
-        ("how_v3_bf16_cvt", inspect.Parameter.KEYWORD_ONLY, 1), ("out", inspect.Parameter.KEYWORD_ONLY, None)]
+        ("how_v3_bf16_cvt", inspect.Parameter.KEYWORD_ONLY, 1), ("out", inspect.Parameter.KEYWORD_ONLY, None),
+        # a quantized cache's (FA3's descales; FP4's format name and scales)
+        ("k_descale", inspect.Parameter.KEYWORD_ONLY, None), ("v_descale", inspect.Parameter.KEYWORD_ONLY, None),
+        ("kv_cache_dtype", inspect.Parameter.KEYWORD_ONLY, "auto"), ("k_scale", inspect.Parameter.KEYWORD_ONLY, None),
+        ("v_scale", inspect.Parameter.KEYWORD_ONLY, None)]
     assert params["window_size"].default == (-1, -1) and params["rotary_interleaved"].default is True
     assert params["num_splits"].default == 0 and params["softcap"].default == 0.0
 
@@ -206,7 +210,7 @@ def test_opcheck(monkeypatch):
 
 def test_the_op_checks_num_splits():
     """torch.ops.rtcattn.fwd_kvcache itself (and its fake) refuses a negative num_splits, naming it, before anything
-    is written; the schema carries it as the last argument, 0 by default."""
+    is written; the schema carries it after the flash-attn arguments, 0 by default."""
     q, kc, vc, extra = inputs()
     before = kc.clone()
     args = (q, kc, vc, extra["k"], extra["v"], None, None, extra["cache_seqlens"], None, None, None, "rtne", None,
@@ -218,7 +222,10 @@ def test_the_op_checks_num_splits():
         torch.ops.rtcattn.fwd_kvcache(*args, -2)
     assert torch.equal(kc, before)
     schema = torch.ops.rtcattn.fwd_kvcache.default._schema
-    assert schema.arguments[-1].name == "num_splits" and schema.arguments[-1].default_value == 0
+    names = [a.name for a in schema.arguments]  # num_splits, then a quantized cache's arguments
+    assert names[names.index("num_splits"):] == ["num_splits", "k_descale", "v_descale", "k_scale", "v_scale",
+                                                 "kv_cache_dtype"]
+    assert schema.arguments[names.index("num_splits")].default_value == 0
 
 
 @pytest.mark.parametrize("paged", [False, True])

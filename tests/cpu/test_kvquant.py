@@ -48,6 +48,21 @@ def test_fp8_matches_the_reference_bit_for_bit(dtype):
     assert np.array_equal(v8.view(torch.uint8).numpy(), want)
 
 
+def test_fp8_fnuz_matches_the_reference_bit_for_bit():
+    """MI300X's FNUZ format (an append into a torch.float8_e4m3fnuz cache): x / descale to nearest even, saturated at
+    +-240, NaN to 0x80 (its NaN), -0 and underflow to 0x00 (it has no -0)."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(1, 40, 2, 64, generator=g) * torch.logspace(-7, 3, 64)).to(torch.bfloat16)
+    x[0, 0, 0, :6] = torch.tensor([float("nan"), float("inf"), -0.0, -1e-30, 248.0, 247.9])
+    d = torch.tensor([0.61], dtype=torch.float32)
+    got8, _ = rtcattn.quantize_kv(x, x, "fp8_e4m3fnuz", k_descale=d)
+    assert got8.dtype == torch.float8_e4m3fnuz
+    got = got8.view(torch.uint8).numpy()
+    y = x.float().numpy() / np.float32(d.item())
+    assert np.array_equal(got, lowp.encode("e4m3fnuz", y.astype(np.float64), saturate=True))
+    assert got[0, 0, 0, :6].tolist()[:4] == [0x80, 0x7F, 0x00, 0x00]
+
+
 def test_fp8_saturates_rounds_ties_even_and_keeps_nan():
     x = torch.tensor([448.0, 460.0, 480.0, 1e4, -1e4, 0.0, -0.0, 17.0, 19.0, 2 ** -9, 2 ** -10, 3 * 2 ** -11,
                       float("inf"), -float("inf")], dtype=torch.float32).to(torch.bfloat16).view(1, -1, 1, 1)

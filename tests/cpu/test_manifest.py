@@ -80,7 +80,7 @@ BAD = [
     ("exclude not an object", lambda d: op(d).update(exclude=[["dtype", "fp16"]]), "ops.attention_fwd.exclude[0]",
      '["dtype", "fp16"]', "two or more enumerated axes"),
     ("exclude unknown axis", lambda d: op(d)["exclude"][0].update(flavor=["x"]), "exclude[0].flavor", '["x"]',
-     "an enumerated axis of the op (round_mode, mask, kv, dtype)"),
+     "an enumerated axis of the op (round_mode, mask, kv, dtype, kv_dtype)"),
     ("exclude bucketed axis", lambda d: op(d)["exclude"][0].update(head_dim=[64]), "exclude[0].head_dim", "[64]",
      "an enumerated axis of the op"),
     ("exclude value", lambda d: op(d)["exclude"][0].update(round_mode=["rtn"]), "exclude[0].round_mode[0]",
@@ -129,18 +129,21 @@ def test_not_json_and_not_evaluated(tmp_path):
 
 def _variant(m, kernel, arch, mode, head_dim):
     return m.variant_for("attention_fwd", kernel, arch, {"round_mode": mode, "mask": "none", "kv": "dense",
-                                                         "head_dim": head_dim, "dtype": "bf16"})
+                                                         "head_dim": head_dim, "dtype": "bf16", "kv_dtype": "same"})
 
 
 def test_variants_and_request():
     m = manifest.load()
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
     variants = list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"], dtype=["bf16"]))
-    assert len(variants) == 3 * 2 * 3 * len(buckets)
+    # modes x masks x (3 kv forms with the cache in q's dtype + 2 packed forms x 3 quantized caches) x buckets
+    assert len(variants) == 3 * 2 * (3 + 2 * 3) * len(buckets)
+    assert not [v for v in variants if v["kv"] == "dense" and v["kv_dtype"] != "same"]  # exclude[1]
     v = _variant(m, "baseline", "gfx942", "rtna", 128)
-    assert v.name == "baseline-rtna-none-dense-d128-bf16" and v["round_mode"] == "rtna" and v["head_dim"] == 128
+    assert v.name == "baseline-rtna-none-dense-d128-bf16-same" and v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
-    assert req.variant == "baseline-rtna-none-dense-d128-bf16" and req.arch == "gfx942" and req.package_version == "9.9"
+    assert req.variant == "baseline-rtna-none-dense-d128-bf16-same"
+    assert req.arch == "gfx942" and req.package_version == "9.9"
     assert req.options[:5] == ("-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=128",
                                "-DRTC_DTYPE=0")
     assert "-O3" in req.options and req.compilers == ("hiprtc", "clang")
@@ -166,7 +169,7 @@ def test_buckets():
 
 
 def _call(mode, head_dim, mask="none"):
-    return {"round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim, "dtype": "bf16"}
+    return {"round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim, "dtype": "bf16", "kv_dtype": "same"}
 
 
 def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
@@ -179,18 +182,34 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     m = manifest.load(write(tmp_path, edited(only_fast_and_baseline)), root=ROOT)
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 128), m=m)
     assert sel.kernel.name == "fast" and sel.why == "first match"
-    assert sel.variant.name == "fast-rtne-none-dense-d128-bf16"
+    assert sel.variant.name == "fast-rtne-none-dense-d128-bf16-same"
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 64), m=m)
     assert sel.kernel.name == "baseline" and "fast" in sel.why and "head_dim 64" in sel.why
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "round_mode 'rtz' not in ['rtne']" in sel.why
     sel = dispatch.select("attention_fwd", "gfx90a", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "arch gfx90a" in sel.why
-    assert len(list(m.variants("attention_fwd", kernels=["fast"], dtype=["bf16"]))) == 1 * 2 * 3 * 1  # rtne only
+    # rtne only; kv_dtype not listed: every value (the quantized ones with the packed kv forms only)
+    assert len(list(m.variants("attention_fwd", kernels=["fast"], dtype=["bf16"]))) == 1 * 2 * (3 + 2 * 3) * 1
     with pytest.raises(ValueError, match="no kernel"):
         dispatch.select("attention_fwd", "gfx1100", _call("rtne", 128), m=m)
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='nope' is not accepted.*fast, baseline"):
         dispatch.select("attention_fwd", "gfx942", _call("rtne", 128), kernel="nope", m=m)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a", "sm_90a", "gfx942-emu"])
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e4m3fnuz", "fp4_e2m1"])
+def test_quantized_caches_fall_back_to_the_baseline_by_name(arch, kv_dtype):
+    """The fast kernels list kv_dtype "same" only: a quantized cache goes to the baseline, and the selection says
+    why each faster kernel was passed over (its kv_dtype list), never a silent pick."""
+    for kv in ("varlen", "paged"):
+        call = dict(_call("rtne", 128), kv=kv, kv_dtype=kv_dtype)
+        sel = dispatch.select("attention_fwd", arch, call)
+        assert sel.kernel.name == "baseline" and sel.variant["kv_dtype"] == kv_dtype, sel
+        fast = [k.name for k in manifest.load().op("attention_fwd").kernels if arch in k.archs and k.name != "baseline"]
+        assert fast and all(f"{k}: kv_dtype {kv_dtype!r} not in ['same']" in sel.why for k in fast), sel.why
+    with pytest.raises(ValueError, match=r"kv='dense', kv_dtype=.* is no variant.*exclude\[1\]"):
+        dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), kv_dtype=kv_dtype))
 
 
 # ---- the op's exclude list: fp16 has one rounding, so fp16 x rtna / rtz is no variant ----------------------------
@@ -205,8 +224,11 @@ def test_no_fp16_variant_rounds_other_than_rtne():
     for k in op(REAL)["kernels"]:
         axes = k.get("axes", {})
         if "fp16" in axes.get("dtype", ["bf16", "fp16"]):
-            expected += (len(k["archs"]) * len(axes.get("mask", ["none", "window"]))
-                         * len(axes.get("kv", ["dense", "varlen", "paged"])) * len(axes["head_dim"]["buckets"]))
+            # (kv form, cache dtype) pairs: a dense call's cache is q's dtype (exclude[1])
+            pairs = sum(1 for kv in axes.get("kv", ["dense", "varlen", "paged"])
+                        for t in axes.get("kv_dtype", axis(REAL, "kv_dtype")["values"]) if kv != "dense" or t == "same")
+            expected += (len(k["archs"]) * len(axes.get("mask", ["none", "window"])) * pairs
+                         * len(axes["head_dim"]["buckets"]))
     assert len(fp16) == expected and "baseline" in {v.kernel for v in fp16}
     bf16 = [v for v in m.variants("attention_fwd", kernels=["baseline"]) if v["dtype"] == "bf16"]
     assert {v["round_mode"] for v in bf16} == {"rtne", "rtna", "rtz"}
@@ -218,12 +240,12 @@ def test_warm_enumerates_no_excluded_variant():
     args = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--head-dim", "64", "--mask", "none",
                                     "--kv", "dense"])
     names = sorted(v.name for v in cli._warm_variants(args))
-    assert names == ["baseline-rtna-none-dense-d64-bf16", "baseline-rtne-none-dense-d64-bf16",
-                     "baseline-rtne-none-dense-d64-fp16", "baseline-rtz-none-dense-d64-bf16",
-                     "gfx942-rtna-none-dense-d64-bf16", "gfx942-rtne-none-dense-d64-bf16",
-                     "gfx942-rtne-none-dense-d64-fp16", "gfx942-rtz-none-dense-d64-bf16",
-                     "gfx942_decode-rtna-none-dense-d64-bf16", "gfx942_decode-rtne-none-dense-d64-bf16",
-                     "gfx942_decode-rtne-none-dense-d64-fp16", "gfx942_decode-rtz-none-dense-d64-bf16"]
+    assert names == ["baseline-rtna-none-dense-d64-bf16-same", "baseline-rtne-none-dense-d64-bf16-same",
+                     "baseline-rtne-none-dense-d64-fp16-same", "baseline-rtz-none-dense-d64-bf16-same",
+                     "gfx942-rtna-none-dense-d64-bf16-same", "gfx942-rtne-none-dense-d64-bf16-same",
+                     "gfx942-rtne-none-dense-d64-fp16-same", "gfx942-rtz-none-dense-d64-bf16-same",
+                     "gfx942_decode-rtna-none-dense-d64-bf16-same", "gfx942_decode-rtne-none-dense-d64-bf16-same",
+                     "gfx942_decode-rtne-none-dense-d64-fp16-same", "gfx942_decode-rtz-none-dense-d64-bf16-same"]
     only = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode",
                                     "rtna,rtz"])
     assert cli._warm_variants(only) == []
@@ -279,20 +301,21 @@ def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
     sm90 = _defaults(m, "sm_90a")
     # sm90 and sm90_decode take every head dim and both dtypes: on sm_90a the default set is their rtne variants (the
     # decode kernel leaves longer calls to sm90 at run time, so both are first choices), no baseline.
-    assert sm90 == {f"{k}-rtne-{mask}-{kv}-d{b}-{dt}" for k in ("sm90", "sm90_decode") for mask in ("none", "window")
-                    for kv in ("dense", "varlen", "paged")
+    assert sm90 == {f"{k}-rtne-{mask}-{kv}-d{b}-{dt}-same" for k in ("sm90", "sm90_decode")
+                    for mask in ("none", "window") for kv in ("dense", "varlen", "paged")
                     for b in m.op("attention_fwd").kernel(k).axes["head_dim"].buckets for dt in ("bf16", "fp16")}
     # Where the fast kernel does not take fp16 (gfx942 today), the baseline's fp16 variants stay in the set.
     gfx = _defaults(m, "gfx90a")
-    assert "gfx942-rtne-none-dense-d128-bf16" in gfx
+    assert "gfx942-rtne-none-dense-d128-bf16-same" in gfx
     if "fp16" not in m.op("attention_fwd").kernel("gfx942").axes["dtype"]:
-        assert "baseline-rtne-none-dense-d128-fp16" in gfx
+        assert "baseline-rtne-none-dense-d128-fp16-same" in gfx
     fast = manifest.load(write(tmp_path, edited(_fast_everywhere)), root=ROOT)
     assert not [n for n in _defaults(fast, "sm_90a") if n.startswith("baseline-")]
     decode = len(m.op("attention_fwd").kernel("sm90_decode").axes["head_dim"].buckets) * 2 * 2 * 3
     assert len(_defaults(fast, "sm_90a")) == 4 * 2 * 2 * 3 + decode  # buckets x dtypes x masks x kv forms
-    assert _defaults(fast, "sm_80") == _defaults(m, "sm_80")   # no faster kernel there: every rtne variant
-    assert len(_defaults(m, "sm_80")) == len(list(m.variants("attention_fwd", archs=["sm_80"], round_mode=["rtne"])))
+    assert _defaults(fast, "sm_80") == _defaults(m, "sm_80")   # no faster kernel there: every rtne variant of a cache
+    assert len(_defaults(m, "sm_80")) == len(list(m.variants("attention_fwd", archs=["sm_80"], round_mode=["rtne"],
+                                                             kv_dtype=["same"])))  # in q's dtype (warm_default)
 
 
 def test_no_warm_default_means_every_variant(tmp_path):
@@ -314,7 +337,7 @@ def test_an_excluded_combination_is_refused_by_name():
     with pytest.raises(ValueError, match=r"asks for no variant: dtype='fp16', round_mode='rtz' is no variant"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
     sel = dispatch.select("attention_fwd", "gfx942", dict(call, round_mode="rtne"), m=m, supports=PREFILL)
-    assert sel.variant.name == "gfx942-rtne-none-dense-d64-fp16"
+    assert sel.variant.name == "gfx942-rtne-none-dense-d64-fp16-same"
 
 
 def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
@@ -326,9 +349,9 @@ def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
         sel = dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), dtype="fp16"), m=m, supports=PREFILL)
         dtypes = m.op("attention_fwd").kernel(fast).axes["dtype"]
         if "fp16" in dtypes:
-            assert sel.kernel.name == fast and sel.variant.name == f"{fast}-rtne-none-dense-d128-fp16", sel
+            assert sel.kernel.name == fast and sel.variant.name == f"{fast}-rtne-none-dense-d128-fp16-same", sel
         else:
-            assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16"
+            assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16-same"
             assert f"{fast}: dtype 'fp16' not in {list(dtypes)}" in sel.why, sel.why
     assert "fp16" in m.op("attention_fwd").kernel("gfx942").axes["dtype"]
 
@@ -360,7 +383,7 @@ def test_request_headers_are_the_include_closure(tmp_path):
     m = _tree_copy(tmp_path)
     v = next(iter(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"])))
     names = [n for n, _ in m.request(v, "0").headers]
-    assert names == ["attn_params.h", "bf16_round.h", "fp16_round.h", "platform.h"]
+    assert names == ["attn_params.h", "bf16_round.h", "fp16_round.h", "fp8_fp4.h", "kv_quant.h", "platform.h"]
     emu = next(iter(m.variants("attention_fwd", archs=["gfx942-emu"], kernels=["baseline"])))
     emu_names = [n for n, _ in m.request(emu, "0").headers]
     assert "emu/prelude_host.h" in emu_names and "emu/workgroup.h" in emu_names

@@ -42,10 +42,12 @@ def test_axis_reaches_variants_names_defines_and_selection(tree):
     n_real = len(list(real.variants("attention_fwd")))
     assert len(list(m.variants("attention_fwd"))) == 2 * n_real
     names = {v.name for v in m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"], head_dim=[64])}
-    assert "baseline-rtne-none-dense-d64-bf16-loud" in names and "baseline-rtz-window-dense-d64-bf16-plain" in names
-    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16", "flavor": "loud"}
+    assert "baseline-rtne-none-dense-d64-bf16-same-loud" in names
+    assert "baseline-rtz-window-dense-d64-bf16-same-plain" in names
+    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
+            "kv_dtype": "same", "flavor": "loud"}
     sel = dispatch.select("attention_fwd", "gfx942", call, m=m, supports=PREFILL)
-    assert sel.variant.name == "gfx942-rtne-none-dense-d128-bf16-loud" and sel.variant["flavor"] == "loud"
+    assert sel.variant.name == "gfx942-rtne-none-dense-d128-bf16-same-loud" and sel.variant["flavor"] == "loud"
     req = m.request(sel.variant, "0")
     assert "-DRTC_TEST_FLAVOR=1" in req.options
 
@@ -53,7 +55,7 @@ def test_axis_reaches_variants_names_defines_and_selection(tree):
 def test_axis_value_reaches_the_kernel_and_the_cache_key(tree, tmp_path_factory):
     m = manifest.load()
     cache = str(tmp_path_factory.mktemp("cache"))
-    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 64, "dtype": "bf16"}
+    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 64, "dtype": "bf16", "kv_dtype": "same"}
     plain = m.request(m.variant_for("attention_fwd", "baseline", "gfx942-emu", dict(call, flavor="plain")), "0")
     loud = m.request(m.variant_for("attention_fwd", "baseline", "gfx942-emu", dict(call, flavor="loud")), "0")
     built = _lib.build(plain.op, plain.variant, plain.arch, plain.kernel_symbol, plain.main, plain.headers,
@@ -71,7 +73,8 @@ def test_a_kernel_may_restrict_the_axis(tree):
     gfx942["axes"]["flavor"] = ["plain"]
     ops.write_text(json.dumps(data))
     m = manifest.load()
-    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16", "flavor": "loud"}
+    call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
+            "kv_dtype": "same", "flavor": "loud"}
     sel = dispatch.select("attention_fwd", "gfx942", call, m=m, supports=PREFILL)
     assert sel.kernel.name == "baseline" and "flavor 'loud' not in ['plain']" in sel.why
     assert {v["flavor"] for v in m.variants("attention_fwd", kernels=["gfx942"])} == {"plain"}
@@ -82,7 +85,7 @@ def test_warm_gets_a_filter_for_the_axis(tree):
                                     "--flavor", "loud", "--head-dim", "64", "--mask", "none", "--kv", "dense",
                                     "--dtype", "bf16"])
     names = sorted(v.name for v in cli._warm_variants(args))
-    assert names == [f"baseline-{mode}-none-dense-d64-bf16-loud" for mode in ("rtna", "rtne", "rtz")]
+    assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-loud" for mode in ("rtna", "rtne", "rtz")]
     bad = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--flavor", "quiet"])
     with pytest.raises(SystemExit, match="--flavor=quiet is not supported; accepted: plain, loud"):
         cli._warm_variants(bad)
@@ -105,10 +108,11 @@ def test_exclusions_of_the_axis_come_from_the_json_alone(tree):
     args = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--kernels", "baseline",
                                     "--flavor", "loud", "--head-dim", "64", "--kv", "dense", "--dtype", "bf16"])
     names = sorted(v.name for v in cli._warm_variants(args))
-    assert names == [f"baseline-{mode}-none-dense-d64-bf16-loud" for mode in ("rtna", "rtne", "rtz")]
-    call = {"round_mode": "rtne", "mask": "window", "kv": "dense", "head_dim": 128, "dtype": "bf16", "flavor": "loud"}
+    assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-loud" for mode in ("rtna", "rtne", "rtz")]
+    call = {"round_mode": "rtne", "mask": "window", "kv": "dense", "head_dim": 128, "dtype": "bf16",
+            "kv_dtype": "same", "flavor": "loud"}
     n = len(data["ops"]["attention_fwd"]["exclude"]) - 1
     with pytest.raises(ValueError, match=rf"flavor='loud', mask='window' is no variant .*exclude\[{n}\]"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
     sel = dispatch.select("attention_fwd", "gfx942", dict(call, flavor="plain"), m=m, supports=PREFILL)
-    assert sel.variant.name == "gfx942-rtne-window-dense-d128-bf16-plain"
+    assert sel.variant.name == "gfx942-rtne-window-dense-d128-bf16-same-plain"

@@ -34,8 +34,13 @@ def test_aiter_signature_and_order():
              "deterministic", "return_lse", "return_attn_probs", "how_v3_bf16_cvt", "block_table", "out",
              "cu_seqlens_q_padded", "cu_seqlens_k_padded"]
     sig = inspect.signature(rtcattn.flash_attn_varlen_func)
-    assert list(sig.parameters) == names
-    defaults = {n: p.default for n, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+    quant = ["k_descale", "v_descale", "kv_cache_dtype", "k_scale", "v_scale"]  # a quantized cache's, keyword only
+    assert list(sig.parameters) == names + quant
+    assert all(sig.parameters[n].kind == inspect.Parameter.KEYWORD_ONLY for n in quant)
+    assert {n: sig.parameters[n].default for n in quant} == dict(k_descale=None, v_descale=None, kv_cache_dtype="auto",
+                                                                 k_scale=None, v_scale=None)
+    defaults = {n: p.default for n, p in sig.parameters.items()
+                if p.default is not inspect.Parameter.empty and n not in quant}
     assert defaults == dict(min_seqlen_q=0, dropout_p=0.0, softmax_scale=None, logits_soft_cap=0.0, causal=False,
                             window_size=(-1, -1), bias=None, alibi_slopes=None, deterministic=False,
                             return_lse=False, return_attn_probs=False, how_v3_bf16_cvt=1, block_table=None, out=None,

@@ -78,7 +78,7 @@ def test_decode_every_code(probe, fmt):
 def encode_inputs(fmt, seed):
     """Every value of the format, the midpoints between neighbours (ties) and one f32 step either side, the overflow
     boundary, specials, f32 subnormals, and random f32 of every binade the format covers; both signs."""
-    f = lowp.FORMATS[fmt]
+    f = lowp.format_of(fmt)
     mags = np.array(sorted({abs(x) for x in lowp.values(fmt) if np.isfinite(x)}))
     mids = (mags[:-1] + mags[1:]) / 2
     step_max = mags[-1] - mags[-2] if fmt != "e4m3" else 32.0   # E4M3: the next code up (480) is its NaN
@@ -131,6 +131,31 @@ def test_encode_round_to_nearest_even(probe, fmt, saturate):
             keep = ~np.isnan(x)
             want = torch.from_numpy(x[keep]).to(dt).view(torch.uint8).numpy().astype(np.int64)
             np.testing.assert_array_equal(got[keep], want)
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+def test_e4m3fnuz(probe, saturate):
+    """MI300X's FP8 (torch.float8_e4m3fnuz; fp8_fp4.h's RTC_LP_E4M3FNUZ, not a scaled-MFMA format): every code's value
+    against lowp and torch, bias 8 (half an OCP E4M3 code's value), 0x80 its only NaN, no -0, 240 its largest; encode
+    against lowp in both saturation modes and against torch's (non-saturating) cast."""
+    f = lowp.E4M3FNUZ
+    codes = np.arange(256)
+    got = probe(DECODE, codes, f.code)[:256]
+    assert_same_f32(got, lowp.decode("e4m3fnuz", codes))
+    assert_same_f32(got, torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fnuz).float().numpy())
+    v = as_f32(got)
+    ocp = lowp.values("e4m3")
+    finite = (codes != 0x80) & (codes != 0x7F) & (codes != 0xFF)
+    assert np.isnan(v[0x80]) and np.isfinite(np.delete(v, 0x80)).all() and v[0x7F] == 240.0 and v[0xFF] == -240.0
+    assert (v[finite] == ocp[finite] / 2).all() and f32_bits(v[0]) == 0
+    x = encode_inputs("e4m3fnuz", f.code)
+    enc = encode_all(probe, x, f.code | (saturate << 8))
+    np.testing.assert_array_equal(enc, lowp.encode("e4m3fnuz", x, saturate))
+    assert not (enc[np.isfinite(x) & (np.abs(x) <= 240)] == 0x80).any()  # -0 and tiny negatives: 0x00, never NaN
+    if not saturate:
+        keep = ~np.isnan(x)
+        want = torch.from_numpy(x[keep]).to(torch.float8_e4m3fnuz).view(torch.uint8).numpy().astype(np.int64)
+        np.testing.assert_array_equal(enc[keep], want)
 
 
 def test_e8m0(probe):

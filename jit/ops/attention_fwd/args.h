@@ -49,7 +49,21 @@
   X(page_size, int64_t, I64, 1)                                                                \
   X(num_pages, int64_t, I64, 1)                                                                \
   X(pages_per_seq, int64_t, I64, 1)     /* block-table entries per sequence */                  \
-  X(table_stride, int64_t, I64, 1)
+  X(table_stride, int64_t, I64, 1)                                                             \
+  /* A quantized K / V cache (kv_dtype: the kv_dtype axis's value, RTC_KV_DTYPE_*; packed calls only): k / v hold */ \
+  /* bytes, and their strides count storage units, a byte (an FP8 value, or two FP4 values: D / 2 a row).        */ \
+  /* FP8: a stored value stands for value * descale (FA3's k_descale / v_descale), fp32 at (sequence b, K/V    */ \
+  /* head h) b * strides[0] + h * strides[1] (0, 0: one value), null for 1. FP4: one E8M0 byte per key row and */ \
+  /* head, at the (page, row, head) strides in bytes like k / v's (varlen: page stride 0).                    */ \
+  X(kv_dtype, int32_t, I32, 1)          /* RTC_KV_DTYPE_SAME (q's dtype), _FP8_E4M3, _FP8_E4M3FNUZ, _FP4_E2M1 */ \
+  X(k_descale, const float*, Ptr, 1)                                                           \
+  X(v_descale, const float*, Ptr, 1)                                                           \
+  X(k_descale_strides, int64_t, I64, 2)                                                        \
+  X(v_descale_strides, int64_t, I64, 2)                                                        \
+  X(k_scale, const void*, Ptr, 1)                                                              \
+  X(v_scale, const void*, Ptr, 1)                                                              \
+  X(k_scale_strides, int64_t, I64, 3)                                                          \
+  X(v_scale_strides, int64_t, I64, 3)
 // clang-format on
 
 struct AttentionFwdArgs {
@@ -59,4 +73,10 @@ struct AttentionFwdArgs {
 // How the call's sequences are stored: the kv-axis value (RTC_KV_*, attn_params.h) the call needs.
 inline int kv_mode(const AttentionFwdArgs& a) {
   return a.block_table ? RTC_KV_PAGED : a.cu_seqlens_q ? RTC_KV_VARLEN : RTC_KV_DENSE;
+}
+
+// Bytes of one K / V storage unit (a 16-bit element, or a byte of a quantized cache) and the units of a row of D.
+inline int64_t kv_unit_bytes(const AttentionFwdArgs& a) { return a.kv_dtype == RTC_KV_DTYPE_SAME ? 2 : 1; }
+inline int64_t kv_row_units(const AttentionFwdArgs& a) {
+  return a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? a.head_dim / 2 : a.head_dim;
 }

@@ -29,24 +29,26 @@ void check_size(int64_t v, const char* name, int64_t max) {
                 " (the kernels index with 32-bit sizes)");
 }
 
-// Bytes a strided [B, S, H, D] bf16 view spans, or -1 when that overflows 63 bits.
-int64_t view_bytes(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t (&st)[3]) {
+// Bytes a strided [B, S, H, D] view of `unit`-byte elements spans, or -1 when that overflows 63 bits.
+int64_t view_bytes(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t (&st)[3], int64_t unit) {
   int64_t span = d, term = 0;
   const int64_t ext[3][2] = {{b, st[0]}, {s, st[1]}, {h, st[2]}};
   for (const auto& e : ext) {
     const int64_t stride = e[1] < 0 ? -e[1] : e[1];
     if (__builtin_mul_overflow(e[0] - 1, stride, &term) || __builtin_add_overflow(span, term, &span)) return -1;
   }
-  return __builtin_mul_overflow(span, int64_t(2), &span) ? -1 : span;
+  return __builtin_mul_overflow(span, unit, &span) ? -1 : span;
 }
 
 // The [batch, rows, heads, D] extent of q, k, v and o in memory: dense [B, S, H]; packed q / o
-// [1, total_q, H]; varlen k / v [1, total_k, Hk]; paged k / v [num_pages, page_size, Hk].
+// [1, total_q, H]; varlen k / v [1, total_k, Hk]; paged k / v [num_pages, page_size, Hk]; rows of `units` elements
+// of `unit` bytes (k / v of a quantized cache: bytes, kv_row_units of them; an FP4 cache's scales: one byte a row).
 struct View {
   const char* name;
   const void* base;
   int64_t batch, rows, heads;
   const int64_t (&st)[3];
+  int64_t units, unit;
 };
 
 std::vector<View> views(const AttentionFwdArgs& a) {
@@ -55,10 +57,64 @@ std::vector<View> views(const AttentionFwdArgs& a) {
   const int64_t qb = packed ? 1 : a.batch, qs = packed ? a.total_q : a.seq_q;
   const int64_t kb = mode == RTC_KV_PAGED ? a.num_pages : packed ? 1 : a.batch;
   const int64_t ks = mode == RTC_KV_PAGED ? a.page_size : packed ? a.total_k : a.seq_k;
-  return {{"q", a.q, qb, qs, a.heads, a.q_strides},
-          {"k", a.k, kb, ks, a.heads_k, a.k_strides},
-          {"v", a.v, kb, ks, a.heads_k, a.v_strides},
-          {"o", a.o, qb, qs, a.heads, a.o_strides}};
+  const int64_t ku = kv_row_units(a), kb_ = kv_unit_bytes(a);
+  std::vector<View> out = {{"q", a.q, qb, qs, a.heads, a.q_strides, a.head_dim, 2},
+                           {"k", a.k, kb, ks, a.heads_k, a.k_strides, ku, kb_},
+                           {"v", a.v, kb, ks, a.heads_k, a.v_strides, ku, kb_},
+                           {"o", a.o, qb, qs, a.heads, a.o_strides, a.head_dim, 2}};
+  if (a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1) {
+    out.push_back({"k_scale", a.k_scale, kb, ks, a.heads_k, a.k_scale_strides, 1, 1});
+    out.push_back({"v_scale", a.v_scale, kb, ks, a.heads_k, a.v_scale_strides, 1, 1});
+  }
+  return out;
+}
+
+const char* kv_dtype_name(int64_t t) {
+  switch (t) {
+    case RTC_KV_DTYPE_SAME: return "same";
+    case RTC_KV_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    case RTC_KV_DTYPE_FP8_E4M3FNUZ: return "fp8_e4m3fnuz";
+    case RTC_KV_DTYPE_FP4_E2M1: return "fp4_e2m1";
+    default: return "?";
+  }
+}
+
+// A quantized cache's extra arguments: present exactly when its format needs them (a descale with FP8, which may be
+// null for 1; both scales with FP4), and a descale's [batch, heads_k] extent addressable.
+void validate_kv_dtype(const AttentionFwdArgs& a) {
+  const int t = a.kv_dtype;
+  RTC_CHECK(t >= RTC_KV_DTYPE_SAME && t <= RTC_KV_DTYPE_FP4_E2M1, RTC_ERR_ARG,
+            "kv_dtype=" + std::to_string(t) + " is not accepted; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3), " +
+                "2 (fp8_e4m3fnuz), 3 (fp4_e2m1)");
+  const std::string what = std::string("kv_dtype=") + std::to_string(t) + " (" + kv_dtype_name(t) + ")";
+  RTC_CHECK(t == RTC_KV_DTYPE_SAME || kv_mode(a) != RTC_KV_DENSE, RTC_ERR_ARG,
+            what + " on a dense call is not accepted; accepted: a quantized cache with packed sequences (cu_seqlens)");
+  const bool fp8 = t == RTC_KV_DTYPE_FP8_E4M3 || t == RTC_KV_DTYPE_FP8_E4M3FNUZ, fp4 = t == RTC_KV_DTYPE_FP4_E2M1;
+  const struct {
+    const char* name;
+    const void* ptr;
+    bool allowed, required;
+  } extra[] = {{"k_descale", a.k_descale, fp8, false},
+               {"v_descale", a.v_descale, fp8, false},
+               {"k_scale", a.k_scale, fp4, fp4},
+               {"v_scale", a.v_scale, fp4, fp4}};
+  for (const auto& e : extra) {
+    RTC_CHECK(e.allowed || !e.ptr, RTC_ERR_ARG,
+              std::string(e.name) + " is set with " + what + "; accepted: " +
+                  (e.name[2] == 'd' ? "descales only with an FP8 cache" : "E8M0 scales only with an FP4 cache"));
+    RTC_CHECK(!e.required || e.ptr, RTC_ERR_ARG,
+              std::string(e.name) + " is null with " + what + "; accepted: the cache's E8M0 scales (uint8)");
+  }
+  RTC_CHECK(
+      !fp4 || a.head_dim % 2 == 0, RTC_ERR_ARG,
+      "head_dim=" + std::to_string(a.head_dim) + " with " + what + " is not accepted; accepted: an even head dim");
+  for (const auto& d : {std::make_pair("k_descale_strides", a.k_descale_strides),
+                        std::make_pair("v_descale_strides", a.v_descale_strides)}) {
+    const int64_t* st = d.second;
+    RTC_CHECK(st[0] >= 0 && st[1] >= 0 && st[0] <= kMaxSize && st[1] <= kMaxSize, RTC_ERR_ARG,
+              std::string(d.first) + "=(" + std::to_string(st[0]) + ", " + std::to_string(st[1]) +
+                  ") is not accepted; accepted: 0.." + std::to_string(kMaxSize) + " each");
+  }
 }
 
 // Packed sequences: the sizes that can be checked without reading device memory. The values of
@@ -115,8 +171,9 @@ void validate(const void* p) {
   if (kv_mode(*a) != RTC_KV_DENSE) validate_sequences(*a);
   RTC_CHECK(!a->seqused_k || packed, RTC_ERR_ARG,
             "seqused_k is set on a dense call; accepted: seqused_k only with packed sequences (cu_seqlens set)");
+  validate_kv_dtype(*a);
   for (const View& t : views(*a))
-    RTC_CHECK(view_bytes(t.batch, t.rows, t.heads, a->head_dim, t.st) >= 0, RTC_ERR_ARG,
+    RTC_CHECK(view_bytes(t.batch, t.rows, t.heads, t.units, t.st, t.unit) >= 0, RTC_ERR_ARG,
               std::string(t.name) + "_strides=(" + std::to_string(t.st[0]) + ", " + std::to_string(t.st[1]) + ", " +
                   std::to_string(t.st[2]) + ") over batch=" + std::to_string(t.batch) +
                   ", rows=" + std::to_string(t.rows) + ", heads=" + std::to_string(t.heads) +
@@ -202,13 +259,33 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
     p.num_pages = int(a.num_pages);
     p.pages_per_seq = int(a.pages_per_seq);
     p.table_stride = int(a.table_stride);
+    p.k_descale = a.k_descale;
+    p.v_descale = a.v_descale;
+    p.kd_sb = a.k_descale_strides[0];
+    p.kd_sh = a.k_descale_strides[1];
+    p.vd_sb = a.v_descale_strides[0];
+    p.vd_sh = a.v_descale_strides[1];
+    p.k_scale = static_cast<const unsigned char*>(a.k_scale);
+    p.v_scale = static_cast<const unsigned char*>(a.v_scale);
+    p.ks_sb = a.k_scale_strides[0];
+    p.ks_ss = a.k_scale_strides[1];
+    p.ks_sh = a.k_scale_strides[2];
+    p.vs_sb = a.v_scale_strides[0];
+    p.vs_ss = a.v_scale_strides[1];
+    p.vs_sh = a.v_scale_strides[2];
   }
   return p;
 }
 
 std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
   std::vector<rtc_mem_range> r;
-  for (const View& t : views(a)) add_view(r, t.base, 2, t.batch, t.rows, t.heads, a.head_dim, t.st);
+  for (const View& t : views(a)) add_view(r, t.base, size_t(t.unit), t.batch, t.rows, t.heads, t.units, t.st);
+  for (const auto& d :
+       {std::make_pair(a.k_descale, a.k_descale_strides), std::make_pair(a.v_descale, a.v_descale_strides)})
+    if (d.first) {  // fp32 [batch, heads_k] at the (sequence, head) strides; 0, 0: one value
+      const int64_t st[3] = {d.second[0], d.second[1], 0};
+      add_view(r, d.first, sizeof(float), a.batch, a.heads_k, 1, 1, st);
+    }
   const int mode = kv_mode(a);
   const uint64_t lse_rows = mode == RTC_KV_DENSE ? uint64_t(a.batch) * a.seq_q : uint64_t(a.total_q);
   if (a.lse) r.push_back(rtc_mem_range{a.lse, lse_rows * a.heads * sizeof(float)});

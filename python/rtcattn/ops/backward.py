@@ -73,7 +73,8 @@ def _writing_kernel(overload, op: str, written):
             raise NotImplementedError(not_available(op, ", and an out= call refuses inputs that require grad at "
                                                     "the call, as torch's out= functions do (without out=, "
                                                     "only a backward raises)"))
-        torch.autograd.graph.increment_version([args[i] for i in written])
+        # An optional written argument (an FP4 cache's scales) may be None, or left out when it has its default.
+        torch.autograd.graph.increment_version([args[i] for i in written if i < len(args) and args[i] is not None])
         with torch._C._AutoDispatchBelowAutograd():
             return overload.redispatch(keyset & torch._C._after_autograd_keyset, *args)
     return kernel

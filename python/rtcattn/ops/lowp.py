@@ -29,11 +29,16 @@ class Format:
 FORMATS = {f.name: f for f in (Format("e4m3", 0, 4, 3, 7, 0x7E), Format("e5m2", 1, 5, 2, 15, 0x7B),
                                Format("e2m3", 2, 2, 3, 1, 0x1F), Format("e3m2", 3, 3, 2, 3, 0x1F),
                                Format("e2m1", 4, 2, 1, 1, 0x7))}
-BY_CODE = {f.code: f for f in FORMATS.values()}
+# MI300X's FP8 (torch.float8_e4m3fnuz): bias 8, no Inf, no -0, 0x80 its only NaN, largest 240 (0x7F). Not one of the
+# scaled MFMA's formats (FORMATS, cbsz / blgp 0..4); fp8_fp4.h's RTC_LP_E4M3FNUZ.
+E4M3FNUZ = Format("e4m3fnuz", 5, 4, 3, 8, 0x7F)
+BY_CODE = {f.code: f for f in (*FORMATS.values(), E4M3FNUZ)}
+_BY_NAME = {f.name: f for f in BY_CODE.values()}
 
 
-def _fmt(fmt) -> Format:
-    return fmt if isinstance(fmt, Format) else FORMATS[fmt] if isinstance(fmt, str) else BY_CODE[fmt]
+def format_of(fmt) -> Format:
+    """A format by name ("e4m3", ..., "e4m3fnuz"), by code, or itself."""
+    return fmt if isinstance(fmt, Format) else _BY_NAME[fmt] if isinstance(fmt, str) else BY_CODE[fmt]
 
 
 def _magnitude(f: Format, mag: int) -> float:
@@ -46,7 +51,7 @@ def _magnitude(f: Format, mag: int) -> float:
 
 def values(fmt) -> np.ndarray:
     """The value of every code 0 .. 2^width - 1 (float64; NaN and +-Inf where the format has them)."""
-    f = _fmt(fmt)
+    f = format_of(fmt)
     half = 1 << (f.width - 1)
     out = np.empty(2 * half)
     for code in range(2 * half):
@@ -54,6 +59,9 @@ def values(fmt) -> np.ndarray:
         v = _magnitude(f, mag)
         if f.name == "e4m3" and mag == 0x7F:
             v = np.nan
+        elif f.name == "e4m3fnuz" and code == 0x80:  # the sign-only code: NaN, not -0
+            out[code] = np.nan
+            continue
         elif f.name == "e5m2" and mag >> 2 == 31:
             v = np.inf if mag & 3 == 0 else np.nan
         out[code] = -v if code & half else v
@@ -61,14 +69,15 @@ def values(fmt) -> np.ndarray:
 
 
 def decode(fmt, codes) -> np.ndarray:
-    return values(fmt)[np.asarray(codes, dtype=np.int64) & ((1 << _fmt(fmt).width) - 1)]
+    return values(fmt)[np.asarray(codes, dtype=np.int64) & ((1 << format_of(fmt).width) - 1)]
 
 
 def encode(fmt, x, saturate: bool = False) -> np.ndarray:
     """Round to nearest, ties to the even code. Past the largest value: a virtual next code (largest + 1 step) takes
     part in the rounding; landing on it overflows: NaN (E4M3) or Inf (E5M2), or the largest value when saturating
-    (FP6 / FP4 always). NaN: E4M3 0x7F, E5M2 0x7E, FP6 / FP4 the largest value; signs kept."""
-    f = _fmt(fmt)
+    (FP6 / FP4 always). NaN: E4M3 0x7F, E5M2 0x7E, FP6 / FP4 the largest value; signs kept. E4M3 FNUZ: NaN and a
+    non-saturated overflow give 0x80 (its NaN), a zero result 0x00 (it has no -0)."""
+    f = format_of(fmt)
     x = np.asarray(x, dtype=np.float64)
     mags = np.array([_magnitude(f, m) for m in range(f.max_code + 2)])  # the last: the virtual overflow code
     a = np.abs(x)
@@ -77,14 +86,16 @@ def encode(fmt, x, saturate: bool = False) -> np.ndarray:
     dl, dh = a - mags[lo], mags[hi] - a
     pick = np.where((dh < dl) | ((dh == dl) & (hi % 2 == 0)), hi, lo)
     pick = np.where(a >= mags[-1], len(mags) - 1, pick)
-    fp8 = f.name in ("e4m3", "e5m2")
-    over = f.max_code if saturate or not fp8 else (0x7F if f.name == "e4m3" else 0x7C)
+    fp8 = f.name in ("e4m3", "e5m2", "e4m3fnuz")
+    over = f.max_code if saturate or not fp8 else {"e4m3": 0x7F, "e5m2": 0x7C, "e4m3fnuz": 0x80}[f.name]
     code = np.where(pick > f.max_code, over, pick)
     if fp8:
-        code = np.where(np.isnan(a), 0x7F if f.name == "e4m3" else 0x7E, code)
+        code = np.where(np.isnan(a), {"e4m3": 0x7F, "e5m2": 0x7E, "e4m3fnuz": 0x80}[f.name], code)
     else:
         code = np.where(np.isnan(a), f.max_code, code)
     sign = np.signbit(x).astype(np.int64) << (f.width - 1)
+    if f.name == "e4m3fnuz":  # 0x80 is NaN: a zero drops its sign, and NaN / overflow carry none
+        sign = np.where((code == 0) | (code == 0x80), 0, sign)
     return (code | sign).astype(np.int64)
 
 

@@ -48,9 +48,9 @@ def schema_of(fn: typing.Callable, name: str, mutates: tuple = (), returns: str 
             continue
         t = _type(p.name, p.annotation)
         if p.name in mutates:
-            if t != "Tensor":
+            if t not in ("Tensor", "Tensor?"):
                 raise TypeError(f"parameter {p.name}: only a Tensor can be written to")
-            t = f"Tensor({'abcdefgh'[mutates.index(p.name)]}!)"
+            t = f"Tensor({'abcdefgh'[mutates.index(p.name)]}!){t[6:]}"  # an optional one: Tensor(c!)?
         default = "" if p.default is inspect.Parameter.empty else "=" + _default(p.default)
         args.append(f"{t} {p.name}{default}")
     ret = returns or _type("return", inspect.signature(fn).return_annotation)

@@ -227,7 +227,7 @@ def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim:
     code object a call would load."""
     from ..runtime import dispatch, manifest
     v = manifest.load().variant_for(OP, kernel, arch, {"round_mode": mode, "mask": mask, "kv": kv,
-                                                        "head_dim": head_dim, "dtype": dtype})
+                                                        "head_dim": head_dim, "dtype": dtype, "kv_dtype": "same"})
     return dispatch.build(v)
 
 
@@ -320,7 +320,7 @@ def variants(kv: str = "dense", head_dims=None, dtype: str = "bf16", kernel: str
             for k in kvs:
                 for mask in axis_values("mask"):
                     for mode in axis_values("round_mode"):
-                        combo = {"round_mode": mode, "mask": mask, "kv": k, "dtype": t}
+                        combo = {"round_mode": mode, "mask": mask, "kv": k, "dtype": t, "kv_dtype": "same"}
                         if spec.exclusion(combo) is None:
                             out.append((mode, mask, k, d, t))
     return out

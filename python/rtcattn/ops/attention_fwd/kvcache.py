@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .validate import KvcacheProblem
+from . import kvquant
+from .validate import NO_QUANT, KvcacheProblem, KvQuant
 
 
 @dataclass
@@ -73,10 +74,26 @@ def _table(rotary, pos: torch.Tensor):
     return cos.float()[idx].unsqueeze(-2), sin.float()[idx].unsqueeze(-2)
 
 
+def store(cache, x, where, p: KvcacheProblem, descale, scale) -> None:
+    """x [B, S_new, Hk, D] into the cache rows `where` (indices of its first two dims; FP4: of its block and row
+    dims), in the cache's format: as it is; FP8 through kvquant.quantize_fp8 with the call's descale; FP4 through
+    kvquant.quantize_fp4, its E8M0 bytes into scale [num_blocks, page_size, Hk]. quantize_kv's code: the same bytes."""
+    if p.kv_dtype == "same":
+        cache.index_put_(where, x)
+    elif p.kv_dtype == "fp4_e2m1":
+        packed, s = kvquant.quantize_fp4(x)
+        cache.permute(0, 2, 1, 3).index_put_(where, packed)  # the HND pool's [block, row, head] view
+        scale.index_put_(where, s)
+    else:  # index_put_ on the bytes: torch's float8 dtypes have no index_put_ kernel on every device
+        xq = kvquant.quantize_fp8(x, kvquant.descale_rows(descale, p.batch, x.device), cache.dtype)
+        cache.view(torch.uint8).index_put_(where, xq.view(torch.uint8))
+
+
 def append(k_cache, v_cache, k, v, start, p: KvcacheProblem, cache_batch_idx, block_table, rotary,
-           interleaved: bool) -> None:
+           interleaved: bool, quant: KvQuant = NO_QUANT) -> None:
     """Writes k (rotated when rotary is given) and v into the caches in place, sequence b's row i at row
-    start[b] + i of its cache batch (contiguous) or of its block-table row (paged)."""
+    start[b] + i of its cache batch (contiguous) or of its block-table row (paged); a quantized cache gets them
+    quantized (store)."""
     rows = start[:, None] + torch.arange(p.new, device=start.device)  # [B, S_new], each < capacity
     if rotary is not None:
         k = rotate(k, *_table(rotary, rows), interleaved)
@@ -89,8 +106,8 @@ def append(k_cache, v_cache, k, v, start, p: KvcacheProblem, cache_batch_idx, bl
         else:
             batch = _clamp(cache_batch_idx.to(torch.int64), 0, p.cache_batch - 1)
         where = (batch[:, None].expand(-1, p.new), rows)
-    k_cache.index_put_(where, k)
-    v_cache.index_put_(where, v)
+    store(k_cache, k, where, p, quant.k_descale, quant.k_scale)
+    store(v_cache, v, where, p, quant.v_descale, quant.v_scale)
 
 
 def rotate_q(q: torch.Tensor, start, p: KvcacheProblem, rotary, interleaved: bool, per_row: bool) -> torch.Tensor:
@@ -139,15 +156,15 @@ def plan(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, p: 
 
 
 def apply(packed: Packed, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-          block_table, p: KvcacheProblem, interleaved: bool, per_row: bool) -> Packed:
-    """Appends k / v (when given, k rotated) and rotates q (when rotary is given): the packed call to launch.
-    per_row: q's rows at their own positions (a causal or local call)."""
+          block_table, p: KvcacheProblem, interleaved: bool, per_row: bool, quant: KvQuant = NO_QUANT) -> Packed:
+    """Appends k / v (when given, k rotated; quantized into a quantized cache) and rotates q (when rotary is given):
+    the packed call to launch. per_row: q's rows at their own positions (a causal or local call)."""
     rotary = None if rotary_cos is None else (rotary_cos, rotary_sin)
     if not p.new and rotary is None:
         return packed  # nothing to append or rotate: no kernel
     start = positions(p, cache_seqlens, q.device)
     if p.new:
-        append(k_cache, v_cache, k, v, start, p, cache_batch_idx, block_table, rotary, interleaved)
+        append(k_cache, v_cache, k, v, start, p, cache_batch_idx, block_table, rotary, interleaved, quant)
     if rotary is None:
         return packed
     q = rotate_q(q, start, p, rotary, interleaved, per_row)

@@ -18,17 +18,29 @@ from __future__ import annotations
 import torch
 
 FP8_E4M3_MAX = 448.0
+FP8_MAX = {torch.float8_e4m3fn: FP8_E4M3_MAX, torch.float8_e4m3fnuz: 240.0}  # MI300X's FNUZ: bias 8, largest 240
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)   # codes 0 .. 7; bit 3 is the sign
 E2M1_EMAX = 2            # E2M1's largest exponent: 6 = 1.5 * 2^2
 E8M0_BIAS, E8M0_NAN = 127, 0xFF
-KV_CACHE_DTYPES = ("fp8_e4m3", "fp4_e2m1")
+FP8_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}  # name -> the cache's dtype
+KV_CACHE_DTYPES = (*FP8_DTYPES, "fp4_e2m1")
 
 
-def quantize_fp8(x: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
-    """x [..., Hk, D] (bf16 / fp16) -> float8_e4m3fn: x / descale in fp32, to nearest even, saturated at +-448.
-    descale: fp32, broadcast against x[..., 0] (one value, or per (sequence, head) reshaped by the caller)."""
+def quantize_fp8(x: torch.Tensor, descale: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
+    """x [..., Hk, D] (bf16 / fp16) -> dtype (float8_e4m3fn, or float8_e4m3fnuz): x / descale in fp32, to nearest
+    even, saturated at the format's largest value (448; FNUZ 240). descale: fp32, broadcast against x[..., 0] (one
+    value, or per (sequence, head) reshaped by the caller: descale_rows)."""
     y = x.float() / descale.float().unsqueeze(-1)
-    return torch.clamp(y, -FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+    top = FP8_MAX[dtype]
+    return torch.clamp(y, -top, top).to(dtype)
+
+
+def descale_rows(descale: torch.Tensor | None, batch: int, device) -> torch.Tensor:
+    """A descale as quantize_fp8 broadcasts it over x [B, S, Hk, D]: one value (also for None: 1), or [B, Hk] as
+    [B, 1, Hk]."""
+    if descale is None:
+        return torch.ones((), dtype=torch.float32, device=device)
+    return descale.reshape(()) if descale.numel() == 1 else descale.view(batch, 1, descale.shape[-1])
 
 
 def e8m0_scales(x: torch.Tensor) -> torch.Tensor:

@@ -213,6 +213,27 @@ def lse_close(lse: torch.Tensor, lse64: torch.Tensor) -> torch.Tensor:
     return torch.where(fin, ok_fin & torch.isfinite(got), ok_special)
 
 
+# ---- quantized KV caches (docs/numerics.md §10): the function is attention over the exactly dequantized values ----
+
+def dequantize_cache(cache: torch.Tensor, kv_cache_dtype: str = "auto", scale: torch.Tensor | None = None):
+    """A cache's exact values in fp64, rows as the other references take them ([..., rows, Hk, D]): an FP8 cache
+    (float8_e4m3fn / fnuz) as its values (descales are per sequence: descaled()); an FP4 cache uint8
+    [num_blocks, Hk, page, D / 2] with its E8M0 scales [num_blocks, page, Hk] as [num_blocks, page, Hk, D]."""
+    from . import kvquant
+    if kv_cache_dtype == "fp4_e2m1":
+        return kvquant.dequantize_fp4(cache.permute(0, 2, 1, 3), scale).to(torch.float64)
+    return cache.to(torch.float64)
+
+
+def descaled(rows: torch.Tensor, descale: torch.Tensor | None, b: int) -> torch.Tensor:
+    """Rows [..., Hk, D] of sequence b times its FP8 descale (fp32 [B, Hk] or one element), in fp64: exact."""
+    if descale is None:
+        return rows
+    d = descale.to(torch.float64).cpu()
+    d = d.reshape(()) if d.numel() == 1 else d[b][:, None]
+    return rows.to(torch.float64) * d
+
+
 def paged_rows(pages: torch.Tensor, block_table: torch.Tensor, b: int, length: int) -> torch.Tensor:
     """[length, Hk, D]: the first `length` key rows of sequence b of a paged cache [num_pages, page, Hk, D]."""
     page = pages.shape[1]
@@ -222,10 +243,12 @@ def paged_rows(pages: torch.Tensor, block_table: torch.Tensor, b: int, length: i
 
 
 def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None = None,
-                     softmax_scale: float | None = None, window=(-1, -1), block_table=None):
+                     softmax_scale: float | None = None, window=(-1, -1), block_table=None, k_descale=None,
+                     v_descale=None):
     """Per sequence: the dense reference on [1, S, H, D] slices (masks aligned to each sequence's own
     lengths). Returns (O64 [total_q, H, D] float64, lse64 [H, total_q] float64), or with round_mode the
-    "R" output [total_q, H, D] in q's dtype. k, v are packed [total_k, Hk, D] or, with block_table, pages."""
+    "R" output [total_q, H, D] in q's dtype. k, v are packed [total_k, Hk, D] or, with block_table, pages; a
+    quantized cache's exact values (dequantize_cache), sequence b's rows times its k_descale / v_descale row."""
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     total_q, heads = q.shape[0], q.shape[1]
     o = torch.zeros(q.shape, dtype=torch.float64 if round_mode is None else q.dtype, device=q.device)
@@ -238,6 +261,7 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None
             kb, vb = k[k0:k1], v[k0:k1]
         else:
             kb, vb = (paged_rows(t, block_table, b, k1 - k0) for t in (k, v))
+        kb, vb = descaled(kb, k_descale, b), descaled(vb, v_descale, b)
         if kb.shape[0] == 0:  # no key: every row of the sequence is 0, its LSE -Inf (already so)
             continue
         args = (q[None, q0:q1], kb[None], vb[None], "bshd")
@@ -265,13 +289,15 @@ def rotary_fp64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions
 
 def reference_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                       cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, window=(-1, -1),
-                      rotary_interleaved=True, round_mode: str | None = None):
+                      rotary_interleaved=True, round_mode: str | None = None, k_descale=None, v_descale=None):
     """flash-attn 2.x's flash_attn_with_kvcache on the host, sequence by sequence, from its documented semantics:
     new rows k / v written at cache rows cache_seqlens[b] + i (k rotated at those positions), q rotated at
     cache_seqlens[b] + i when the call is causal or local (a window side in [0, capacity)) else all at
     cache_seqlens[b], keys cache_leftpad[b] .. cache_seqlens[b] + S_new - 1. window: (left, right) with causal's
     right = 0 applied. Returns (k_cache, v_cache) as updated copies, and O64 [B, Sq, Hq, D] float64 with lse64
-    [B, Hq, Sq], or with round_mode the "R" output in q's dtype."""
+    [B, Hq, Sq], or with round_mode the "R" output in q's dtype. A quantized cache: its exact values
+    (dequantize_cache, without k / v: the append's quantization is tested bit for bit on its own), sequence b's rows
+    times its k_descale / v_descale row."""
     kc, vc = k_cache.cpu().clone(), v_cache.cpu().clone()
     batch, seq_q = q.shape[0], q.shape[1]
     paged = block_table is not None
@@ -285,8 +311,8 @@ def reference_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
     o = torch.zeros(q.shape, dtype=torch.float64 if round_mode is None else q.dtype)
     lse = torch.full((batch, q.shape[2], seq_q), -math.inf, dtype=torch.float64)
 
-    def rows(cache, b):  # sequence b's cache rows [capacity, Hk, D]
-        return cache[table[b].long()].flatten(0, 1) if paged else cache[bidx[b]]
+    def rows(cache, b, descale):  # sequence b's cache rows [capacity, Hk, D]
+        return descaled(cache[table[b].long()].flatten(0, 1) if paged else cache[bidx[b]], descale, b)
 
     for b in range(batch):
         at = [seqlens[b] + i for i in range(new)]
@@ -306,7 +332,7 @@ def reference_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
             pos = [seqlens[b] + i if per_row else seqlens[b] for i in range(seq_q)]
             qb = rotary_fp64(qb, rotary_cos, rotary_sin, pos, rotary_interleaved)
         keys = slice(leftpad[b], seqlens[b] + new)
-        kb, vb = rows(kc, b)[keys], rows(vc, b)[keys]
+        kb, vb = rows(kc, b, k_descale)[keys], rows(vc, b, v_descale)[keys]
         if kb.shape[0] == 0 or seq_q == 0:
             continue
         args = (qb[None], kb[None], vb[None], "bshd")

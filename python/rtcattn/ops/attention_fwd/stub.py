@@ -78,19 +78,41 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
         **_fields(problem, num_cus))
 
 
+def _kv_strides(t, p: validate.VarlenProblem) -> tuple:
+    """A cache's (page or batch, row, head) strides: paged [num_pages, page, Hk, D] (FP4: [num_pages, Hk, page,
+    D / 2], in bytes), varlen [total_k, Hk, D]."""
+    if p.kv_dtype == "fp4_e2m1":
+        return t.stride(0), t.stride(2), t.stride(1)
+    return tuple(t.stride()[:3]) if p.paged else (0, t.stride(0), t.stride(1))
+
+
+def _quant_fields(p: validate.VarlenProblem, quant: validate.KvQuant) -> dict:
+    """The argument block's quantized-cache fields (kv_dtype's value, descales, scales and their strides)."""
+    fields = dict(kv_dtype=validate.axis_define("kv_dtype", p.kv_dtype))
+    for name in ("k_descale", "v_descale"):
+        t = getattr(quant, name)
+        if t is not None:
+            fields.update({name: t.data_ptr(), f"{name}_strides": validate.descale_strides(t)})
+    for name in ("k_scale", "v_scale"):
+        t = getattr(quant, name)
+        if t is not None:
+            fields.update({name: t.data_ptr(), f"{name}_strides": tuple(t.stride())})
+    return fields
+
+
 def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenProblem, num_cus: int,
-                      seqused_k=None, num_splits: int = 0):
+                      seqused_k=None, num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT):
     """The runtime's argument block of a packed call; out None: q's address stands in until launch. num_splits:
-    flash-attn's (split_fields)."""
+    flash-attn's (split_fields); quant: a quantized cache's descales or scales."""
     from ...runtime import dispatch
     o = q if out is None else out
-    kv_strides = (lambda t: tuple(t.stride()[:3])) if p.paged else (lambda t: (0, t.stride(0), t.stride(1)))
     fields = dict(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
-        q_strides=(0, q.stride(0), q.stride(1)), k_strides=kv_strides(k), v_strides=kv_strides(v),
+        q_strides=(0, q.stride(0), q.stride(1)), k_strides=_kv_strides(k, p), v_strides=_kv_strides(v, p),
         o_strides=(0, q.shape[1] * q.shape[2], q.shape[2]) if out is None else (0, out.stride(0), out.stride(1)),
         batch=p.batch, seq_q=p.max_seqlen_q, seq_k=p.max_seqlen_k, cu_seqlens_q=cu_q.data_ptr(),
-        cu_seqlens_k=cu_k.data_ptr(), total_q=p.total_q, total_k=p.total_k, **_fields(p, num_cus, num_splits))
+        cu_seqlens_k=cu_k.data_ptr(), total_q=p.total_q, total_k=p.total_k, **_fields(p, num_cus, num_splits),
+        **_quant_fields(p, quant))
     if p.paged:
         fields.update(block_table=block_table.data_ptr(), page_size=p.page_size, num_pages=p.num_pages,
                       pages_per_seq=p.pages_per_seq, table_stride=block_table.stride(0))
@@ -101,10 +123,11 @@ def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenP
 
 def _call(q: torch.Tensor, round_mode: str, problem, kv: str) -> dict:
     """The call's value on each axis of the manifest. round_mode applies to bf16 only: fp16 rounds to nearest even
-    (its only variant, the manifest's exclude list leaves out the others), whatever mode the call names."""
+    (its only variant, the manifest's exclude list leaves out the others), whatever mode the call names. kv_dtype: the
+    cache's element type (a dense call's is always "same")."""
     dtype = validate.DTYPE_AXIS[q.dtype]
     return {"round_mode": round_mode if dtype == "bf16" else "rtne", "mask": "window" if problem.masked else "none",
-            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype}
+            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype, "kv_dtype": problem.kv_dtype}
 
 
 class _Copy:
@@ -169,11 +192,12 @@ def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_s
 
 
 def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
-                     softmax_scale=None, window=(-1, -1), block_table=None, seqused_k=None, num_splits=0):
+                     softmax_scale=None, window=(-1, -1), block_table=None, seqused_k=None, num_splits=0,
+                     quant: validate.KvQuant = validate.NO_QUANT):
     """The kernel and variant a packed call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
     p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                                     softmax_scale, None, window, block_table, seqused_k)
+                                     softmax_scale, None, window, block_table, seqused_k, quant)
     cus = dispatch.device_facts(q.device)[1]
     d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
         copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus, seqused_k, num_splits),
@@ -181,7 +205,8 @@ def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if d is not None:  # the padded call's selection, as the call runs it
         return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k, num_splits)
-    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k, num_splits)
+    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k, num_splits,
+                             quant)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
 
 
@@ -227,10 +252,11 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
 
 
 def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
-            fake: bool, seqused_k=None, num_splits: int = 0):
-    """A packed call: (out, lse); lse is [Hq, total_q] fp32 when return_lse, else an empty [0] tensor."""
+            fake: bool, seqused_k=None, num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT):
+    """A packed call: (out, lse); lse is [Hq, total_q] fp32 when return_lse, else an empty [0] tensor. quant: a
+    quantized cache's arguments (validate.KvQuant)."""
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
-                                     checks.check_window(window), block_table, seqused_k)
+                                     checks.check_window(window), block_table, seqused_k, quant)
     if fake:
         return (q.new_empty(q.shape) if out is None else out), q.new_empty(_packed_lse_shape(q, return_lse),
                                                                            dtype=torch.float32)
@@ -238,7 +264,7 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
     if not empty:
         args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1],
-                                 seqused_k, num_splits)
+                                 seqused_k, num_splits, quant)
         d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
             copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, args.num_cus, seqused_k, num_splits),
             (q, k, v, out), q.device)
@@ -269,12 +295,12 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
 
 def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
              block_table, out, round_mode, softmax_scale, return_lse, window, rotary_interleaved, fake: bool,
-             num_splits: int = 0):
+             num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT):
     """flash_attn_with_kvcache: (out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32 or an empty [0] tensor). Appends k / v into
     the caches in place, rotates, then runs the packed form with seqused_k (kvcache.py says how, without a sync) and
     num_splits's split fields (split_fields)."""
     p = validate.check_kvcache_inputs(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                                      cache_batch_idx, cache_leftpad, block_table, softmax_scale, out)
+                                      cache_batch_idx, cache_leftpad, block_table, softmax_scale, out, quant)
     window = checks.check_window(window)
     validate.check_num_splits(num_splits)
     checks.check_bool("rotary_interleaved", rotary_interleaved)
@@ -287,12 +313,13 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     packed = kvcache.plan(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, p)
     args = (packed.cu_q, packed.cu_k, p.seq_q, packed.max_seqlen_k, round_mode, p.scale)
     if q.numel():  # the runtime's checks of the attention, before the append writes anything
-        selection_varlen(packed.q, packed.k, packed.v, *args, window, block_table, packed.seqused_k, num_splits)
+        selection_varlen(packed.q, packed.k, packed.v, *args, window, block_table, packed.seqused_k, num_splits,
+                         quant)
     # flash-attn's rule: q's rows take their own rotary positions when the call is causal or local, a window side
     # at or past the capacity counting as unbounded.
     per_row = any(0 <= w < p.capacity for w in window)
     packed = kvcache.apply(packed, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                           block_table, p, rotary_interleaved, per_row)
+                           block_table, p, rotary_interleaved, per_row, quant)
     rows = (p.batch * p.seq_q, p.heads, p.head_dim)
     # out= as packed rows when its strides allow, else written through a copy. Every packed row belongs to a sequence
     # (cu_seqlens_q steps by Sq), so the kernels write all of them: the rows need no zeros first (the packed form
@@ -300,7 +327,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     direct = out is not None and (out.stride(0) == p.seq_q * out.stride(1) or p.batch <= 1)
     target = out.view(rows) if direct else torch.empty(rows, dtype=q.dtype, device=q.device)
     o, lse = _packed(packed.q, packed.k, packed.v, target, *args, return_lse, window, block_table, False,
-                     packed.seqused_k, num_splits)
+                     packed.seqused_k, num_splits, quant)
     lse = lse.view(p.heads, p.batch, p.seq_q).permute(1, 0, 2).contiguous() if return_lse else lse
     if out is None:
         return o.view(q.shape), lse
@@ -327,32 +354,46 @@ def _ops(fake: bool) -> tuple:
     def fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, round_mode: str,
                    softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
-                   block_table: torch.Tensor | None = None,
-                   seqused_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   block_table: torch.Tensor | None = None, seqused_k: torch.Tensor | None = None,
+                   k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
+                   k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                   kv_cache_dtype: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) for packed q, k, v; seqused_k (int32 [B], optional): sequence b uses seqused_k[b] keys
-        from its first key row (flash_attn_with_kvcache's contiguous and paged caches)."""
+        from its first key row (flash_attn_with_kvcache's contiguous and paged caches). A quantized cache: an FP8 k / v
+        with its descales, or kv_cache_dtype "fp4_e2m1" with its scales (validate.KvQuant)."""
+        quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _packed(q, k, v, None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                       softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k)
+                       softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k,
+                       quant=quant)
 
     def fwd_varlen_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                        round_mode: str, softmax_scale: float | None, return_lse: bool, window_left: int = -1,
                        window_right: int = -1, block_table: torch.Tensor | None = None,
-                       seqused_k: torch.Tensor | None = None) -> torch.Tensor:
+                       seqused_k: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
+                       v_descale: torch.Tensor | None = None, k_scale: torch.Tensor | None = None,
+                       v_scale: torch.Tensor | None = None, kv_cache_dtype: str = "auto") -> torch.Tensor:
         """Writes the output into out; returns lse as fwd_varlen does."""
+        quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _packed(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                       softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k)[1]
+                       softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k,
+                       quant=quant)[1]
 
     def fwd_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
                     v: torch.Tensor | None, rotary_cos: torch.Tensor | None, rotary_sin: torch.Tensor | None,
                     cache_seqlens: torch.Tensor | None, cache_batch_idx: torch.Tensor | None,
                     cache_leftpad: torch.Tensor | None, block_table: torch.Tensor | None, round_mode: str,
                     softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
-                    rotary_interleaved: bool = True, num_splits: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, lse) of flash_attn_with_kvcache; k_cache / v_cache get k / v appended in place."""
+                    rotary_interleaved: bool = True, num_splits: int = 0, k_descale: torch.Tensor | None = None,
+                    v_descale: torch.Tensor | None = None, k_scale: torch.Tensor | None = None,
+                    v_scale: torch.Tensor | None = None,
+                    kv_cache_dtype: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) of flash_attn_with_kvcache; k_cache / v_cache (and an FP4 cache's k_scale / v_scale) get k / v
+        appended in place."""
+        quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                         cache_leftpad, block_table, None, round_mode, softmax_scale, return_lse,
-                        (window_left, window_right), rotary_interleaved, fake, num_splits)
+                        (window_left, window_right), rotary_interleaved, fake, num_splits, quant)
 
     def fwd_kvcache_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
                         k: torch.Tensor | None, v: torch.Tensor | None, rotary_cos: torch.Tensor | None,
@@ -360,11 +401,15 @@ def _ops(fake: bool) -> tuple:
                         cache_batch_idx: torch.Tensor | None, cache_leftpad: torch.Tensor | None,
                         block_table: torch.Tensor | None, round_mode: str, softmax_scale: float | None,
                         return_lse: bool, window_left: int = -1, window_right: int = -1,
-                        rotary_interleaved: bool = True, num_splits: int = 0) -> torch.Tensor:
+                        rotary_interleaved: bool = True, num_splits: int = 0,
+                        k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
+                        k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                        kv_cache_dtype: str = "auto") -> torch.Tensor:
         """Writes the output into out; returns lse as fwd_kvcache does."""
+        quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                         cache_leftpad, block_table, out, round_mode, softmax_scale, return_lse,
-                        (window_left, window_right), rotary_interleaved, fake, num_splits)[1]
+                        (window_left, window_right), rotary_interleaved, fake, num_splits, quant)[1]
 
     return fwd, fwd_out, fwd_varlen, fwd_varlen_out, fwd_kvcache, fwd_kvcache_out
 
@@ -377,7 +422,9 @@ _CALLERS = {"fwd": ("rtcattn.forward", "rtcattn.flash_attn_func", "aiter.rtcattn
             "fwd_kvcache": ("rtcattn.flash_attn_with_kvcache", "aiter.rtcattn_kvcache_fwd"),
             "fwd_kvcache_out": ("rtcattn.flash_attn_with_kvcache(out=...)",)}
 # What each op writes: out=, and the caches that the kvcache ops append to.
-_WRITES = {"fwd_kvcache": ("k_cache", "v_cache"), "fwd_kvcache_out": ("k_cache", "v_cache", "out")}
+# (An FP4 cache's scales are written with it.)
+_WRITES = {"fwd_kvcache": ("k_cache", "v_cache", "k_scale", "v_scale"),
+           "fwd_kvcache_out": ("k_cache", "v_cache", "out", "k_scale", "v_scale")}
 
 for _op, _fake in zip(_ops(False), _ops(True)):
     schema.define(_LIB, _op, mutates=_WRITES.get(_op.__name__, ("out",)))

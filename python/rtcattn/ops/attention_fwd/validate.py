@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import checks
-from . import OP
+from . import OP, kvquant
 
 # q, k, v and out share one of these dtypes; each one's value on the manifest's dtype axis (LSE is fp32 always).
 DTYPE_AXIS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -28,6 +28,13 @@ def axis_values(axis: str) -> tuple:
     return tuple(manifest.load().op(OP).axis_values(axis))
 
 
+def axis_define(axis: str, value) -> int:
+    """The integer the manifest gives value on axis (its -D define's value): what an argument-block field naming the
+    call's value holds (kv_dtype)."""
+    from ...runtime import manifest
+    return manifest.load().op(OP).axis(axis).define_value(value)
+
+
 @dataclass(frozen=True)
 class Problem:
     """A dense call's sizes."""
@@ -39,6 +46,7 @@ class Problem:
     scale: float
     heads_k: int = 0          # K/V heads (GQA/MQA: heads is a multiple of it); 0 = heads
     window: tuple = (-1, -1)  # (left, right) keys around the diagonal; -1 unbounded; causal: right 0
+    kv_dtype: str = "same"    # the manifest's kv_dtype axis: a dense call's K / V are always q's dtype
 
     @property
     def masked(self) -> bool:
@@ -61,6 +69,7 @@ class VarlenProblem:
     page_size: int = 0  # paged: rows per page; 0 = k / v packed like q
     num_pages: int = 0
     pages_per_seq: int = 0
+    kv_dtype: str = "same"  # the manifest's kv_dtype axis: "same" (q's dtype) or a quantized cache's format
 
     @property
     def masked(self) -> bool:
@@ -162,6 +171,112 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
     return Problem(bq, hq, sq, sk, dq, checks.check_scale(softmax_scale, dq), hk, tuple(window))
 
 
+# ---- quantized K / V caches (docs/numerics.md §10): the manifest's kv_dtype axis ---------------------------------
+
+# An FP8 cache's torch dtype -> its kv_dtype value; an FP4 cache is uint8, named by kv_cache_dtype="fp4_e2m1".
+FP8_KV_DTYPES = {dtype: name for name, dtype in kvquant.FP8_DTYPES.items()}
+KV_CACHE_DTYPE_ARGS = ("auto", "fp8_e4m3", "fp8_e4m3fnuz", "fp4_e2m1")  # "auto": read off the cache's dtype
+_FP8_TEXT = "torch.float8_e4m3fn or torch.float8_e4m3fnuz"
+
+
+@dataclass(frozen=True)
+class KvQuant:
+    """A call's quantized-cache arguments, as given (None where not)."""
+    kv_cache_dtype: str = "auto"
+    k_descale: torch.Tensor | None = None
+    v_descale: torch.Tensor | None = None
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
+
+    def tensors(self) -> tuple:
+        """(name, tensor) of those given."""
+        return tuple((n, t) for n in ("k_descale", "v_descale", "k_scale", "v_scale")
+                     if (t := getattr(self, n)) is not None)
+
+
+NO_QUANT = KvQuant()  # a call without a quantized cache's arguments
+
+
+def kv_dtype_of(k, v, kv_cache_dtype: str, names=("k", "v")) -> str:
+    """The kv_dtype axis value of caches k, v: "same" (bf16 / fp16, q's), an FP8 dtype's, or "fp4_e2m1" (uint8 with
+    kv_cache_dtype="fp4_e2m1"). k and v are checked as tensors first."""
+    checks.check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPE_ARGS)
+    for name, t in zip(names, (k, v)):
+        checks.check_type(name, t)
+    if kv_cache_dtype == "fp4_e2m1":
+        for name, t in zip(names, (k, v)):
+            if t.dtype != torch.uint8:
+                raise TypeError(f"{name}.dtype={t.dtype} with kv_cache_dtype='fp4_e2m1' is not supported; accepted: "
+                                "torch.uint8 (two E2M1 values a byte)")
+        return "fp4_e2m1"
+    if k.dtype in FP8_KV_DTYPES or v.dtype in FP8_KV_DTYPES:
+        if k.dtype != v.dtype:
+            raise TypeError(f"mismatched dtypes: {names[0]}.dtype={k.dtype}, {names[1]}.dtype={v.dtype}; accepted: "
+                            f"one FP8 dtype for both ({_FP8_TEXT})")
+        value = FP8_KV_DTYPES[k.dtype]
+        if kv_cache_dtype not in ("auto", value):
+            raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} with {names[0]}.dtype={k.dtype} is not supported; "
+                             f"accepted: 'auto' or {value!r}")
+        return value
+    if kv_cache_dtype != "auto":
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} with {names[0]}.dtype={k.dtype} is not supported; "
+                         f"accepted: 'auto' (a cache in q's dtype), {_FP8_TEXT} caches with 'auto' or their name, "
+                         "uint8 caches with 'fp4_e2m1'")
+    if k.dtype == torch.uint8:
+        raise TypeError(f"{names[0]}.dtype=torch.uint8 is not supported without kv_cache_dtype='fp4_e2m1'; accepted: "
+                        f"torch.bfloat16, torch.float16, {_FP8_TEXT}, or uint8 FP4 with kv_cache_dtype='fp4_e2m1'")
+    return "same"
+
+
+def check_kv_quant(kv_dtype: str, quant: KvQuant, batch: int, hk: int, d: int, device,
+                   scale_shape: tuple | None) -> None:
+    """The descales (FP8: fp32 [batch, Hk] or one element, each optional) and scales (FP4: uint8 scale_shape, both
+    required) a kv_dtype takes, and none it does not; a quantized cache's head dim a multiple of 8 (no padding)."""
+    fp8, fp4 = kv_dtype.startswith("fp8"), kv_dtype == "fp4_e2m1"
+    what = "a cache in q's dtype" if kv_dtype == "same" else f"a {kv_dtype} cache"
+    for name in ("k_descale", "v_descale"):
+        t = getattr(quant, name)
+        if t is None:
+            continue
+        checks.check_type(name, t)
+        if not fp8:
+            raise ValueError(f"{name} given with {what} is not supported; accepted: {name}=None (descales go with an "
+                             f"FP8 cache, {_FP8_TEXT})")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name}.dtype={t.dtype} is not supported; accepted: torch.float32")
+        if t.device != device:
+            raise ValueError(f"{name}.device={t.device} is not supported; accepted: q's device {device}")
+        if not (t.numel() == 1 or tuple(t.shape) == (batch, hk)):
+            raise ValueError(f"{name}.shape={tuple(t.shape)} is not supported; accepted: [B={batch}, Hk={hk}] (per "
+                             "sequence and K/V head) or one element (per tensor)")
+    for name in ("k_scale", "v_scale"):
+        t = getattr(quant, name)
+        if not fp4:
+            if t is not None:
+                raise ValueError(f"{name} given with {what} is not supported; accepted: {name}=None (E8M0 scales go "
+                                 "with kv_cache_dtype='fp4_e2m1')")
+            continue
+        if t is None:
+            raise ValueError(f"{name}=None with kv_cache_dtype='fp4_e2m1' is not supported; accepted: its E8M0 scales, "
+                             f"uint8 {list(scale_shape)} [num_blocks, page_size, Hk]")
+        checks.check_type(name, t)
+        if t.dtype != torch.uint8:
+            raise TypeError(f"{name}.dtype={t.dtype} is not supported; accepted: torch.uint8 (E8M0)")
+        if tuple(t.shape) != tuple(scale_shape):
+            raise ValueError(f"{name}.shape={tuple(t.shape)} is not supported; accepted: {list(scale_shape)} "
+                             "[num_blocks, page_size, Hk] (one E8M0 byte per key row and head)")
+        if t.device != device:
+            raise ValueError(f"{name}.device={t.device} is not supported; accepted: q's device {device}")
+    if kv_dtype != "same" and d % 8:
+        raise ValueError(f"head dim D={d} with {what} is not supported; accepted: a multiple of 8 (a quantized cache "
+                         "is not padded)")
+
+
+def descale_strides(t: torch.Tensor | None) -> tuple:
+    """A descale's (sequence, head) element strides for the argument block: (0, 0) for one value or none."""
+    return (0, 0) if t is None or t.numel() == 1 else (t.stride(0), t.stride(1))
+
+
 def check_max(name: str, value) -> int:
     return checks.check_int(name, value, 1, checks.MAX_SIZE, " (the longest sequence's length)")
 
@@ -174,17 +289,26 @@ def check_num_splits(value) -> int:
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
                         softmax_scale=None, out: torch.Tensor | None = None, window: tuple = (-1, -1),
                         block_table: torch.Tensor | None = None,
-                        seqused_k: torch.Tensor | None = None) -> VarlenProblem:
+                        seqused_k: torch.Tensor | None = None, quant: KvQuant = NO_QUANT) -> VarlenProblem:
     """A packed call: every check that needs no device memory. q [total_q, Hq, D]; k, v [total_k, Hk, D], or
     with block_table [num_pages, page_size, Hk, D]; cu_seqlens_* int32 [B + 1]; block_table int32 [B, pages];
-    seqused_k int32 [B] (sequence b's KV length; cu_seqlens_k[b] is then only its first key row when not paged)."""
+    seqused_k int32 [B] (sequence b's KV length; cu_seqlens_k[b] is then only its first key row when not paged).
+    quant: an FP8 cache's descales, or an FP4 cache (paged only: uint8 [num_pages, Hk, page_size, D / 2]) and its
+    scales."""
     checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
     paged = block_table is not None
-    kv_text = "[num_pages, page_size, Hk, D] (paged: block_table given)" if paged else "[total_k, Hk, D]"
+    kv_dtype = kv_dtype_of(k, v, quant.kv_cache_dtype)
+    fp4 = kv_dtype == "fp4_e2m1"
+    if fp4 and not paged:
+        raise ValueError("kv_cache_dtype='fp4_e2m1' without block_table is not supported; accepted: an FP4 cache in "
+                         "pages, uint8 [num_pages, Hk, page_size, D / 2] with block_table")
+    kv_text = ("[num_pages, Hk, page_size, D / 2] (FP4, paged)" if fp4 else
+               "[num_pages, page_size, Hk, D] (paged: block_table given)" if paged else "[total_k, Hk, D]")
     checks.check_tensor("q", q, DTYPES, 3, "[total_q, Hq, D]")
     for name, t in (("k", k), ("v", v)):
-        checks.check_tensor(name, t, DTYPES, 4 if paged else 3, kv_text)
-    checks.check_same_dtype((("q", q), ("k", k), ("v", v)), DTYPES)
+        checks.check_tensor(name, t, DTYPES if kv_dtype == "same" else (k.dtype,), 4 if paged else 3, kv_text)
+    if kv_dtype == "same":
+        checks.check_same_dtype((("q", q), ("k", k), ("v", v)), DTYPES)
     device = q.device
     checks.check_same("devices", ("q.device", "k.device", "v.device"), (q.device, k.device, v.device))
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -204,10 +328,10 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     check_max("max_seqlen_k", max_seqlen_k)
     total_q, hq, d = q.shape
     checks.check_same("k and v shapes", ("k", "v"), (tuple(k.shape), tuple(v.shape)))
-    hk, dk = k.shape[-2], k.shape[-1]
+    hk, dk = (k.shape[1], 2 * k.shape[3]) if fp4 else (k.shape[-2], k.shape[-1])
     if hk == 0 or hq % hk != 0:
         raise _heads_error(hq, hk)
-    checks.check_same("head dim", ("q", "k", "v"), (d, dk, v.shape[-1]))
+    checks.check_same("head dim" + (" (FP4: 2 * k.shape[3])" if fp4 else ""), ("q", "k", "v"), (d, dk, dk))
     _check_head_dim(d, q)
     page_size = num_pages = pages = 0
     total_k = 0
@@ -216,23 +340,24 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         if block_table.shape[0] != batch or block_table.shape[1] < 1:
             raise ValueError(f"block_table.shape={tuple(block_table.shape)} is not supported; accepted: "
                              f"[batch={batch}, pages >= 1] (batch = len(cu_seqlens_q) - 1)")
-        num_pages, page_size = k.shape[0], k.shape[1]
+        num_pages, page_size = k.shape[0], k.shape[2 if fp4 else 1]
         if num_pages < 1 or page_size < 1:
-            raise ValueError(f"k.shape={tuple(k.shape)} is not supported; accepted: [num_pages >= 1, page_size >= 1, "
-                             "Hk, D]")
+            raise ValueError(f"k.shape={tuple(k.shape)} is not supported; accepted: {kv_text}, num_pages and "
+                             "page_size >= 1")
         pages = block_table.shape[1]
     else:
         total_k = k.shape[0]
         if total_k == 0 and total_q > 0:
             raise ValueError(f"k.shape={tuple(k.shape)} (total_k=0) is not supported; accepted: total_k >= 1")
+    check_kv_quant(kv_dtype, quant, batch, hk, d, device, (num_pages, page_size, hk) if fp4 else None)
     if out is not None:  # the metadata too: the kernels read cu_seqlens and the block table all along
         metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
             (("block_table", block_table),) if paged else ()) + (
-            (("seqused_k", seqused_k),) if seqused_k is not None else ())
+            (("seqused_k", seqused_k),) if seqused_k is not None else ()) + quant.tensors()
         checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + metadata)
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
-                         checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages)
+                         checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages, kv_dtype)
 
 
 def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: VarlenProblem, seqused_k=None) -> None:
@@ -306,6 +431,7 @@ class KvcacheProblem:
     page_size: int      # paged: rows per block; 0 = contiguous
     rotary_dim: int     # 0: no rotary embedding
     scale: float
+    kv_dtype: str = "same"  # the manifest's kv_dtype axis: the cache's format
 
     @property
     def paged(self) -> bool:
@@ -313,6 +439,7 @@ class KvcacheProblem:
 
 
 _CACHE_TEXT = "[B_cache, S_max, Hk, D], or [num_blocks, page_size, Hk, D] with block_table"
+_FP4_CACHE_TEXT = "uint8 [num_blocks, Hk, page_size, D / 2] with block_table (FP4)"
 
 
 def _check_meta(name: str, t, batch: int, device) -> None:
@@ -393,26 +520,38 @@ def _check_rotary(cos, sin, q, k, d: int, capacity: int) -> int:
 
 def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                          cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None,
-                         out: torch.Tensor | None = None) -> KvcacheProblem:
-    """flash_attn_with_kvcache: every check that needs no device memory (cache_seqlens as int32 [B] or None)."""
+                         out: torch.Tensor | None = None, quant: KvQuant = NO_QUANT) -> KvcacheProblem:
+    """flash_attn_with_kvcache: every check that needs no device memory (cache_seqlens as int32 [B] or None). quant:
+    an FP8 cache's descales, or an FP4 cache (paged, HND) and its scales."""
+    kv_dtype = kv_dtype_of(k_cache, v_cache, quant.kv_cache_dtype, ("k_cache", "v_cache"))
+    fp4 = kv_dtype == "fp4_e2m1"
+    if fp4 and block_table is None:
+        raise ValueError(f"kv_cache_dtype='fp4_e2m1' without block_table is not supported; accepted: {_FP4_CACHE_TEXT}")
     checks.check_tensor("q", q, DTYPES, 4, "[B, Sq, Hq, D]")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        checks.check_tensor(name, t, DTYPES, 4, _CACHE_TEXT)
-    checks.check_same_dtype((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), DTYPES)
+        checks.check_tensor(name, t, DTYPES if kv_dtype == "same" else (k_cache.dtype,), 4,
+                            _FP4_CACHE_TEXT if fp4 else _CACHE_TEXT)
+    if kv_dtype == "same":
+        checks.check_same_dtype((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), DTYPES)
     device = q.device
     checks.check_same("devices", ("q.device", "k_cache.device", "v_cache.device"),
                       (q.device, k_cache.device, v_cache.device))
     checks.check_same("k_cache and v_cache shapes", ("k_cache", "v_cache"), (tuple(k_cache.shape),
                                                                              tuple(v_cache.shape)))
     batch, seq_q, hq, d = q.shape
-    cache_batch, rows, hk, dk = k_cache.shape
+    if fp4:
+        cache_batch, hk, rows, dk = k_cache.shape
+        dk *= 2
+    else:
+        cache_batch, rows, hk, dk = k_cache.shape
     if hk == 0 or hq % hk != 0:
         raise _heads_error(hq, hk)
-    checks.check_same("head dim", ("q", "k_cache", "v_cache"), (d, dk, v_cache.shape[-1]))
+    checks.check_same("head dim" + (" (FP4: 2 * k_cache.shape[3])" if fp4 else ""), ("q", "k_cache", "v_cache"),
+                      (d, dk, dk))
     _check_head_dim(d, q)
     if cache_batch < 1 or rows < 1:
-        raise ValueError(f"k_cache.shape={tuple(k_cache.shape)} is not supported; accepted: {_CACHE_TEXT}, each "
-                         "size >= 1")
+        raise ValueError(f"k_cache.shape={tuple(k_cache.shape)} is not supported; accepted: "
+                         f"{_FP4_CACHE_TEXT if fp4 else _CACHE_TEXT}, each size >= 1")
     for name, t in (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                     ("cache_leftpad", cache_leftpad)):
         _check_meta(name, t, batch, device)
@@ -428,8 +567,8 @@ def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, r
                                  "cache (the block table maps each sequence's rows), as flash-attn")
         page_size = rows
         if page_size < 16 or page_size & (page_size - 1):
-            raise ValueError(f"page_size={page_size} (k_cache.shape[1], paged) is not supported; accepted: a power of "
-                             "two >= 16 (16, 32, 64, 128, 256, ...)")
+            raise ValueError(f"page_size={page_size} (k_cache.shape[{2 if fp4 else 1}], paged) is not supported; "
+                             "accepted: a power of two >= 16 (16, 32, 64, 128, 256, ...)")
         capacity = block_table.shape[1] * page_size
     else:
         capacity = rows
@@ -440,13 +579,17 @@ def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, r
                              f"{_rows_per_batch('v_cache', v_cache)} rows apart; accepted: the same rows per batch")
     new = _check_new_kv(k, v, q, batch, hk, d, capacity, cache_seqlens)
     rotary_dim = _check_rotary(rotary_cos, rotary_sin, q, k, d, capacity)
+    check_kv_quant(kv_dtype, quant, batch, hk, d, device, (cache_batch, page_size, hk) if fp4 else None)
     inputs = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + [
         (n, t) for n, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                             ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                             ("cache_leftpad", cache_leftpad), ("block_table", block_table)) if t is not None]
-    if new and checks._has_storage(k):  # the append reads k / v while it writes the cache
+    inputs += list(quant.tensors())
+    written = [("k_cache", k_cache), ("v_cache", v_cache)] + [(n, t) for n, t in quant.tensors()
+                                                             if n in ("k_scale", "v_scale")]
+    if new and checks._has_storage(k):  # the append reads k / v while it writes the cache (and an FP4 cache's scales)
         for name, t in (("k", k), ("v", v)):
-            for cname, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+            for cname, c in written:
                 if checks._spans_overlap(t, c):
                     raise ValueError(f"{name} overlaps {cname} in memory; accepted: new rows that share no memory "
                                      "with the cache")
@@ -454,4 +597,4 @@ def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, r
         checks.check_out(out, q, DTYPES, inputs)
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return KvcacheProblem(batch, seq_q, hq, hk, d, new, capacity, rows_per_batch, cache_batch, page_size, rotary_dim,
-                          checks.check_scale(softmax_scale, d))
+                          checks.check_scale(softmax_scale, d), kv_dtype)
