@@ -1,4 +1,5 @@
-"""Lab: chunked prefill (8 x 512 over 4096, causal, Hq 32 / Hk 8, D 128 or argv[2]) dense vs packed vs paged, rtcattn RTNE only.
+"""Lab: chunked prefill (8 x 512 over 4096, causal, Hq 32 / Hk 8, D 128 or argv[2]) dense vs packed vs paged,
+rtcattn RTNE only.
 
 Prints ms per call (median of interleaved rounds). Used to separate what costs paged loads time
 (NOTES, serving issue); run it twice with different builds of the kernel source to compare."""

@@ -1,7 +1,7 @@
 """Lab: one paged chunked-prefill call per page size, synchronised and timed, with its max error against the packed
 call (to find a hang or a wrong page quickly). argv: D (default 128), batch, sq, sk."""
-import sys
 import os
+import sys
 import time
 
 import torch
@@ -29,5 +29,5 @@ for page in [int(x) for x in (sys.argv[5:] or (16, 32, 64, 128))]:
         out = rtcattn.forward_varlen(q, kp, vp, cq, ck, sq, sk, causal=CAUSAL, block_table=table)
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) / 20 * 1e3
-    print(f"D {D} page {page}: {ms:.3f} ms/call (host-inclusive), max |paged - packed| {(out - ref).abs().max().item():.3g}",
-          flush=True)
+    err = (out - ref).abs().max().item()
+    print(f"D {D} page {page}: {ms:.3f} ms/call (host-inclusive), max |paged - packed| {err:.3g}", flush=True)
