@@ -16,8 +16,9 @@ ISSUE_TABLE = [(32, 4096, 32, 8, 16, 537), (32, 4096, 32, 8, 64, 537), (128, 204
 
 
 def test_decode_cases_are_the_issues_table_and_four_more():
-    cases = dec.DECODE_CASES
-    assert len(cases) == 11 and len({c.label() for c in cases}) == 11
+    cases = dec.DECODE_CASES[:11]
+    assert len(dec.DECODE_CASES) == 17 and len({c.label() for c in dec.DECODE_CASES}) == 17
+    assert all(c.kv == "bf16" for c in cases)
     assert [(c.b, c.context, c.hq, c.hk, c.page, round(c.kv_bytes / 1e6)) for c in cases[:7]] == ISSUE_TABLE
     assert all((c.d, c.sq) == (128, 1) for c in cases[:7])
     extra = cases[7:]
@@ -30,6 +31,27 @@ def test_decode_cases_are_the_issues_table_and_four_more():
     assert cases[7].label() == "32x4096 32/8 p16 Sq4" and cases[10].label() == "16x4096 32/8 p16 D256"
 
 
+def test_quantized_cases_are_three_bf16_shapes_in_fp8_and_fp4():
+    quant = dec.DECODE_CASES[11:]
+    assert [c.kv for c in quant] == ["fp8_e4m3"] * 3 + ["fp4_e2m1"] * 3
+    # cases 1, 4 and 6's shapes, each a bf16 case of the suite
+    assert [dec.DECODE_CASES.index(c.bf16()) + 1 for c in quant] == [1, 4, 6, 1, 4, 6]
+    assert all(c.context >= 4096 for c in quant)  # issue 23's targets are at contexts >= 4096
+    # the bytes a step reads: FP8 one a value, FP4 half a byte a value plus one scale byte per key row and head
+    assert quant[0].kv_bytes == 2 * 32 * 4096 * 8 * 128 and quant[3].kv_bytes == 2 * 32 * 4096 * 8 * (64 + 1)
+    assert quant[0].label() == "32x4096 32/8 p16 fp8" and quant[5].label() == "64x8192 64/8 p16 fp4"
+    assert quant[0].fields()["kv_dtype"] == "fp8_e4m3"
+
+
+def test_quant_lines_give_each_quantized_case_over_its_bf16_case():
+    fp8 = dec.DECODE_CASES[11]
+    rows = [{"case": fp8.bf16().label(), "impl": "rtcattn", "status": "ok", "ms": 0.2},
+            {"case": fp8.label(), "impl": "rtcattn", "status": "ok", "ms": 0.1},
+            {"case": dec.DECODE_CASES[14].label(), "impl": "rtcattn", "status": "ok", "ms": 0.05}]
+    assert dec.quant_lines(rows) == ["32x4096 32/8 p16 fp8: 0.500x the bf16 cache's time (0.100 / 0.200 ms)",
+                                     "32x4096 32/8 p16 fp4: 0.250x the bf16 cache's time (0.050 / 0.200 ms)"]
+
+
 def _args(**kw):
     return argparse.Namespace(**{"decode_cases": None, "fa4_splits": None, "quick": False, **kw})
 
@@ -38,9 +60,9 @@ def test_decode_selection_and_its_errors():
     assert dec.decode_selection(_args()) == list(dec.DECODE_CASES)
     assert dec.decode_selection(_args(quick=True)) == [dec.DECODE_CASES[i] for i in (0, 4, 7)]
     assert dec.decode_selection(_args(decode_cases="11, 2")) == [dec.DECODE_CASES[10], dec.DECODE_CASES[1]]
-    for bad in ("0", "12", "x", "1.5", ",", "-1"):
+    for bad in ("0", "18", "x", "1.5", ",", "-1"):
         with pytest.raises(ValueError, match=r"--decode-cases '.*' is not supported; accepted: integers from 1 "
-                                             r"to 11"):
+                                             r"to 17"):
             dec.decode_selection(_args(decode_cases=bad))
     assert dec.fa4_splits(_args()) is None and dec.fa4_splits(_args(fa4_splits=0)) == 0
     with pytest.raises(ValueError, match=r"--fa4-splits -1 is not supported; accepted: 0 \(FA4's heuristic\)"):
@@ -51,14 +73,14 @@ def test_decode_dry_run_lists_the_cases_without_a_gpu(tmp_path):
     out = tmp_path / "plan.json"
     res = cli("bench", "--shapes", "decode", "--dry-run", "--json", str(out), timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "11 cases" in res.stdout and "nothing was run" in res.stdout and "FA4's default num_splits" in res.stdout
+    assert "17 cases" in res.stdout and "nothing was run" in res.stdout and "FA4's default num_splits" in res.stdout
     lines = res.stdout.splitlines()
     assert lines[2].split() == ["1", "32x4096", "32/8", "p16", "32", "4096", "1", "32/8", "16", "128", "537", "8192"]
     data = json.loads(out.read_text())
     assert data["dry_run"] is True and data["copy_bytes"] == 4 << 30 and data["fa4_num_splits"] is None
-    assert len(data["rows"]) == 11 and [r["n"] for r in data["rows"]] == list(range(1, 12))
+    assert len(data["rows"]) == 17 and [r["n"] for r in data["rows"]] == list(range(1, 18))
     assert data["rows"][5] == {"case": "64x8192 64/8 p16", "n": 6, "B": 64, "context": 8192, "Sq": 1, "Hq": 64,
-                               "Hk": 8, "page": 16, "D": 128, "dtype": "bf16", "layout": "paged",
+                               "Hk": 8, "page": 16, "D": 128, "dtype": "bf16", "kv_dtype": "bf16", "layout": "paged",
                                "kv_bytes": 2 * 64 * 8192 * 8 * 128 * 2, "pages": 64 * 8192 // 16}
     res = cli("bench", "--suite", "decode", "--dry-run", "--decode-cases", "5,9", "--fa4-splits", "0", timeout=120)
     assert res.returncode == 0 and "2 cases" in res.stdout and "FA4 num_splits=0" in res.stdout, res.stderr
@@ -66,7 +88,7 @@ def test_decode_dry_run_lists_the_cases_without_a_gpu(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--decode-cases", "12"], "--decode-cases '12' is not supported; accepted: integers from 1 to 11"),
+    (["--decode-cases", "18"], "--decode-cases '18' is not supported; accepted: integers from 1 to 17"),
     (["--fa4-splits", "-2"], "--fa4-splits -2 is not supported; accepted: 0 (FA4's heuristic) or a positive count"),
     (["--fa4-splits", "x"], "argument --fa4-splits: invalid int value: 'x'"),
 ])

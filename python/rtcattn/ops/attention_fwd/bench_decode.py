@@ -12,6 +12,9 @@ Decode is memory-bound: its floor is the time to read the KV cache once. So the 
 - % of copy: that bandwidth against the copy's (bytes read + written over its time), the median of the per-round
   ratios, so both ran under the same clocks;
 - x FA4: FA4's time over rtcattn's, the median of the per-round ratios; the geomean over the cases comes last.
+Cases 12-17 read quantized caches (FP8 E4M3 with descale 1, FP4 E2M1 + E8M0 in the HND layout) of three of the bf16
+cases' shapes: their KV bytes are the cache's (FP4: its scale bytes included), and a line under the table gives each
+one's time over its bf16 case's (medians of separate rounds).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from ...tools import bench as driver, timing
 from . import peers
 
 KV_ELEMENT_BYTES = 2        # bf16 K and V
+QUANT_LABEL = {"bf16": "", "fp8_e4m3": " fp8", "fp4_e2m1": " fp4"}  # a case's cache format, in its label
 COPY_BYTES = 4 << 30        # the copy's source (and destination) size
 COPY_TRAFFIC = 2 * COPY_BYTES  # bytes read + written by one copy
 ROUND_MODE = "rtne"
@@ -33,7 +37,7 @@ SHOWN = (("rtcattn", "rtcattn"), ("kvcache", "rtcattn-kvcache"), ("FA4", "fa4"))
 @dataclass(frozen=True)
 class DecodeCase:
     """B sequences of `context` keys each (the cache holds them all; the sq query rows are the last of them),
-    Hq query heads over Hk KV heads, pages of `page` rows, head dim d, bf16."""
+    Hq query heads over Hk KV heads, pages of `page` rows, head dim d, q bf16; the cache bf16 or quantized (kv)."""
     b: int
     context: int
     hq: int
@@ -41,6 +45,7 @@ class DecodeCase:
     page: int
     d: int = 128
     sq: int = 1
+    kv: str = "bf16"
 
     @property
     def pages_per_seq(self) -> int:
@@ -49,17 +54,23 @@ class DecodeCase:
     @property
     def kv_bytes(self) -> int:
         """K and V of every used key, all KV heads: what a decode step must read at least once."""
-        return 2 * self.b * self.context * self.hk * self.d * KV_ELEMENT_BYTES
+        row = {"bf16": self.d * KV_ELEMENT_BYTES, "fp8_e4m3": self.d, "fp4_e2m1": self.d // 2 + 1}[self.kv]
+        return 2 * self.b * self.context * self.hk * row
 
     def label(self) -> str:
-        extra = (f" D{self.d}" if self.d != 128 else "") + (f" Sq{self.sq}" if self.sq != 1 else "")
+        extra = ((f" D{self.d}" if self.d != 128 else "") + (f" Sq{self.sq}" if self.sq != 1 else "")
+                 + QUANT_LABEL[self.kv])
         return f"{self.b}x{self.context} {self.hq}/{self.hk} p{self.page}{extra}"
 
     def fields(self) -> dict:
         """The case's row fields; n: its number in DECODE_CASES (--decode-cases), None for another case."""
         return {"case": self.label(), "n": DECODE_CASES.index(self) + 1 if self in DECODE_CASES else None,
                 "B": self.b, "context": self.context, "Sq": self.sq, "Hq": self.hq, "Hk": self.hk, "page": self.page,
-                "D": self.d, "dtype": "bf16", "layout": "paged", "kv_bytes": self.kv_bytes}
+                "D": self.d, "dtype": "bf16", "kv_dtype": self.kv, "layout": "paged", "kv_bytes": self.kv_bytes}
+
+    def bf16(self) -> DecodeCase:
+        """The same shape over a bf16 cache."""
+        return DecodeCase(self.b, self.context, self.hq, self.hk, self.page, self.d, self.sq)
 
 
 DECODE_CASES = (
@@ -70,6 +81,9 @@ DECODE_CASES = (
     # beyond the table, each with the first case's 537 MB of KV: speculative decoding (4 query rows), MQA, D 64, 256
     DecodeCase(32, 4096, 32, 8, 16, sq=4), DecodeCase(256, 4096, 32, 1, 16), DecodeCase(64, 4096, 32, 8, 16, d=64),
     DecodeCase(16, 4096, 32, 8, 16, d=256),
+    # quantized caches (issue 23) of cases 1, 4 and 6: FP8, then FP4
+    *(DecodeCase(b, ctx, hq, 8, page, kv=kv) for kv in ("fp8_e4m3", "fp4_e2m1")
+      for b, ctx, hq, page in ((32, 4096, 32, 16), (8, 32768, 32, 64), (64, 8192, 64, 16))),
 )
 QUICK_CASES = (1, 5, 8)   # --quick: page 16, one 131072-key sequence, speculative
 
@@ -101,9 +115,10 @@ def fa4_splits(args) -> int | None:
 
 
 def _decode_inputs(c: DecodeCase, dev: str = "cuda"):
-    """([(q, k_cache, v_cache)], the call's metadata): random bf16 pages, a block table that is a random
-    permutation of the page ids. One set: every case reads 537 MB of KV or more, past any GPU's L2, so no rotation
-    is needed to read it cold."""
+    """([(q, k_cache, v_cache)], the call's metadata): random bf16 pages (quantized for a quantized case: FP8 with
+    descale 1, FP4 with its scales in meta["quant"], HND), a block table that is a random permutation of the page
+    ids. One set: every case reads 268 MB of KV or more, past any GPU's L2, so no rotation is needed to read it
+    cold."""
     import torch
     n_pages = c.b * c.pages_per_seq
     gen = torch.Generator().manual_seed(c.b * 1_000_003 + c.context + c.page)
@@ -112,7 +127,17 @@ def _decode_inputs(c: DecodeCase, dev: str = "cuda"):
     rows = torch.arange(c.b + 1, dtype=torch.int32, device=dev)
     meta = {"cu_q": rows * c.sq, "cu_k": rows * c.context, "table": table,
             "seqlens": torch.full((c.b,), c.context, dtype=torch.int32, device=dev)}
-    return [(mk(c.b * c.sq, c.hq, c.d), mk(n_pages, c.page, c.hk, c.d), mk(n_pages, c.page, c.hk, c.d))], meta
+    k, v, meta["quant"] = mk(n_pages, c.page, c.hk, c.d), mk(n_pages, c.page, c.hk, c.d), {}
+    if c.kv == "fp8_e4m3":
+        from .kvquant import quantize_fp8
+        one = torch.ones((), device=dev)
+        k, v = quantize_fp8(k, one), quantize_fp8(v, one)
+    elif c.kv == "fp4_e2m1":
+        from .kvquant import quantize_fp4
+        (k, ks), (v, vs) = quantize_fp4(k), quantize_fp4(v)
+        k, v = k.permute(0, 2, 1, 3).contiguous(), v.permute(0, 2, 1, 3).contiguous()
+        meta["quant"] = {"kv_cache_dtype": "fp4_e2m1", "k_scale": ks, "v_scale": vs}
+    return [(mk(c.b * c.sq, c.hq, c.d), k, v)], meta
 
 
 def _decode_impls(c: DecodeCase, meta: dict, splits: int | None) -> dict:
@@ -122,12 +147,17 @@ def _decode_impls(c: DecodeCase, meta: dict, splits: int | None) -> dict:
     from ...api import HOW_V3_BF16_CVT
     cvt = {mode: n for n, mode in HOW_V3_BF16_CVT.items()}[ROUND_MODE]
     m = meta
+    qk = m.get("quant", {})
     fns = {"rtcattn": lambda q, k, v: rtcattn.flash_attn_varlen_func(
-        q, k, v, m["cu_q"], m["cu_k"], c.sq, c.context, causal=True, block_table=m["table"], how_v3_bf16_cvt=cvt)}
+        q, k, v, m["cu_q"], m["cu_k"], c.sq, c.context, causal=True, block_table=m["table"], how_v3_bf16_cvt=cvt,
+        **qk)}
     if hasattr(rtcattn, "flash_attn_with_kvcache"):
         fns["rtcattn-kvcache"] = lambda q, k, v: rtcattn.flash_attn_with_kvcache(
             q.view(c.b, c.sq, c.hq, c.d), k, v, cache_seqlens=m["seqlens"], block_table=m["table"], causal=True,
-            how_v3_bf16_cvt=cvt)
+            how_v3_bf16_cvt=cvt, **qk)
+    if c.kv != "bf16":
+        fns["fa4"] = "not measured over a quantized cache"
+        return fns
     fa4 = peers.fa4()[1]
     extra = {} if splits is None else {"num_splits": splits}
     fns["fa4"] = "flash_attn.cute is not installed" if fa4 is None else (lambda q, k, v: peers.first(fa4(
@@ -139,9 +169,12 @@ def _decode_impls(c: DecodeCase, meta: dict, splits: int | None) -> dict:
 def _kernel(c: DecodeCase, inputs: list, meta: dict) -> str:
     """The rtcattn kernel that serves the varlen call (the op's own selection; nothing is launched)."""
     from .stub import selection_varlen
+    from .validate import KvQuant
     q, k, v = inputs[0]
+    qk = meta.get("quant", {})
+    quant = KvQuant(qk.get("kv_cache_dtype", "auto"), None, None, qk.get("k_scale"), qk.get("v_scale"))
     return selection_varlen(q, k, v, meta["cu_q"], meta["cu_k"], c.sq, c.context, round_mode=ROUND_MODE,
-                            window=(-1, 0), block_table=meta["table"]).kernel.name
+                            window=(-1, 0), block_table=meta["table"], quant=quant).kernel.name
 
 
 def copy_fn():
@@ -224,8 +257,22 @@ def print_decode(rows: list) -> None:
               + "".join(f"{fmt(by.get(impl, {}).get('vs_fa4'), '.3f'):>16}" for _, impl in ours))
     if notes:
         print("n/a:\n" + "\n".join(notes))
+    for line in quant_lines(rows):
+        print(line)
     for line in timing.geomeans(rows, (("vs_fa4", "FA4", "fa4"),)):
         print(line)
+
+
+def quant_lines(rows: list) -> list:
+    """Each quantized case's rtcattn time over its bf16 case's, where both ran (issue 23's targets: FP8 <= 0.55,
+    FP4 <= 0.35 at contexts >= 4096)."""
+    ms = {(r["case"], r["impl"]): r["ms"] for r in rows if r.get("status") == "ok"}
+    out = []
+    for c in DECODE_CASES:
+        mine, base = ms.get((c.label(), "rtcattn")), ms.get((c.bf16().label(), "rtcattn"))
+        if c.kv != "bf16" and mine and base:
+            out.append(f"{c.label()}: {mine / base:.3f}x the bf16 cache's time ({mine:.3f} / {base:.3f} ms)")
+    return out
 
 
 def plot(rows: list, path: str, plt, title: str = "") -> None:
