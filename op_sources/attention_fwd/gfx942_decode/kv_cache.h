@@ -5,8 +5,9 @@
 //   * a value's bits go into an fp16 of the same value times 2^-s: FP8 E4M3 s = 8 (FNUZ 7), E2M1 s = 14: the sign to
 //     bit 15, the exponent and mantissa fields to the top of fp16's (fp16 has their subnormals as its own, so the
 //     one placement serves every code), then one multiply by 2^s (packed fp16; bf16 through fp32), exact;
-//   * FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement would take for finite values: a test per
-//     dword of bytes, and the rare unit that holds one is decoded again by kv_quant.h's exact decode;
+//   * FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code gives
+//     (+-480, -0): a test per dword of bytes, and the rare unit that holds one has those elements replaced by the
+//     NaN kv_quant.h's decode gives;
 //   * FP4: the lane's key's E8M0 scale comes with its row (one byte); V's is folded into the row's elements (the
 //     multiply is exact: bf16 has fp32's range, fp16 for scales 2^-22 .. 2^13), K's multiplies the key's scores in
 //     fp32 (kv_loop), as the FP8 descales multiply the scores and O.
@@ -186,7 +187,7 @@ RTC_DEVICE rtc_u32 placed_elems(rtc_u32 h, float mul) {
   if (!RTC_KV_FP4) {
     const _Float16 lo = __builtin_bit_cast(_Float16, (unsigned short)(h & 0xFFFFu)) * (_Float16)kScale;
     const _Float16 hi = __builtin_bit_cast(_Float16, (unsigned short)(h >> 16)) * (_Float16)kScale;
-    return (rtc_u32)__builtin_bit_cast(unsigned short, lo) | ((rtc_u32)__builtin_bit_cast(unsigned short, hi) << 16);
+    return (rtc_u32) __builtin_bit_cast(unsigned short, lo) | ((rtc_u32) __builtin_bit_cast(unsigned short, hi) << 16);
   }
 #endif
   const float lo = placed_f32(h) * kScale * mul, hi = placed_f32(h >> 16) * kScale * mul;
@@ -201,7 +202,7 @@ RTC_DEVICE rtc_u32 placed_elems(rtc_u32 h, float mul) {
 // Bytes 0 and 1 of x (E4M3 or FNUZ): 7-bit magnitude to fp16 bits 7..13, the sign to 15.
 RTC_DEVICE rtc_u32 fp8x2_elems(rtc_u32 x) {
   const rtc_u32 h = ((x & 0x7Fu) << 7) | ((x & 0x80u) << 8) | ((x & 0x7F00u) << 15) | ((x & 0x8000u) << 16);
-  return placed_elems<RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 7 : 8>(h, 1.0f);
+  return placed_elems < RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 7 : 8 > (h, 1.0f);
 }
 // Whether a dword of FP8 bytes holds a NaN code.
 RTC_DEVICE bool fp8_has_nan(rtc_u32 x) {
@@ -213,14 +214,26 @@ RTC_DEVICE bool fp8_has_nan(rtc_u32 x) {
 #endif
 }
 
+// The image of the NaN codes under the placement (E4M3 S.1111.111: +-480, which no finite code reaches; FNUZ 0x80:
+// -0, which no other FNUZ code is) in the element type, and the element NaN kv_quant.h's decode gives them.
+#if RTC_DTYPE == RTC_DTYPE_FP16
+constexpr rtc_u32 kNanImage = RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 0x8000u : 0x5F80u, kSignKept = 0u;
+constexpr rtc_u32 kElemNan = RTC_FP16_NAN;
+#else
+constexpr rtc_u32 kNanImage = RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 0x8000u : 0x43F0u, kSignKept = 0x8000u;
+constexpr rtc_u32 kElemNan = 0x7FC0u;
+#endif
+RTC_DEVICE rtc_u32 nan_fix(rtc_u32 e) {
+  const bool fnuz = RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ;
+  const bool nan = fnuz ? e == kNanImage : (e & 0x7FFFu) == kNanImage;
+  return nan ? (fnuz ? kElemNan : (e & kSignKept) | kElemNan) : e;
+}
+
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) {
   rtc_u32x4 w = {fp8x2_elems(u[0]), fp8x2_elems(u[0] >> 16), fp8x2_elems(u[1]), fp8x2_elems(u[1] >> 16)};
-  if (fp8_has_nan(u[0]) || fp8_has_nan(u[1])) {
+  if (fp8_has_nan(u[0]) || fp8_has_nan(u[1])) {  // rare: the lanes that hold a NaN code, a branch over the rest
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const rtc_u32 x = u[i >> 1] >> (16 * (i & 1));
-      w[i] = kv_fp8_elem(x & 0xFFu) | (kv_fp8_elem((x >> 8) & 0xFFu) << 16);
-    }
+    for (int i = 0; i < 4; ++i) w[i] = nan_fix(w[i] & 0xFFFFu) | (nan_fix(w[i] >> 16) << 16);
   }
   return w;
 }
@@ -233,8 +246,7 @@ RTC_DEVICE rtc_u32 fp4x2_elems(rtc_u32 x, float mul) {
 
 // The unit's 8 elements times mul (V: its key's scale; K: 1).
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float mul) {
-  return rtc_u32x4{fp4x2_elems(u, mul), fp4x2_elems(u >> 8, mul), fp4x2_elems(u >> 16, mul),
-                   fp4x2_elems(u >> 24, mul)};
+  return rtc_u32x4{fp4x2_elems(u, mul), fp4x2_elems(u >> 8, mul), fp4x2_elems(u >> 16, mul), fp4x2_elems(u >> 24, mul)};
 }
 #endif
 #endif  // RTC_KV_DTYPE
