@@ -175,33 +175,43 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
 #endif
 }
 
-// An element pair from fp16 bits h of two placed codes (as described at the top): each half times 2^s exactly, in
-// fp16 (FP8 to fp16), else through fp32 (bf16: then the top half; FP4: also times `mul`, V's key scale).
-RTC_DEVICE float placed_f32(rtc_u32 half_bits) {
-  return (float)__builtin_bit_cast(_Float16, (unsigned short)(half_bits & 0xFFFFu));
+// An element pair from fp16 bits h of two placed codes (as described at the top): each half times 2^s in fp16
+// (exact: every result is an fp16 normal or zero), then, for bf16 or FP4's V (times `mul`, its key's scale), through
+// fp32: bf16 its top half, fp16 rounded back (exact inside fp16's range).
+RTC_DEVICE float half_f32(rtc_u32 bits) {
+  return (float)__builtin_bit_cast(_Float16, (unsigned short)(bits & 0xFFFFu));
 }
 template <int kShift>
 RTC_DEVICE rtc_u32 placed_elems(rtc_u32 h, float mul) {
-  constexpr float kScale = (float)(1u << kShift);
+  constexpr _Float16 kScale = (_Float16)(float)(1u << kShift);
+  const _Float16 lo = __builtin_bit_cast(_Float16, (unsigned short)(h & 0xFFFFu)) * kScale;
+  const _Float16 hi = __builtin_bit_cast(_Float16, (unsigned short)(h >> 16)) * kScale;
+  const rtc_u32 e =
+      (rtc_u32) __builtin_bit_cast(unsigned short, lo) | ((rtc_u32) __builtin_bit_cast(unsigned short, hi) << 16);
 #if RTC_DTYPE == RTC_DTYPE_FP16
-  if (!RTC_KV_FP4) {
-    const _Float16 lo = __builtin_bit_cast(_Float16, (unsigned short)(h & 0xFFFFu)) * (_Float16)kScale;
-    const _Float16 hi = __builtin_bit_cast(_Float16, (unsigned short)(h >> 16)) * (_Float16)kScale;
-    return (rtc_u32) __builtin_bit_cast(unsigned short, lo) | ((rtc_u32) __builtin_bit_cast(unsigned short, hi) << 16);
-  }
-#endif
-  const float lo = placed_f32(h) * kScale * mul, hi = placed_f32(h >> 16) * kScale * mul;
-#if RTC_DTYPE == RTC_DTYPE_FP16
-  return cvt_f16_f32(lo) | (cvt_f16_f32(hi) << 16);
+  if (!RTC_KV_FP4) return e;
+  return cvt_f16_f32(half_f32(e) * mul) | (cvt_f16_f32(half_f32(e >> 16) * mul) << 16);
 #else
-  return (rtc_f32_bits(lo) >> 16) | (rtc_f32_bits(hi) & 0xFFFF0000u);
+  return (rtc_f32_bits(half_f32(e) * mul) >> 16) | (rtc_f32_bits(half_f32(e >> 16) * mul) & 0xFFFF0000u);
 #endif
 }
 
+// The placement of two codes, v_perm_b32 gathering the bytes (a pair: 2 perms, a shift, an and-or): the perm source
+// pair {mags_hi, mags_lo} holds each code's magnitude field in a byte, mag_sel picks the pair's two into bytes 0 and 2
+// (then << kAt, the field's place in fp16); {signs_hi, signs_lo} holds each code's sign at bit 7 of a byte, sign_sel
+// picks them into bytes 1 and 3 (bits 15 and 31).
+template <int kAt>
+RTC_DEVICE rtc_u32 placed_pair(rtc_u32 mags_hi, rtc_u32 mags_lo, rtc_u32 mag_sel, rtc_u32 signs_hi, rtc_u32 signs_lo,
+                               rtc_u32 sign_sel) {
+  const rtc_u32 m = perm_b32(mags_hi, mags_lo, mag_sel) << kAt;
+  return (perm_b32(signs_hi, signs_lo, sign_sel) & 0x80008000u) | m;
+}
+
 #if RTC_KV_FP8
-// Bytes 0 and 1 of x (E4M3 or FNUZ): 7-bit magnitude to fp16 bits 7..13, the sign to 15.
-RTC_DEVICE rtc_u32 fp8x2_elems(rtc_u32 x) {
-  const rtc_u32 h = ((x & 0x7Fu) << 7) | ((x & 0x80u) << 8) | ((x & 0x7F00u) << 15) | ((x & 0x8000u) << 16);
+// Codes 2p and 2p + 1 of the dword x (mags: x & 0x7F7F7F7F): the magnitudes (7 bits) to fp16 bits 7..13.
+RTC_DEVICE rtc_u32 fp8x2_elems(rtc_u32 x, rtc_u32 mags, int p) {
+  const rtc_u32 h = placed_pair<7>(mags, mags, 0x0C000C00u | ((2u * p + 1u) << 16) | (2u * p), x, x,
+                                   ((2u * p + 1u) << 24) | 0x000C000Cu | ((2u * p) << 8));
   return placed_elems < RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 7 : 8 > (h, 1.0f);
 }
 // Whether a dword of FP8 bytes holds a NaN code.
@@ -230,7 +240,9 @@ RTC_DEVICE rtc_u32 nan_fix(rtc_u32 e) {
 }
 
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) {
-  rtc_u32x4 w = {fp8x2_elems(u[0]), fp8x2_elems(u[0] >> 16), fp8x2_elems(u[1]), fp8x2_elems(u[1] >> 16)};
+  const rtc_u32 m0 = u[0] & 0x7F7F7F7Fu, m1 = u[1] & 0x7F7F7F7Fu;
+  rtc_u32x4 w = {fp8x2_elems(u[0], m0, 0), fp8x2_elems(u[0], m0, 1), fp8x2_elems(u[1], m1, 0),
+                 fp8x2_elems(u[1], m1, 1)};
   if (fp8_has_nan(u[0]) || fp8_has_nan(u[1])) {  // rare: the lanes that hold a NaN code, a branch over the rest
 #pragma unroll
     for (int i = 0; i < 4; ++i) w[i] = nan_fix(w[i] & 0xFFFFu) | (nan_fix(w[i] >> 16) << 16);
@@ -238,15 +250,20 @@ RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) {
   return w;
 }
 #else
-// Byte 0 of x (two E2M1 codes, the low nibble first): 3-bit magnitudes to fp16 bits 9..11, the signs to 15.
-RTC_DEVICE rtc_u32 fp4x2_elems(rtc_u32 x, float mul) {
-  const rtc_u32 h = ((x & 7u) << 9) | ((x & 8u) << 12) | ((x & 0x70u) << 21) | ((x & 0x80u) << 24);
+// Byte j of x (two E2M1 codes, the low nibble first; mags: the low nibbles' magnitudes in bytes 0..3, the high
+// nibbles' in 4..7 of the perm's source pair): the magnitudes (3 bits) to fp16 bits 9..11; the low nibble's sign is
+// bit 7 of x << 4's byte j, the high one's of x's.
+RTC_DEVICE rtc_u32 fp4x2_elems(rtc_u32 x, rtc_u32 lo_mags, rtc_u32 hi_mags, int j, float mul) {
+  const rtc_u32 h = placed_pair<9>(hi_mags, lo_mags, 0x0C000C00u | ((4u + j) << 16) | (rtc_u32)j, x, x << 4,
+                                   ((4u + j) << 24) | 0x000C000Cu | ((rtc_u32)j << 8));
   return placed_elems<14>(h, mul);
 }
 
 // The unit's 8 elements times mul (V: its key's scale; K: 1).
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float mul) {
-  return rtc_u32x4{fp4x2_elems(u, mul), fp4x2_elems(u >> 8, mul), fp4x2_elems(u >> 16, mul), fp4x2_elems(u >> 24, mul)};
+  const rtc_u32 lo = u & 0x07070707u, hi = (u >> 4) & 0x07070707u;
+  return rtc_u32x4{fp4x2_elems(u, lo, hi, 0, mul), fp4x2_elems(u, lo, hi, 1, mul), fp4x2_elems(u, lo, hi, 2, mul),
+                   fp4x2_elems(u, lo, hi, 3, mul)};
 }
 #endif
 #endif  // RTC_KV_DTYPE
