@@ -337,8 +337,9 @@ def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "
 def cmd_isa(args) -> int:
     if getattr(args, "decode_model", False):
         from . import decode_model
-        decode_model.print_model(decode_model.case_models(
-            lambda d: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL)), table)
+        decode_model.print_models({t: decode_model.case_models(
+            lambda d, kv_dtype: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL,
+                                       kv_dtype=kv_dtype), t) for t in ("same", "fp8_e4m3", "fp4_e2m1")}, table)
         return 0
     kernel = getattr(args, "kernel", KERNEL)
     print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))
