@@ -205,3 +205,23 @@ def test_fp4_nan_scale_gives_nan_rows(runs):
     nan[4, 1] = False
     nan[5, 0] = False
     assert not nan.any()
+
+
+def test_bad_metadata_stays_inside_the_tensors(runs):
+    """Bad cu_seqlens_k (varlen FP8: decreasing, past the total, negative) and bad block-table ids (paged FP4:
+    negative, past the pool): the launches complete, the emulator failing any access outside the cache, its scales
+    and descales."""
+    _, (b, k, v, kw, *_) = runs[str(CASES[1])]
+    t_k = k.shape[0]
+    with on(tail_split=2):
+        for cu_k in ([0, 1, 0, t_k], [0, 5, t_k + 40, t_k + 999], [-7, 2 ** 31 - 1, -3, 5]):
+            bad = vs.Batch(b.q, b.k, b.v, b.cu_q, torch.tensor(cu_k, dtype=torch.int32), b.max_q, b.max_k)
+            out, lse = call(bad, k, v, kw, CASES[1][7])
+            assert out.shape == b.q.shape
+    _, (b, k, v, kw, *_) = runs[str(CASES[5])]
+    n = k.shape[0]
+    for ids in ((-1, -(2 ** 31)), (n, 2 ** 31 - 1)):
+        table = b.block_table.clone()
+        table[0, 0], table[2, 5] = ids
+        with on():
+            call(vs.Batch(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, table), k, v, kw, CASES[5][7])

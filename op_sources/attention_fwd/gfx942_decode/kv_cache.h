@@ -99,6 +99,9 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) { return u; }
 
 #else  // a quantized cache: bytes, row and page strides in bytes
+#if RTC_KV == RTC_KV_DENSE
+#error "attention_fwd_gfx942_decode: a quantized cache (RTC_KV_DTYPE) is varlen or paged (RTC_KV 1 or 2)"
+#endif
 
 // A work item's rows of one K/V head: varlen, one resource over the sequence's rows; paged, the pool's page 0 of the
 // head and the block table, one page per 16-key sub-tile (page_of's rule: an id outside [0, num_pages) reads 0).
