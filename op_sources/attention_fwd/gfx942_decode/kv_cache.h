@@ -127,7 +127,7 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
   r.len = s.len_k;
   r.page_size = p.page_size;
   r.num_pages = p.num_pages;
-  r.table = p.block_table + (rtc_i64)b * p.table_stride;
+  r.table = RTC_KV == RTC_KV_PAGED ? p.block_table + (rtc_i64)b * p.table_stride : nullptr;
   const rtc_i64 row0 = RTC_KV == RTC_KV_PAGED ? 0 : s.k_row;
   r.head = base + row0 * ss + (rtc_i64)hk * sh;
   r.scale = nullptr;
