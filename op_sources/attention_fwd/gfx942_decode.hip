@@ -11,8 +11,9 @@
 // The design and its reasons: docs/design-gfx942-decode.md.
 //
 // This file is the stage switch and the attention stage's top level. The roles' pieces are in gfx942_decode/:
-// params.h (the parameter block and the shapes), scheduler.h (work items), mask.h (a row's keys), mainloop.h (loads,
-// MFMAs, the KV loop), softmax.h, epilogue.h (O, LSE, partials and the merge). Shared with the prefill kernel:
+// params.h (the parameter block and the shapes), scheduler.h (work items), mask.h (a row's keys), kv_cache.h (K / V
+// rows into registers; a quantized cache's bytes and their exact expansion), mainloop.h (MFMAs, the KV loop),
+// softmax.h, epilogue.h (O, LSE, partials and the merge). Shared with the prefill kernel:
 // gfx942/tiles.h (buffer resources, fragments), gfx942/softmax.h (row reductions, P and O rounding, ZeroSumRow) and
 // gfx942/sequences.h (paged rows through per-page resources).
 #ifndef RTC_HEAD_DIM_MAX
@@ -23,6 +24,7 @@
 #include "bf16_round.h"
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"
+#include "kv_quant.h"
 #include "gfx942/params.h"
 #include "gfx942/tiles.h"
 #include "gfx942/softmax.h"
@@ -31,6 +33,7 @@
 #include "gfx942_decode/scheduler.h"
 #include "gfx942_decode/mask.h"
 #include "gfx942_decode/softmax.h"
+#include "gfx942_decode/kv_cache.h"
 #include "gfx942_decode/mainloop.h"
 #include "gfx942_decode/epilogue.h"
 
@@ -58,14 +61,25 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
   const rtc_u32 q_row = rk.i < 0 ? 0u : (rtc_u32)(((rtc_i64)rk.i * p.q_ss + (rtc_i64)rk.g * p.q_sh) * 2);
   Frag q[kDSteps];
   load_q(q, qr, q_row, rk.i >= 0, lane, p.head_dim);
-  const KvRows kr = kv_rows(p, p.k, p.k_sb, p.k_ss, p.k_sh, seq.k_off, seq, w.b, w.hk);
-  const KvRows vr = kv_rows(p, p.v, p.v_sb, p.v_ss, p.v_sh, seq.v_off, seq, w.b, w.hk);
+  const KvRows kr = kv_rows(p, false, seq, w.b, w.hk);
+  const KvRows vr = kv_rows(p, true, seq, w.b, w.hk);
   LoopState st;
 #pragma unroll
   for (int t = 0; t < kHdTiles; ++t) st.o[t] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
   st.m = g942::kNegMax;
   st.l = 0.0f;
-  kv_loop(sm, kr, vr, q, st, w.kb0, w.kb1, p.head_dim, p.scale_log2, rk.lo, rk.hi, lane);
+#if RTC_KV_FP8
+  const float k_descale = kv_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, w.hk);
+#else
+  const float k_descale = 1.0f;
+#endif
+  kv_loop(sm, kr, vr, q, st, w.kb0, w.kb1, p.head_dim, p.scale_log2, k_descale, rk.lo, rk.hi, lane);
+#if RTC_KV_FP8
+  // O of the dequantized values, before / l (numerics §10); a split part's partial likewise (the merge is linear).
+  const float v_descale = kv_descale(p.v_descale, p.vd_sb, p.vd_sh, w.b, w.hk);
+#pragma unroll
+  for (int t = 0; t < kHdTiles; ++t) st.o[t] *= v_descale;
+#endif
   const float l = g942::row_sum4(st.l, (lane ^ 32) << 2);
   if (p.splits > 1)
     write_part(part_of(p, ((rtc_i64)w.b * p.heads_k + w.hk) * p.chunks + w.chunk, w.part), st.o, st.m, l, lane);

@@ -140,3 +140,33 @@ def test_refusals_name_the_argument():
     assert why.startswith("q_strides=(4096, -1024, 128) over 4 rows and 4 heads") and "non-negative" in why, why
     why = _lib.op_supports(OP, KERNEL, args(2, 8, 2, 4, 300, 128), "cuda")
     assert why.startswith("vendor='cuda' is not accepted by the gfx942_decode kernel"), why
+
+
+def packed_quant(kv_dtype, row_stride, d=128, page=16):
+    """A paged decode call on a quantized cache (fake addresses): row_stride bytes between key rows of a page."""
+    quant = dict(kv_dtype=kv_dtype)
+    if kv_dtype == 3:  # FP4: its scales
+        quant.update(k_scale=1 << 47, v_scale=1 << 48, k_scale_strides=(page, 1, 1), v_scale_strides=(page, 1, 1))
+    ks = (row_stride * page, row_stride, d)
+    return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=(8 * d, 8 * d, d), k_strides=ks,
+                        v_strides=ks, o_strides=(8 * d, 8 * d, d), batch=1, heads=8, seq_q=1, seq_k=20, head_dim=d,
+                        heads_k=1, window_left=-1, window_right=0, softmax_scale=0.1, tail_split=-1, num_cus=CUS,
+                        cu_seqlens_q=1 << 44, cu_seqlens_k=1 << 45, block_table=1 << 46, total_q=1, total_k=0,
+                        page_size=page, num_pages=4, pages_per_seq=2, table_stride=2, **quant)
+
+
+@pytest.mark.parametrize("kv_dtype,row", [(0, 256), (1, 128), (2, 128), (3, 64)])
+def test_a_quantized_cache_spans_its_bytes(kv_dtype, row):
+    """The K/V span the kernel's buffer resources cover counts the cache's bytes (a strided page: 15 row strides and
+    a row of D values): a row stride that a bf16 cache's 2-byte elements push past 4 GiB is accepted for FP8 / FP4,
+    and the refusal names k_strides[1] with the bytes."""
+    big = (1 << 32) // 15 // 2 + 1  # 15 * big bytes < 4 GiB, 15 * big * 2 >= 4 GiB
+    assert _lib.op_supports(OP, KERNEL, packed_quant(kv_dtype, row), "hip") is None
+    why = _lib.op_supports(OP, KERNEL, packed_quant(kv_dtype, big), "hip")
+    if kv_dtype == 0:
+        assert why.startswith(f"k_strides[1]={big} over 16 rows spans {(15 * big + 128) * 2} bytes"), why
+    else:
+        assert why is None, why
+        why = _lib.op_supports(OP, KERNEL, packed_quant(kv_dtype, 2 * big), "hip")
+        span = 15 * 2 * big + (64 if kv_dtype == 3 else 128)
+        assert why.startswith(f"k_strides[1]={2 * big} over 16 rows spans {span} bytes"), why

@@ -70,3 +70,34 @@ def test_code_object(arch, d, kv, mode, dtype, mask):
     assert r.loop["vmem16"] == 2 * SUBS[d] * d // 32, tag
     # Paged: each sub-tile's page lookup adds one block-table load.
     assert r.loop["vmem"] == r.loop["vmem16"] + (SUBS[d] * 2 if kv == "paged" else 0), tag
+
+
+# Quantized caches (kv_dtype): a few variants per arch spread over the formats, dtypes, buckets, masks and kv forms.
+QUANT = [("fp8_e4m3", "bf16", 128, "paged", "window"), ("fp8_e4m3fnuz", "fp16", 256, "varlen", "none"),
+         ("fp4_e2m1", "bf16", 64, "paged", "none"), ("fp4_e2m1", "fp16", 192, "paged", "window")]
+
+
+@functools.cache
+def quant_report(arch, kv_dtype, dtype, d, kv, mask):
+    return coreport.report(arch, "rtne", mask, kv, d, dtype, kernel=KERNEL, kv_dtype=kv_dtype)
+
+
+@pytest.mark.parametrize("kv_dtype,dtype,d,kv,mask", QUANT, ids=[f"{q[0]}-{q[1]}-d{q[2]}-{q[3]}" for q in QUANT])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
+    """The prefill budgets the bf16 variants meet (no scratch or spills, the one V^T tile of LDS, one wave a
+    workgroup, the same occupancy), the element type's MFMAs as many as bf16's; the loads carry the cache's bytes: no
+    16-byte load in the loop, d/32 loads (8 bytes FP8, 4 bytes FP4) per sub-tile of K and of V, and FP4's scale byte
+    per sub-tile of each; paged, a block-table load per sub-tile of each."""
+    r = quant_report(arch, kv_dtype, dtype, d, kv, mask)
+    n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
+    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= coreport.LDS_PER_CU[arch], tag
+    assert n["max_flat_workgroup_size"] == 64, tag
+    assert r.waves_per_simd >= (2 if d <= 128 else 1), tag
+    mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
+    assert r.loop[mine] and not r.loop[other], tag
+    assert r.loop["mfma"] == 2 * SUBS[d] * d // 16 and r.loop["s_barrier"] == 0, tag
+    assert r.loop["vmem16"] == 0, tag
+    per_sub = d // 32 + (kv == "paged") + (kv_dtype == "fp4_e2m1")
+    assert r.loop["vmem"] == 2 * SUBS[d] * per_sub, tag

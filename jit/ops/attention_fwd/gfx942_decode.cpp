@@ -36,6 +36,7 @@ struct Plan {
   int64_t steps = 0;  // KV steps of one item (packed: of a max_seqlen_k sequence), the planner's input
   int64_t workspace_bytes = 0;
   int merge_tiles = 0;  // merge workgroups per item: the call's 16-column tiles of O
+  double row_bytes = 0;  // bytes the kernel reads per key row of K or of V (the bucket's columns; FP4: its scale)
 };
 
 // splits: a planned split (tail_split -1) takes the fewest parts of the least estimated time: the attention stage
@@ -45,7 +46,7 @@ struct Plan {
 // part keeps kMinStepsPerPart steps. The forced, capped (max_splits) and refused (tail_split 0, NO_TAIL) splits are
 // every decode host's: decode_splits (op.cpp).
 double split_ns(const Plan& pl, int cus, int64_t g) {
-  const double step_bytes = 4.0 * decode_step_keys(pl.bucket) * pl.bucket;  // K and V, 16-bit
+  const double step_bytes = 2.0 * decode_step_keys(pl.bucket) * pl.row_bytes;  // K and V
   const double partials = g > 1 ? 2.0 * pl.items * g * decode_part_bytes(pl.bucket) : 0.0;
   const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
   const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket)));
@@ -62,6 +63,9 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.items = a.batch * a.heads_k * pl.chunks;
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
   pl.merge_tiles = int(ceil_div(a.head_dim, 16));
+  pl.row_bytes = a.kv_dtype == RTC_KV_DTYPE_SAME       ? 2.0 * pl.bucket
+                 : a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? pl.bucket / 2.0 + 1.0
+                                                       : double(pl.bucket);
   const int cus = a.num_cus;
   pl.splits = decode_splits(a, pl.steps, kMinStepsPerPart, cus > 0 && pl.items > 0,
                             [&](int64_t g) { return split_ns(pl, cus, g); });
@@ -112,7 +116,7 @@ std::string why_not(const void* p, const char* vendor) {
     int64_t stride;
   } kv[] = {{"k", a.k_strides[1]}, {"v", a.v_strides[1]}};
   for (const auto& t : kv) {
-    const int64_t span = kv_rows <= 0 ? 0 : ((kv_rows - 1) * t.stride + a.head_dim) * 2;
+    const int64_t span = kv_rows <= 0 ? 0 : ((kv_rows - 1) * t.stride + kv_row_units(a)) * kv_unit_bytes(a);
     if (t.stride < 0 || span >= (int64_t(1) << 32))
       return std::string(t.name) + "_strides[1]=" + std::to_string(t.stride) + " over " + std::to_string(kv_rows) +
              " rows spans " + std::to_string(span) +

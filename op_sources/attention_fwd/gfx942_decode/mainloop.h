@@ -20,11 +20,10 @@
 #include "gfx942_decode/scheduler.h"
 #include "gfx942_decode/mask.h"
 #include "gfx942_decode/softmax.h"
+#include "gfx942_decode/kv_cache.h"
 
 namespace gdec {
 
-constexpr int kQuadCols = kBucket / 4;  // head-dim columns a lane holds of its row or key
-constexpr int kLoads = kQuadCols / 8;   // buffer_load_dwordx4 per lane per 16 rows
 constexpr int kDSteps = kBucket / 16;   // k-steps of one S^T MFMA chain
 constexpr int kVtPitch = 20;            // V^T tile row pitch in elements: 16 keys + 4 (8-byte aligned reads)
 
@@ -42,51 +41,6 @@ RTC_DEVICE rtc_f32x4 mma(Frag a, Frag b, rtc_f32x4 c) {
 #endif
 }
 
-// Where a work item's K and V rows come from: one resource over the sequence's rows of its K/V head, or (paged)
-// the block table, one page per 16-key sub-tile.
-#if RTC_KV == RTC_KV_PAGED
-using KvRows = g942::PagedRows;
-#else
-struct KvRows {
-  rtc_buffer_rsrc r;
-  rtc_i64 row_stride;
-  int len;
-};
-#endif
-
-RTC_DEVICE KvRows kv_rows(const DecodeParams& p, const rtc_elem_t* base, rtc_i64 sb, rtc_i64 ss, rtc_i64 sh,
-                          rtc_i64 off, const Seq& s, int b, int hk) {
-#if RTC_KV == RTC_KV_PAGED
-  (void)off;
-  return g942::paged_rows(p, base, sb, ss, sh, b, hk, s.len_k);
-#else
-  (void)sb;
-  (void)b;
-  return KvRows{g942::uniform_rsrc(base + off + (rtc_i64)hk * sh, g942::rows_span_bytes(s.len_k, ss, p.head_dim)), ss,
-                s.len_k};
-#endif
-}
-
-// This lane's share of key row j0 + lane % 16 (j0 uniform, a multiple of 16): columns [quad kQuadCols, +kQuadCols),
-// 8 per load. Keys past the sequence, columns past the call's head dim d and (paged) pages outside the pool read 0,
-// and nothing outside the row is touched.
-RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, rtc_u32x4 (&out)[kLoads]) {
-  const int key = j0 + (lane & 15), col0 = (lane >> 4) * kQuadCols;
-#if RTC_KV == RTC_KV_PAGED
-  const rtc_buffer_rsrc r = g942::page_rsrc(kv, j0, d);
-  const rtc_u32 row = g942::page_row_byte(kv, key);
-#else
-  const rtc_buffer_rsrc r = kv.r;
-  const rtc_u32 row = (rtc_u32)((rtc_i64)key * kv.row_stride * 2);
-#endif
-#pragma unroll
-  for (int u = 0; u < kLoads; ++u) {
-    const int col = col0 + 8 * u;
-    out[u] = rtc_u32x4{0u, 0u, 0u, 0u};
-    if (key < kv.len && col < d) out[u] = buffer_load_dwordx4(r, row + (rtc_u32)(col * 2), 0u);
-  }
-}
-
 // Q as S^T's B fragments, k-step ds = 2u (+1): this lane's row (rk), columns quad kQuadCols + 8u .. +7. A row of no
 // query and columns past d are zeros.
 RTC_DEVICE void load_q(Frag (&q)[kDSteps], rtc_buffer_rsrc qr, rtc_u32 row_byte, bool row_ok, int lane, int d) {
@@ -101,27 +55,23 @@ RTC_DEVICE void load_q(Frag (&q)[kDSteps], rtc_buffer_rsrc qr, rtc_u32 row_byte,
   }
 }
 
-// The A fragment of S^T for k-step ds from a sub-tile's K registers.
-RTC_DEVICE Frag k_frag(const rtc_u32x4 (&k)[kLoads], int ds) {
-  const rtc_u32x4& w = k[ds >> 1];
-  return (ds & 1) ? g942::as_frag(w[2], w[3]) : g942::as_frag(w[0], w[1]);
-}
-
 // O^T += V^T P^T for one 16-key sub-tile: the lanes write their V columns into the LDS tile transposed (column-major
 // keys), then read V^T's A fragments, 4 keys of one column per lane. Wave-private LDS: a wave sync orders the
 // writes before the reads, and the MFMAs, which every lane reaches after its reads, order them before the next
 // sub-tile's writes. Once written, the V registers are free: the next step's V rows of this sub-tile (j_next, when
 // `more`) are requested into them, to arrive while this step ends and the next one starts.
-RTC_DEVICE void pv_sub(Smem& sm, rtc_u32x4 (&v)[kLoads], Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane, const KvRows& vr,
-                       bool more, int j_next, int d) {
+RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane, const KvRows& vr, bool more,
+                       int j_next, int d) {
   const int key = lane & 15, col0 = (lane >> 4) * kQuadCols;
 #pragma unroll
-  for (int u = 0; u < kLoads; ++u)
+  for (int u = 0; u < kLoads; ++u) {
+    const rtc_u32x4 x = unit_elems(v.u[u], v.scale);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const rtc_u32 w = v[u][e >> 1];
+      const rtc_u32 w = x[e >> 1];
       ds_write<rtc_elem_t>(&sm.vt[(col0 + 8 * u + e) * kVtPitch + key], (rtc_elem_t)((e & 1) ? w >> 16 : w & 0xFFFFu));
     }
+  }
   if (more) load_rows(vr, j_next, lane, d, v);
   wave_barrier();
 #pragma unroll
@@ -129,6 +79,27 @@ RTC_DEVICE void pv_sub(Smem& sm, rtc_u32x4 (&v)[kLoads], Frag pf, rtc_f32x4 (&o)
     const Frag a = ds_read<Frag>(&sm.vt[(16 * t + (lane & 15)) * kVtPitch + 4 * (lane >> 4)]);
     o[t] = mma(a, pf, o[t]);
   }
+}
+
+// A quantized cache's K scale on a sub-tile's scores, in fp32 before the softmax scale (numerics §10): FP8 the
+// descale; FP4 each key's E8M0 scale, which lane k % 16 loaded with key k's row (this lane's scores are keys
+// 4 quad .. 4 quad + 3). Nothing for a cache in q's dtype.
+RTC_DEVICE void key_scales(rtc_f32x4& s, float key_scale, float k_descale, int quad) {
+#if RTC_KV_FP8
+  (void)key_scale;
+  (void)quad;
+  s *= k_descale;
+#elif RTC_KV_FP4
+  (void)k_descale;
+  const rtc_u32 bits = rtc_f32_bits(key_scale);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s[i] *= rtc_bits_f32(ds_bpermute((4 * quad + i) << 2, bits));
+#else
+  (void)s;
+  (void)key_scale;
+  (void)k_descale;
+  (void)quad;
+#endif
 }
 
 struct LoopState {
@@ -141,10 +112,10 @@ struct LoopState {
 // the S^T MFMAs, V after its LDS write), so a step's loads fly during the previous step's math: a wave's step costs
 // about one round trip to memory instead of a round trip plus its math, with no more registers.
 RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag (&q)[kDSteps], LoopState& st, int kb0,
-                        int kb1, int d, float c, int lo, int hi, int lane) {
+                        int kb1, int d, float c, float k_descale, int lo, int hi, int lane) {
   const int quad = lane >> 4, xaddr = (lane ^ 32) << 2;
   if (kb0 >= kb1) return;
-  rtc_u32x4 kv[kSub][kLoads], vv[kSub][kLoads];
+  KvRegs kv[kSub], vv[kSub];
   const int first = (int)readfirstlane((rtc_u32)(kb0 * kStepKeys));
 #pragma unroll
   for (int s = 0; s < kSub; ++s) load_rows(kr, first + 16 * s, lane, d, kv[s]);
@@ -158,7 +129,12 @@ RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag
     for (int s = 0; s < kSub; ++s) {
       sc[s] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int ds = 0; ds < kDSteps; ++ds) sc[s] = mma(k_frag(kv[s], ds), q[ds], sc[s]);
+      for (int u = 0; u < kLoads; ++u) {
+        const rtc_u32x4 w = unit_elems(kv[s].u[u], 1.0f);
+        sc[s] = mma(g942::as_frag(w[0], w[1]), q[2 * u], sc[s]);
+        sc[s] = mma(g942::as_frag(w[2], w[3]), q[2 * u + 1], sc[s]);
+      }
+      key_scales(sc[s], kv[s].scale, k_descale, quad);
     }
     if (more) {
 #pragma unroll

@@ -45,11 +45,13 @@ class Report:
     head_dim: int = 128   # the head-dim bucket
     dtype: str = "bf16"
     kernel: str = KERNEL
+    kv_dtype: str = "same"  # the cache's element type (the kv_dtype axis)
 
     @property
     def name(self) -> str:
         prefix = "" if self.kernel == KERNEL else f"{self.kernel} "
-        return f"{prefix}{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}"
+        cache = "" if self.kv_dtype == "same" else f" {self.kv_dtype}"
+        return f"{prefix}{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}{cache}"
 
     @property
     def waves_per_simd(self) -> int:
@@ -222,20 +224,21 @@ def axis_values(axis: str) -> list:
 
 
 def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128, dtype: str = "bf16",
-          kernel: str = KERNEL):
+          kernel: str = KERNEL, kv_dtype: str = "same"):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
     code object a call would load."""
     from ..runtime import dispatch, manifest
     v = manifest.load().variant_for(OP, kernel, arch, {"round_mode": mode, "mask": mask, "kv": kv,
-                                                        "head_dim": head_dim, "dtype": dtype, "kv_dtype": "same"})
+                                                        "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype})
     return dispatch.build(v)
 
 
 def report(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128,
-           dtype: str = "bf16", kernel: str = KERNEL) -> Report:
-    res = build(arch, mode, mask, kv, head_dim, dtype, kernel)
+           dtype: str = "bf16", kernel: str = KERNEL, kv_dtype: str = "same") -> Report:
+    res = build(arch, mode, mask, kv, head_dim, dtype, kernel, kv_dtype)
     notes, insts = analyse(res.code(), kernel, arch)
-    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv, head_dim=head_dim, dtype=dtype, kernel=kernel)
+    r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv, head_dim=head_dim, dtype=dtype, kernel=kernel,
+               kv_dtype=kv_dtype)
     loops = [count(b) for b in kv_loops(insts)]
     r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
     if mask != "none":
@@ -334,8 +337,9 @@ def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "
 def cmd_isa(args) -> int:
     if getattr(args, "decode_model", False):
         from . import decode_model
-        decode_model.print_model(decode_model.case_models(
-            lambda d: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL)), table)
+        decode_model.print_models({t: decode_model.case_models(
+            lambda d, kv_dtype: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL,
+                                       kv_dtype=kv_dtype), t) for t in ("same", "fp8_e4m3", "fp4_e2m1")}, table)
         return 0
     kernel = getattr(args, "kernel", KERNEL)
     print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))

@@ -26,6 +26,9 @@ LATENCY_S = 2e-6                  # an assumption: one loaded round trip to HBM 
 VALU_CYCLES, TRANS_CYCLES, MFMA_CYCLES = 4, 16, 16  # issue cycles of a wave64 instruction, as the prefill model's
 MERGE_BATCH = 16                  # partials the merge loads per round trip (DECODE_MERGE_BATCH)
 TARGET = 1.25                     # the issue's: the bound within 1.25x of the KV bytes at 5.3 TB/s
+FP4_OVER_FP8 = 0.55               # the issue's: the FP4 cache's bound at most 0.55x the FP8 cache's
+# The cache's element types (the kv_dtype axis) the model takes, with their argument-block code (RTC_KV_DTYPE_*)
+KV_DTYPES = {"same": 0, "fp8_e4m3": 1, "fp8_e4m3fnuz": 2, "fp4_e2m1": 3}
 
 # The decode cases (B, context, Hq, Hk, page, Sq, D): the benchmark's (`bench --shapes decode`), one list.
 CASES = [(c.b, c.context, c.hq, c.hk, c.page, c.sq, c.d) for c in DECODE_CASES]
@@ -41,17 +44,29 @@ def bucket_of(d: int) -> int:
     return next(b for b in manifest.load().op(OP).kernel(KERNEL).axes["head_dim"].buckets if b >= d)
 
 
-def plan(case: tuple, cus: int = CUS) -> dict:
-    """The runtime's plan of the case as a paged call (fake addresses: the plan reads no memory)."""
+def row_bytes(d: int, kv_dtype: str = "same") -> float:
+    """Bytes one key row of K (or of V) of one head takes: 16-bit elements, FP8 bytes, or FP4 nibbles and the row's
+    E8M0 scale byte."""
+    return {"same": 2 * d, "fp8_e4m3": d, "fp8_e4m3fnuz": d, "fp4_e2m1": d / 2 + 1}[kv_dtype]
+
+
+def plan(case: tuple, cus: int = CUS, kv_dtype: str = "same") -> dict:
+    """The runtime's plan of the case as a paged call (fake addresses: the plan reads no memory); a quantized cache's
+    strides count bytes (FP4: the HND pool and its scales [pages, page, Hk])."""
     b, ctx, hq, hk, page, sq, d = case
     pages = math.ceil(ctx / page)
     q_st, kv_st = (hq * d, hq * d, d), (page * hk * d, hk * d, d)
+    quant = {}
+    if kv_dtype == "fp4_e2m1":
+        kv_st = (page * hk * d // 2, d // 2, page * d // 2)
+        quant = dict(k_scale=1 << 47, v_scale=1 << 48, k_scale_strides=(page * hk, hk, 1),
+                     v_scale_strides=(page * hk, hk, 1))
     args = _lib().op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=q_st, k_strides=kv_st,
                           v_strides=kv_st, o_strides=q_st, batch=b, heads=hq, seq_q=sq, seq_k=ctx, head_dim=d,
                           heads_k=hk, window_left=-1, window_right=0, softmax_scale=d ** -0.5, tail_split=-1,
                           num_cus=cus, cu_seqlens_q=1 << 44, cu_seqlens_k=1 << 45, block_table=1 << 46,
                           total_q=b * sq, total_k=0, page_size=page, num_pages=b * pages, pages_per_seq=pages,
-                          table_stride=pages)
+                          table_stride=pages, kv_dtype=KV_DTYPES[kv_dtype], **quant)
     return _lib().op_plan(OP, KERNEL, args)
 
 
@@ -67,19 +82,20 @@ def wave_step_seconds(loop: dict) -> float:
     return max(LATENCY_S + loop["mfma"] // 2 * MFMA_CYCLES / CLOCK_HZ, step_seconds(loop))
 
 
-def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS) -> dict:
-    """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy."""
+def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS, kv_dtype: str = "same") -> dict:
+    """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy; kv_bytes
+    (and the ideal time) are the bytes the cache's format takes, scales included."""
     b, ctx, hq, hk, page, sq, d = case
-    p = plan(case, cus)
+    p = plan(case, cus, kv_dtype)
     bucket, splits, items, steps = p["bucket"], p["splits"], p["items"], p["steps"]
-    kv = b * ctx * hk * d * 2 * 2
+    kv = b * ctx * hk * row_bytes(d, kv_dtype) * 2
     part = 16 * (bucket + 2) * 4
     partials = items * splits * part if splits > 1 else 0
     attn_bytes = kv + 2 * b * sq * hq * d * 2 + b * math.ceil(ctx / page) * 4 + partials
     step = step_seconds(loop)
     slots = cus * 4 * waves_per_simd
     rounds = math.ceil(p["grid_attn"] / slots)
-    out = {"case": case, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
+    out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
            "ideal": kv / HBM_BYTES_PER_S,
            "hbm": attn_bytes / HBM_BYTES_PER_S,
            "waves": rounds * math.ceil(steps / splits) * wave_step_seconds(loop),
@@ -90,14 +106,34 @@ def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS) -> dict:
     return out
 
 
-def case_models(report_of) -> list:
-    """Every case's model; report_of(bucket): the code-object report (coreport.Report) of the case's variant (paged,
-    causal, rtne, bf16), for its loop counts and occupancy."""
+def case_models(report_of, kv_dtype: str = "same") -> list:
+    """Every case's model; report_of(bucket, kv_dtype): the code-object report (coreport.Report) of the case's
+    variant (paged, causal, rtne, bf16, the cache's kv_dtype), for its loop counts and occupancy."""
     out = []
     for case in CASES:
-        r = report_of(bucket_of(case[6]))
-        out.append(model(case, r.loop, r.waves_per_simd))
+        r = report_of(bucket_of(case[6]), kv_dtype)
+        out.append(model(case, r.loop, r.waves_per_simd, kv_dtype=kv_dtype))
     return out
+
+
+def set_bound(rows: list) -> float:
+    """The decode set's time bound: the sum of its cases' bounds (seconds)."""
+    return sum(m["bound"] for m in rows)
+
+
+def print_models(by_dtype: dict, table) -> None:
+    """print_model for each cache format (kv_dtype -> case_models rows), then the set's bounds side by side and the
+    FP4 / FP8 ratio against the issue's target."""
+    for kv_dtype, rows in by_dtype.items():
+        print(f"\n== KV cache: {kv_dtype} ==")
+        print_model(rows, table)
+    print()
+    table([(t, f"{sum(m['kv_bytes'] for m in rows) / 1e6:.0f}", f"{set_bound(rows) * 1e6:.1f}",
+            f"{set_bound(rows) / set_bound(by_dtype['same']):.2f}" if "same" in by_dtype else "")
+           for t, rows in by_dtype.items()], ("kv_dtype", "KV MB (scales incl.)", "set bound us", "vs same"))
+    if "fp8_e4m3" in by_dtype and "fp4_e2m1" in by_dtype:
+        r = set_bound(by_dtype["fp4_e2m1"]) / set_bound(by_dtype["fp8_e4m3"])
+        print(f"FP4 / FP8 set bound = {r:.3f} (target <= {FP4_OVER_FP8})")
 
 
 def print_model(rows: list, table) -> None:
