@@ -6,8 +6,9 @@
 //     bit 15, the exponent and mantissa fields to the top of fp16's (fp16 has their subnormals as its own, so the
 //     one placement serves every code), then one multiply by 2^s (packed fp16; bf16 through fp32), exact;
 //   * FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code gives
-//     (+-480, -0): a test per dword of bytes, and the rare unit that holds one has those elements replaced by the
-//     NaN kv_quant.h's decode gives;
+//     (+-480, -0): the loop ORs its units' tests (unit_nan_codes) over a sub-tile and branches once, rarely: K's
+//     keys that hold one get NaN scores (what any NaN element gives them), V's elements are replaced in place by
+//     the NaN kv_quant.h's decode gives;
 //   * FP4: the lane's key's E8M0 scale comes with its row (one byte); V's is folded into the row's elements (the
 //     multiply is exact: bf16 has fp32's range, fp16 for scales 2^-22 .. 2^13), K's multiplies the key's scores in
 //     fp32 (kv_loop), as the FP8 descales multiply the scores and O.
@@ -217,13 +218,16 @@ RTC_DEVICE rtc_u32 fp8x2_elems(rtc_u32 x, rtc_u32 mags, int p) {
                                    ((2u * p + 1u) << 24) | 0x000C000Cu | ((2u * p) << 8));
   return placed_elems < RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 7 : 8 > (h, 1.0f);
 }
-// Whether a dword of FP8 bytes holds a NaN code.
-RTC_DEVICE bool fp8_has_nan(rtc_u32 x) {
+// A unit's NaN codes: bit 7 of a byte set where either dword's byte is a NaN code (a byte's magnitude m is at most
+// 0x7F, so neither sum below carries into the next byte). E4M3: m + 1 reaches bit 7 where m is 0x7F; FNUZ: m + 0x7F
+// reaches it where m is not 0, and the code is 0x80 where it does not and the sign is set. The sums share the
+// placement's magnitudes, and a step ORs its units' results: the hot path's whole test.
+RTC_DEVICE rtc_u32 unit_nan_codes(const KvUnit& u) {
+  const rtc_u32 m0 = u[0] & 0x7F7F7F7Fu, m1 = u[1] & 0x7F7F7F7Fu;
 #if RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ
-  const rtc_u32 y = x ^ 0x80808080u;  // a zero byte where x has 0x80
-  return ((y - 0x01010101u) & ~y & 0x80808080u) != 0u;
+  return ((u[0] & ~(m0 + 0x7F7F7F7Fu)) | (u[1] & ~(m1 + 0x7F7F7F7Fu))) & 0x80808080u;
 #else
-  return (((x & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) != 0u;  // a magnitude of 0x7F
+  return ((m0 + 0x01010101u) | (m1 + 0x01010101u)) & 0x80808080u;
 #endif
 }
 
@@ -242,15 +246,16 @@ RTC_DEVICE rtc_u32 nan_fix(rtc_u32 e) {
   return nan ? (fnuz ? kElemNan : (e & kSignKept) | kElemNan) : e;
 }
 
+// The unit's 8 elements, NaN codes placed as their images (the caller tests unit_nan_codes and fixes them up).
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) {
   const rtc_u32 m0 = u[0] & 0x7F7F7F7Fu, m1 = u[1] & 0x7F7F7F7Fu;
-  rtc_u32x4 w = {fp8x2_elems(u[0], m0, 0), fp8x2_elems(u[0], m0, 1), fp8x2_elems(u[1], m1, 0),
-                 fp8x2_elems(u[1], m1, 1)};
-  if (fp8_has_nan(u[0]) || fp8_has_nan(u[1])) {  // rare: the lanes that hold a NaN code, a branch over the rest
+  return rtc_u32x4{fp8x2_elems(u[0], m0, 0), fp8x2_elems(u[0], m0, 1), fp8x2_elems(u[1], m1, 0),
+                   fp8x2_elems(u[1], m1, 1)};
+}
+// The rare path: a unit's elements with the NaN codes' images replaced by kv_quant.h's NaN.
+RTC_DEVICE void fix_nan_elems(rtc_u32x4& w) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = nan_fix(w[i] & 0xFFFFu) | (nan_fix(w[i] >> 16) << 16);
-  }
-  return w;
+  for (int i = 0; i < 4; ++i) w[i] = nan_fix(w[i] & 0xFFFFu) | (nan_fix(w[i] >> 16) << 16);
 }
 #else
 // Byte j of x (two E2M1 codes, the low nibble first; mags: the low nibbles' magnitudes in bytes 0..3, the high
@@ -270,5 +275,11 @@ RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float mul) {
 }
 #endif
 #endif  // RTC_KV_DTYPE
+
+#if !RTC_KV_FP8
+// Formats without NaN codes (a cache in q's dtype carries its NaNs as they are; FP4's come from its scale).
+RTC_DEVICE rtc_u32 unit_nan_codes(const KvUnit&) { return 0u; }
+RTC_DEVICE void fix_nan_elems(rtc_u32x4&) {}
+#endif
 
 }  // namespace gdec

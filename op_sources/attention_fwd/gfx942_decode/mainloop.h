@@ -63,12 +63,22 @@ RTC_DEVICE void load_q(Frag (&q)[kDSteps], rtc_buffer_rsrc qr, rtc_u32 row_byte,
 RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane, const KvRows& vr, bool more,
                        int j_next, int d) {
   const int key = lane & 15, col0 = (lane >> 4) * kQuadCols;
+  rtc_u32x4 x[kLoads];
+  rtc_u32 nans = 0u;
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
-    const rtc_u32x4 x = unit_elems(v.u[u], v.scale);
+    x[u] = unit_elems(v.u[u], v.scale);
+    nans |= unit_nan_codes(v.u[u]);
+  }
+  if (__builtin_expect(nans != 0u, 0)) {  // rare: the lanes whose V row holds an FP8 NaN code
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) fix_nan_elems(x[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const rtc_u32 w = x[e >> 1];
+      const rtc_u32 w = x[u][e >> 1];
       ds_write<rtc_elem_t>(&sm.vt[(col0 + 8 * u + e) * kVtPitch + key], (rtc_elem_t)((e & 1) ? w >> 16 : w & 0xFFFFu));
     }
   }
@@ -102,6 +112,19 @@ RTC_DEVICE void key_scales(rtc_f32x4& s, float key_scale, float k_descale, int q
 #endif
 }
 
+// FP8 NaN codes in K (this lane's key row holds one: nan_row): a NaN element makes every score of its key NaN, so
+// the keys of the sub-tile that hold one (a ballot, uniform, one branch, rarely taken) get NaN scores, the lanes of
+// key k's scores being quad k / 4's element k % 4.
+RTC_DEVICE void key_nans(rtc_f32x4& s, bool nan_row, int quad) {
+  const rtc_u64 rows = ballot(nan_row);
+  if (__builtin_expect(rows != 0u, 0)) {
+    const rtc_u32 keys = (rtc_u32)(rows | rows >> 16 | rows >> 32 | rows >> 48);  // bit k % 16: key k's row
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if ((keys >> (4 * quad + i)) & 1u) s[i] = rtc_bits_f32(0x7FC00000u);
+  }
+}
+
 struct LoopState {
   rtc_f32x4 o[kHdTiles];  // O^T[column 16 t + 4 quad + i][row lane % 16], unnormalised
   float m, l;             // running max (log2 units, scale folded in) and this lane's share of the row's sum
@@ -128,13 +151,16 @@ RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag
 #pragma unroll
     for (int s = 0; s < kSub; ++s) {
       sc[s] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
+      rtc_u32 nans = 0u;
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
         const rtc_u32x4 w = unit_elems(kv[s].u[u], 1.0f);
+        nans |= unit_nan_codes(kv[s].u[u]);
         sc[s] = mma(g942::as_frag(w[0], w[1]), q[2 * u], sc[s]);
         sc[s] = mma(g942::as_frag(w[2], w[3]), q[2 * u + 1], sc[s]);
       }
       key_scales(sc[s], kv[s].scale, k_descale, quad);
+      if (RTC_KV_FP8) key_nans(sc[s], nans != 0u, quad);
     }
     if (more) {
 #pragma unroll
