@@ -154,6 +154,7 @@ template <int n> RTC_ISA void s_waitcnt_lgkmcnt() { rtc_emu_wave_sync("s_waitcnt
 RTC_ISA void wave_barrier() { rtc_emu_wave_sync("wave_barrier"); }
 RTC_ISA void s_barrier() { ::rtc_emu::barrier(); }
 template <int prio> RTC_ISA void s_setprio() {}
+RTC_ISA void rare_block() {}
 template <int mask> RTC_ISA void sched_barrier() {}
 template <int mask, int size, int group> RTC_ISA void sched_group_barrier() {}
 

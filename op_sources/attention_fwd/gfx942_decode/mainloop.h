@@ -71,6 +71,7 @@ RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], i
     nans |= unit_nan_codes(v.u[u]);
   }
   if (__builtin_expect(nans != 0u, 0)) {  // rare: the lanes whose V row holds an FP8 NaN code
+    rare_block();
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) fix_nan_elems(x[u]);
   }
@@ -118,6 +119,7 @@ RTC_DEVICE void key_scales(rtc_f32x4& s, float key_scale, float k_descale, int q
 RTC_DEVICE void key_nans(rtc_f32x4& s, bool nan_row, int quad) {
   const rtc_u64 rows = ballot(nan_row);
   if (__builtin_expect(rows != 0u, 0)) {
+    rare_block();
     const rtc_u32 keys = (rtc_u32)(rows | rows >> 16 | rows >> 32 | rows >> 48);  // bit k % 16: key k's row
 #pragma unroll
     for (int i = 0; i < 4; ++i)

@@ -174,6 +174,31 @@ def _loop_bodies(insts: list) -> dict:
     return bodies
 
 
+def rare_blocks(insts: list) -> set:
+    """Addresses of the basic blocks that hold a rare-block mark (isa_gfx9.h's rare_block: two s_nop 0 in a row,
+    which clang's own hazard waits never give): data-dependent fix-ups skipped on every ordinary step. A block runs
+    from a branch target or the instruction after a branch to the next such boundary."""
+    heads = {0}
+    for i, (addr, op, args) in enumerate(insts):
+        target = _branch_target(addr, op, args)
+        if target is not None:
+            heads.add(target)
+        if (op.startswith("s_cbranch") or op == "s_branch") and i + 1 < len(insts):
+            heads.add(insts[i + 1][0])
+    out, block, marked = set(), [], False
+    for i, (addr, op, args) in enumerate(insts + [(None, "", "")]):
+        if addr is None or addr in heads:
+            if marked:
+                out.update(block)
+            block, marked = [], False
+        if addr is None:
+            break
+        block.append(addr)
+        marked = marked or (op == "s_nop" and args.strip() == "0" and i > 0 and insts[i - 1][1] == "s_nop"
+                            and insts[i - 1][2].strip() == "0")
+    return out
+
+
 def count(body: list) -> dict:
     c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
          "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "total": len(body)}
@@ -197,6 +222,13 @@ def count(body: list) -> dict:
             c["s_waitcnt"] += 1
         elif op == "s_barrier":
             c["s_barrier"] += 1
+    return c
+
+
+def _hot_count(body: list, rare: set) -> dict:
+    """count() of a loop body without its rare blocks (rare_blocks), whose instructions are counted as "rare"."""
+    c = count([x for x in body if x[0] not in rare])
+    c["rare"] = sum(1 for x in body if x[0] in rare)
     return c
 
 
@@ -239,8 +271,12 @@ def report(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim
     notes, insts = analyse(res.code(), kernel, arch)
     r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv, head_dim=head_dim, dtype=dtype, kernel=kernel,
                kv_dtype=kv_dtype)
-    loops = [count(b) for b in kv_loops(insts)]
-    r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"])) if mask != "none" else count(kv_loop(insts))
+    rare = rare_blocks(insts)
+    loops = [_hot_count(b, rare) for b in kv_loops(insts)]
+    if mask != "none":
+        r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"]))
+    else:
+        r.loop = _hot_count(kv_loop(insts), rare)
     if mask != "none":
         r.masked_loop = max(loops, key=lambda c: (c["cndmask"], c["total"]))
     r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
