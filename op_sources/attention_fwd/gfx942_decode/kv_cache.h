@@ -2,9 +2,10 @@
 // registers as the MFMA's element pairs. A cache in q's dtype (kv_dtype same) is loaded as it is; a quantized cache
 // (RTC_KV_DTYPE, kv_quant.h) moves its own bytes (FP8 half, FP4 a quarter of a 16-bit row) and is expanded to the
 // element type in registers, exactly (docs/numerics.md §10):
-//   * a value's bits go into an fp16 of the same value times 2^-s: FP8 E4M3 s = 8 (FNUZ 7), E2M1 s = 14: the sign to
-//     bit 15, the exponent and mantissa fields to the top of fp16's (fp16 has their subnormals as its own, so the
-//     one placement serves every code), then one multiply by 2^s (packed fp16; bf16 through fp32), exact;
+//   * FP8: a value's bits go into an fp16 of the same value times 2^-s (E4M3 s = 8, FNUZ 7): the sign to bit 15,
+//     the exponent and mantissa fields to the top of fp16's (fp16 has their subnormals as its own, so the one
+//     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32;
+//   * E2M1: a v_perm_b32 table of the magnitudes' exact fp16 high bytes (unit_elems below), no multiply;
 //   * FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code gives
 //     (+-480, -0): the loop ORs its units' tests (unit_nan_codes) over a sub-tile and branches once, rarely: K's
 //     keys that hold one get NaN scores (what any NaN element gives them), V's elements are replaced in place by
@@ -185,19 +186,22 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
 RTC_DEVICE float half_f32(rtc_u32 bits) {
   return (float)__builtin_bit_cast(_Float16, (unsigned short)(bits & 0xFFFFu));
 }
-template <int kShift>
-RTC_DEVICE rtc_u32 placed_elems(rtc_u32 h, float mul) {
-  constexpr _Float16 kScale = (_Float16)(float)(1u << kShift);
-  const _Float16 lo = __builtin_bit_cast(_Float16, (unsigned short)(h & 0xFFFFu)) * kScale;
-  const _Float16 hi = __builtin_bit_cast(_Float16, (unsigned short)(h >> 16)) * kScale;
-  const rtc_u32 e =
-      (rtc_u32) __builtin_bit_cast(unsigned short, lo) | ((rtc_u32) __builtin_bit_cast(unsigned short, hi) << 16);
+// An fp16 pair e of exact values as the element type, times mul.
+RTC_DEVICE rtc_u32 pair_elems(rtc_u32 e, float mul) {
 #if RTC_DTYPE == RTC_DTYPE_FP16
   if (!RTC_KV_FP4) return e;
   return cvt_f16_f32(half_f32(e) * mul) | (cvt_f16_f32(half_f32(e >> 16) * mul) << 16);
 #else
   return (rtc_f32_bits(half_f32(e) * mul) >> 16) | (rtc_f32_bits(half_f32(e >> 16) * mul) & 0xFFFF0000u);
 #endif
+}
+template <int kShift>
+RTC_DEVICE rtc_u32 placed_elems(rtc_u32 h, float mul) {
+  constexpr _Float16 kScale = (_Float16)(float)(1u << kShift);
+  const _Float16 lo = __builtin_bit_cast(_Float16, (unsigned short)(h & 0xFFFFu)) * kScale;
+  const _Float16 hi = __builtin_bit_cast(_Float16, (unsigned short)(h >> 16)) * kScale;
+  return pair_elems(
+      (rtc_u32) __builtin_bit_cast(unsigned short, lo) | ((rtc_u32) __builtin_bit_cast(unsigned short, hi) << 16), mul);
 }
 
 // The placement of two codes, v_perm_b32 gathering the bytes (a pair: 2 perms, a shift, an and-or): the perm source
@@ -258,20 +262,24 @@ RTC_DEVICE void fix_nan_elems(rtc_u32x4& w) {
   for (int i = 0; i < 4; ++i) w[i] = nan_fix(w[i] & 0xFFFFu) | (nan_fix(w[i] >> 16) << 16);
 }
 #else
-// Byte j of x (two E2M1 codes, the low nibble first; mags: the low nibbles' magnitudes in bytes 0..3, the high
-// nibbles' in 4..7 of the perm's source pair): the magnitudes (3 bits) to fp16 bits 9..11; the low nibble's sign is
-// bit 7 of x << 4's byte j, the high one's of x's.
-RTC_DEVICE rtc_u32 fp4x2_elems(rtc_u32 x, rtc_u32 lo_mags, rtc_u32 hi_mags, int j, float mul) {
-  const rtc_u32 h = placed_pair<9>(hi_mags, lo_mags, 0x0C000C00u | ((4u + j) << 16) | (rtc_u32)j, x, x << 4,
-                                   ((4u + j) << 24) | 0x000C000Cu | ((rtc_u32)j << 8));
-  return placed_elems<14>(h, mul);
-}
+// E2M1 by table: every magnitude (0, 0.5, 1, 1.5, 2, 3, 4, 6) is an fp16 whose low byte is 0, so its high byte
+// (0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46) is the whole code, and the 8 of them fill the 8-byte source of a
+// v_perm_b32 that takes four 3-bit magnitudes, a byte each, as its selector: four codes' high bytes in one
+// instruction, their signs OR-ed into bit 7, then one perm per pair puts two high bytes above zero low bytes.
+constexpr rtc_u32 kFp4HighBytes03 = 0x3E3C3800u, kFp4HighBytes47 = 0x46444240u;
 
-// The unit's 8 elements times mul (V: its key's scale; K: 1).
+// The unit's 8 elements times mul (V: its key's scale; K: 1). lo / hi: the high bytes of the low / high nibbles'
+// codes of bytes 0..3, signed (the low nibble's sign is bit 3 of its byte, the high one's bit 7).
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float mul) {
-  const rtc_u32 lo = u & 0x07070707u, hi = (u >> 4) & 0x07070707u;
-  return rtc_u32x4{fp4x2_elems(u, lo, hi, 0, mul), fp4x2_elems(u, lo, hi, 1, mul), fp4x2_elems(u, lo, hi, 2, mul),
-                   fp4x2_elems(u, lo, hi, 3, mul)};
+  const rtc_u32 lo = perm_b32(kFp4HighBytes47, kFp4HighBytes03, u & 0x07070707u) | ((u << 4) & 0x80808080u);
+  const rtc_u32 hi = perm_b32(kFp4HighBytes47, kFp4HighBytes03, (u >> 4) & 0x07070707u) | (u & 0x80808080u);
+  rtc_u32x4 w;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const rtc_u32 e = perm_b32(hi, lo, 0x000C000Cu | ((rtc_u32)j << 8) | ((4u + j) << 24));
+    w[j] = pair_elems(e, mul);
+  }
+  return w;
 }
 #endif
 #endif  // RTC_KV_DTYPE
