@@ -192,7 +192,8 @@ RTC_DEVICE rtc_u32 pair_elems(rtc_u32 e, float mul) {
   if (!RTC_KV_FP4) return e;
   return cvt_f16_f32(half_f32(e) * mul) | (cvt_f16_f32(half_f32(e >> 16) * mul) << 16);
 #else
-  return (rtc_f32_bits(half_f32(e) * mul) >> 16) | (rtc_f32_bits(half_f32(e >> 16) * mul) & 0xFFFF0000u);
+  // the two fp32's top halves, one v_perm_b32 (the shift and and-or clang writes for it cost two)
+  return perm_b32(rtc_f32_bits(half_f32(e >> 16) * mul), rtc_f32_bits(half_f32(e) * mul), 0x07060302u);
 #endif
 }
 template <int kShift>
