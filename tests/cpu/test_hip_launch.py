@@ -54,13 +54,15 @@ LOG2E = 1.4426950408889634
 
 def _variants():
     """What `warm --all --arch gfx942,gfx90a` builds: every op's variants for those archs; of those that read a
-    quantized KV cache (kv_dtype other than "same": the baseline's, whose parameter block and launch do not change
-    with the head-dim bucket, the mask or the rounding), one per (arch, kv_dtype, kv form, dtype) at bucket 128,
-    windowed, rtne: 24 compiles where all of them would add 576."""
+    quantized KV cache (kv_dtype other than "same"), one per (arch, kernel, kv_dtype): bucket 128, windowed, rtne,
+    paged, bf16. What a quantized cache adds to the parameter block and the launch (the kv_dtype value, descales or
+    scales and their strides, byte strides) is the same for every bucket, mask, rounding, kv form and dtype, and those
+    axes' launches are checked on the `same` variants: 12 compiles where every (kv form, dtype) would add 48."""
     m = manifest.load()
     return [v for op in m.ops for v in m.variants(op, archs=list(ARCHS))
             if dict(v.values).get("kv_dtype", "same") == "same"
-            or (v["head_dim"], v["mask"], v["round_mode"]) == (128, "window", "rtne")]
+            or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne", "paged",
+                                                                                    "bf16")]
 
 
 VARIANTS = _variants()
