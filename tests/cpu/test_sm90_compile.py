@@ -195,6 +195,19 @@ def test_host_plans_are_the_manifest_buckets():
         assert plan["num_tiles"] == 3 * -(-200 // plan["block_m"]), plan
 
 
+@pytest.mark.parametrize("sk,d,hq,hk,b,want", [(4096, 256, 16, 16, 2, 8), (4096, 128, 32, 32, 2, 16),
+                                                 (4096, 192, 21, 21, 2, 10), (200, 64, 3, 3, 1, 3),
+                                                 (16384, 128, 32, 8, 1, 16), (32768, 128, 8, 8, 1, 2),
+                                                 (65536, 256, 4, 4, 1, 1), (8192, 64, 64, 1, 1, 64)])
+def test_masked_tile_order_sections(sk, d, hq, hk, b, want):
+    """The masked dense tile order goes section by section (sm90/scheduler.h): as many (batch, head) pairs as keep
+    the section's K/V within 32 MB, whole GQA groups, at least one, at most all of them."""
+    q = torch.zeros(b, 16, hq, d, dtype=torch.bfloat16)
+    k = torch.zeros(b, sk, hk, d, dtype=torch.bfloat16)
+    p, args = _args(q, k, k, torch.empty_like(q), "bshd")
+    assert _lib.op_plan(OP, "sm90", args)["l2_heads"] == want
+
+
 def test_fallback_for_misaligned_view(capfd, monkeypatch):
     base = torch.zeros(1, 50, 2, 136, dtype=torch.bfloat16)
     view = base[..., 1:129]            # 2-byte offset, seq/head strides not a multiple of 8 elements

@@ -78,3 +78,21 @@ def test_causal_long_sequence_matches_sdpa_flash():
                                                            is_causal=True)
     err = (out.float() - ref.float()).abs().max().item()
     assert err < 2e-2, err
+
+
+@pytest.mark.parametrize("b,hq,hk,s,d", [(1, 5, 5, 8192, 256), (2, 6, 3, 8192, 256)])
+def test_causal_tile_order_sections(b, hq, hk, s, d):
+    """The masked tile order goes section by section (sm90/scheduler.h; here sections of 4 pairs after a remainder
+    of 1, and of 8 after 4 with GQA): every tile runs once, wherever it falls, so the call equals each (batch, head)
+    run alone (one section) bit for bit, O and LSE."""
+    import rtcattn
+    g = torch.Generator(device="cuda").manual_seed(s + hq)
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=g).to(torch.bfloat16) for h in (hq, hk, hk))
+    o, lse = rtcattn.forward(q, k, v, layout="bshd", window_size=(-1, 0), return_lse=True)
+    for bi in range(b):
+        for h in range(hq):
+            kh = h // (hq // hk)
+            one = (x[bi:bi + 1, :, j:j + 1].contiguous() for x, j in ((q, h), (k, kh), (v, kh)))
+            o1, lse1 = rtcattn.forward(*one, layout="bshd", window_size=(-1, 0), return_lse=True)
+            assert torch.equal(o[bi:bi + 1, :, h:h + 1], o1), (bi, h)
+            assert torch.equal(lse[bi:bi + 1, h:h + 1], lse1), (bi, h)

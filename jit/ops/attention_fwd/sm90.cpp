@@ -4,6 +4,7 @@
 #include "cuda_driver.h"
 #include "sm90/params.h"
 #include "sm90_tma.h"
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -94,6 +95,15 @@ std::string why_not(const void* p, const char* vendor) {
   return "";
 }
 
+// (batch, head) pairs per section of the masked dense tile order (sm90/scheduler.h): as many as keep the
+// section's K/V within SM90_L2_SECTION_BYTES, whole groups of query heads over one K/V head.
+int64_t l2_section_heads(const AttentionFwdArgs& a) {
+  const int64_t kv_bytes = std::max<int64_t>(1, int64_t(a.seq_k) * a.head_dim * 2 * 2);  // K and V, 16-bit
+  const int64_t group = a.heads_k > 0 ? std::max<int64_t>(1, a.heads / a.heads_k) : 1;
+  const int64_t g = std::max<int64_t>(1, SM90_L2_SECTION_BYTES / kv_bytes) * group;
+  return std::min<int64_t>(g, std::max<int64_t>(1, int64_t(a.heads) * a.batch));
+}
+
 // The masked and the packed variants take tiles from a counter (SM90_WORKSPACE_BYTES); the dense
 // unmasked one needs none.
 bool dynamic_tiles(const AttentionFwdArgs& a) {
@@ -118,7 +128,8 @@ std::string plan_json(const void* p) {
                       {"block", sm90_threads(pl)},
                       {"shared_bytes", shared_bytes(a)},
                       {"workspace_bytes", workspace_bytes(p)},
-                      {"dynamic_tiles", dynamic_tiles(a)}});
+                      {"dynamic_tiles", dynamic_tiles(a)},
+                      {"l2_heads", l2_section_heads(a)}});
 }
 
 void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
@@ -144,6 +155,7 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   sp.num_m_blocks = int(m_blocks(a));
   const int64_t tiles = tile_count(a);
   sp.num_tiles = int(tiles);
+  sp.l2_heads = int(l2_section_heads(a));
   const int sms = sm_count(a, t.device);
   const unsigned grid[3] = {unsigned(tiles < sms ? tiles : sms), 1, 1};
   if (dynamic_tiles(a)) {  // the tile counter starts at 0, on the launch's stream, before the kernel

@@ -99,4 +99,8 @@ struct alignas(64) Sm90AttnParams {
   int num_tiles;      // num_m_blocks * heads * batch; the grid is min(num_tiles, SMs) (packed: a bound)
   int kv_box;         // paged: rows of a K/V TMA box, gcd(page_size, block_n); else block_n
   int page_shift;     // paged: log2(page_size) (page sizes are powers of two)
+  int l2_heads;       // dense, masked: (batch, head) pairs per section of the tile order (sm90/scheduler.h)
 };
+// The tile order's sections hold the K/V of about this many bytes, so that the CTAs running together find
+// their blocks in L2 (FlashAttention-3 sizes its sections to 32 MB of the H100's 50 MB L2, as here).
+#define SM90_L2_SECTION_BYTES (32LL << 20)
