@@ -10,7 +10,7 @@ m=op_sources/attention_fwd/sm90/mask.h
 l=op_sources/attention_fwd/sm90/mainloop.h
 cp $m /tmp/mask.h.orig; cp $l /tmp/mainloop.h.orig
 d=op_sources/attention_fwd/sm90
-cp $d/scheduler.h /tmp/scheduler.h.orig; cp $d/producer.h /tmp/producer.h.orig
+for f in $d/*.h; do cp $f /tmp/$(basename $f).orig; done
 for v in base "$@"; do
   case $v in
     base) ;;
@@ -20,7 +20,7 @@ for v in base "$@"; do
     *) echo "unknown variant $v"; continue ;;
   esac
   echo "== $v"
-  RTCATTN_CACHE_DIR=$(mktemp -d) python3 .ci/lab/sm90/tile_cost.py "$dims" causal 2>&1 | grep -v -i warn | grep -v generate_mlir
+  RTCATTN_CACHE_DIR=$(mktemp -d) python3 .ci/lab/sm90/tile_cost.py "$dims" ${MODE:-causal} 2>&1 | grep -v -i warn | grep -v generate_mlir
   cp /tmp/mask.h.orig $m; cp /tmp/mainloop.h.orig $l
-  cp /tmp/scheduler.h.orig $d/scheduler.h; cp /tmp/producer.h.orig $d/producer.h
+  for f in $d/*.h; do cp /tmp/$(basename $f).orig $f; done
 done

@@ -2,7 +2,8 @@
 Non-causal, bf16, BSHD, B 2, Sq 4096, H = 4096 // D, Sk swept: the fit ms = a + b * Sk gives the cost that does not
 grow with the keys (a: prologue, epilogue, Q loads, tail) and the steady cost per key (b), for rtcattn (pinned to
 sm90), FA4 (when installed) and cuDNN in the same interleaved rounds; causal Sk = Sq = 4096 is timed beside them.
-Usage: tile_cost.py [D,...] [causal] [-- DEFS]  (causal: the causal row only; DEFS: -D defines, NAME=VALUE)"""
+Usage: tile_cost.py [D,...] [causal|quick] [-- DEFS]  (causal: the causal row only; quick: full and causal at Sk
+4096; DEFS: -D defines, NAME=VALUE)"""
 import sys
 
 import torch
@@ -17,6 +18,7 @@ argv = argv[:argv.index("--")] if "--" in argv else argv
 dims = [int(x) for x in (argv[0] if argv else "64,128,256").split(",")]
 opts = tuple(f"-D{d}" for d in defs)
 causal_only = "causal" in argv[1:]
+quick = "quick" in argv[1:]  # full and causal at Sk 4096 only
 SKS = (1024, 2048, 4096, 8192)
 
 
@@ -62,11 +64,13 @@ def run(d, sk, causal):
 
 
 for d in dims:
-    if causal_only:
-        c = run(d, 4096, True)
+    if causal_only or quick:
         h = max(1, 4096 // d)
-        print(f"D {d} causal: " + ", ".join(f"{n} {ms:.4f} ms ({4 * 2 * h * 4096 * 4096 * d / 2 / ms / 1e9:.0f} TF/s)"
-                                             for n, ms in c.items()), flush=True)
+        for causal in (False, True) if quick else (True,):
+            c = run(d, 4096, causal)
+            fl = 4 * 2 * h * 4096 * 4096 * d / (2 if causal else 1)
+            print(f"D {d} {'causal' if causal else 'full'}: " +
+                  ", ".join(f"{n} {ms:.4f} ms ({fl / ms / 1e9:.0f} TF/s)" for n, ms in c.items()), flush=True)
         continue
     rows = {sk: run(d, sk, False) for sk in SKS}
     causal = run(d, 4096, True)
