@@ -1,5 +1,5 @@
-// The sm_90a decode kernel's loads: the item's packed Q rows (cp.async, once), and each stage's 64 K and V rows by
-// TMA, boxes of kv_box rows x 64 columns counted on the stage slot's mbarrier. Warp 0 issues a stage: one box per
+// The sm_90a decode kernel's loads: the item's packed Q rows (cp.async, once), and each stage's K and V rows by
+// TMA, boxes of kv_box rows x 128 bytes (64 bf16 / fp16 columns, 128 FP8 ones: the cache's bytes as stored) counted on the stage slot's mbarrier. Warp 0 issues a stage: one box per
 // lane (at most 4 boxes of rows x 4 column blocks x K and V = 32), so a paged stage's pages are gathered by as many
 // lanes as it has boxes, each lane looking up its page one stage ahead. A box past the tensor, or through a
 // block-table entry that is not a page of the pool (page coordinate num_pages), reads zeros and reads nothing; rows
@@ -14,13 +14,14 @@
 namespace sm90dec {
 
 constexpr int kRowBytes = sm90_decode_row_bytes(kBucket);  // a Q row in shared memory
-constexpr int kChunks = kBucket / 8;                          // 16-byte pieces of a Q row
-constexpr int kStages = sm90_decode_plan(kBucket).stages;
-constexpr int kColBlocks = sm90_decode_col_blocks(kBucket);
-constexpr int kBlockBytes = sm90_decode_block_bytes(kBucket);  // one 64-column block of a stage's K or V
-constexpr int kStageBytes = sm90_decode_stage_bytes(kBucket);
+constexpr int kChunks = kBucket / 8;  // 16-byte pieces of a Q row
+constexpr int kStages = kPlan.stages;
+constexpr int kColBlocks = sm90_decode_col_blocks(kPlan);
+constexpr int kBlockBytes = sm90_decode_block_bytes(kPlan);  // one 128-byte column block of a stage's K or V
+constexpr int kStageBytes = sm90_decode_stage_bytes(kPlan);
 constexpr int kHalfStage = kStageBytes / 2;  // K's column blocks, then V's
-constexpr int kRingBytes = sm90_decode_ring_bytes(sm90_decode_plan(kBucket));
+constexpr int kRingBytes = sm90_decode_ring_bytes(kPlan);
+constexpr int kBoxUnits = SM90_DECODE_BOX_BYTES / kPlan.kv_unit;  // elements of a box row: its first coordinate
 
 // Shared memory (1024-byte aligned): the ring's stages, then Q [16 row_tiles][row], then the slots' mbarriers; the
 // warps' partial results reuse the ring at the end (sm90_decode/epilogue.h).
@@ -37,7 +38,7 @@ struct Smem {
 };
 
 // The 16-byte piece c (0..7) of key row `key` in a column block of a K or V tile: the 128-byte swizzle puts it at
-// c ^ (key % 8) within the row.
+// c ^ (key % 8) within the row. A piece holds 8 bf16 / fp16 columns, or 16 FP8 columns.
 RTC_DEVICE rtc_u32 kv_piece(rtc_u32 tile, int col_block, int key, int c) {
   return tile + col_block * kBlockBytes + key * 128 + ((c ^ (key & 7)) << 4);
 }
@@ -85,11 +86,11 @@ struct Gather {
       const rtc_u32 dst = (is_v ? sm.v(slot) : sm.k(slot)) + cb * kBlockBytes + i * p.kv_box * 128;
       const void* map = is_v ? (const void*)&p.tmap_v : (const void*)&p.tmap_k;
       if (RTC_KV == RTC_KV_PAGED)
-        sm90::tma_load_4d(dst, map, bar, cb * SM90_BOX_D, row & ((1 << p.page_shift) - 1), w.hk, page);
+        sm90::tma_load_4d(dst, map, bar, cb * kBoxUnits, row & ((1 << p.page_shift) - 1), w.hk, page);
       else if (RTC_KV == RTC_KV_VARLEN)
-        sm90::tma_load_4d(dst, map, bar, cb * SM90_BOX_D, seq.k_row + row, w.hk, 0);
+        sm90::tma_load_4d(dst, map, bar, cb * kBoxUnits, seq.k_row + row, w.hk, 0);
       else
-        sm90::tma_load_4d(dst, map, bar, cb * SM90_BOX_D, row, w.hk, w.b);
+        sm90::tma_load_4d(dst, map, bar, cb * kBoxUnits, row, w.hk, w.b);
     }
     if (next < kb1) look_up(p, w, seq, next, lane);
   }
