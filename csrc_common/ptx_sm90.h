@@ -55,6 +55,15 @@ RTC_DEVICE rtc_u32 ld_shared_u32(rtc_u32 addr) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+RTC_DEVICE void st_shared_u8(rtc_u32 addr, rtc_u32 v) {
+  asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+// 2 bytes (2-byte aligned), zero-extended.
+RTC_DEVICE rtc_u32 ld_shared_u16(rtc_u32 addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+  return v;
+}
 // 8 bytes (8-byte aligned) as two words, the lower address in x.
 RTC_DEVICE void ld_shared_v2_u32(rtc_u32& x, rtc_u32& y, rtc_u32 addr) {
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "r"(addr) : "memory");
@@ -68,6 +77,12 @@ RTC_DEVICE void st_shared_v4_splat(rtc_u32 addr, rtc_u32 v) {
 RTC_DEVICE int ld_global_nc_s32(const int* src) {
   int v;
   asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(src) : "memory");
+  return v;
+}
+// The same for one byte, zero-extended.
+RTC_DEVICE rtc_u32 ld_global_nc_u8(const unsigned char* src) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u8 %0, [%1];" : "=h"(v) : "l"(src) : "memory");
   return v;
 }
 
@@ -136,6 +151,12 @@ RTC_DEVICE rtc_u32 prmt(rtc_u32 a, rtc_u32 b, rtc_u32 sel) {
 RTC_DEVICE rtc_u32 cvt_f16x2_e4m3x2(rtc_u32 x) {
   rtc_u32 d;
   asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(d) : "r"(x));
+  return d;
+}
+// a * b + c on fp16 pairs, rounded to nearest even; subnormal inputs and results are kept (no .ftz).
+RTC_DEVICE rtc_u32 fma_f16x2(rtc_u32 a, rtc_u32 b, rtc_u32 c) {
+  rtc_u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
 // a * b + c on bf16 pairs, rounded to nearest even; subnormal inputs and results are kept (bf16 has no .ftz).

@@ -33,11 +33,10 @@
 
 static_assert(sm90_decode_plan(RTC_HEAD_DIM_MAX).head_dim == RTC_HEAD_DIM_MAX,
               "attention_fwd_sm90_decode: RTC_HEAD_DIM_MAX must be one of sm90_decode/params.h's buckets");
+static_assert(sm90_decode_takes_kv(RTC_KV_DTYPE),
+              "attention_fwd_sm90_decode reads a cache in q's dtype (RTC_KV_DTYPE=0), FP8 E4M3 (1) or FP4 E2M1 (3)");
 #if RTC_DTYPE != RTC_DTYPE_BF16 && RTC_DTYPE != RTC_DTYPE_FP16
 #error "attention_fwd_sm90_decode reads and writes bf16 (RTC_DTYPE=0) or fp16 (RTC_DTYPE=1)"
-#endif
-#if RTC_KV_DTYPE != RTC_KV_DTYPE_SAME && RTC_KV_DTYPE != RTC_KV_DTYPE_FP8_E4M3
-#error "attention_fwd_sm90_decode reads a cache in q's dtype (RTC_KV_DTYPE=0) or FP8 E4M3 (RTC_KV_DTYPE=1)"
 #endif
 #if RTC_DTYPE == RTC_DTYPE_FP16 && RTC_ROUND != 0
 #error "attention_fwd_sm90_decode: fp16 rounds to nearest even only (RTC_ROUND=0)"

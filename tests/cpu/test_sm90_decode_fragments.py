@@ -1,9 +1,10 @@
 """A CPU model of how the sm_90a decode kernel feeds mma.sync m16n8k16 from its shared-memory tiles, for a cache in
-q's dtype and for an FP8 E4M3 cache (op_sources/attention_fwd/sm90_decode/kv_frag.h): TMA's 128-byte swizzle, ldmatrix
+q's dtype, an FP8 E4M3 cache and an FP4 E2M1 cache with its E8M0 scales (op_sources/attention_fwd/sm90_decode/kv_frag.h,
+mainloop.h): TMA's 128-byte swizzle, ldmatrix
 (.x4, .trans, b16), PRMT, the MMA's A / B / C fragment ownership per lane (PTX ISA, "Matrix Fragments for mma.m16n8k16
 with floating point type"; "Warp-level matrix load instruction: ldmatrix"), and the kernel's index arithmetic on top.
-It shows that the permuted fragments give exactly Q K^T and P V, and that the FP8 bytes expand to their exact values
-(NaN codes to NaN) in both dtypes.
+It shows that the permuted fragments give exactly Q K^T and P V (FP4: each key's scale on its scores and on its p),
+and that the FP8 bytes and FP4 nibbles expand to their exact values (NaN codes to NaN) in both dtypes.
 
 The hardware models (tma_swizzle, ldmatrix, prmt, mma_16816) follow the ISA's definitions. The kernel's arithmetic
 (class Kernel) mirrors kv_frag.h / mainloop.h / loads.h function by function, each method naming the function it
@@ -39,6 +40,13 @@ def elem_bits(x: float, dtype: str) -> int:
 def e4m3_value(code: int) -> float:
     """An OCP E4M3 byte's value, by torch's float8_e4m3fn (the format's definition, not the kernel's arithmetic)."""
     return float(torch.tensor([code], dtype=torch.uint8).view(torch.float8_e4m3fn).double())
+
+
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # OCP MX E2M1 magnitudes by code & 7; bit 3 is the sign
+
+
+def e2m1_value(code: int) -> float:
+    return -E2M1[code & 7] if code & 8 else E2M1[code & 7]
 
 
 # ---------------------------------------------------------------- hardware models
@@ -111,17 +119,19 @@ def mma_16816(acc, a_regs, b_regs, dtype: str):
 class Kernel:
     """One variant's index arithmetic (bucket, column split, dtype, FP8 or not), as the kernel's functions do it."""
 
-    def __init__(self, bucket: int, col_split: int, dtype: str, fp8: bool, keys: int = 16):
-        self.bucket, self.col_split, self.dtype, self.fp8, self.keys = bucket, col_split, dtype, fp8, keys
-        unit = 1 if fp8 else 2
-        self.col_blocks = -(-bucket * unit // 128)  # params.h sm90_decode_col_blocks
+    def __init__(self, bucket: int, col_split: int, dtype: str, kv: str, keys: int = 16):
+        self.bucket, self.col_split, self.dtype, self.keys = bucket, col_split, dtype, keys
+        self.fp8, self.fp4 = kv == "fp8", kv == "fp4"
+        bits = {"same": 16, "fp8": 8, "fp4": 4}[kv]  # params.h Sm90DecodePlan::kv_bits
+        self.col_blocks = -(-bucket * bits // 8 // 128)  # params.h sm90_decode_col_blocks
         self.block_bytes = keys * 128  # params.h sm90_decode_block_bytes
         self.row_bytes = 2 * bucket + 16  # params.h sm90_decode_row_bytes
         self.k_steps = bucket // 16  # kv_frag.h kKSteps
         self.warp_cols = bucket // col_split  # kWarpCols
-        self.k_group = 2 if fp8 else 1  # kKGroup
-        self.v_tiles = 4 if fp8 else 2  # kVTiles
-        self.v_loads = self.warp_cols // (8 * self.v_tiles)  # kVLoads
+        self.k_group = 16 // bits  # kKGroup
+        self.v_tiles = 2 * self.k_group  # kVTiles
+        self.k_loads = -(-self.k_steps // self.k_group)  # kKLoads
+        self.v_loads = -(-self.warp_cols // (8 * self.v_tiles))  # kVLoads
 
     # loads.h kv_piece
     def kv_piece(self, tile: int, col_block: int, key: int, c: int) -> int:
@@ -159,12 +169,32 @@ class Kernel:
             p1 |= prmt(nan, 0, self.sel_mask(i1, j1)) & 0x7FFF7FFF
         return p0, p1
 
+    # kv_frag.h fp4_pair: bytes A, B of {o, e} sign-extended by PRMT; bf16 (x << 2) & 0x81C081C0 times 2^126, fp16
+    # (x << 5) & 0x8E008E00 times 2^14, by one FMA (+ -0).
+    def fp4_pair(self, e: int, o: int, a: int, b: int) -> int:
+        x = prmt(e, o, self.sel_sext(a, b))
+        h, scale = ((x << 5) & 0x8E008E00, 2.0 ** 14) if self.dtype == "fp16" else ((x << 2) & 0x81C081C0, 2.0 ** 126)
+        out = 0
+        for half in range(2):
+            v = elem_value(h >> (16 * half), self.dtype) * scale + (-0.0)
+            out |= elem_bits(v, self.dtype) << (16 * half)
+        return out
+
+    # kv_frag.h fp4x8_elems
+    def fp4x8_elems(self, w: int, pairs) -> list:
+        e, o = (w << 4) & 0xF0F0F0F0, w & 0xF0F0F0F0
+        return [self.fp4_pair(e, o, a, b) for a, b in pairs]
+
+    # kv_frag.h q_col
+    def q_col(self, ks: int, t: int) -> int:
+        return 32 * (ks // 2) + 8 * t + 4 * (ks % 2) if self.fp4 else 16 * ks + 4 * t
+
     # kv_frag.h q_frag (row tile 0)
     def q_frag(self, smem, q, ks: int) -> list:
-        if self.fp8:
+        if self.fp8 or self.fp4:
             a = []
             for lane in range(32):
-                at = q + (lane // 4) * self.row_bytes + 2 * (16 * ks + 4 * (lane % 4))
+                at = q + (lane // 4) * self.row_bytes + 2 * self.q_col(ks, lane % 4)
                 w = [int.from_bytes(bytes(smem[x:x + 4]), "little") for x in (at, at + 4, at + 8 * self.row_bytes,
                                                                              at + 8 * self.row_bytes + 4)]
                 a.append([w[0], w[2], w[1], w[3]])  # ld_shared_v2_u32(a[0], a[2]), then (a[1], a[3]) 8 rows down
@@ -185,7 +215,12 @@ class Kernel:
         for lane in range(32):
             b = [[None, None] for _ in range(self.k_group)]
             for j in range(2):
-                if self.fp8:
+                if self.fp4:
+                    for h in range(2):
+                        x = self.fp4x8_elems(r[lane][2 * j + h], ((0, 4), (1, 5), (2, 6), (3, 7)))
+                        for e in range(2):
+                            b[2 * h + e][j] = (x[2 * e], x[2 * e + 1])
+                elif self.fp8:
                     for h in range(self.k_group):
                         b[h][j] = self.fp8x4_elems(r[lane][2 * j + h], 0, 1, 2, 3)
                 else:
@@ -205,7 +240,11 @@ class Kernel:
         for lane in range(32):
             b = [[None, None] for _ in range(self.v_tiles)]
             for m in range(4):
-                if self.fp8:
+                if self.fp4:
+                    x = self.fp4x8_elems(r[lane][m], ((0, 2), (4, 6), (1, 3), (5, 7)))
+                    for qq in range(4):
+                        b[4 * (m // 2) + qq][m % 2] = x[qq]
+                elif self.fp8:
                     e, o = self.fp8x4_elems(r[lane][m], 0, 2, 1, 3)
                     b[2 * (m // 2)][m % 2], b[2 * (m // 2) + 1][m % 2] = e, o
                 else:
@@ -215,16 +254,30 @@ class Kernel:
 
     # kv_frag.h o_col
     def o_col(self, j: int, c: int, lane: int) -> int:
+        if self.fp4:
+            return 32 * (j // 4) + 8 * (lane % 4) + 4 * c + (j % 4)
         if self.fp8:
             return 16 * (j // 2) + 4 * (lane % 4) + 2 * c + (j % 2)
         return 8 * j + 2 * (lane % 4) + c
 
-    # mainloop.h scores (one block, NB = 1): s[lane][4 j + 2 i + c]
-    def scores(self, smem, q, ktile, block) -> list:
+    # mainloop.h row_scales (NB = 1): the scales of thread lane's keys, index 2 j + c: key 16 block + 8 j + 2t + c,
+    # from the slot's scale bytes (scales[key]: a 16-bit load at the pair's first key)
+    def row_scales(self, scales, block, lane) -> list:
+        out = [0.0] * 4
+        for j in range(2):
+            key = 16 * block + 8 * j + 2 * (lane % 4)
+            for c in range(2):
+                out[2 * j + c] = 2.0 ** (int(scales[key + c]) - 127)
+        return out
+
+    # mainloop.h scores (one block, NB = 1): s[lane][4 j + 2 i + c]; then step's FP4 K scale on each score
+    def scores(self, smem, q, ktile, block, kscales=None) -> list:
         s = [[0.0] * 8 for _ in range(32)]
-        for kq in range(self.k_steps // self.k_group):
+        for kq in range(self.k_loads):
             b = self.k_frags(smem, ktile, block, kq)
             for h in range(self.k_group):
+                if self.k_group * kq + h >= self.k_steps:
+                    break
                 a = self.q_frag(smem, q, self.k_group * kq + h)
                 for j in range(2):
                     acc = [[0.0] * 4 for _ in range(32)]
@@ -232,7 +285,23 @@ class Kernel:
                     for lane in range(32):
                         for x in range(4):
                             s[lane][4 * j + x] += acc[lane][x]
+        if self.fp4:
+            for lane in range(32):
+                ks = self.row_scales(kscales, block, lane)
+                for x in range(8):
+                    s[lane][x] *= ks[4 * (x // 8) + 2 * ((x // 4) % 2) + x % 2]
         return s
+
+    # mainloop.h accumulate's P A fragment (NB = 1): a[x] = p[2x], p[2x + 1], FP4 each times its key's V scale
+    def p_frag(self, p, vscales, block, lane) -> list:
+        vs = self.row_scales(vscales, block, lane) if self.fp4 else None
+        out = []
+        for x in range(4):
+            p0, p1 = p[2 * x], p[2 * x + 1]
+            if self.fp4:
+                p0, p1 = p0 * vs[2 * (x // 2)], p1 * vs[2 * (x // 2) + 1]
+            out.append(elem_bits(p0, self.dtype) | elem_bits(p1, self.dtype) << 16)
+        return out
 
     # mainloop.h accumulate (one block, NB = 1, share ch): o[lane][4 n + 2 i + c]; a: P's A fragment per lane
     def accumulate(self, smem, a, vtile, block, ch) -> list:
@@ -241,6 +310,8 @@ class Kernel:
             piece = 2 * (ch * self.v_loads + dp)
             b = self.v_frags(smem, vtile, block, piece)
             for j in range(self.v_tiles):
+                if self.v_tiles * dp + j >= self.warp_cols // 8:
+                    break
                 acc = [[0.0] * 4 for _ in range(32)]
                 mma_16816(acc, a, [b[lane][j] for lane in range(32)], self.dtype)
                 for lane in range(32):
@@ -269,29 +340,34 @@ def write_q(smem, q: int, kern: Kernel, vals: np.ndarray):
 
 
 def cache_rows(rng, kern: Kernel, keys: int):
-    """Random K / V rows in the cache's storage (FP8 codes, finite; or bf16 / fp16 elements) and their values."""
+    """Random K / V rows in the cache's storage (FP8 codes, finite; FP4 codes two a byte, element 2i in the low
+    nibble; or bf16 / fp16 elements) and their values (FP4: unscaled)."""
     if kern.fp8:
         codes = rng.integers(0, 256, size=(keys, kern.bucket))
         codes[(codes & 0x7F) == 0x7F] = 0x3C  # finite values here; NaN codes are test_fp8_expansion's
         vals = np.vectorize(e4m3_value)(codes)
         return codes.astype(np.uint8), vals
+    if kern.fp4:
+        codes = rng.integers(0, 16, size=(keys, kern.bucket))
+        raw = (codes[:, 0::2] | codes[:, 1::2] << 4).astype(np.uint8)
+        return raw, np.vectorize(e2m1_value)(codes)
     vals = rng.integers(-16, 17, size=(keys, kern.bucket)) / 8.0
     raw = np.array([[b for c in row for b in elem_bits(float(c), kern.dtype).to_bytes(2, "little")] for row in vals],
                    dtype=np.uint8)
     return raw, vals
 
 
-# (bucket, column split, keys of the tile): every column-block count and both splits; FP8 at 128 and 256 takes two
-# k-steps a load from two column blocks.
+# (bucket, column split): every column-block count and both splits; FP8 at 256 takes its k-steps from two column
+# blocks; FP4 at 32 and 96 has loads half past the row (skipped k-steps and n-tiles).
 VARIANTS = [(32, 1), (64, 1), (128, 1), (256, 2), (96, 1)]
 
 
-@pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "same"])
+@pytest.mark.parametrize("kv", ["fp8", "fp4", "same"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("bucket,col_split", VARIANTS)
-def test_fragments_give_q_kt_and_p_v(bucket, col_split, dtype, fp8):
-    rng = np.random.default_rng(bucket + 7 * col_split + 3 * fp8 + (dtype == "fp16"))
-    kern = Kernel(bucket, col_split, dtype, fp8, keys=32)
+def test_fragments_give_q_kt_and_p_v(bucket, col_split, dtype, kv):
+    rng = np.random.default_rng(bucket + 7 * col_split + 3 * len(kv) + (dtype == "fp16"))
+    kern = Kernel(bucket, col_split, dtype, kv, keys=32)
     ktile, vtile = 0, kern.col_blocks * kern.block_bytes
     q = 2 * vtile
     smem = np.zeros(q + 16 * kern.row_bytes, dtype=np.uint8)
@@ -301,9 +377,13 @@ def test_fragments_give_q_kt_and_p_v(bucket, col_split, dtype, fp8):
     write_kv_tile(smem, vtile, kern, vraw)
     qvals = rng.integers(-8, 9, size=(16, bucket)) / 4.0
     write_q(smem, q, kern, qvals)
+    # FP4: E8M0 scales per key (2^-6 .. 2^6), applied to the dequantized rows for the expected results
+    kscales, vscales = (rng.integers(121, 134, size=32).astype(np.uint8) for _ in range(2))
+    if kern.fp4:
+        kvals, vvals = kvals * 2.0 ** (kscales[:, None] - 127.0), vvals * 2.0 ** (vscales[:, None] - 127.0)
     for block in (0, 1):
         # S: thread (g, t)'s s[4 j + 2 i + c] is row g + 8 i, key 16 block + 8 j + 2 t + c (mask.h's layout).
-        s = kern.scores(smem, q, ktile, block)
+        s = kern.scores(smem, q, ktile, block, kscales)
         want = qvals @ kvals[16 * block:16 * block + 16].T
         for lane in range(32):
             g, t = lane // 4, lane % 4
@@ -317,7 +397,7 @@ def test_fragments_give_q_kt_and_p_v(bucket, col_split, dtype, fp8):
         for lane in range(32):
             g, t = lane // 4, lane % 4
             sv = [pvals[g + 8 * ((x // 2) % 2), 8 * (x // 4) + 2 * t + (x % 2)] for x in range(8)]
-            a.append([elem_bits(sv[2 * x], dtype) | elem_bits(sv[2 * x + 1], dtype) << 16 for x in range(4)])
+            a.append(kern.p_frag(sv, vscales, block, lane))
         want = pvals @ vvals[16 * block:16 * block + 16]
         for ch in range(col_split):
             o = kern.accumulate(smem, a, vtile, block, ch)
@@ -334,11 +414,31 @@ def test_fragments_give_q_kt_and_p_v(bucket, col_split, dtype, fp8):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_fp4_expansion_is_exact_for_every_code_in_every_nibble(dtype):
+    """Every E2M1 code in each nibble of a word, beside random neighbours, gives its exact value (-0 keeps its sign)
+    in both groupings the kernel uses (K: byte i's nibbles; V: byte 0 with 2, 1 with 3); the FMA never rounds."""
+    kern = Kernel(128, 1, dtype, "fp4")
+    rng = np.random.default_rng(2)
+    groupings = (((0, 4), (1, 5), (2, 6), (3, 7)), ((0, 2), (4, 6), (1, 3), (5, 7)))
+    for code in range(16):
+        for pos in range(8):
+            w = int(rng.integers(0, 1 << 32)) & ~(0xF << (4 * pos)) | code << (4 * pos)
+            for pairs in groupings:
+                words = kern.fp4x8_elems(w, pairs)
+                for word, (a, b) in zip(words, pairs):
+                    for half, sel in enumerate((a, b)):
+                        byte, nib = sel % 4, sel // 4  # {o, e}: e bytes 0-3 (low nibbles), o bytes 4-7 (high)
+                        c = (w >> (8 * byte + 4 * nib)) & 0xF
+                        got = elem_value(word >> (16 * half), dtype)
+                        assert got == e2m1_value(c) and np.signbit(got) == bool(c & 8), (hex(w), sel, got)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_fp8_expansion_is_exact_for_every_code_in_every_byte(dtype):
     """Every E4M3 code in each byte of a word, beside random neighbours, gives its exact value in both pairings the
     kernel uses (K: bytes (0, 1), (2, 3); V: (0, 2), (1, 3)); NaN codes give NaN, -0 keeps its sign; the 2^120
     product never rounds (elem_bits asserts it)."""
-    kern = Kernel(128, 1, dtype, True)
+    kern = Kernel(128, 1, dtype, "fp8")
     rng = np.random.default_rng(1)
     for code in range(256):
         for pos in range(4):
@@ -355,13 +455,23 @@ def test_fp8_expansion_is_exact_for_every_code_in_every_byte(dtype):
 
 
 def test_the_model_reads_the_kernels_constants():
-    """The model's constants are kv_frag.h's: the bf16 placement mask, 2^120 and -0, the NaN test, the selectors'
-    formulas and the FP8 fragment groupings."""
+    """The model's constants are kv_frag.h's and mainloop.h's: the placement masks, 2^120, 2^126, 2^14 and -0, the
+    NaN test, the selectors' formulas, the fragment groupings, the loads' counts and the scales' indices."""
     text = KV_FRAG.read_text()
     for literal in ("(x << 4) & 0x87F087F0u", "0x7B807B80u, 0x80008000u", "(w & 0x7F7F7F7Fu) + 0x01010101u",
                     "& 0x7FFF7FFFu", "fp8x4_elems<0, 1, 2, 3>", "fp8x4_elems<0, 2, 1, 3>",
-                    "kKGroup = kKvFp8 ? 2 : 1", "kVTiles = kKvFp8 ? 4 : 2", "kVLoads = kWarpCols / (8 * kVTiles)",
-                    "16 * (j / 2) + 4 * (lane % 4) + 2 * c + (j % 2)", "2 * (16 * ks + 4 * (lane % 4))"):
+                    "(x << 5) & 0x8E008E00u, 0x74007400u, 0x80008000u", "(x << 2) & 0x81C081C0u, 0x7E807E80u",
+                    "(w << 4) & 0xF0F0F0F0u, o = w & 0xF0F0F0F0u", "fp4x8_elems<0, 4, 1, 5, 2, 6, 3, 7>",
+                    "fp4x8_elems<0, 2, 4, 6, 1, 3, 5, 7>", "kKGroup = 16 / kPlan.kv_bits", "kVTiles = 2 * kKGroup",
+                    "kVLoads = (kWarpCols + 8 * kVTiles - 1) / (8 * kVTiles)",
+                    "kKLoads = (kKSteps + kKGroup - 1) / kKGroup",
+                    "32 * (j / 4) + 8 * (lane % 4) + 4 * c + (j % 4)",
+                    "16 * (j / 2) + 4 * (lane % 4) + 2 * c + (j % 2)",
+                    "kKvFp4 ? 32 * (ks / 2) + 8 * t + 4 * (ks % 2) : 16 * ks + 4 * t"):
         assert literal in text, literal
+    main = (ROOT / "op_sources/attention_fwd/sm90_decode/mainloop.h").read_text()
+    for literal in ("4 * (x / 8) + 2 * ((x / 4) % 2) + x % 2", "4 * nb + 2 * (x / 2)",
+                    "16 * bl.block(nb) + 8 * j + 2 * (lane % 4)"):
+        assert literal in main, literal
     assert re.search(r"rtc_u32\(i\) \| rtc_u32\(i \| 8\) << 4 \| rtc_u32\(j\) << 8 \| rtc_u32\(j \| 8\) << 12", text)
     assert elem_value(0x7B80, "bf16") == 2.0 ** 120

@@ -51,19 +51,22 @@ def test_nvrtc_builds_without_spills(head_dim, dtype, mode, mask, kv, tmp_path):
     assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255, log
 
 
-# An FP8 E4M3 cache: every bucket in both dtypes once (paged or packed rows, windowed or not: the FP8 code is the
-# same in each; the (mask, kv) forms are checked above on the bf16 cache), and the bf16 modes that round P.
-FP8_BUILDS = ([(d, t, "rtne", "window" if d % 64 else "none", "paged" if d % 64 == 0 else "varlen")
-               for d in BUCKETS for t in ("bf16", "fp16")]
-              + [(128, "bf16", m, "window", "paged") for m in ("rtna", "rtz")])
+# Quantized caches (FP8 E4M3, FP4 E2M1): every bucket in both dtypes once (FP8 paged or packed rows, windowed or not:
+# the quantized code is the same in each, and the (mask, kv) forms are checked above on the bf16 cache; FP4 paged, the
+# only form the API gives it), and the bf16 modes that round P.
+QUANT_BUILDS = ([("fp8_e4m3", d, t, "rtne", "window" if d % 64 else "none", "paged" if d % 64 == 0 else "varlen")
+                 for d in BUCKETS for t in ("bf16", "fp16")]
+                + [("fp4_e2m1", d, t, "rtne", "window" if d % 64 else "none", "paged")
+                   for d in BUCKETS for t in ("bf16", "fp16")]
+                + [(f, 128, "bf16", m, "window", "paged") for f in ("fp8_e4m3", "fp4_e2m1") for m in ("rtna", "rtz")])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("head_dim,dtype,mode,mask,kv", FP8_BUILDS)
-def test_nvrtc_builds_fp8_cache_without_spills(head_dim, dtype, mode, mask, kv, tmp_path):
-    """The FP8 E4M3 variants (bytes through ldmatrix, expanded in registers): no stack, no spills, and at most 255
-    registers, as the bf16 ones."""
-    res = _build(tmp_path, mode, mask, kv, head_dim, dtype, "fp8_e4m3")
+@pytest.mark.parametrize("kv_dtype,head_dim,dtype,mode,mask,kv", QUANT_BUILDS)
+def test_nvrtc_builds_quantized_caches_without_spills(kv_dtype, head_dim, dtype, mode, mask, kv, tmp_path):
+    """The FP8 and FP4 variants (bytes through ldmatrix, expanded in registers; FP4's scales through shared memory):
+    no stack, no spills, and at most 255 registers, as the bf16 ones."""
+    res = _build(tmp_path, mode, mask, kv, head_dim, dtype, kv_dtype)
     assert res.origin == "compile"
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
@@ -180,23 +183,27 @@ def test_dispatch_picks_the_decode_kernel_for_decode_calls_only(dtype, monkeypat
 
 def _paged_decode(sq, d=128, cache="fp8", pages=5):
     """A paged decode call's (q, k, v, cu_q, cu_k, max_q, max_k, table, quant) over a cache of `cache` ("fp8",
-    "fnuz" or "bf16"): 2 sequences of 20 keys, Hq 8, Hk 2, pages of 16."""
+    "fnuz", "fp4" or "bf16"): 2 sequences of 20 keys, Hq 8, Hk 2, pages of 16."""
     from rtcattn.ops.attention_fwd import kvquant
     q = torch.zeros(2 * sq, 8, d, dtype=torch.bfloat16)
     pool = torch.randn(pages, 16, 2, d)
     quant = validate.NO_QUANT
-    k = pool.to(torch.bfloat16)
-    if cache != "bf16":
+    k = v = pool.to(torch.bfloat16)
+    if cache == "fp4":
+        (k, ks), (v, vs) = kvquant.quantize_fp4(pool.to(torch.bfloat16)), kvquant.quantize_fp4(pool.to(torch.bfloat16))
+        k, v = k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)  # HND pages, as AITER's FP4 cache
+        quant = validate.KvQuant(kv_cache_dtype="fp4_e2m1", k_scale=ks, v_scale=vs)
+    elif cache != "bf16":
         k = kvquant.quantize_fp8(pool, torch.ones(()))
-        k = k.float().to(torch.float8_e4m3fnuz) if cache == "fnuz" else k
+        k = v = k.float().to(torch.float8_e4m3fnuz) if cache == "fnuz" else k
         quant = validate.KvQuant(k_descale=torch.ones(2, 2), v_descale=torch.ones(1))
     cu_q = torch.tensor([0, sq, 2 * sq], dtype=torch.int32)
     cu_k = torch.tensor([0, 20, 40], dtype=torch.int32)
     table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
-    return q, k, k.clone(), cu_q, cu_k, sq, 20, table, quant
+    return q, k, v.clone(), cu_q, cu_k, sq, 20, table, quant
 
 
-def _fp8_paged_selection(sq, d=128, cache="fp8"):
+def _quant_paged_selection(sq, d=128, cache="fp8"):
     q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(sq, d, cache)
     return attention_fwd.selection_varlen(q, k, v, cu_q, cu_k, mq, mk, block_table=table, quant=quant)
 
@@ -207,29 +214,36 @@ def _paged_plan(d, cache):
     return _plan(stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, SMS, None, 0, quant))
 
 
-def test_dispatch_sends_fp8_decode_calls_to_the_decode_kernel(monkeypatch):
-    """An FP8 E4M3 cache: decode calls take sm90_decode's fp8_e4m3 variant; longer calls, FNUZ caches (MI300X's
-    format, the baseline's on sm_90a) and a head dim whose FP8 rows TMA cannot stride (D 8: 8-byte rows) go on to the
-    baseline, each passed-over kernel saying why."""
+def test_dispatch_sends_quantized_decode_calls_to_the_decode_kernel(monkeypatch):
+    """FP8 E4M3 and FP4 caches: decode calls take sm90_decode's variant of their kv_dtype; longer calls, FNUZ caches
+    (MI300X's format, the baseline's on sm_90a) and head dims whose quantized rows TMA cannot stride (FP8 D 8: 8-byte
+    rows; FP4 D 48: 24-byte rows) go on to the baseline, each passed-over kernel saying why."""
     monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", SMS))
     monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
-    sel = _fp8_paged_selection(4)
-    assert sel.kernel.name == KERNEL and sel.variant["kv_dtype"] == "fp8_e4m3", sel.why
-    sel = _fp8_paged_selection(17)
-    assert sel.kernel.name == "baseline" and "seq_q=17" not in sel.why and "max_seqlen_q=17" in sel.why, sel.why
-    sel = _fp8_paged_selection(1, cache="fnuz")
+    for cache, kv_dtype in (("fp8", "fp8_e4m3"), ("fp4", "fp4_e2m1")):
+        sel = _quant_paged_selection(4, cache=cache)
+        assert sel.kernel.name == KERNEL and sel.variant["kv_dtype"] == kv_dtype, sel.why
+        sel = _quant_paged_selection(17, cache=cache)
+        assert sel.kernel.name == "baseline" and "max_seqlen_q=17" in sel.why, sel.why
+    sel = _quant_paged_selection(1, cache="fnuz")
     assert sel.kernel.name == "baseline", sel.why
-    assert f"{KERNEL}: kv_dtype 'fp8_e4m3fnuz' not in ['same', 'fp8_e4m3']" in sel.why, sel.why
-    sel = _fp8_paged_selection(1, d=8)
+    assert f"{KERNEL}: kv_dtype 'fp8_e4m3fnuz' not in ['same', 'fp8_e4m3', 'fp4_e2m1']" in sel.why, sel.why
+    sel = _quant_paged_selection(1, d=8)
     assert sel.kernel.name == "baseline", sel.why
     assert "k_strides[2]=8 is not accepted by the sm90_decode kernel; accepted: a multiple of 16 elements" in sel.why
+    sel = _quant_paged_selection(1, d=48, cache="fp4")
+    assert sel.kernel.name == "baseline", sel.why
+    assert "k_strides[2]=24 is not accepted by the sm90_decode kernel; accepted: a multiple of 16 elements" in sel.why
 
 
-def test_fp8_plans_keep_the_shared_memory_of_the_bf16_ones():
-    """An FP8 stage holds twice the keys where that fits in the bf16 stage's bytes (D 96, 128, 256), else the same keys
-    in half the bytes; the ring never grows, so the CTAs an SM holds never drop."""
+def test_quantized_plans_keep_the_ctas_of_the_bf16_ones():
+    """A quantized stage holds more keys (up to 128) where that fits in the bf16 stage's bytes: FP8 twice at D 96, 128,
+    256, FP4 128 keys at every D; elsewhere the same keys in fewer bytes. The ring never grows, so an SM holds as many
+    CTAs as with the bf16 cache (FP4 adds a stage's scale bytes beside it)."""
     for d in BUCKETS:
-        same, fp8 = _paged_plan(d, "bf16"), _paged_plan(d, "fp8")
+        same, fp8, fp4 = _paged_plan(d, "bf16"), _paged_plan(d, "fp8"), _paged_plan(d, "fp4")
         assert fp8["step_keys"] in (same["step_keys"], 2 * same["step_keys"]) and fp8["step_keys"] <= 128, (d, fp8)
         assert fp8["shared_bytes"] <= same["shared_bytes"], (d, same, fp8)
         assert (fp8["step_keys"] == 2 * same["step_keys"]) == (d in (96, 128, 256)), (d, same, fp8)
+        assert fp4["step_keys"] == 128, (d, fp4)
+        assert fp8["slots"] >= same["slots"] and fp4["slots"] >= same["slots"], (d, same, fp8, fp4)

@@ -75,7 +75,8 @@ std::string why_not(const void* p, const char* vendor) {
            " query rows per sequence (decode; longer calls go to the prefill kernel)";
   if (!sm90_decode_takes_kv(a.kv_dtype))
     return "kv_dtype=" + std::to_string(a.kv_dtype) +
-           " is not accepted by the sm90_decode kernel; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3)";
+           " is not accepted by the sm90_decode kernel; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3), 3 "
+           "(fp4_e2m1)";
   const int d_max = kSm90DecodePlans[kSm90DecodePlanCount - 1].head_dim;
   // q: 16-byte cp.async pieces; k, v: TMA rows (16-byte aligned, strides multiples of 16 bytes: 8 elements, or 16
   // bytes of a quantized cache); o: 4-byte stores.

@@ -21,10 +21,12 @@ constexpr int kBlockBytes = sm90_decode_block_bytes(kPlan);  // one 128-byte col
 constexpr int kStageBytes = sm90_decode_stage_bytes(kPlan);
 constexpr int kHalfStage = kStageBytes / 2;  // K's column blocks, then V's
 constexpr int kRingBytes = sm90_decode_ring_bytes(kPlan);
-constexpr int kBoxUnits = SM90_DECODE_BOX_BYTES / kPlan.kv_unit;  // elements of a box row: its first coordinate
+constexpr int kBoxUnits = kPlan.kv_bits == 16 ? SM90_DECODE_BOX_BYTES / 2 : SM90_DECODE_BOX_BYTES;  // a box row's
+    // map elements
+constexpr bool kKvScales = kPlan.kv_bits == 4;  // FP4: an E8M0 scale per key of K and of V (ScaleGather)
 
-// Shared memory (1024-byte aligned): the ring's stages, then Q [16 row_tiles][row], then the slots' mbarriers; the
-// warps' partial results reuse the ring at the end (sm90_decode/epilogue.h).
+// Shared memory (1024-byte aligned): the ring's stages, then Q [16 row_tiles][row], FP4's scales [stage][K, V][keys],
+// then the slots' mbarriers; the warps' partial results reuse the ring at the end (sm90_decode/epilogue.h).
 struct Smem {
   rtc_u32 base;
   int row_tiles;
@@ -32,8 +34,11 @@ struct Smem {
   RTC_DEVICE rtc_u32 k(int stage) const { return base + stage * kStageBytes; }
   RTC_DEVICE rtc_u32 v(int stage) const { return k(stage) + kHalfStage; }
   RTC_DEVICE rtc_u32 q() const { return base + kRingBytes; }
+  RTC_DEVICE rtc_u32 scales(int stage, int is_v) const {
+    return q() + sm90_decode_q_bytes(kBucket, row_tiles) + (2 * stage + is_v) * kStageKeys;
+  }
   RTC_DEVICE rtc_u32 bar(int stage) const {
-    return base + kRingBytes + sm90_decode_q_bytes(kBucket, row_tiles) + 8 * stage;
+    return base + kRingBytes + sm90_decode_q_bytes(kBucket, row_tiles) + sm90_decode_scale_bytes(kPlan) + 8 * stage;
   }
 };
 
@@ -93,6 +98,38 @@ struct Gather {
         sm90::tma_load_4d(dst, map, bar, cb * kBoxUnits, row, w.hk, w.b);
     }
     if (next < kb1) look_up(p, w, seq, next, lane);
+  }
+};
+
+// FP4: the E8M0 scales of a stage's keys, thread tid taking key tid (kStageKeys <= threads: params.h) of K and of V:
+// looked up when the stage's copies are issued (block table, then the scale bytes) and stored into the slot's scales
+// after the step's work, so the loads' latency hides under it. A key past the sequence, or through a block-table entry
+// outside the pool (which TMA reads as zeros), takes 127 (2^0): no scale byte outside the tensors is read, and its V
+// row's zeros weigh 0, never 0 x NaN.
+struct ScaleGather {
+  rtc_u32 k, v;
+  RTC_DEVICE void look_up(const Sm90DecodeParams& p, const Work& w, const Seq& seq, int n, int tid) {
+    k = v = 127u;
+    const int row = n * kStageKeys + tid;
+    if (tid >= kStageKeys || row >= seq.len_k) return;
+    rtc_i64 at_k, at_v;
+    if (RTC_KV == RTC_KV_PAGED) {
+      const int id = sm90::ld_global_nc_s32(p.block_table + (rtc_i64)w.b * p.table_stride + (row >> p.page_shift));
+      if (id < 0 || id >= p.num_pages) return;
+      const int r = row & ((1 << p.page_shift) - 1);
+      at_k = (rtc_i64)id * p.ks_sb + (rtc_i64)r * p.ks_ss;
+      at_v = (rtc_i64)id * p.vs_sb + (rtc_i64)r * p.vs_ss;
+    } else {  // packed rows: the sequence's row seq.k_row + row
+      at_k = (rtc_i64)(seq.k_row + row) * p.ks_ss;
+      at_v = (rtc_i64)(seq.k_row + row) * p.vs_ss;
+    }
+    k = sm90::ld_global_nc_u8(p.k_scale + at_k + (rtc_i64)w.hk * p.ks_sh);
+    v = sm90::ld_global_nc_u8(p.v_scale + at_v + (rtc_i64)w.hk * p.vs_sh);
+  }
+  RTC_DEVICE void store(const Smem& sm, int slot, int tid) const {
+    if (tid >= kStageKeys) return;
+    sm90::st_shared_u8(sm.scales(slot, 0) + tid, k);
+    sm90::st_shared_u8(sm.scales(slot, 1) + tid, v);
   }
 };
 
