@@ -112,7 +112,8 @@ def decode(gen) -> set:
 
 def decode_quantized(gen) -> set:
     """The sm90 decode kernel over an FP8 E4M3 cache (byte tensor maps, the expansion in registers): packed and
-    paged, split and not, with bad cu_seqlens and page ids."""
+    paged, split and not, with bad cu_seqlens and page ids; and over an FP4 cache (its scales gathered by the threads
+    through the block table), paged, with bad page ids."""
     from rtcattn.ops.attention_fwd import kvquant, validate
     from rtcattn.runtime import dispatch
     ran = set()
@@ -137,6 +138,19 @@ def decode_quantized(gen) -> set:
                     quant = validate.KvQuant(k_descale=descales["k_descale"], v_descale=descales["v_descale"])
                     ran.add(attention_fwd.selection_varlen(q, kk, vv, cu_q, ck, 2, 147, window=(-1, 0), block_table=bt,
                                                            quant=quant).variant.name)
+        (kp, ks), (vp, vs) = (kvquant.quantize_fp4(torch.randn(12, 16, hk, d, generator=gen, device="cuda").to(dt))
+                              for _ in range(2))
+        kp, vp = (t.permute(0, 2, 1, 3).contiguous() for t in (kp, vp))  # [num_blocks, Hk, page, D / 2]
+        fp4 = dict(kv_cache_dtype="fp4_e2m1", k_scale=ks, v_scale=vs)
+        for splits in (0, 3):
+            with dispatch.pinned(kernel="sm90_decode", tail_split=splits):
+                for bt in (table.abs() % 12, table):
+                    rtcattn.forward_varlen(q, kp, vp, cu_q, cu_k, 2, 147, return_lse=True, window_size=(-1, 0),
+                                           block_table=bt, **fp4)
+                    torch.cuda.synchronize()
+                    quant = validate.KvQuant("fp4_e2m1", k_scale=ks, v_scale=vs)
+                    ran.add(attention_fwd.selection_varlen(q, kp, vp, cu_q, cu_k, 2, 147, window=(-1, 0),
+                                                           block_table=bt, quant=quant).variant.name)
     return ran
 
 

@@ -1,9 +1,10 @@
-"""The sm_90a decode kernel over quantized KV caches (FP8 E4M3 with descales) on the GPU: every format and dtype it
-lists, buckets 64, 128, 256 and a head dim below its bucket, packed rows and shuffled pages, Sq 1..16, GQA and MQA,
-causal and windows, per-(sequence, head) and per-tensor descales, splits forced on; against the fp64 reference over
-the exactly dequantized cache with the accuracy rule (err <= 2 err(R) + 1e-5, R on the dequantized cache; normwise
-bound; LSE within 1e-4), the kernel pinned and dispatch's pick asserted. E4M3's NaN codes give NaN rows (K) and
-columns (V); NaN codes in the rows no sequence owns and bad page ids stay outside the result."""
+"""The sm_90a decode kernel over quantized KV caches (FP8 E4M3 with descales, FP4 E2M1 with E8M0 scales) on the GPU:
+every format and dtype it lists, buckets 64, 128, 256 and a head dim below its bucket, packed rows (FP8) and shuffled
+pages, Sq 1..16, GQA and MQA, causal and windows, per-(sequence, head) and per-tensor descales, splits forced on;
+against the fp64 reference over the exactly dequantized cache with the accuracy rule (err <= 2 err(R) + 1e-5, R on
+the dequantized cache; normwise bound; LSE within 1e-4), the kernel pinned and dispatch's pick asserted. E4M3's NaN
+codes give NaN rows (K) and columns (V), an E8M0 0xFF scale NaN rows (K's and V's); NaN codes and scales in the rows
+no sequence owns and bad page ids stay outside the result."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -32,8 +33,18 @@ def _hopper():
 needs_hopper = pytest.mark.skipif(not _hopper(), reason="the sm90_decode kernel runs on sm_90a (H100/H200)")
 
 
+def _hnd(t):
+    return t.permute(0, 2, 1, 3).contiguous()
+
+
 def _quantized(b: vs.Batch, kv_dtype: str, per_head: bool, seed: int):
-    """(k, v, forward_varlen's quantized-cache arguments, k and v dequantized, k_descale, v_descale)."""
+    """(k, v, forward_varlen's quantized-cache arguments, k and v dequantized, k_descale, v_descale). FP4: pages in
+    AITER's layout [num_blocks, Hk, page, D / 2] with scales [num_blocks, page, Hk]; no descales."""
+    if kv_dtype == "fp4_e2m1":
+        (kp, ks), (vp, vs_) = kvquant.quantize_fp4(b.k), kvquant.quantize_fp4(b.v)
+        k, v = _hnd(kp), _hnd(vp)
+        kw = dict(kv_cache_dtype="fp4_e2m1", k_scale=ks, v_scale=vs_)
+        return k, v, kw, ref.dequantize_cache(k, kv_dtype, ks), ref.dequantize_cache(v, kv_dtype, vs_), None, None
     assert kv_dtype == "fp8_e4m3", kv_dtype
     k, v = (kvquant.quantize_fp8(t, torch.ones((), device=DEV)) for t in (b.k, b.v))
     gen = torch.Generator().manual_seed(seed)
@@ -56,24 +67,28 @@ def _run(b: vs.Batch, k, v, kw, window, splits=0):
     return out, lse
 
 
-# (head dim, lens_q, lens_k, Hq, Hk, window, per-(b, h) descales): buckets 64, 128, 256 and 80 (bucket 96, zero
-# columns past D), one to 16 query rows, GQA 4 and 8, MQA 32/1, KV lengths 1 .. 1000.
+# (head dim, lens_q, lens_k, Hq, Hk, window, per-(b, h) descales): buckets 64, 128, 256 and one head dim below its
+# bucket (None: FP8 80 in bucket 96, FP4 224 in 256: TMA strides a row in multiples of 16 bytes), one to 16 query
+# rows, GQA 4 and 8, MQA 32/1, KV lengths 1 .. 1000.
 CASES = [
     (64, [1, 16, 3], [17, 300, 1], 8, 2, (-1, 0), True),
     (128, [1, 4], [1000, 129], 32, 8, (-1, 0), True),
     (128, [16, 2, 1], [40, 700, 64], 32, 1, (100, 0), False),
     (256, [1, 8], [300, 77], 8, 2, (-1, -1), True),
-    (80, [5, 1], [260, 33], 4, 1, (-1, 0), False),
+    (None, [5, 1], [260, 33], 4, 1, (-1, 0), False),
 ]
+PADDED_D = {"fp8_e4m3": 80, "fp4_e2m1": 224}
+# FP4 caches are paged only (the API's form: AITER's FP4 paged attention).
+FORMS = [(t, paged) for t in KV_DTYPES for paged in (False, True) if paged or t != "fp4_e2m1"]
 
 
 @needs_hopper
-@pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-@pytest.mark.parametrize("case", CASES, ids=[f"d{c[0]}-q{max(c[1])}-g{c[3] // c[4]}" for c in CASES])
-def test_against_fp64_over_the_dequantized_cache(case, kv_dtype, dtype, paged):
+@pytest.mark.parametrize("kv_dtype,paged", FORMS, ids=[f"{t}-{'paged' if p else 'varlen'}" for t, p in FORMS])
+@pytest.mark.parametrize("case", CASES, ids=[f"d{c[0] or 'pad'}-q{max(c[1])}-g{c[3] // c[4]}" for c in CASES])
+def test_against_fp64_over_the_dequantized_cache(case, kv_dtype, paged, dtype):
     d, lens_q, lens_k, hq, hk, window, per_head = case
+    d = d or PADDED_D[kv_dtype]
     b = vs.make_batch(lens_q, lens_k, hq, hk, d, DEV, seed=d + hq, dtype=dtype)
     if paged:
         b = vs.to_paged(b, 16 if d != 128 else 64, seed=d)
@@ -123,14 +138,18 @@ def test_fp8_nan_codes_give_nan_rows_and_columns(code, dtype):
     assert not nan.any()
 
 
-def _poison_unowned_rows(b: vs.Batch, k, v):
-    """E4M3 NaN codes in every pool row no sequence owns (page tails, spare pages): the kernel must mask them (K) and
-    zero them (V)."""
-    owned = torch.zeros(k.shape[:2], dtype=torch.bool)
-    page = k.shape[1]
+def _poison_unowned_rows(b: vs.Batch, k, v, kw):
+    """NaN in every pool row no sequence owns (page tails, spare pages): E4M3's NaN code in its bytes, FP4's in its
+    E8M0 scales. The kernel must mask them (K) and zero them (V), and never read an FP4 scale past a sequence."""
+    page = b.k.shape[1]
+    owned = torch.zeros((b.k.shape[0], page), dtype=torch.bool)
     for s, n in enumerate((b.cu_k[1:] - b.cu_k[:-1]).tolist()):
         for j in range(n):
             owned[int(b.block_table[s, j // page]), j % page] = True
+    if "k_scale" in kw:
+        for name in ("k_scale", "v_scale"):
+            kw[name][~owned.to(DEV)] = 0xFF
+        return
     for t in (k, v):
         t.view(torch.uint8)[~owned.to(DEV)] = 0x7F
 
@@ -143,15 +162,33 @@ def test_rows_past_the_sequences_and_bad_page_ids_stay_outside(kv_dtype, splits)
     outside the pool (-1, num_pages, 2^31 - 1) read as zeros: the call completes, finite, its output shaped as asked
     (compute-sanitizer runs the same kind of call in tests/gpu/sanitizer_smoke.py)."""
     b = vs.to_paged(vs.make_batch([5, 16, 9], [100, 60, 130], 8, 2, 128, DEV, seed=8), 16, seed=8)
-    k, v, kw, _, _, kd, vd = _quantized(b, kv_dtype, True, seed=8)
-    _poison_unowned_rows(b, k, v)
+    k, v, kw, kdq, vdq, kd, vd = _quantized(b, kv_dtype, True, seed=8)
+    _poison_unowned_rows(b, k, v, kw)
     out, lse = _run(b, k, v, kw, (-1, 0), splits)
-    kdq, vdq = ref.dequantize_cache(k), ref.dequantize_cache(v)
+    if kv_dtype == "fp8_e4m3":  # the NaN codes are in the bytes (FP4's, in the scales, dequantize to NaN rows)
+        kdq, vdq = ref.dequantize_cache(k), ref.dequantize_cache(v)
     _check(out, lse, b.q, kdq, vdq, b.cu_q, b.cu_k, b.block_table, (-1, 0), kd, vd, "poisoned spare rows")
-    n = k.shape[0]
+    n = k.shape[0]  # pages of the pool
     for bad in (-1, n, 2 ** 31 - 1):
         table = b.block_table.clone()
         table[1, 1], table[2, 0] = bad, bad
         bb = vs.Batch(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, table)
         out, _ = _run(bb, k, v, kw, (-1, 0), splits)
         assert out.shape == b.q.shape and torch.isfinite(out.float()).all(), bad
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "fp16"])
+def test_fp4_nan_scales_give_nan_rows(dtype):
+    """An E8M0 0xFF scale of K (key 5 of sequence 0, K/V head 1): every row of that sequence and head is NaN, the rest
+    finite; of V (key 9): the same rows are NaN in every column (the scale multiplies p), the rest finite."""
+    b = vs.to_paged(vs.make_batch([3, 2], [20, 20], 4, 2, 128, DEV, seed=9, dtype=dtype), 16, seed=9)
+    k, v, kw, *_ = _quantized(b, "fp4_e2m1", False, seed=9)
+    for name, key in (("k_scale", 5), ("v_scale", 9)):
+        bad = dict(kw, **{name: kw[name].clone()})
+        bad[name][int(b.block_table[0, key // 16]), key % 16, 1] = 0xFF
+        out, _ = _run(b, k, v, bad, (-1, 0))
+        nan = torch.isnan(out.float()).cpu()
+        assert nan[0:3, 2:4].all(), name
+        nan[0:3, 2:4] = False
+        assert not nan.any(), name
