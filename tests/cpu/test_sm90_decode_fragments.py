@@ -57,12 +57,14 @@ def tma_swizzle(offset: int) -> int:
     return offset ^ (((offset >> 7) & 7) << 4)
 
 
-def ldmatrix(smem: np.ndarray, addrs, trans: bool) -> list:
-    """ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lanes 8i .. 8i + 7 give the 16-byte rows of matrix i. Without
-    .trans, lane l's register i holds row l / 4, elements 2 (l % 4), 2 (l % 4) + 1 (low half first); with .trans,
-    element l / 4 of rows 2 (l % 4) (low half) and 2 (l % 4) + 1 (high half)."""
-    regs = [[0] * 4 for _ in range(32)]
-    for i in range(4):
+def ldmatrix(smem: np.ndarray, addrs, trans: bool, num: int = 4) -> list:
+    """ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 (num matrices): lanes 8i .. 8i + 7 give the 16-byte rows
+    of matrix i (the other lanes' addresses are not read). Without .trans, lane l's register i holds row l / 4,
+    elements 2 (l % 4), 2 (l % 4) + 1 (low half first); with .trans, element l / 4 of rows 2 (l % 4) (low half) and
+    2 (l % 4) + 1 (high half)."""
+    assert num in (1, 2, 4)
+    regs = [[0] * num for _ in range(32)]
+    for i in range(num):
         rows = []
         for r in range(8):
             a = addrs[8 * i + r]
@@ -452,6 +454,22 @@ def test_fp8_expansion_is_exact_for_every_code_in_every_byte(dtype):
                         assert np.isnan(got), (hex(w), byte)
                     else:
                         assert got == want and np.signbit(got) == np.signbit(want), (hex(w), byte, got, want)
+
+
+def test_ldmatrix_model_x1_x2_match_x4():
+    """The model's .x1 and .x2 are the first one and two matrices of .x4 (the kernel issues .x4 only)."""
+    rng = np.random.default_rng(3)
+    smem = rng.integers(0, 256, size=4096).astype(np.uint8)
+    addrs = [16 * int(a) for a in rng.permutation(256)[:32]]
+    for trans in (False, True):
+        x4 = ldmatrix(smem, addrs, trans)
+        for num in (1, 2):
+            assert ldmatrix(smem, addrs, trans, num) == [r[:num] for r in x4]
+    # .trans is the transpose of the plain load's 8 x 8 matrix of 16-bit elements
+    plain, tr = ldmatrix(smem, addrs, False, 1), ldmatrix(smem, addrs, True, 1)
+    m = [[(plain[4 * r + c // 2][0] >> (16 * (c % 2))) & 0xFFFF for c in range(8)] for r in range(8)]
+    mt = [[(tr[4 * r + c // 2][0] >> (16 * (c % 2))) & 0xFFFF for c in range(8)] for r in range(8)]
+    assert mt == [list(col) for col in zip(*m)]
 
 
 def test_the_model_reads_the_kernels_constants():
