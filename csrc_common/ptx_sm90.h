@@ -55,6 +55,19 @@ RTC_DEVICE rtc_u32 ld_shared_u32(rtc_u32 addr) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+RTC_DEVICE void st_shared_u8(rtc_u32 addr, rtc_u32 v) {
+  asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+// 2 bytes (2-byte aligned), zero-extended.
+RTC_DEVICE rtc_u32 ld_shared_u16(rtc_u32 addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+  return v;
+}
+// 8 bytes (8-byte aligned) as two words, the lower address in x.
+RTC_DEVICE void ld_shared_v2_u32(rtc_u32& x, rtc_u32& y, rtc_u32 addr) {
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "r"(addr) : "memory");
+}
 // 16 bytes: v in each of the four words.
 RTC_DEVICE void st_shared_v4_splat(rtc_u32 addr, rtc_u32 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(v) : "memory");
@@ -64,6 +77,12 @@ RTC_DEVICE void st_shared_v4_splat(rtc_u32 addr, rtc_u32 v) {
 RTC_DEVICE int ld_global_nc_s32(const int* src) {
   int v;
   asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(src) : "memory");
+  return v;
+}
+// The same for one byte, zero-extended.
+RTC_DEVICE rtc_u32 ld_global_nc_u8(const unsigned char* src) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u8 %0, [%1];" : "=h"(v) : "l"(src) : "memory");
   return v;
 }
 
@@ -119,6 +138,33 @@ RTC_DEVICE void named_arrive(int id, int threads) {
 // ---- register reallocation between warpgroup roles ----
 template <int N> RTC_DEVICE void regs_grow() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
 template <int N> RTC_DEVICE void regs_shrink() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
+
+// ---- packed bits and conversions ----
+// PRMT (default mode): byte n of the result is byte (sel >> 4n) & 7 of {b, a} (a: bytes 0-3), or, with bit 3 of that
+// nibble set, that byte's sign bit replicated over 8 bits.
+RTC_DEVICE rtc_u32 prmt(rtc_u32 a, rtc_u32 b, rtc_u32 sel) {
+  rtc_u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+// The two FP8 E4M3 bytes in the low half of x as an f16x2 pair (the low byte in the low half), exactly (sm_89+).
+RTC_DEVICE rtc_u32 cvt_f16x2_e4m3x2(rtc_u32 x) {
+  rtc_u32 d;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(d) : "r"(x));
+  return d;
+}
+// a * b + c on fp16 pairs, rounded to nearest even; subnormal inputs and results are kept (no .ftz).
+RTC_DEVICE rtc_u32 fma_f16x2(rtc_u32 a, rtc_u32 b, rtc_u32 c) {
+  rtc_u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+// a * b + c on bf16 pairs, rounded to nearest even; subnormal inputs and results are kept (bf16 has no .ftz).
+RTC_DEVICE rtc_u32 fma_bf16x2(rtc_u32 a, rtc_u32 b, rtc_u32 c) {
+  rtc_u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
 
 // ---- math ----
 // 2^x on the SFU; ex2(-inf) = +0 and NaN stays NaN, which the softmax relies on.

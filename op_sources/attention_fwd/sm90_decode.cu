@@ -12,9 +12,10 @@
 // The design and its reasons: docs/design-sm90-decode.md.
 //
 // This file is the stage switch and the attention stage's top level. The roles' pieces are in sm90_decode/:
-// params.h (the shapes per bucket), scheduler.h (work items), mask.h (a row's keys), loads.h (Q, and the TMA gathers
-// of the K/V stages), mainloop.h (MMAs, softmax, the KV loop) and epilogue.h (the warps' combine, O, LSE, partials
-// and the merge). Shared with the prefill kernel: sm90/softmax.h (scaled max, exponentials, packing, ZeroSumRow) and
+// params.h (the shapes per bucket and cache element), scheduler.h (work items), mask.h (a row's keys), loads.h (Q, the
+// TMA gathers of the K/V stages, FP4's scales), kv_frag.h (the MMAs' fragments, a quantized cache's bytes expanded),
+// mainloop.h (MMAs, scales, softmax, the KV loop) and epilogue.h (the warps' combine, O, LSE, partials and the
+// merge). K/V in q's dtype, FP8 E4M3 or FP4 E2M1 + E8M0 (RTC_KV_DTYPE; docs/numerics.md §10). Shared with the prefill kernel: sm90/softmax.h (scaled max, exponentials, packing, ZeroSumRow) and
 // csrc_common/ptx_sm90.h; with every decode kernel: decode_params.h.
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (the head-dim bucket: one of sm90_decode/params.h's plans) must be defined"
@@ -27,11 +28,14 @@
 #include "sm90_decode/scheduler.h"
 #include "sm90_decode/mask.h"
 #include "sm90_decode/loads.h"
+#include "sm90_decode/kv_frag.h"
 #include "sm90_decode/mainloop.h"
 #include "sm90_decode/epilogue.h"
 
 static_assert(sm90_decode_plan(RTC_HEAD_DIM_MAX).head_dim == RTC_HEAD_DIM_MAX,
               "attention_fwd_sm90_decode: RTC_HEAD_DIM_MAX must be one of sm90_decode/params.h's buckets");
+static_assert(sm90_decode_takes_kv(RTC_KV_DTYPE),
+              "attention_fwd_sm90_decode reads a cache in q's dtype (RTC_KV_DTYPE=0), FP8 E4M3 (1) or FP4 E2M1 (3)");
 #if RTC_DTYPE != RTC_DTYPE_BF16 && RTC_DTYPE != RTC_DTYPE_FP16
 #error "attention_fwd_sm90_decode reads and writes bf16 (RTC_DTYPE=0) or fp16 (RTC_DTYPE=1)"
 #endif

@@ -16,10 +16,10 @@ BUCKETS = (32, 64, 96, 128, 160, 192, 256)
 SMS = 132
 
 
-def _build(tmp_path, mode="rtne", mask="none", kv="paged", head_dim=128, dtype="bf16"):
+def _build(tmp_path, mode="rtne", mask="none", kv="paged", head_dim=128, dtype="bf16", kv_dtype="same"):
     m = manifest.load()
     v = m.variant_for(OP, KERNEL, "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": head_dim,
-                                              "dtype": dtype, "kv_dtype": "same"})
+                                              "dtype": dtype, "kv_dtype": kv_dtype})
     req = m.request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -48,6 +48,27 @@ def test_nvrtc_builds_without_spills(head_dim, dtype, mode, mask, kv, tmp_path):
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
     # Two CTAs of 128 threads per SM up to the 128 bucket (shared memory allows it): at most 255 registers.
+    assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255, log
+
+
+# Quantized caches (FP8 E4M3, FP4 E2M1): one build per (format, dtype, bucket). FP8 paged or packed rows, windowed or
+# not, FP4 paged (the only form the API gives it): the quantized code is the same in each, and the (mask, kv) forms
+# are checked above on the bf16 cache. bf16's three modes (they round P) in turn over the buckets.
+QUANT_BUILDS = [(f, d, t, ("rtne", "rtna", "rtz")[i % 3] if t == "bf16" else "rtne", "window" if d % 64 else "none",
+                 "paged" if f == "fp4_e2m1" or d % 64 == 0 else "varlen")
+                for f in ("fp8_e4m3", "fp4_e2m1") for i, d in enumerate(BUCKETS) for t in ("bf16", "fp16")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv_dtype,head_dim,dtype,mode,mask,kv", QUANT_BUILDS)
+def test_nvrtc_builds_quantized_caches_without_spills(kv_dtype, head_dim, dtype, mode, mask, kv, tmp_path):
+    """The FP8 and FP4 variants (bytes through ldmatrix, expanded in registers; FP4's scales through shared memory):
+    no stack, no spills, and at most 255 registers, as the bf16 ones."""
+    res = _build(tmp_path, mode, mask, kv, head_dim, dtype, kv_dtype)
+    assert res.origin == "compile"
+    log = res.log()
+    assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
     assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255, log
 
 
@@ -156,3 +177,71 @@ def test_dispatch_picks_the_decode_kernel_for_decode_calls_only(dtype, monkeypat
         assert sel.kernel.name == kernel, (sq, sel.why)
         if kernel == "sm90":
             assert f"{KERNEL}: seq_q=17 is not accepted by the {KERNEL} kernel" in sel.why, sel.why
+
+
+def _paged_decode(sq, d=128, cache="fp8", pages=5):
+    """A paged decode call's (q, k, v, cu_q, cu_k, max_q, max_k, table, quant) over a cache of `cache` ("fp8",
+    "fnuz", "fp4" or "bf16"): 2 sequences of 20 keys, Hq 8, Hk 2, pages of 16."""
+    from rtcattn.ops.attention_fwd import kvquant
+    q = torch.zeros(2 * sq, 8, d, dtype=torch.bfloat16)
+    pool = torch.randn(pages, 16, 2, d)
+    quant = validate.NO_QUANT
+    k = v = pool.to(torch.bfloat16)
+    if cache == "fp4":
+        (k, ks), (v, vs) = kvquant.quantize_fp4(pool.to(torch.bfloat16)), kvquant.quantize_fp4(pool.to(torch.bfloat16))
+        k, v = k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)  # HND pages, as AITER's FP4 cache
+        quant = validate.KvQuant(kv_cache_dtype="fp4_e2m1", k_scale=ks, v_scale=vs)
+    elif cache != "bf16":
+        k = kvquant.quantize_fp8(pool, torch.ones(()))
+        k = v = k.float().to(torch.float8_e4m3fnuz) if cache == "fnuz" else k
+        quant = validate.KvQuant(k_descale=torch.ones(2, 2), v_descale=torch.ones(1))
+    cu_q = torch.tensor([0, sq, 2 * sq], dtype=torch.int32)
+    cu_k = torch.tensor([0, 20, 40], dtype=torch.int32)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    return q, k, v.clone(), cu_q, cu_k, sq, 20, table, quant
+
+
+def _quant_paged_selection(sq, d=128, cache="fp8"):
+    q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(sq, d, cache)
+    return attention_fwd.selection_varlen(q, k, v, cu_q, cu_k, mq, mk, block_table=table, quant=quant)
+
+
+def _paged_plan(d, cache):
+    q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(1, d, cache)
+    p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, None, quant)
+    return _plan(stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, SMS, None, 0, quant))
+
+
+def test_dispatch_sends_quantized_decode_calls_to_the_decode_kernel(monkeypatch):
+    """FP8 E4M3 and FP4 caches: decode calls take sm90_decode's variant of their kv_dtype; longer calls, FNUZ caches
+    (MI300X's format, the baseline's on sm_90a) and head dims whose quantized rows TMA cannot stride (FP8 D 8: 8-byte
+    rows; FP4 D 48: 24-byte rows) go on to the baseline, each passed-over kernel saying why."""
+    monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", SMS))
+    monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
+    for cache, kv_dtype in (("fp8", "fp8_e4m3"), ("fp4", "fp4_e2m1")):
+        sel = _quant_paged_selection(4, cache=cache)
+        assert sel.kernel.name == KERNEL and sel.variant["kv_dtype"] == kv_dtype, sel.why
+        sel = _quant_paged_selection(17, cache=cache)
+        assert sel.kernel.name == "baseline" and "max_seqlen_q=17" in sel.why, sel.why
+    sel = _quant_paged_selection(1, cache="fnuz")
+    assert sel.kernel.name == "baseline", sel.why
+    assert f"{KERNEL}: kv_dtype 'fp8_e4m3fnuz' not in ['same', 'fp8_e4m3', 'fp4_e2m1']" in sel.why, sel.why
+    sel = _quant_paged_selection(1, d=8)
+    assert sel.kernel.name == "baseline", sel.why
+    assert "k_strides[2]=8 is not accepted by the sm90_decode kernel; accepted: a multiple of 16 elements" in sel.why
+    sel = _quant_paged_selection(1, d=48, cache="fp4")
+    assert sel.kernel.name == "baseline", sel.why
+    assert "k_strides[2]=24 is not accepted by the sm90_decode kernel; accepted: a multiple of 16 elements" in sel.why
+
+
+def test_quantized_plans_keep_the_ctas_of_the_bf16_ones():
+    """A quantized stage holds more keys (up to 128) where that fits in the bf16 stage's bytes: FP8 twice at D 96, 128,
+    256, FP4 128 keys at every D; elsewhere the same keys in fewer bytes. The ring never grows, so an SM holds as many
+    CTAs as with the bf16 cache (FP4 adds a stage's scale bytes beside it)."""
+    for d in BUCKETS:
+        same, fp8, fp4 = _paged_plan(d, "bf16"), _paged_plan(d, "fp8"), _paged_plan(d, "fp4")
+        assert fp8["step_keys"] in (same["step_keys"], 2 * same["step_keys"]) and fp8["step_keys"] <= 128, (d, fp8)
+        assert fp8["shared_bytes"] <= same["shared_bytes"], (d, same, fp8)
+        assert (fp8["step_keys"] == 2 * same["step_keys"]) == (d in (96, 128, 256)), (d, same, fp8)
+        assert fp4["step_keys"] == 128, (d, fp4)
+        assert fp8["slots"] >= same["slots"] and fp4["slots"] >= same["slots"], (d, same, fp8, fp4)

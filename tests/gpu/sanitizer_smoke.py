@@ -107,6 +107,50 @@ def decode(gen) -> set:
                     rtcattn.forward_varlen(q, kk, vv, cu_q, ck, 1, max(lens), return_lse=True, window_size=(-1, 0),
                                            block_table=bt)
                     torch.cuda.synchronize()
+    return ran | decode_quantized(gen)
+
+
+def decode_quantized(gen) -> set:
+    """The sm90 decode kernel over an FP8 E4M3 cache (byte tensor maps, the expansion in registers): packed and
+    paged, split and not, with bad cu_seqlens and page ids; and over an FP4 cache (its scales gathered by the threads
+    through the block table), paged, with bad page ids."""
+    from rtcattn.ops.attention_fwd import kvquant, validate
+    from rtcattn.runtime import dispatch
+    ran = set()
+    cu_q = torch.tensor([0, 1, 1, 3, 4], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
+    bad_k = torch.tensor([0, 140, 20, 10_000, -7], dtype=torch.int32, device="cuda")
+    one = torch.ones((), device="cuda")
+    for d, dt, hq, hk in ((128, BF16, 8, 2), (64, F16, 32, 1)):
+        q = torch.randn(4, hq, d, generator=gen, device="cuda").to(dt)
+        k, v = (kvquant.quantize_fp8(torch.randn(148, hk, d, generator=gen, device="cuda"), one) for _ in range(2))
+        pages = [kvquant.quantize_fp8(torch.randn(12, 16, hk, d, generator=gen, device="cuda"), one) for _ in range(2)]
+        table = torch.randint(0, 12, (4, 10), generator=gen, device="cuda", dtype=torch.int32)
+        table[2, :3] = torch.tensor([-1, 12, 2**31 - 1], dtype=torch.int32)
+        descales = dict(k_descale=torch.full((4, hk), 0.5, device="cuda"),
+                        v_descale=torch.full((1,), 2.0, device="cuda"))
+        for splits in (0, 3):
+            with dispatch.pinned(kernel="sm90_decode", tail_split=splits):
+                for kk, vv, ck, bt in ((k, v, cu_k, None), (k, v, bad_k, None), (*pages, cu_k, table)):
+                    rtcattn.forward_varlen(q, kk, vv, cu_q, ck, 2, 147, return_lse=True, window_size=(-1, 0),
+                                           block_table=bt, **descales)
+                    torch.cuda.synchronize()
+                    quant = validate.KvQuant(k_descale=descales["k_descale"], v_descale=descales["v_descale"])
+                    ran.add(attention_fwd.selection_varlen(q, kk, vv, cu_q, ck, 2, 147, window=(-1, 0), block_table=bt,
+                                                           quant=quant).variant.name)
+        (kp, ks), (vp, vs) = (kvquant.quantize_fp4(torch.randn(12, 16, hk, d, generator=gen, device="cuda").to(dt))
+                              for _ in range(2))
+        kp, vp = (t.permute(0, 2, 1, 3).contiguous() for t in (kp, vp))  # [num_blocks, Hk, page, D / 2]
+        fp4 = dict(kv_cache_dtype="fp4_e2m1", k_scale=ks, v_scale=vs)
+        for splits in (0, 3):
+            with dispatch.pinned(kernel="sm90_decode", tail_split=splits):
+                for bt in (table.abs() % 12, table):
+                    rtcattn.forward_varlen(q, kp, vp, cu_q, cu_k, 2, 147, return_lse=True, window_size=(-1, 0),
+                                           block_table=bt, **fp4)
+                    torch.cuda.synchronize()
+                    quant = validate.KvQuant("fp4_e2m1", k_scale=ks, v_scale=vs)
+                    ran.add(attention_fwd.selection_varlen(q, kp, vp, cu_q, cu_k, 2, 147, window=(-1, 0),
+                                                           block_table=bt, quant=quant).variant.name)
     return ran
 
 

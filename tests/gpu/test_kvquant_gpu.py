@@ -1,5 +1,6 @@
-"""Quantized KV caches (FP8 E4M3 with descales, FP4 E2M1 + E8M0) on a GPU: the baseline kernel serves them (the fast
-kernels list kv_dtype `same` only; dispatch's pick is asserted), through forward_varlen and flash_attn_with_kvcache,
+"""Quantized KV caches (FP8 E4M3 with descales, FP4 E2M1 + E8M0) on a GPU: the baseline kernel serves these calls
+(more than 16 query rows, or FNUZ / FP4 on sm_90a; dispatch's pick is asserted; the decode kernels' own calls are in
+test_sm90_decode_kvquant_gpu.py), through forward_varlen and flash_attn_with_kvcache,
 against the fp64 reference over the exactly dequantized cache with the accuracy rule of the other tests
 (err <= 2 err(R) + 1e-5, R on the dequantized cache; normwise bound; LSE within 1e-4); NaN codes reach the rows that
 read them; the append writes quantize_kv's bytes on the device and nothing else."""

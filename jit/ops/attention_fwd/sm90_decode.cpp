@@ -27,9 +27,9 @@ constexpr double kPartialSteps = 0.5;
 constexpr double kMergeSteps = 2.0;
 
 struct Plan {
-  int bucket = 0, group = 0, row_tiles = 1, chunks = 0, splits = 1, slots = 0;
+  int bucket = 0, keys = 0, group = 0, row_tiles = 1, chunks = 0, splits = 1, slots = 0;
   int64_t items = 0;  // B * Hk * chunks
-  int64_t steps = 0;  // K/V stages (sm90_decode_stage_keys) of a max_seqlen_k sequence
+  int64_t steps = 0;  // K/V stages (the plan's keys) of a max_seqlen_k sequence
   int64_t workspace_bytes = 0;
   int64_t smem = 0;
 };
@@ -44,8 +44,9 @@ double split_cost(const Plan& pl, int64_t g) {
 
 Plan make_plan(const AttentionFwdArgs& a) {
   Plan pl;
-  const Sm90DecodePlan dp = sm90_decode_plan(int(a.head_dim));
+  const Sm90DecodePlan dp = sm90_decode_plan(int(a.head_dim), a.kv_dtype);
   pl.bucket = dp.head_dim;
+  pl.keys = dp.keys;
   pl.group = int(a.heads / a.heads_k);
   // Row tiles: the fewest of 1, 2, 4 that hold the group x Sq packed rows (at most 4 / col_split, one per warp's
   // column share, and what fits the shared memory: larger groups take chunks).
@@ -54,7 +55,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.smem = sm90_decode_smem_bytes(dp, pl.row_tiles);
   pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, int64_t(DECODE_ROWS) * pl.row_tiles));
   pl.items = a.batch * a.heads_k * pl.chunks;
-  pl.steps = ceil_div(a.seq_k, sm90_decode_stage_keys(pl.bucket));
+  pl.steps = ceil_div(a.seq_k, pl.keys);
   pl.slots = a.num_cus > 0 ? a.num_cus * sm90_decode_ctas_per_sm(dp, pl.row_tiles) : 0;
   pl.splits = decode_splits(a, pl.steps, kMinStepsPerPart, pl.slots > 0 && pl.items > 0,
                             [&](int64_t g) { return split_cost(pl, g); });
@@ -72,19 +73,27 @@ std::string why_not(const void* p, const char* vendor) {
     return std::string(rows) + "=" + std::to_string(a.seq_q) +
            " is not accepted by the sm90_decode kernel; accepted: at most " + std::to_string(DECODE_MAX_Q) +
            " query rows per sequence (decode; longer calls go to the prefill kernel)";
+  if (!sm90_decode_takes_kv(a.kv_dtype))
+    return "kv_dtype=" + std::to_string(a.kv_dtype) +
+           " is not accepted by the sm90_decode kernel; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3), 3 "
+           "(fp4_e2m1)";
   const int d_max = kSm90DecodePlans[kSm90DecodePlanCount - 1].head_dim;
-  // q: 16-byte cp.async pieces; k, v: TMA rows (16-byte aligned, strides multiples of 16 bytes); o: 4-byte stores.
+  // q: 16-byte cp.async pieces; k, v: TMA rows (16-byte aligned, strides multiples of 16 bytes: 8 elements, or 16
+  // bytes of a quantized cache); o: 4-byte stores.
   if (a.head_dim < 8 || a.head_dim > d_max || a.head_dim % 8 != 0)
     return "head_dim=" + std::to_string(a.head_dim) +
            " is not accepted by the sm90_decode kernel; accepted: a multiple of 8 in [8, " + std::to_string(d_max) +
            "]";
+  const int64_t kv_align = 16 / kv_unit_bytes(a);
   const struct {
     const char* name;
     const void* ptr;
     const int64_t (&st)[3];
     int64_t align;
-  } tensors[] = {
-      {"q", a.q, a.q_strides, 8}, {"k", a.k, a.k_strides, 8}, {"v", a.v, a.v_strides, 8}, {"o", a.o, a.o_strides, 2}};
+  } tensors[] = {{"q", a.q, a.q_strides, 8},
+                 {"k", a.k, a.k_strides, kv_align},
+                 {"v", a.v, a.v_strides, kv_align},
+                 {"o", a.o, a.o_strides, 2}};
   for (const auto& t : tensors) {
     const std::string why = aligned_why_not("sm90_decode", t.name, t.ptr, t.st, t.align);
     if (!why.empty()) return why;
@@ -116,9 +125,9 @@ std::string plan_json(const void* p) {
       {"chunks", pl.chunks},
       {"items", pl.items},
       {"steps", pl.steps},
-      {"step_keys", sm90_decode_stage_keys(pl.bucket)},
-      {"stages", sm90_decode_plan(int(a.head_dim)).stages},
-      {"col_split", sm90_decode_plan(int(a.head_dim)).col_split},
+      {"step_keys", pl.keys},
+      {"stages", sm90_decode_plan(int(a.head_dim), a.kv_dtype).stages},
+      {"col_split", sm90_decode_plan(int(a.head_dim), a.kv_dtype).col_split},
       {"slots", pl.slots},
       {"splits", pl.splits},
       {"planned_steps", pl.slots > 0 ? int64_t(split_cost(pl, pl.splits)) : 0},
@@ -140,7 +149,7 @@ void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) 
                 " (rtc_op_workspace_bytes with the same args)");
   alignas(64) Sm90DecodeParams dp;
   std::memset(&dp, 0, sizeof dp);
-  const KvMaps kv = sm90_kv_maps(a, unsigned(sm90_decode_stage_keys(pl.bucket)));
+  const KvMaps kv = sm90_kv_maps(a, unsigned(pl.keys));
   dp.tmap_k = kv.k;
   dp.tmap_v = kv.v;
   dp.kv_box = kv.box_rows;

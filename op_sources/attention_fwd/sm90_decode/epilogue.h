@@ -83,7 +83,7 @@ RTC_DEVICE void stash_warp(const Smem& sm, WarpState& st, int row_tiles, int tid
     for (int j = 0; j < kAccO / 4; ++j)
 #pragma unroll
       for (int k = 0; k < 2; ++k)
-        st_shared_f32(combine_o(sm, slot, row) + 4 * (col0 + 8 * j + 2 * (lane % 4) + k), st.o[4 * j + 2 * i + k]);
+        st_shared_f32(combine_o(sm, slot, row) + 4 * (col0 + o_col(j, k, lane)), st.o[4 * j + 2 * i + k]);
   }
 }
 

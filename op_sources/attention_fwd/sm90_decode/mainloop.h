@@ -13,14 +13,11 @@
 #include "sm90_decode/scheduler.h"
 #include "sm90_decode/mask.h"
 #include "sm90_decode/loads.h"
+#include "sm90_decode/kv_frag.h"
+#include "kv_quant.h"  // kv_descale
 
 namespace sm90dec {
 
-constexpr bool kFp16 = RTC_DTYPE == RTC_DTYPE_FP16;
-constexpr int kColSplit = sm90_decode_plan(kBucket).col_split;  // warps sharing a block, each with 1 / kColSplit of O
-constexpr int kKSteps = kBucket / 16;  // k-steps of Q K^T, and 16-column pairs of n-tiles of P V
-constexpr int kWarpCols = kBucket / kColSplit;  // O's columns a warp holds
-constexpr int kAccO = kWarpCols / 2;  // O accumulators per thread: kWarpCols / 8 n-tiles of 4
 // While a warp holds at most 128 of O's columns the Q fragments stay in registers (kBucket / 4 of them); above, they
 // are read from shared memory at every k-step (O's accumulators leave no room for them).
 constexpr bool kQInRegs = kWarpCols <= 128;
@@ -44,7 +41,8 @@ struct Role {
 
 // A warp's running state for its two rows per thread (rows lane / 4 and lane / 4 + 8 of the item): raw-score max m,
 // this thread's share of the row sum l (the quad's four shares are added at the end), and O over the warp's keys.
-// The layout of s and o, index 4 j + 2 i + c: n-tile j, row lane / 4 + 8 i, column 8 j + 2 (lane % 4) + c.
+// The layout of s and o, index 4 j + 2 i + c: n-tile j, row lane / 4 + 8 i; s's column 8 j + 2 (lane % 4) + c, o's
+// o_col(j, c, lane) of the warp's columns (kv_frag.h: FP8's V fragments permute them).
 struct WarpState {
   float m[2], l[2];
   float o[kAccO];
@@ -55,13 +53,6 @@ struct WarpState {
     for (int x = 0; x < kAccO; ++x) o[x] = 0.f;
   }
 };
-
-// Q's A fragment of k-step ks for row tile rt: rows 16 rt + (lane & 7) + 8 ((lane >> 3) & 1), columns 16 ks +
-// 8 (lane >> 4).
-RTC_DEVICE void q_frag(rtc_u32 (&a)[4], const Smem& sm, int rt, int ks, int lane) {
-  const int row = 16 * rt + (lane & 7) + ((lane >> 3) & 1) * 8, col = 16 * ks + (lane >> 4) * 8;
-  sm90::ldmatrix_x4(a, sm.q() + row * kRowBytes + 2 * col);
-}
 
 // A warp's blocks of a stage are taken NB at a time (Blocks): their scores side by side, one softmax over them
 // (one max, one rescale of O), then their P V. Up to the 128 bucket two at a time (a warp with two or four blocks a
@@ -77,8 +68,8 @@ struct Blocks {
   RTC_DEVICE int block(int nb) const { return block0 + nb * stride; }
 };
 
-// S = Q K^T over the blocks: n-tile 0 of a block is its keys 0-7, n-tile 1 keys 8-15; the K B fragments of a k-step
-// come from one ldmatrix per block (keys (lane & 7) + 8 (lane >> 4), columns 8 ((lane >> 3) & 1)).
+// S = Q K^T over the blocks: n-tile 0 of a block is its keys 0-7, n-tile 1 keys 8-15; the K B fragments of kKGroup
+// k-steps come from one ldmatrix per block (k_frags: keys (lane & 7) + 8 (lane >> 4)).
 template <int NB>
 RTC_DEVICE void scores(float (&s)[8 * NB], const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1][4], const Smem& sm, int slot,
                        const Blocks<NB>& bl, int rt, int lane) {
@@ -88,22 +79,27 @@ RTC_DEVICE void scores(float (&s)[8 * NB], const rtc_u32 (&qf)[kQInRegs ? kKStep
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) key[nb] = 16 * bl.block(nb) + (lane & 7) + ((lane >> 4) << 3);
   // Q from shared memory (above the 128 bucket): four k-steps at a time keep their addresses out of O's registers.
-#pragma unroll(kQInRegs ? kKSteps : 4)
-  for (int ks = 0; ks < kKSteps; ++ks) {
-    rtc_u32 a[4];
-    if (kQInRegs) {
+#pragma unroll(kQInRegs ? kKLoads : (4 + kKGroup - 1) / kKGroup)
+  for (int kq = 0; kq < kKLoads; ++kq) {
+    rtc_u32 b[NB][kKGroup][2][2];
 #pragma unroll
-      for (int x = 0; x < 4; ++x) a[x] = qf[kQInRegs ? ks : 0][x];
-    } else {
-      q_frag(a, sm, rt, ks, lane);
-    }
-    const int piece = 2 * ks + ((lane >> 3) & 1);  // 16-byte piece of the row, over the column blocks
+    for (int nb = 0; nb < NB; ++nb) k_frags(b[nb], sm.k(slot), key[nb], kq, lane);
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      rtc_u32 b[4];
-      sm90::ldmatrix_x4(b, kv_piece(sm.k(slot), piece / 8, key[nb], piece % 8));
-      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s + 8 * nb), a, b[0], b[1]);
-      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s + 8 * nb + 4), a, b[2], b[3]);
+    for (int h = 0; h < kKGroup; ++h) {
+      const int ks = kKGroup * kq + h;
+      if (ks >= kKSteps) break;  // FP4 at D 32, 96, 160: the load's last k-steps are past the bucket
+      rtc_u32 a[4];
+      if (kQInRegs) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) a[x] = qf[kQInRegs ? ks : 0][x];
+      } else {
+        q_frag(a, sm, rt, ks, lane);
+      }
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
+        sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s + 8 * nb), a, b[nb][h][0][0], b[nb][h][0][1]);
+        sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(s + 8 * nb + 4), a, b[nb][h][1][0], b[nb][h][1][1]);
+      }
     }
   }
 }
@@ -145,46 +141,91 @@ RTC_DEVICE void softmax(float (&s)[8 * NB], WarpState& st, float c) {
 }
 
 // O += P V over the blocks, the warp's columns (share ch): a block's P A fragment is its scores' registers packed in
-// pairs (the raw form: a NaN p keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, two
-// n-tiles per call (keys (lane & 7) + 8 ((lane >> 3) & 1), columns kWarpCols ch + 16 dp + 8 (lane >> 4)).
+// pairs (the raw form: a NaN p keeps its row sum NaN, sm90/softmax.h); V's B fragments through ldmatrix.trans, kVTiles
+// n-tiles per call (v_frags: keys (lane & 7) + 8 ((lane >> 3) & 1), 16-byte pieces 2 (ch kVLoads + dp) + (lane >> 4)).
+// FP4: p times its key's V scale (vs, as row_scales gives it) before the rounding: a power of two, so exact where the
+// product stays in the element's normal range (always for bf16; docs/numerics.md §10).
 template <int NB>
-RTC_DEVICE void accumulate(const float (&s)[8 * NB], WarpState& st, const Smem& sm, int slot, const Blocks<NB>& bl,
-                           int ch, int lane) {
+RTC_DEVICE void accumulate(const float (&s)[8 * NB], const float (&vs)[kKvFp4 ? 4 * NB : 1], WarpState& st,
+                           const Smem& sm, int slot, const Blocks<NB>& bl, int ch, int lane) {
   rtc_u32 a[NB][4];
   int key[NB];
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
 #pragma unroll
-    for (int x = 0; x < 4; ++x) a[nb][x] = sm90::pack2_raw(s[8 * nb + 2 * x], s[8 * nb + 2 * x + 1]);
+    for (int x = 0; x < 4; ++x) {
+      float p0 = s[8 * nb + 2 * x], p1 = s[8 * nb + 2 * x + 1];
+      if (kKvFp4) {  // x = 2 j + i: n-tile j, keys 8 j + 2t + c
+        p0 *= vs[kKvFp4 ? 4 * nb + 2 * (x / 2) : 0];
+        p1 *= vs[kKvFp4 ? 4 * nb + 2 * (x / 2) + 1 : 0];
+      }
+      a[nb][x] = sm90::pack2_raw(p0, p1);
+    }
     key[nb] = 16 * bl.block(nb) + (lane & 7) + ((lane >> 3) & 1) * 8;
   }
 #pragma unroll
-  for (int dp = 0; dp < kKSteps / kColSplit; ++dp) {
-    const int piece = 2 * (ch * (kKSteps / kColSplit) + dp) + (lane >> 4);
+  for (int dp = 0; dp < kVLoads; ++dp) {
+    const int piece = 2 * (ch * kVLoads + dp) + (lane >> 4);
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
-      rtc_u32 b[4];
-      sm90::ldmatrix_x4_trans(b, kv_piece(sm.v(slot), piece / 8, key[nb], piece % 8));
-      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp), a[nb], b[0], b[1]);
-      sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 8 * dp + 4), a[nb], b[2], b[3]);
+      rtc_u32 b[kVTiles][2];
+      v_frags(b, sm.v(slot), key[nb], piece);
+#pragma unroll
+      for (int j = 0; j < kVTiles; ++j) {
+        if (kVTiles * dp + j >= kWarpCols / 8) break;  // FP4 at D 32, 96, 160: n-tiles past the bucket
+        sm90::mma_16816<kFp16>(*reinterpret_cast<float(*)[4]>(st.o + 4 * (kVTiles * dp + j)), a[nb], b[j][0], b[j][1]);
+      }
     }
   }
 }
 
-// One step of a warp over NB of its blocks of the stage n in `slot`: S, the mask where the stage needs it, the
-// softmax, P V.
+// FP4: the scales 2^(e - 127) of this thread's keys of the blocks, K's (ks) and V's (vs), index 4 nb + 2 j + c: key
+// 16 block(nb) + 8 j + 2 (lane % 4) + c of the stage, from the slot's scale bytes (ScaleGather). E8M0 0 is 2^-127 (an
+// fp32 subnormal), 0xFF NaN.
+RTC_DEVICE float e8m0_value(rtc_u32 e) {
+  return __uint_as_float(e == 0u ? 0x00400000u : e == 0xFFu ? 0x7FC00000u : e << 23);
+}
+template <int NB>
+RTC_DEVICE void row_scales(float (&ks)[4 * NB], float (&vs)[4 * NB], const Smem& sm, int slot, const Blocks<NB>& bl,
+                           int lane) {
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int key = 16 * bl.block(nb) + 8 * j + 2 * (lane % 4);
+      const rtc_u32 k2 = sm90::ld_shared_u16(sm.scales(slot, 0) + key),
+                    v2 = sm90::ld_shared_u16(sm.scales(slot, 1) + key);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        ks[4 * nb + 2 * j + c] = e8m0_value((k2 >> (8 * c)) & 0xFFu);
+        vs[4 * nb + 2 * j + c] = e8m0_value((v2 >> (8 * c)) & 0xFFu);
+      }
+    }
+}
+
+// One step of a warp over NB of its blocks of the stage n in `slot`: S (an FP8 cache's k_descale on each score, an FP4
+// cache's K scale on its key's), the mask where the stage needs it, the softmax, P V (FP4: p times its V scale).
 template <int NB>
 RTC_DEVICE void step(const Sm90DecodeParams& p, const Smem& sm, const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1][4],
                      const RowKeys (&rk)[2], WarpState& st, const Role& role, int slot, int n, bool edge,
-                     const Blocks<NB>& bl, int lane) {
-  float s[8 * NB];
+                     const Blocks<NB>& bl, float k_descale, int lane) {
+  float s[8 * NB], ks[kKvFp4 ? 4 * NB : 1], vs[kKvFp4 ? 4 * NB : 1];
+  if (kKvFp4)
+    row_scales<NB>(*reinterpret_cast<float(*)[4 * NB]>(ks), *reinterpret_cast<float(*)[4 * NB]>(vs), sm, slot, bl,
+                   lane);
   scores<NB>(s, qf, sm, slot, bl, role.rt, lane);
+  if (kKvFp8)  // the stored keys stand for k8 x k_descale: each score once, in fp32 (docs/numerics.md §10)
+#pragma unroll
+    for (int x = 0; x < 8 * NB; ++x) s[x] *= k_descale;
+  if (kKvFp4)  // s[8 nb + 4 j + 2 i + c]: key 8 j + 2t + c of block nb
+#pragma unroll
+    for (int x = 0; x < 8 * NB; ++x) s[x] *= ks[kKvFp4 ? 4 * (x / 8) + 2 * ((x / 4) % 2) + x % 2 : 0];
   if (edge)
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
       mask_scores(*reinterpret_cast<float(*)[8]>(s + 8 * nb), rk, (rtc_i64)n * kStageKeys + 16 * bl.block(nb), lane);
   softmax<NB>(s, st, p.scale_log2);
-  accumulate<NB>(s, st, sm, slot, bl, role.ch, lane);
+  accumulate<NB>(s, vs, st, sm, slot, bl, role.ch, lane);
 }
 
 // The KV loop over stages [kb0, kb1): warp 0 keeps kStages - 1 stages in flight ahead of the one computed; a stage
@@ -202,6 +243,16 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
     for (int x = 0; x < kStages - 1 && w.kb0 + x < w.kb1; ++x)
       ga.issue(p, w, seq, sm, x, w.kb0 + x, w.kb0 + x + 1, w.kb1, lane);
   }
+  ScaleGather sg;
+  if (kKvScales)
+#pragma unroll 1
+    for (int x = 0; x < kStages - 1 && w.kb0 + x < w.kb1; ++x) {
+      sg.look_up(p, w, seq, w.kb0 + x, tid);
+      sg.store(sm, x, tid);
+    }
+  // An FP8 cache's descales of the item's (sequence, K/V head): K's on the scores, V's on O at the end.
+  const float kd = kKvFp8 ? kv_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, w.hk) : 1.f;
+  const float vd = kKvFp8 ? kv_descale(p.v_descale, p.vd_sb, p.vd_sh, w.b, w.hk) : 1.f;
   sm90::cp_async_wait_all();  // this thread's Q pieces (the loop's first barrier publishes everyone's)
   rtc_u32 qf[kQInRegs ? kKSteps : 1][4];
   for (int n = w.kb0; n < w.kb1; ++n) {
@@ -213,6 +264,7 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
     const int ahead = n + kStages - 1;
     if (warp == 0 && ahead < w.kb1)
       ga.issue(p, w, seq, sm, (slot + kStages - 1) % kStages, ahead, ahead + 1, w.kb1, lane);
+    if (kKvScales && ahead < w.kb1) sg.look_up(p, w, seq, ahead, tid);  // stored below, after the stage's work
     if (kQInRegs && n == w.kb0)
 #pragma unroll
       for (int ks = 0; ks < (kQInRegs ? kKSteps : 1); ++ks) q_frag(qf[ks], sm, role.rt, ks, lane);
@@ -221,14 +273,20 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
     if (kJoint > 1 && blocks >= kJoint) {
 #pragma unroll 1
       for (int x = 0; x < blocks; x += kJoint)
-        step<kJoint>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<kJoint>{role.kg + x * role.groups, role.groups},
+        step<kJoint>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<kJoint>{role.kg + x * role.groups, role.groups}, kd,
                      lane);
     } else {
 #pragma unroll 1
       for (int x = 0; x < blocks; ++x)
-        step<1>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<1>{role.kg + x * role.groups, role.groups}, lane);
+        step<1>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<1>{role.kg + x * role.groups, role.groups}, kd, lane);
     }
+    // The slot of stage `ahead` was freed by this stage's barrier; the next barrier publishes its scales.
+    if (kKvScales && ahead < w.kb1) sg.store(sm, (slot + kStages - 1) % kStages, tid);
   }
+  // O (sum p v8) x v_descale, once, before the division by l (the warps' combine and the merge are linear in O).
+  if (kKvFp8)
+#pragma unroll
+    for (int x = 0; x < kAccO; ++x) st.o[x] *= vd;
   __syncthreads();  // the ring is free for the epilogue's combine
 }
 

@@ -8,7 +8,8 @@
 namespace sm90dec {
 
 constexpr int kBucket = RTC_HEAD_DIM_MAX;
-constexpr int kStageKeys = sm90_decode_stage_keys(kBucket);  // 32, 64 or 128 (params.h)
+constexpr Sm90DecodePlan kPlan = sm90_decode_plan(kBucket, RTC_KV_DTYPE);  // the ring for the cache's element
+constexpr int kStageKeys = kPlan.keys;                                      // 32, 64 or 128 (params.h)
 
 struct Work {
   int b, hk, chunk, part;  // sequence, K/V head, chunk of row_tiles x 16 of its packed rows, split part (0: unsplit)
