@@ -101,5 +101,8 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     assert r.loop["vmem16"] == 0, tag
     per_sub = d // 32 + (kv == "paged") + (kv_dtype == "fp4_e2m1")
     assert r.loop["vmem"] == 2 * SUBS[d] * per_sub, tag
-    # FP8's NaN fix-ups are rare blocks (coreport.rare_blocks), out of the counts above; FP4 has none.
-    assert (r.loop["rare"] > 0) == kv_dtype.startswith("fp8"), tag
+    # FP8's NaN fix-ups are rare blocks (coreport.rare_blocks), out of the counts above; FP4 has none, nor FNUZ on
+    # gfx942 (its v_cvt_pk_f32_fp8 makes 0x80 a NaN: no test, no fix-up), which the other archs place.
+    placed = kv_dtype == "fp8_e4m3" or (kv_dtype == "fp8_e4m3fnuz" and arch != "gfx942")
+    assert (r.loop["rare"] > 0) == placed, tag
+    assert (r.loop["cvt_fp8"] > 0) == (kv_dtype == "fp8_e4m3fnuz" and arch == "gfx942"), tag

@@ -27,6 +27,12 @@
 #include "gfx942_decode/scheduler.h"
 #include "gfx942_decode/softmax.h"
 
+// FNUZ where the hardware converts it (gfx942: isa_gfx942.h); gfx90a has no FP8 converts and gfx950's read OCP E4M3,
+// so FNUZ keeps the bit placement there, as E4M3 does everywhere. RTC_KV_NAN_CODES: the placed formats, whose NaN
+// codes the loop tests.
+#define RTC_KV_FP8_BY_CVT (RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ && RTC_HAS_CVT_FP8_FNUZ)
+#define RTC_KV_NAN_CODES (RTC_KV_FP8 && !RTC_KV_FP8_BY_CVT)
+
 namespace gdec {
 
 constexpr int kQuadCols = kBucket / 4;  // head-dim columns a lane holds of its row or key
@@ -222,7 +228,23 @@ RTC_DEVICE rtc_u32 placed_pair(rtc_u32 mags_hi, rtc_u32 mags_lo, rtc_u32 mag_sel
   return (perm_b32(signs_hi, signs_lo, sign_sel) & 0x80008000u) | m;
 }
 
-#if RTC_KV_FP8
+#if RTC_KV_FP8_BY_CVT
+// FNUZ on gfx942 by its own convert: v_cvt_pk_f32_fp8 gives a word's two codes as fp32, exactly, 0x80 as a NaN (so
+// there is no NaN test and no fix-up); bf16 takes the fp32s' top halves (one perm), fp16 converts them (exact: every
+// FNUZ value is an fp16 normal or zero).
+template <bool kHi>
+RTC_DEVICE rtc_u32 fnuz_pair(rtc_u32 x) {
+  const rtc_f32x2 f = cvt_pk_f32_fp8_fnuz<kHi>(x);
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  return cvt_f16_f32(f[0]) | (cvt_f16_f32(f[1]) << 16);
+#else
+  return perm_b32(rtc_f32_bits(f[1]), rtc_f32_bits(f[0]), 0x07060302u);
+#endif
+}
+RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) {
+  return rtc_u32x4{fnuz_pair<false>(u[0]), fnuz_pair<true>(u[0]), fnuz_pair<false>(u[1]), fnuz_pair<true>(u[1])};
+}
+#elif RTC_KV_FP8
 // Codes 2p and 2p + 1 of the dword x (mags: x & 0x7F7F7F7F): the magnitudes (7 bits) to fp16 bits 7..13.
 RTC_DEVICE rtc_u32 fp8x2_elems(rtc_u32 x, rtc_u32 mags, int p) {
   const rtc_u32 h = placed_pair<7>(mags, mags, 0x0C000C00u | ((2u * p + 1u) << 16) | (2u * p), x, x,
@@ -363,8 +385,8 @@ constexpr int kUnitCol[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 RTC_DEVICE rtc_u32x4 q_unit_order(rtc_u32x4 w) { return w; }
 #endif
 
-#if !RTC_KV_FP8
-// Formats without NaN codes (a cache in q's dtype carries its NaNs as they are; FP4's come from its scale).
+#if !RTC_KV_NAN_CODES
+// Formats without NaN codes, or whose convert makes them NaNs (a cache in q's dtype carries its NaNs as they are; FP4's come from its scale).
 RTC_DEVICE rtc_u32 unit_nan_codes(const KvUnit&) { return 0u; }
 RTC_DEVICE void fix_nan_elems(rtc_u32x4&) {}
 #endif

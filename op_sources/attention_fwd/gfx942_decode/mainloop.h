@@ -164,7 +164,7 @@ RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag
         sc[s] = mma(g942::as_frag(w[2], w[3]), q[2 * u + 1], sc[s]);
       }
       key_scales(sc[s], kv[s].scale, k_descale, quad);
-      if (RTC_KV_FP8) key_nans(sc[s], nans != 0u, quad);
+      if (RTC_KV_NAN_CODES) key_nans(sc[s], nans != 0u, quad);
     }
     if (more) {
 #pragma unroll

@@ -201,7 +201,7 @@ def rare_blocks(insts: list) -> set:
 
 def count(body: list) -> dict:
     c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
-         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "total": len(body)}
+         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "cvt_fp8": 0, "total": len(body)}
     for _, op, args in body:
         if op.startswith("v_mfma"):
             c["mfma"] += 1
@@ -209,6 +209,7 @@ def count(body: list) -> dict:
             c["valu"] += 1
             c["trans"] += bool(TRANSCENDENTAL.match(op))
             c["cndmask"] += op.startswith("v_cndmask")
+            c["cvt_fp8"] += op.startswith(("v_cvt_f32_fp8", "v_cvt_pk_f32_fp8"))  # FP8 to fp32 by the hardware
         elif op.startswith("ds_"):
             c["lds"] += 1
             c["lds_bytes"] += LDS_BYTES.get(op, 256)

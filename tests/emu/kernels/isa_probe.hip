@@ -1,6 +1,7 @@
 // Runs one wrapped instruction of isa_gfx9.h on one wave so a test can compare every lane.
 #include "platform.h"
 #include "isa_gfx9.h"
+#include "isa_gfx942.h"
 
 // in: 64 words for kExp2, kCvtF16, kReadFirst, kVote, kBufStore; 192 for the DPP ops, kPerm and kBpermute
 // (x, y, z below); 1536 for the MFMA ops; num_records (arg) bytes for kBufLoad/kBufLds.
@@ -32,7 +33,8 @@ enum {
   kBufStore,
   kMfma16F16,
   kMfma32F16,
-  kCvtF16
+  kCvtF16,
+  kCvtPkFnuz  // arg: hi; out[l], out[64 + l]: v_cvt_pk_f32_fp8 (gfx942's FNUZ) of in[l]; gfx90a has none: nothing
 };
 
 struct ProbeLds {
@@ -139,6 +141,15 @@ RTC_KERNEL(64) isa_probe(ProbeParams p) {
     case kBufLoad:
     case kBufLds:
     case kBufStore: probe_buffers(p, l); break;
+    case kCvtPkFnuz: {
+#if RTC_HAS_CVT_FP8_FNUZ
+      const rtc_u32 x = rtc_gld(p.in + l);
+      const rtc_f32x2 f = p.arg ? cvt_pk_f32_fp8_fnuz<true>(x) : cvt_pk_f32_fp8_fnuz<false>(x);
+      rtc_gst(p.out + l, as_u32(f[0]));
+      rtc_gst(p.out + 64 + l, as_u32(f[1]));
+#endif
+      break;
+    }
     default: rtc_gst(p.out + l, probe_one(p, l)); break;
   }
 }
