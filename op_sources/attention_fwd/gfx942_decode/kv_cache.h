@@ -125,6 +125,10 @@ struct KvRows {
   int page_size, num_pages, len;
   rtc_u32 row_bytes;  // bytes of a row of the call's head dim
   rtc_buffer_rsrc r;  // varlen: the sequence's rows
+  // This lane's offsets from a sub-tile's first row (lane % 16 rows, and its first column's byte), computed once:
+  // a load adds them to the sub-tile's uniform offset, its units' columns being the loads' immediate offsets.
+  rtc_u32 lane_byte;
+  rtc_i64 lane_scale;
 };
 
 RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b, int hk) {
@@ -148,6 +152,9 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
   r.scale_row_stride = is_v ? p.vs_ss : p.ks_ss;
   r.scale = sc + row0 * r.scale_row_stride + (rtc_i64)hk * (is_v ? p.vs_sh : p.ks_sh);
 #endif
+  const int lane = (int)lane_id();
+  r.lane_byte = (rtc_u32)(lane & 15) * (rtc_u32)ss + col_byte((lane >> 4) * kQuadCols);
+  r.lane_scale = (rtc_i64)(lane & 15) * r.scale_row_stride;
   const rtc_i64 span = s.len_k <= 0 ? 0 : (rtc_i64)(s.len_k - 1) * ss + r.row_bytes;
   r.r = g942::uniform_rsrc(r.head, RTC_KV == RTC_KV_PAGED ? 0 : span);
   return r;
@@ -157,10 +164,14 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
 // bytes, and (FP4) the key's scale: 1 for a key that reads zeros. Pages hold a power of two rows, at least 16 (the
 // op checks it), so the sub-tile's first row in its page and the page are scalar work, and the lane's row is that
 // row plus lane % 16: its byte offsets are a uniform part and the lane's part (lane % 16 rows), the same every step.
+// FP4's units load unpredicated: every byte read is inside the resource (a page outside the pool has none, so it
+// reads zeros; past the sequence's rows a varlen resource reads zeros too), and what a lane reads past d or past the
+// sequence (a paged row of the last page) is finite, E2M1 having no NaN or Inf, and meets a zero: Q's columns past
+// d are zeros, a key past the sequence is masked (its score replaced, its weight 0) and its scale is 1.
 RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
-  const int key = j0 + (lane & 15), col0 = (lane >> 4) * kQuadCols;
+  const int col0 = (lane >> 4) * kQuadCols;
   rtc_i64 page_off = 0, row0 = j0;
-  bool ok = key < kv.len;
+  bool ok = (lane & 15) < kv.len - j0;  // key j0 + lane % 16 is one of the sequence's
   rtc_buffer_rsrc r = kv.r;
   if (RTC_KV == RTC_KV_PAGED) {
     const int shift = __builtin_ctz((unsigned)kv.page_size);
@@ -173,22 +184,23 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
     r = g942::uniform_rsrc(kv.head + page * kv.page_stride,
                            in_pool ? (rtc_i64)(kv.page_size - 1) * kv.row_stride + kv.row_bytes : 0);
   }
-  const rtc_u32 row_byte = (rtc_u32)(row0 * kv.row_stride) + (rtc_u32)(lane & 15) * (rtc_u32)kv.row_stride;
+  const rtc_u32 at = (rtc_u32)(row0 * kv.row_stride) + kv.lane_byte;  // the lane's row, column col0
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
 #if RTC_KV_FP8
     out.u[u] = rtc_u32x2{0u, 0u};
-    if (ok && col < d) out.u[u] = buffer_load_dwordx2(r, row_byte + col_byte(col), 0u);
+    if (ok && col < d) out.u[u] = buffer_load_dwordx2(r, at + col_byte(8 * u), 0u);
 #else
-    out.u[u] = 0u;
-    if (ok && col < d) out.u[u] = buffer_load_dword(r, row_byte + col_byte(col), 0u);
+    // unpredicated: see below
+    (void)col;
+    out.u[u] = buffer_load_dword(r, at + col_byte(8 * u), 0u);
 #endif
   }
   out.scale = 1.0f;
 #if RTC_KV_FP4
   const unsigned char* sc = kv.scale + page_off + row0 * kv.scale_row_stride;  // uniform
-  if (ok) out.scale = rtc_e8m0_decode(rtc_gld(sc + (rtc_i64)(lane & 15) * kv.scale_row_stride));
+  if (ok) out.scale = rtc_e8m0_decode(rtc_gld(sc + kv.lane_scale));
 #else
   (void)page_off;
 #endif

@@ -27,6 +27,8 @@ LDS_PER_CU = {"gfx942": 64 * 1024, "gfx90a": 64 * 1024, "gfx950": 160 * 1024}
 LLVM_MAJOR = {"gfx942": 19, "gfx90a": 19, "gfx950": 22}
 TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
 # Bytes one wave64 instruction moves through the LDS (reads, writes, cross-lane traffic, DMA fill).
+# Bytes a lane loads with one VMEM load, by the op's width suffix.
+LOAD_BYTES = {"ubyte": 1, "sbyte": 1, "ushort": 2, "sshort": 2, "dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16}
 LDS_BYTES = {"ds_read_b32": 256, "ds_write_b32": 256, "ds_read_b64": 512, "ds_write_b64": 512,
              "ds_read2_b64": 1024, "ds_read_b128": 1024, "ds_write_b128": 1024, "ds_swizzle_b32": 256,
              "ds_bpermute_b32": 256}
@@ -201,7 +203,8 @@ def rare_blocks(insts: list) -> set:
 
 def count(body: list) -> dict:
     c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
-         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "cvt_fp8": 0, "total": len(body)}
+         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "cvt_fp8": 0, "load_bytes": 0,
+         "total": len(body)}
     for _, op, args in body:
         if op.startswith("v_mfma"):
             c["mfma"] += 1
@@ -216,6 +219,8 @@ def count(body: list) -> dict:
         elif op.startswith(("buffer_", "global_", "flat_", "scratch_")):
             c["vmem"] += 1
             c["vmem16"] += op.endswith("_dwordx4") and "load" in op  # 16 bytes a lane: the V^T fragments
+            if "_load_" in op:
+                c["load_bytes"] += LOAD_BYTES.get(op.split("_load_")[1], 0)
             if args.rstrip().endswith(" lds"):
                 c["lds_dma"] += 1
                 c["lds_bytes"] += 256
