@@ -11,3 +11,8 @@
 // 4 sub-tiles took 260 VGPRs + AGPRs: one wave per SIMD).
 RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 64 ? 4 : bucket <= 192 ? 2 : 1; }
 RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(bucket); }
+
+// Waves per SIMD the kernel is built for, by bucket: 2 up to 128, 1 above (where a step's K and V registers need more
+// than 256). The kernel asks for them (amdgpu_waves_per_eu), which bounds its registers to 256 a wave up to 128, and
+// under that bound clang gives the MFMAs VGPR accumulators: no AGPR copies around O's rescale each step.
+RTC_HD constexpr int decode_min_waves(int bucket) { return bucket <= 128 ? 2 : 1; }
