@@ -242,13 +242,13 @@ RTC_DEVICE rtc_u32 placed_pair(rtc_u32 mags_hi, rtc_u32 mags_lo, rtc_u32 mag_sel
 
 #if RTC_KV_FP8_BY_CVT
 // FNUZ on gfx942 by its own convert: v_cvt_pk_f32_fp8 gives a word's two codes as fp32, exactly, 0x80 as a NaN (so
-// there is no NaN test and no fix-up); bf16 takes the fp32s' top halves (one perm), fp16 converts them (exact: every
-// FNUZ value is an fp16 normal or zero).
+// there is no NaN test and no fix-up); bf16 takes the fp32s' top halves (one perm), fp16 converts the pair in one
+// v_cvt_pkrtz_f16_f32 (exact whatever the rounding: every FNUZ value is an fp16 normal or zero).
 template <bool kHi>
 RTC_DEVICE rtc_u32 fnuz_pair(rtc_u32 x) {
   const rtc_f32x2 f = cvt_pk_f32_fp8_fnuz<kHi>(x);
 #if RTC_DTYPE == RTC_DTYPE_FP16
-  return cvt_f16_f32(f[0]) | (cvt_f16_f32(f[1]) << 16);
+  return cvt_pkrtz_f16_f32(f[0], f[1]);
 #else
   return perm_b32(rtc_f32_bits(f[1]), rtc_f32_bits(f[0]), 0x07060302u);
 #endif

@@ -34,7 +34,8 @@ enum {
   kMfma16F16,
   kMfma32F16,
   kCvtF16,
-  kCvtPkFnuz  // arg: hi; out[l], out[64 + l]: v_cvt_pk_f32_fp8 (gfx942's FNUZ) of in[l]; gfx90a has none: nothing
+  kCvtPkFnuz,  // arg: hi; out[l], out[64 + l]: v_cvt_pk_f32_fp8 (gfx942's FNUZ) of in[l]; gfx90a has none: nothing
+  kCvtPkrtz    // v_cvt_pkrtz_f16_f32 of in[l] (low half) and in[64 + l]
 };
 
 struct ProbeLds {
@@ -113,6 +114,7 @@ RTC_DEVICE rtc_u32 probe_one(const ProbeParams& p, int l) {  // the ops with one
   }
   const rtc_u32 y = rtc_gld(p.in + 64 + l);
   switch (p.op) {
+    case kCvtPkrtz: return cvt_pkrtz_f16_f32(as_f32(x), as_f32(y));
     case kRowShr: return dpp_mov<0x111>(y, x);            // row_shr:1, bound_ctrl
     case kRowRor: return dpp_mov<0x123>(y, x);            // row_ror:3
     case kQuadPerm: return dpp_mov<0x1B>(y, x);           // quad_perm:[3,2,1,0]
