@@ -25,12 +25,13 @@
 namespace gdec {
 
 constexpr int kDSteps = kBucket / 16;   // k-steps of one S^T MFMA chain
-constexpr int kVtPitch = 20;            // V^T tile row pitch in elements: 16 keys + 4 (8-byte aligned reads)
+constexpr int kVtPitch = DECODE_VT_PITCH;  // V^T tile row pitch in elements (params.h)
 
 // LDS: one 16-key V^T tile, [bucket columns][kVtPitch].
 struct Smem {
   rtc_elem_t vt[kBucket * kVtPitch];
 };
+static_assert(sizeof(Smem) == decode_lds_bytes(kBucket), "params.h's decode_lds_bytes is the kernel's LDS");
 
 // D = A B + C of the element type.
 RTC_DEVICE rtc_f32x4 mma(Frag a, Frag b, rtc_f32x4 c) {

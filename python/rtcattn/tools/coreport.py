@@ -56,15 +56,21 @@ class Report:
         return f"{prefix}{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}{cache}"
 
     @property
-    def waves_per_simd(self) -> int:
-        """Waves per SIMD the code object allows (512-entry unified VGPR file, the arch's LDS, 4 SIMDs), in whole
-        workgroups: a workgroup's waves are resident together or not at all."""
+    def waves_per_cu(self) -> int:
+        """Waves per CU the code object allows (a 512-entry unified VGPR file per SIMD, 4 SIMDs, the arch's LDS per
+        CU), in whole workgroups: a workgroup's waves are resident together or not at all, spread over the SIMDs."""
         regs = self.notes["vgpr_count"] + self.notes["agpr_count"]
-        by_regs = 8 if regs == 0 else min(8, 512 // (math.ceil(regs / 8) * 8))
+        by_regs = 8 if regs == 0 else min(8, 512 // (math.ceil(regs / 8) * 8))  # per SIMD
         lds = self.notes["group_segment_fixed_size"]
-        waves_per_group_per_simd = math.ceil(self.notes["max_flat_workgroup_size"] / 64 / 4)
-        groups = min(LDS_PER_CU[self.arch] // lds if lds else 8, by_regs // waves_per_group_per_simd)
-        return groups * waves_per_group_per_simd
+        waves_per_group = math.ceil(self.notes["max_flat_workgroup_size"] / 64)
+        by_lds = LDS_PER_CU[self.arch] // lds if lds else 32  # workgroups per CU
+        return min(by_lds, 4 * by_regs // waves_per_group) * waves_per_group
+
+    @property
+    def waves_per_simd(self) -> int:
+        """Waves per SIMD (waves_per_cu over the 4 SIMDs, rounded down: one-wave workgroups whose LDS lets a CU hold 6
+        run 2, 2, 1 and 1 on its SIMDs)."""
+        return self.waves_per_cu // 4
 
 
 def _tool(name: str, arch: str = "gfx942") -> str:
