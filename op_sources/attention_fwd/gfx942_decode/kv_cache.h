@@ -344,10 +344,19 @@ RTC_DEVICE void fp4_table_bytes(rtc_u32 a, rtc_u32 b, rtc_u32 c, rtc_u32 d, rtc_
 }
 RTC_DEVICE VTables v_tables(float mul) {
   VTables t;
+#if RTC_DTYPE == RTC_DTYPE_FP16
   fp4_table_bytes(fp4_elem_bits(0.0f, mul), fp4_elem_bits(0.5f, mul), fp4_elem_bits(1.0f, mul),
                   fp4_elem_bits(1.5f, mul), t.l03, t.h03);
   fp4_table_bytes(fp4_elem_bits(2.0f, mul), fp4_elem_bits(3.0f, mul), fp4_elem_bits(4.0f, mul),
                   fp4_elem_bits(6.0f, mul), t.l47, t.h47);
+#else
+  // bf16: the products two at a time (v_pk_mul_f32), the same fp32 products
+  const rtc_f32x2 m = {mul, mul};
+  const rtc_f32x2 p01 = rtc_f32x2{0.0f, 0.5f} * m, p23 = rtc_f32x2{1.0f, 1.5f} * m;
+  const rtc_f32x2 p45 = rtc_f32x2{2.0f, 3.0f} * m, p67 = rtc_f32x2{4.0f, 6.0f} * m;
+  fp4_table_bytes(rtc_f32_bits(p01[0]), rtc_f32_bits(p01[1]), rtc_f32_bits(p23[0]), rtc_f32_bits(p23[1]), t.l03, t.h03);
+  fp4_table_bytes(rtc_f32_bits(p45[0]), rtc_f32_bits(p45[1]), rtc_f32_bits(p67[0]), rtc_f32_bits(p67[1]), t.l47, t.h47);
+#endif
   return t;
 }
 
