@@ -4,13 +4,14 @@
 // element type in registers, exactly (docs/numerics.md §10):
 //   * FP8: a value's bits go into an fp16 of the same value times 2^-s (E4M3 s = 8, FNUZ 7): the sign to bit 15,
 //     the exponent and mantissa fields to the top of fp16's (fp16 has their subnormals as its own, so the one
-//     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32;
+//     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32. FNUZ on gfx942
+//     by its own v_cvt_pk_f32_fp8 instead (RTC_KV_FP8_BY_CVT: exact, 0x80 a NaN);
 //   * E2M1: v_perm_b32 tables of the 8 magnitudes' element bytes (high and low), the codes' magnitudes as the
 //     selectors, the signs OR-ed in, one perm a pair to interleave (unit_elems below): no conversion;
-//   * FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code gives
-//     (+-480, -0): the loop ORs its units' tests (unit_nan_codes) over a sub-tile and branches once, rarely: K's
-//     keys that hold one get NaN scores (what any NaN element gives them), V's elements are replaced in place by
-//     the NaN kv_quant.h's decode gives;
+//   * placed FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code
+//     gives (+-480, -0): the loop ORs its units' tests (unit_nan_codes) over a sub-tile and branches once, rarely:
+//     K's keys that hold one get NaN scores (what any NaN element gives them), V's elements are replaced in place
+//     by the NaN kv_quant.h's decode gives;
 //   * FP4: the lane's key's E8M0 scale comes with its row (one byte); V's is folded into the tables of its key's
 //     elements (the 8 magnitudes times the scale in fp32, once per row: exact for bf16, fp32's range; fp16 for
 //     scales 2^-22 .. 2^13, rounded to nearest outside), K's multiplies the key's scores in fp32 (kv_loop), as the
