@@ -102,6 +102,11 @@ RTC_ISA float rcp_f32(float x) { return __builtin_amdgcn_rcpf(x); }
 // fp32 -> fp16 bits in the low half (v_cvt_f16_f32: to nearest even, subnormals kept, past 65520 to Inf; a NaN
 // stays a quiet NaN, its payload not canonical).
 RTC_ISA rtc_u32 cvt_f16_f32(float x) { return (rtc_u32) __builtin_bit_cast(unsigned short, (_Float16)x); }
+// Two fp32 -> an fp16 pair, a in the low half (v_cvt_pkrtz_f16_f32: toward zero, subnormals kept, finite values past
+// 65504 to 65504, Inf kept; a NaN stays a quiet NaN).
+RTC_ISA rtc_u32 cvt_pkrtz_f16_f32(float a, float b) {
+  return __builtin_bit_cast(rtc_u32, __builtin_amdgcn_cvt_pkrtz(a, b));
+}
 RTC_ISA rtc_u32 perm_b32(rtc_u32 src0, rtc_u32 src1, rtc_u32 sel) { return __builtin_amdgcn_perm(src0, src1, sel); }
 RTC_ISA rtc_u32 lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
 

@@ -1,5 +1,5 @@
 // gfx942/gfx950/gfx90a one-instruction extras the fast kernel needs beyond isa_gfx9.h: zero-C MFMA, MFMA hazard fences, L1
-// prefetch, gfx90a register-pressure helpers.
+// prefetch, gfx90a register-pressure helpers, and CDNA3's FNUZ FP8 convert (gfx942 only: RTC_HAS_CVT_FP8_FNUZ).
 //
 // Wait-state rule (LLVM's hazard recognizer does not see MFMAs written as inline asm, so we own it):
 //   * an XDL MFMA result may be read or overwritten by VALU, DS or VMEM only after N+3 wait states
@@ -85,4 +85,28 @@ template <class T> RTC_ISA void sreg_fence_gfx90a(T&) {}
 RTC_ISA int uniform_i32(int x) { return x; }
 template <class T> RTC_ISA void sreg_fence_gfx90a(T&) {}
 #endif
+#endif
+
+// v_cvt_pk_f32_fp8 on CDNA3 (gfx940..942), whose FP8 is E4M3 FNUZ (bias 8, no Inf, no -0, 0x80 its only NaN): the
+// two codes of src's low word (hi: its high word), low byte first, as two fp32, exactly (every FNUZ value is an fp32
+// normal or zero; 0x80 a NaN). gfx90a has no FP8 converts, and gfx950's v_cvt_pk_f32_fp8 reads OCP E4M3
+// (isa_gfx950.h's cvt_pk_f32_fp8): RTC_HAS_CVT_FP8_FNUZ is 1 only where this one exists (gfx942 and gfx942-emu).
+typedef RTC_VEC(float, 2) rtc_f32x2;
+#if defined(RTC_EMU)
+#if RTC_EMU_ARCH == 0x942
+#define RTC_HAS_CVT_FP8_FNUZ 1
+template <bool hi> RTC_ISA rtc_f32x2 cvt_pk_f32_fp8_fnuz(rtc_u32 src) {
+  const rtc_u32 h = hi ? src >> 16 : src;
+  const rtc_f32x2 r = {::rtc_emu::isa::fp8_fnuz_to_f32(h), ::rtc_emu::isa::fp8_fnuz_to_f32(h >> 8)};
+  return r;
+}
+#endif
+#elif defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
+#define RTC_HAS_CVT_FP8_FNUZ 1
+template <bool hi> RTC_ISA rtc_f32x2 cvt_pk_f32_fp8_fnuz(rtc_u32 src) {
+  return __builtin_amdgcn_cvt_pk_f32_fp8((int)src, hi);
+}
+#endif
+#if !defined(RTC_HAS_CVT_FP8_FNUZ)
+#define RTC_HAS_CVT_FP8_FNUZ 0
 #endif

@@ -82,6 +82,10 @@ RTC_ISA float rcp_f32(float x) { return 1.0f / x; }        // v_rcp_f32
 // v_cvt_f16_f32: to nearest even, subnormals kept, past 65520 to Inf; a NaN becomes the quiet 0x7E00 here (hardware
 // keeps some quiet NaN: callers that store one canonicalise it).
 RTC_ISA rtc_u32 cvt_f16_f32(float x) { return rtc_f32_to_fp16_rtne(x); }
+// v_cvt_pkrtz_f16_f32: toward zero; a NaN becomes the quiet 0x7E00 here, as above.
+RTC_ISA rtc_u32 cvt_pkrtz_f16_f32(float a, float b) {
+  return ::rtc_emu::isa::f32_to_f16_rtz(a) | (::rtc_emu::isa::f32_to_f16_rtz(b) << 16);
+}
 
 RTC_ISA rtc_u32 perm_b32(rtc_u32 src0, rtc_u32 src1, rtc_u32 sel) {  // v_perm_b32
   return ::rtc_emu::isa::perm_b32(src0, src1, sel);

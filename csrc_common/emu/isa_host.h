@@ -137,6 +137,37 @@ inline uint32_t perm_b32(uint32_t src0, uint32_t src1, uint32_t sel) {
   return r;
 }
 
+// fp32 -> fp16 bits, toward zero (v_cvt_pkrtz_f16_f32's halves): the mantissa truncated, subnormals kept (below
+// 2^-24 to zero), finite values past 65504 to 65504, Inf kept, a NaN to the quiet 0x7E00 (sign kept).
+inline uint32_t f32_to_f16_rtz(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7E00u;
+  if (a == 0x7F800000u) return sign | 0x7C00u;
+  const int e = (int)(a >> 23) - 127;
+  if (e >= 16) return sign | 0x7BFFu;
+  if (e >= -14) return sign | ((uint32_t)(e + 15) << 10) | ((a >> 13) & 0x3FFu);
+  if (e < -24) return sign;
+  return sign | (((a & 0x7FFFFFu) | 0x800000u) >> (-e - 1));  // units of 2^-24
+}
+
+// v_cvt_pk_f32_fp8 on CDNA3 (gfx940..942), one of its two codes: E4M3 FNUZ to fp32, exactly. FNUZ: bias 8, no Inf
+// and no -0; 0x80 is its only NaN (given here as the quiet 0x7FC00000), exponent field 0 the subnormals m/8 x 2^-7.
+inline float fp8_fnuz_to_f32(uint32_t code) {
+  code &= 0xFFu;
+  uint32_t u = 0x7FC00000u;
+  if (code != 0x80u) {
+    const uint32_t e = (code >> 3) & 0xFu, m = code & 7u;
+    const float mag = e ? ldexpf(1.0f + (float)m / 8.0f, (int)e - 8) : ldexpf((float)m / 8.0f, -7);
+    memcpy(&u, &mag, 4);
+    u |= (code & 0x80u) << 24;
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 // ds_swizzle_b32 offset: 0x8000|perm = quad permute (2 bits per lane of each group of 4);
 // otherwise bit-mask mode inside each 32-lane half: lane' = ((lane & and) | or) ^ xor.
 inline bool ds_swizzle_source(int pattern, int lane, int* src) {

@@ -101,7 +101,13 @@ RTC_DEVICE void merge_stage(const DecodeParams& p) {
 
 }  // namespace gdec
 
-RTC_KERNEL(DECODE_THREADS) attention_fwd_gfx942_decode(DecodeParams p) {
+#if defined(RTC_EMU)
+#define DECODE_OCCUPANCY
+#else
+#define DECODE_OCCUPANCY __attribute__((amdgpu_waves_per_eu(decode_min_waves(RTC_HEAD_DIM_MAX, RTC_KV_DTYPE))))
+#endif
+
+RTC_KERNEL(DECODE_THREADS) DECODE_OCCUPANCY attention_fwd_gfx942_decode(DecodeParams p) {
   RTC_SHARED(gdec::Smem, sm);
   if (p.stage == DECODE_STAGE_ATTN)
     gdec::attn_stage(p, sm);

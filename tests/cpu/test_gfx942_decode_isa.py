@@ -86,20 +86,29 @@ def quant_report(arch, kv_dtype, dtype, d, kv, mask):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     """The prefill budgets the bf16 variants meet (no scratch or spills, the one V^T tile of LDS, one wave a
-    workgroup, the same occupancy), the element type's MFMAs as many as bf16's; the loads carry the cache's bytes: no
-    16-byte load in the loop, d/32 loads (8 bytes FP8, 4 bytes FP4) per sub-tile of K and of V, and FP4's scale byte
-    per sub-tile of each; paged, a block-table load per sub-tile of each."""
+    workgroup, the same occupancy), the element type's MFMAs as many as bf16's; the loads carry the cache's bytes:
+    per sub-tile of K and of V a lane loads its share of a row in the cache's bytes (d/4 columns: d/4 bytes FP8, d/8
+    FP4, where bf16 loads d/2) in d/32 loads of 8 bytes (FP8) or 4 bytes (FP4: unpredicated, clang merges them into
+    wider ones, so at most d/32), and FP4's scale byte per sub-tile of each; paged, a block-table load per sub-tile of
+    each."""
     r = quant_report(arch, kv_dtype, dtype, d, kv, mask)
     n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= coreport.LDS_PER_CU[arch], tag
     assert n["max_flat_workgroup_size"] == 64, tag
-    assert r.waves_per_simd >= (2 if d <= 128 else 1), tag
+    # 2 waves per SIMD up to 128 and FP4 at every bucket (params.h decode_min_waves), 1 above 128 for FP8
+    assert r.waves_per_simd >= (2 if d <= 128 or kv_dtype == "fp4_e2m1" else 1), tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
     assert r.loop[mine] and not r.loop[other], tag
     assert r.loop["mfma"] == 2 * SUBS[d] * d // 16 and r.loop["s_barrier"] == 0, tag
-    assert r.loop["vmem16"] == 0, tag
-    per_sub = d // 32 + (kv == "paged") + (kv_dtype == "fp4_e2m1")
-    assert r.loop["vmem"] == 2 * SUBS[d] * per_sub, tag
-    # FP8's NaN fix-ups are rare blocks (coreport.rare_blocks), out of the counts above; FP4 has none.
-    assert (r.loop["rare"] > 0) == kv_dtype.startswith("fp8"), tag
+    fp4, paged = kv_dtype == "fp4_e2m1", kv == "paged"
+    row_share = d // 4 // (2 if fp4 else 1)
+    assert r.loop["load_bytes"] == 2 * SUBS[d] * (row_share + 4 * paged + fp4), tag
+    per_sub = d // 32 + paged + fp4
+    assert r.loop["vmem"] == 2 * SUBS[d] * per_sub if not fp4 else r.loop["vmem"] <= 2 * SUBS[d] * per_sub, tag
+    assert r.loop["vmem16"] == 0 or fp4, tag
+    # FP8's NaN fix-ups are rare blocks (coreport.rare_blocks), out of the counts above; FP4 has none, nor FNUZ on
+    # gfx942 (its v_cvt_pk_f32_fp8 makes 0x80 a NaN: no test, no fix-up), which the other archs place.
+    placed = kv_dtype == "fp8_e4m3" or (kv_dtype == "fp8_e4m3fnuz" and arch != "gfx942")
+    assert (r.loop["rare"] > 0) == placed, tag
+    assert (r.loop["cvt_fp8"] > 0) == (kv_dtype == "fp8_e4m3fnuz" and arch == "gfx942"), tag

@@ -56,7 +56,7 @@ def test_quantized_caches_read_their_bytes_and_scales():
 
 def test_print_models_sets_the_formats_side_by_side(capsys):
     class Fake:  # a code object's report: the loop's counts and occupancy
-        loop, waves_per_simd = LOOP, 2
+        loop, waves_per_cu = LOOP, 8
     by = {t: dm.case_models(lambda d, kv_dtype: Fake(), t) for t in ("same", "fp8_e4m3", "fp4_e2m1")}
     dm.print_models(by, lambda rows, cols: print(cols, *rows, sep="\n"))
     out = capsys.readouterr().out

@@ -141,6 +141,24 @@ def test_power_of_two_scales_give_the_dequantized_cache_bits(case, runs):
         same_bits(res, call(b, kq, vq, {}, case[7]), case)
 
 
+def test_fp4_v_scales_where_fp16_rounds_give_the_dequantized_cache_bits(runs):
+    """FP4 V scales below fp16's normals (2^-20 .. 2^-26: V's elements rounded to fp16 subnormals or to zero, ties
+    included) and K scales 2^-8 .. 2^8 (inside fp16's range, for the dequantized K): V's per-row tables hold the
+    elements the dequantized cache's fp16 cast gives, so the kernel's bits are still its own on that cache."""
+    case = CASES[5]
+    _, (b, k, v, kw, *_) = runs[str(case)]
+    gen = torch.Generator().manual_seed(5)
+    vs_ = (127 - torch.randint(20, 27, kw["v_scale"].shape, generator=gen)).to(torch.uint8)
+    ks = (127 + torch.randint(-8, 9, kw["k_scale"].shape, generator=gen)).to(torch.uint8)
+    kq = ref.dequantize_cache(k, "fp4_e2m1", ks).to(b.q.dtype).contiguous()
+    vq = ref.dequantize_cache(v, "fp4_e2m1", vs_).to(b.q.dtype).contiguous()
+    assert (vq == 0).logical_and(ref.dequantize_cache(v, "fp4_e2m1", vs_) != 0).any(), "some elements round to 0"
+    with on():
+        got = call(b, k, v, dict(kw, k_scale=ks, v_scale=vs_), case[7])
+        same_bits(got, call(b, kq, vq, {}, case[7]), case)
+    assert torch.isfinite(got[0]).all() and (got[0] != 0).any()
+
+
 def test_forced_splits_1_and_n_repeat_bit_for_bit(runs):
     """One part and 3 parts (FP8 with its descales on O's partials, FP4 with its scales on V), each meeting the rule;
     each the same bits run to run."""
@@ -155,8 +173,9 @@ def test_forced_splits_1_and_n_repeat_bit_for_bit(runs):
 
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx950"])
 def test_other_archs_give_gfx942_bits(arch, runs):
-    """The same source built for gfx90a (no FP8 instructions: the same expansion) and gfx950 gives gfx942's bits."""
-    for case in (CASES[0], CASES[5]):
+    """The same source built for gfx90a (no FP8 instructions: the same expansion) and gfx950 gives gfx942's bits;
+    FNUZ too, which gfx942 converts with its own v_cvt_pk_f32_fp8 and the others place (gfx950's converts read OCP)."""
+    for case in (CASES[0], CASES[3], CASES[5]):
         res, (b, k, v, kw, *_) = runs[str(case)]
         with on(arch):
             same_bits(res, call(b, k, v, kw, case[7]), (arch, case))

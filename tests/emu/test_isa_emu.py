@@ -7,7 +7,8 @@ import emu_harness as h
 pytestmark = pytest.mark.emu
 
 (MFMA16, MFMA32, EXP2, ROW_SHR, ROW_ROR, QUAD_PERM, ROW_MIRROR, BCAST15, PERM, READFIRST, BPERMUTE,
- SWIZZLE_XOR, SWIZZLE_QUAD, VOTE, BUF_LOAD, BUF_LDS, BUF_STORE, MFMA16_F16, MFMA32_F16, CVT_F16) = range(20)
+ SWIZZLE_XOR, SWIZZLE_QUAD, VOTE, BUF_LOAD, BUF_LDS, BUF_STORE, MFMA16_F16, MFMA32_F16, CVT_F16,
+ CVT_PK_FNUZ, CVT_PKRTZ) = range(22)
 LANES = np.arange(64)
 
 
@@ -21,6 +22,7 @@ def probe(request, tmp_path_factory):
         h.launch(program, (1, 1, 1), (64, 1, 1), h.pack("QQii", inp.ctypes.data, out.ctypes.data, op, arg),
                  h.ranges_of(inp, out))
         return out
+    run.arch = request.param
     return run
 
 
@@ -194,6 +196,59 @@ def test_dpp_row_shr_ror_quad_mirror(probe):
     # 2 are masked off and keep `old`.
     want = np.where(LANES // 16 == 1, 1015, np.where(LANES // 16 == 3, 1047, old))
     np.testing.assert_array_equal(probe(BCAST15, dpp_inputs())[:64], want)
+
+
+def test_cvt_pkrtz_f16_f32(probe):
+    """v_cvt_pkrtz_f16_f32: both halves toward zero (ties and subnormals truncated, past 65504 to 65504, Inf kept),
+    a in the low half; NaN quiet."""
+    x = np.array([1.0, 1 + 2.0**-11, 1 + 3 * 2.0**-11, -(1 + 3 * 2.0**-11), 65504.0, 65519.99, 70000.0, -1e30,
+                  np.inf, -np.inf, 2.0**-24, 2.0**-25, 1.5 * 2.0**-24, -1.5 * 2.0**-24, 2.0**-14 - 2.0**-25, -0.0,
+                  1e-45, 3.14159, -2.71828, 240.0, 2.0**-10, np.nan] + [0.75] * 42, dtype=np.float32)
+    y = -x[::-1].copy()
+    inp = np.zeros(1024, dtype=np.uint32)
+    inp[:64], inp[64:128] = f32_bits(x), f32_bits(y)
+    got = probe(CVT_PKRTZ, inp)[:64]
+
+    def rtz(v):  # nearest even, then one step toward zero where that rounded away from zero
+        with np.errstate(over="ignore"):
+            h = v.astype(np.float16)
+        bits = h.view(np.uint16).astype(np.int64)
+        away = np.abs(h.astype(np.float64)) > np.abs(v.astype(np.float64))
+        return np.where(away & np.isfinite(v), bits - 1, bits).astype(np.uint32)
+    lo, hi = got & 0xFFFF, got >> 16
+    assert lo[1] == 0x3C00 and lo[2] == 0x3C01 and lo[3] == 0xBC01 and lo[5] == 0x7BFF and lo[6] == 0x7BFF
+    assert lo[7] == 0xFBFF and lo[8] == 0x7C00 and lo[10] == 0x0001 and lo[11] == 0 and lo[12] == 0x0001
+    assert lo[13] == 0x8001 and lo[14] == 0x03FF and lo[15] == 0x8000 and lo[16] == 0
+    for half, v in ((lo, x), (hi, y)):
+        nan = np.isnan(v)
+        assert ((half[nan] & 0x7C00) == 0x7C00).all() and (half[nan] & 0x3FF).all(), "a NaN stays a NaN"
+        np.testing.assert_array_equal(half[~nan], rtz(v)[~nan])
+
+
+def test_cvt_pk_f32_fp8_fnuz(probe):
+    """gfx942's v_cvt_pk_f32_fp8 reads E4M3 FNUZ (bias 8, no Inf, no -0, 0x80 its only NaN): every code against
+    torch's float8_e4m3fnuz, the word select picking bytes 0, 1 or 2, 3. gfx90a has no FP8 converts: the probe
+    built for it has no such instruction and writes nothing."""
+    import torch
+    codes = np.arange(256, dtype=np.uint32)
+    words = codes[0::4] | codes[1::4] << 8 | codes[2::4] << 16 | codes[3::4] << 24   # lane l: codes 4l .. 4l + 3
+    inp = np.zeros(1024, dtype=np.uint32)
+    inp[:64] = words
+    lo, hi = probe(CVT_PK_FNUZ, inp, arg=0, out_init=0xDEADBEEF), probe(CVT_PK_FNUZ, inp, arg=1, out_init=0xDEADBEEF)
+    if probe.arch == "gfx90a-emu":
+        assert (lo == 0xDEADBEEF).all() and (hi == 0xDEADBEEF).all()
+        return
+    got = np.empty(256, dtype=np.uint32)
+    got[0::4], got[1::4], got[2::4], got[3::4] = lo[:64], lo[64:128], hi[:64], hi[64:128]
+    want = torch.from_numpy(codes.astype(np.uint8)).view(torch.float8_e4m3fnuz).float().numpy()
+    nan = np.isnan(want)
+    assert nan.tolist() == [c == 0x80 for c in range(256)]
+    assert np.isnan(got.view(np.float32)[0x80]), "0x80 is a NaN"
+    np.testing.assert_array_equal(got[~nan], want[~nan].view(np.uint32))
+    # hand-worked: 0x01 the smallest subnormal 2^-10, 0x08 the smallest normal 2^-7, 0x40 one, 0x7F 240, 0x81 -2^-10
+    f = got.view(np.float32)
+    assert f[0x01] == 2.0**-10 and f[0x08] == 2.0**-7 and f[0x40] == 1.0 and f[0x7F] == 240.0 and f[0x81] == -2.0**-10
+    assert got[0x00] == 0, "+0 (FNUZ has no -0)"
 
 
 def test_perm_b32(probe):

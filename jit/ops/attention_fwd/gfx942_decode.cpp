@@ -14,13 +14,17 @@ namespace {
 // AttnParams is trivial, so the derived fields start right after it on the host and on the GPU.
 static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams size changed: check the kernel");
 
-// The split planner's picture of the GPU, per CU: the kernel's resident waves (one-wave workgroups; the code objects
-// allow 2 waves per SIMD up to the 128 bucket and 1 above: tests/cpu/test_gfx942_decode_isa.py), HBM bytes per ns
+// The split planner's picture of the GPU, per CU: the kernel's resident waves (one-wave workgroups; 4 SIMDs of the
+// waves the kernel is built for, decode_min_waves: tests/cpu/test_gfx942_decode_isa.py, as many as MI300X's 64 KB
+// of LDS per CU holds), HBM bytes per ns
 // (MI300X: 5.3 TB/s over 304 CUs; an MI250X GCD, 1.6 TB/s over 110, is about the same per CU), the time of a round
 // trip to memory under load, and the part of a step's instructions its loads do not overlap (a wave requests the
 // next step's K after the step's S^T MFMAs and its V after the LDS write: a step costs a round trip plus the S^T
 // MFMAs). Assumptions, not measurements: docs/design-gfx942-decode.md.
-int waves_per_cu(int bucket) { return bucket <= 128 ? 8 : 4; }
+constexpr int kLdsPerCu = 64 * 1024;
+int waves_per_cu(int bucket, int kv_dtype) {
+  return std::min(4 * decode_min_waves(bucket, kv_dtype), kLdsPerCu / decode_lds_bytes(bucket));
+}
 constexpr double kBytesPerNsPerCu = 17.4;
 constexpr double kRoundTripNs = 2000.0;
 constexpr double kStepMathNs = 200.0;
@@ -36,6 +40,7 @@ struct Plan {
   int64_t steps = 0;  // KV steps of one item (packed: of a max_seqlen_k sequence), the planner's input
   int64_t workspace_bytes = 0;
   int merge_tiles = 0;  // merge workgroups per item: the call's 16-column tiles of O
+  int kv_dtype = RTC_KV_DTYPE_SAME;
   double row_bytes = 0;  // bytes the kernel reads per key row of K or of V (the bucket's columns; FP4: its scale)
 };
 
@@ -49,7 +54,7 @@ double split_ns(const Plan& pl, int cus, int64_t g) {
   const double step_bytes = 2.0 * decode_step_keys(pl.bucket) * pl.row_bytes;  // K and V
   const double partials = g > 1 ? 2.0 * pl.items * g * decode_part_bytes(pl.bucket) : 0.0;
   const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
-  const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket)));
+  const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket, pl.kv_dtype)));
   const double waves = rounds * double(ceil_div(pl.steps, g)) * (kRoundTripNs + kStepMathNs);
   const double merge = g > 1 ? double(ceil_div(g, DECODE_MERGE_BATCH)) * kRoundTripNs : 0.0;
   return std::max(hbm, waves) + merge;
@@ -63,6 +68,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.items = a.batch * a.heads_k * pl.chunks;
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
   pl.merge_tiles = int(ceil_div(a.head_dim, 16));
+  pl.kv_dtype = int(a.kv_dtype);
   pl.row_bytes = a.kv_dtype == RTC_KV_DTYPE_SAME       ? 2.0 * pl.bucket
                  : a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? pl.bucket / 2.0 + 1.0
                                                        : double(pl.bucket);

@@ -4,15 +4,18 @@
 // element type in registers, exactly (docs/numerics.md §10):
 //   * FP8: a value's bits go into an fp16 of the same value times 2^-s (E4M3 s = 8, FNUZ 7): the sign to bit 15,
 //     the exponent and mantissa fields to the top of fp16's (fp16 has their subnormals as its own, so the one
-//     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32;
-//   * E2M1: a v_perm_b32 table of the magnitudes' exact fp16 high bytes (unit_elems below), no multiply;
-//   * FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code gives
-//     (+-480, -0): the loop ORs its units' tests (unit_nan_codes) over a sub-tile and branches once, rarely: K's
-//     keys that hold one get NaN scores (what any NaN element gives them), V's elements are replaced in place by
-//     the NaN kv_quant.h's decode gives;
-//   * FP4: the lane's key's E8M0 scale comes with its row (one byte); V's is folded into the row's elements (the
-//     multiply is exact: bf16 has fp32's range, fp16 for scales 2^-22 .. 2^13), K's multiplies the key's scores in
-//     fp32 (kv_loop), as the FP8 descales multiply the scores and O.
+//     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32. FNUZ on gfx942
+//     by its own v_cvt_pk_f32_fp8 instead (RTC_KV_FP8_BY_CVT: exact, 0x80 a NaN);
+//   * E2M1: v_perm_b32 tables of the 8 magnitudes' element bytes (high and low), the codes' magnitudes as the
+//     selectors, the signs OR-ed in, one perm a pair to interleave (unit_elems below): no conversion;
+//   * placed FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code
+//     gives (+-480, -0): the loop ORs its units' tests (unit_nan_codes) over a sub-tile and branches once, rarely:
+//     K's keys that hold one get NaN scores (what any NaN element gives them), V's elements are replaced in place
+//     by the NaN kv_quant.h's decode gives;
+//   * FP4: the lane's key's E8M0 scale comes with its row (one byte); V's is folded into the tables of its key's
+//     elements (the 8 magnitudes times the scale in fp32, once per row: exact for bf16, fp32's range; fp16 for
+//     scales 2^-22 .. 2^13, rounded to nearest outside), K's multiplies the key's scores in fp32 (kv_loop), as the
+//     FP8 descales multiply the scores and O.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -24,6 +27,12 @@
 #include "gfx942_decode/params.h"
 #include "gfx942_decode/scheduler.h"
 #include "gfx942_decode/softmax.h"
+
+// FNUZ where the hardware converts it (gfx942: isa_gfx942.h); gfx90a has no FP8 converts and gfx950's read OCP E4M3,
+// so FNUZ keeps the bit placement there, as E4M3 does everywhere. RTC_KV_NAN_CODES: the placed formats, whose NaN
+// codes the loop tests.
+#define RTC_KV_FP8_BY_CVT (RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ && RTC_HAS_CVT_FP8_FNUZ)
+#define RTC_KV_NAN_CODES (RTC_KV_FP8 && !RTC_KV_FP8_BY_CVT)
 
 namespace gdec {
 
@@ -117,6 +126,10 @@ struct KvRows {
   int page_size, num_pages, len;
   rtc_u32 row_bytes;  // bytes of a row of the call's head dim
   rtc_buffer_rsrc r;  // varlen: the sequence's rows
+  // This lane's offsets from a sub-tile's first row (lane % 16 rows, and its first column's byte), computed once:
+  // a load adds them to the sub-tile's uniform offset, its units' columns being the loads' immediate offsets.
+  rtc_u32 lane_byte;
+  rtc_i64 lane_scale;
 };
 
 RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b, int hk) {
@@ -140,69 +153,81 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
   r.scale_row_stride = is_v ? p.vs_ss : p.ks_ss;
   r.scale = sc + row0 * r.scale_row_stride + (rtc_i64)hk * (is_v ? p.vs_sh : p.ks_sh);
 #endif
+  const int lane = (int)lane_id();
+  r.lane_byte = (rtc_u32)(lane & 15) * (rtc_u32)ss + col_byte((lane >> 4) * kQuadCols);
+  r.lane_scale = (rtc_i64)(lane & 15) * r.scale_row_stride;
   const rtc_i64 span = s.len_k <= 0 ? 0 : (rtc_i64)(s.len_k - 1) * ss + r.row_bytes;
   r.r = g942::uniform_rsrc(r.head, RTC_KV == RTC_KV_PAGED ? 0 : span);
   return r;
 }
 
 // This lane's share of key row j0 + lane % 16 (j0 uniform, a multiple of 16), as load_rows above with the cache's
-// bytes, and (FP4) the key's scale: 1 for a key that reads zeros.
+// bytes, and (FP4) the key's scale: 1 for a key that reads zeros. Pages hold a power of two rows, at least 16 (the
+// op checks it), so the sub-tile's first row in its page and the page are scalar work, and the lane's row is that
+// row plus lane % 16: its byte offsets are a uniform part and the lane's part (lane % 16 rows), the same every step.
+// FP4's units load unpredicated: every byte read is inside the resource (a page outside the pool has none, so it
+// reads zeros; past the sequence's rows a varlen resource reads zeros too), and what a lane reads past d or past the
+// sequence (a paged row of the last page) is finite, E2M1 having no NaN or Inf, and meets a zero: Q's columns past
+// d are zeros, a key past the sequence is masked (its score replaced, its weight 0) and its scale is 1.
 RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
-  const int key = j0 + (lane & 15), col0 = (lane >> 4) * kQuadCols;
-  rtc_i64 page_off = 0, row = key;
-  bool ok = key < kv.len;
+  const int col0 = (lane >> 4) * kQuadCols;
+  rtc_i64 page_off = 0, row0 = j0;
+  bool ok = (lane & 15) < kv.len - j0;  // key j0 + lane % 16 is one of the sequence's
   rtc_buffer_rsrc r = kv.r;
   if (RTC_KV == RTC_KV_PAGED) {
-    const int id = j0 < kv.len ? kv.table[j0 / kv.page_size] : -1;  // uniform: a sub-tile is inside one page
+    const int shift = __builtin_ctz((unsigned)kv.page_size);
+    const int id = j0 < kv.len ? kv.table[j0 >> shift] : -1;  // uniform: a sub-tile is inside one page
     const bool in_pool = id >= 0 && id < kv.num_pages;
     ok = ok && in_pool;
     const rtc_i64 page = in_pool ? id : 0;
     page_off = page * kv.scale_page_stride;
-    row = key % kv.page_size;
+    row0 = j0 & (kv.page_size - 1);
     r = g942::uniform_rsrc(kv.head + page * kv.page_stride,
                            in_pool ? (rtc_i64)(kv.page_size - 1) * kv.row_stride + kv.row_bytes : 0);
   }
-  const rtc_u32 row_byte = (rtc_u32)(row * kv.row_stride);
+  const rtc_u32 at = (rtc_u32)(row0 * kv.row_stride) + kv.lane_byte;  // the lane's row, column col0
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
 #if RTC_KV_FP8
     out.u[u] = rtc_u32x2{0u, 0u};
-    if (ok && col < d) out.u[u] = buffer_load_dwordx2(r, row_byte + col_byte(col), 0u);
+    if (ok && col < d) out.u[u] = buffer_load_dwordx2(r, at + col_byte(8 * u), 0u);
 #else
-    out.u[u] = 0u;
-    if (ok && col < d) out.u[u] = buffer_load_dword(r, row_byte + col_byte(col), 0u);
+    // unpredicated: see below
+    (void)col;
+    out.u[u] = buffer_load_dword(r, at + col_byte(8 * u), 0u);
 #endif
   }
   out.scale = 1.0f;
 #if RTC_KV_FP4
-  if (ok) out.scale = rtc_e8m0_decode(rtc_gld(kv.scale + page_off + row * kv.scale_row_stride));
+  const unsigned char* sc = kv.scale + page_off + row0 * kv.scale_row_stride;  // uniform
+  if (ok) out.scale = rtc_e8m0_decode(rtc_gld(sc + kv.lane_scale));
+#else
+  (void)page_off;
 #endif
 }
 
 // An element pair from fp16 bits h of two placed codes (as described at the top): each half times 2^s in fp16
-// (exact: every result is an fp16 normal or zero), then, for bf16 or FP4's V (times `mul`, its key's scale), through
-// fp32: bf16 its top half, fp16 rounded back (exact inside fp16's range).
+// (exact: every result is an fp16 normal or zero), then, for bf16, through fp32 (its top half).
 RTC_DEVICE float half_f32(rtc_u32 bits) {
   return (float)__builtin_bit_cast(_Float16, (unsigned short)(bits & 0xFFFFu));
 }
-// An fp16 pair e of exact values as the element type, times mul.
-RTC_DEVICE rtc_u32 pair_elems(rtc_u32 e, float mul) {
+// An fp16 pair e of exact values as the element type.
+RTC_DEVICE rtc_u32 pair_elems(rtc_u32 e) {
 #if RTC_DTYPE == RTC_DTYPE_FP16
-  if (!RTC_KV_FP4) return e;
-  return cvt_f16_f32(half_f32(e) * mul) | (cvt_f16_f32(half_f32(e >> 16) * mul) << 16);
+  return e;
 #else
   // the two fp32's top halves, one v_perm_b32 (the shift and and-or clang writes for it cost two)
-  return perm_b32(rtc_f32_bits(half_f32(e >> 16) * mul), rtc_f32_bits(half_f32(e) * mul), 0x07060302u);
+  return perm_b32(rtc_f32_bits(half_f32(e >> 16)), rtc_f32_bits(half_f32(e)), 0x07060302u);
 #endif
 }
 template <int kShift>
-RTC_DEVICE rtc_u32 placed_elems(rtc_u32 h, float mul) {
+RTC_DEVICE rtc_u32 placed_elems(rtc_u32 h) {
   constexpr _Float16 kScale = (_Float16)(float)(1u << kShift);
   const _Float16 lo = __builtin_bit_cast(_Float16, (unsigned short)(h & 0xFFFFu)) * kScale;
   const _Float16 hi = __builtin_bit_cast(_Float16, (unsigned short)(h >> 16)) * kScale;
-  return pair_elems(
-      (rtc_u32) __builtin_bit_cast(unsigned short, lo) | ((rtc_u32) __builtin_bit_cast(unsigned short, hi) << 16), mul);
+  return pair_elems((rtc_u32) __builtin_bit_cast(unsigned short, lo) |
+                    ((rtc_u32) __builtin_bit_cast(unsigned short, hi) << 16));
 }
 
 // The placement of two codes, v_perm_b32 gathering the bytes (a pair: 2 perms, a shift, an and-or): the perm source
@@ -216,12 +241,28 @@ RTC_DEVICE rtc_u32 placed_pair(rtc_u32 mags_hi, rtc_u32 mags_lo, rtc_u32 mag_sel
   return (perm_b32(signs_hi, signs_lo, sign_sel) & 0x80008000u) | m;
 }
 
-#if RTC_KV_FP8
+#if RTC_KV_FP8_BY_CVT
+// FNUZ on gfx942 by its own convert: v_cvt_pk_f32_fp8 gives a word's two codes as fp32, exactly, 0x80 as a NaN (so
+// there is no NaN test and no fix-up); bf16 takes the fp32s' top halves (one perm), fp16 converts the pair in one
+// v_cvt_pkrtz_f16_f32 (exact whatever the rounding: every FNUZ value is an fp16 normal or zero).
+template <bool kHi>
+RTC_DEVICE rtc_u32 fnuz_pair(rtc_u32 x) {
+  const rtc_f32x2 f = cvt_pk_f32_fp8_fnuz<kHi>(x);
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  return cvt_pkrtz_f16_f32(f[0], f[1]);
+#else
+  return perm_b32(rtc_f32_bits(f[1]), rtc_f32_bits(f[0]), 0x07060302u);
+#endif
+}
+RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) {
+  return rtc_u32x4{fnuz_pair<false>(u[0]), fnuz_pair<true>(u[0]), fnuz_pair<false>(u[1]), fnuz_pair<true>(u[1])};
+}
+#elif RTC_KV_FP8
 // Codes 2p and 2p + 1 of the dword x (mags: x & 0x7F7F7F7F): the magnitudes (7 bits) to fp16 bits 7..13.
 RTC_DEVICE rtc_u32 fp8x2_elems(rtc_u32 x, rtc_u32 mags, int p) {
   const rtc_u32 h = placed_pair<7>(mags, mags, 0x0C000C00u | ((2u * p + 1u) << 16) | (2u * p), x, x,
                                    ((2u * p + 1u) << 24) | 0x000C000Cu | ((2u * p) << 8));
-  return placed_elems < RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 7 : 8 > (h, 1.0f);
+  return placed_elems < RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ ? 7 : 8 > (h);
 }
 // A unit's NaN codes: bit 7 of a byte set where either dword's byte is a NaN code (a byte's magnitude m is at most
 // 0x7F, so neither sum below carries into the next byte). E4M3: m + 1 reaches bit 7 where m is 0x7F; FNUZ: m + 0x7F
@@ -263,30 +304,111 @@ RTC_DEVICE void fix_nan_elems(rtc_u32x4& w) {
   for (int i = 0; i < 4; ++i) w[i] = nan_fix(w[i] & 0xFFFFu) | (nan_fix(w[i] >> 16) << 16);
 }
 #else
-// E2M1 by table: every magnitude (0, 0.5, 1, 1.5, 2, 3, 4, 6) is an fp16 whose low byte is 0, so its high byte
-// (0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46) is the whole code, and the 8 of them fill the 8-byte source of a
-// v_perm_b32 that takes four 3-bit magnitudes, a byte each, as its selector: four codes' high bytes in one
-// instruction, their signs OR-ed into bit 7, then one perm per pair puts two high bytes above zero low bytes.
-constexpr rtc_u32 kFp4HighBytes03 = 0x3E3C3800u, kFp4HighBytes47 = 0x46444240u;
+// E2M1 by table: each of the 8 magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6) times the row's scale is one element of the
+// element type, computed once per row (V: its key's E8M0 scale; K: 1, constants), its high and low bytes in two
+// 8-byte tables, the sources of a v_perm_b32 whose selector is four 3-bit magnitudes (a byte each): four codes'
+// high (low) bytes in one instruction. The sign is OR-ed into bit 7 of the high bytes; one perm per pair then puts
+// two elements' low and high bytes side by side. Unscaled, every element's low byte is 0 in fp16 (the high bytes
+// 0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46), so K's fp16 tables have no low half.
+template <bool kLow>
+struct Fp4Tables {
+  rtc_u32 h03, h47;  // high bytes of magnitudes 0..3, 4..7
+  rtc_u32 l03, l47;  // low bytes (kLow)
+};
+#if RTC_DTYPE == RTC_DTYPE_FP16
+typedef Fp4Tables<false> KTables;
+constexpr KTables kKTables = {0x3E3C3800u, 0x46444240u, 0u, 0u};
+#else
+typedef Fp4Tables<true> KTables;
+constexpr KTables kKTables = {0x3F3F3F00u, 0x40404040u, 0xC0800000u, 0xC0804000u};
+#endif
+typedef Fp4Tables<true> VTables;
 
-// The unit's 8 elements times mul (V: its key's scale; K: 1). lo / hi: the high bytes of the low / high nibbles'
-// codes of bytes 0..3, signed (the low nibble's sign is bit 3 of its byte, the high one's bit 7).
+// The tables of the elements m x mul, m the 8 magnitudes: each the element computed as the fp32 path computes it
+// (bf16: the fp32 product's top half, exact; fp16: the product rounded to nearest even), so a code's element is the
+// same bits it was, a negative code's with bit 15 set (-0 for -0; a NaN scale gives NaN elements of the code's
+// sign). Per row 8 multiplies, (fp16) 8 converts, and 8 perms gathering the bytes.
+// An element's bits: fp16 in the low half, bf16 in the high half (the fp32's top).
+RTC_DEVICE rtc_u32 fp4_elem_bits(float m, float mul) {
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  return cvt_f16_f32(m * mul);
+#else
+  return rtc_f32_bits(m * mul);
+#endif
+}
+// bytes (low, high) of elements a..d: {a.l, b.l, c.l, d.l} and {a.h, b.h, c.h, d.h}
+RTC_DEVICE void fp4_table_bytes(rtc_u32 a, rtc_u32 b, rtc_u32 c, rtc_u32 d, rtc_u32& lo, rtc_u32& hi) {
+  constexpr rtc_u32 kSel = RTC_DTYPE == RTC_DTYPE_FP16 ? 0x05010400u : 0x07030602u;  // {x.l, y.l, x.h, y.h}
+  const rtc_u32 ab = perm_b32(b, a, kSel), cd = perm_b32(d, c, kSel);
+  lo = perm_b32(cd, ab, 0x05040100u);
+  hi = perm_b32(cd, ab, 0x07060302u);
+}
+RTC_DEVICE VTables v_tables(float mul) {
+  VTables t;
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  fp4_table_bytes(fp4_elem_bits(0.0f, mul), fp4_elem_bits(0.5f, mul), fp4_elem_bits(1.0f, mul),
+                  fp4_elem_bits(1.5f, mul), t.l03, t.h03);
+  fp4_table_bytes(fp4_elem_bits(2.0f, mul), fp4_elem_bits(3.0f, mul), fp4_elem_bits(4.0f, mul),
+                  fp4_elem_bits(6.0f, mul), t.l47, t.h47);
+#else
+  // bf16: the products two at a time (v_pk_mul_f32), the same fp32 products
+  const rtc_f32x2 m = {mul, mul};
+  const rtc_f32x2 p01 = rtc_f32x2{0.0f, 0.5f} * m, p23 = rtc_f32x2{1.0f, 1.5f} * m;
+  const rtc_f32x2 p45 = rtc_f32x2{2.0f, 3.0f} * m, p67 = rtc_f32x2{4.0f, 6.0f} * m;
+  fp4_table_bytes(rtc_f32_bits(p01[0]), rtc_f32_bits(p01[1]), rtc_f32_bits(p23[0]), rtc_f32_bits(p23[1]), t.l03, t.h03);
+  fp4_table_bytes(rtc_f32_bits(p45[0]), rtc_f32_bits(p45[1]), rtc_f32_bits(p67[0]), rtc_f32_bits(p67[1]), t.l47, t.h47);
+#endif
+  return t;
+}
+
+// The order of a unit's 8 elements as unit_elems gives them: pair j holds columns kUnitCol[2j], kUnitCol[2j + 1]
+// (the low nibbles' codes, columns 0 2 4 6, then the high nibbles', 1 3 5 7: a pair is one perm of two tables' bytes).
+// Q's columns take the same order (q_unit_order) so that K's MFMAs contract matching columns; V's elements are
+// written to their columns one by one.
+constexpr int kUnitCol[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+RTC_DEVICE rtc_u32x4 q_unit_order(rtc_u32x4 w) {
+  return rtc_u32x4{perm_b32(w[1], w[0], 0x05040100u), perm_b32(w[3], w[2], 0x05040100u),
+                   perm_b32(w[1], w[0], 0x07060302u), perm_b32(w[3], w[2], 0x07060302u)};
+}
+
+// The unit's 8 elements in kUnitCol's order. sel: the magnitudes of the low / high nibbles of bytes 0..3; H, L: their
+// high bytes signed (the low nibble's sign is bit 3 of its byte, the high one's bit 7) and low bytes.
+template <bool kLow>
+RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, const Fp4Tables<kLow>& t) {
+  const rtc_u32 sel_lo = u & 0x07070707u, sel_hi = (u >> 4) & 0x07070707u;
+  const rtc_u32 h_lo = perm_b32(t.h47, t.h03, sel_lo) | ((u << 4) & 0x80808080u);
+  const rtc_u32 h_hi = perm_b32(t.h47, t.h03, sel_hi) | (u & 0x80808080u);
+  if (!kLow)  // zero low bytes (selector 12)
+    return rtc_u32x4{perm_b32(h_lo, h_lo, 0x050C040Cu), perm_b32(h_lo, h_lo, 0x070C060Cu),
+                     perm_b32(h_hi, h_hi, 0x050C040Cu), perm_b32(h_hi, h_hi, 0x070C060Cu)};
+  const rtc_u32 l_lo = perm_b32(t.l47, t.l03, sel_lo), l_hi = perm_b32(t.l47, t.l03, sel_hi);
+  return rtc_u32x4{perm_b32(h_lo, l_lo, 0x05010400u), perm_b32(h_lo, l_lo, 0x07030602u),
+                   perm_b32(h_hi, l_hi, 0x05010400u), perm_b32(h_hi, l_hi, 0x07030602u)};
+}
+// The unit's 8 elements times mul in column order (pair j: columns 2j, 2j + 1).
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float mul) {
-  const rtc_u32 lo = perm_b32(kFp4HighBytes47, kFp4HighBytes03, u & 0x07070707u) | ((u << 4) & 0x80808080u);
-  const rtc_u32 hi = perm_b32(kFp4HighBytes47, kFp4HighBytes03, (u >> 4) & 0x07070707u) | (u & 0x80808080u);
-  rtc_u32x4 w;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const rtc_u32 e = perm_b32(hi, lo, 0x000C000Cu | ((rtc_u32)j << 8) | ((4u + j) << 24));
-    w[j] = pair_elems(e, mul);
-  }
-  return w;
+  const rtc_u32x4 w = unit_elems(u, v_tables(mul));
+  return rtc_u32x4{perm_b32(w[2], w[0], 0x05040100u), perm_b32(w[2], w[0], 0x07060302u),
+                   perm_b32(w[3], w[1], 0x05040100u), perm_b32(w[3], w[1], 0x07060302u)};
 }
 #endif
 #endif  // RTC_KV_DTYPE
 
-#if !RTC_KV_FP8
-// Formats without NaN codes (a cache in q's dtype carries its NaNs as they are; FP4's come from its scale).
+#if RTC_KV_FP4
+// What K's and V's expansions take beside the bytes: FP4 the tables (K's constant, V's of its key's scale);
+// elsewhere V's scale (1: FP8's descale multiplies O).
+RTC_DEVICE KTables k_map() { return kKTables; }
+RTC_DEVICE VTables v_map(float scale) { return v_tables(scale); }
+#else
+RTC_DEVICE float k_map() { return 1.0f; }
+RTC_DEVICE float v_map(float scale) { return scale; }
+// The unit's elements in column order, Q's as loaded.
+constexpr int kUnitCol[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+RTC_DEVICE rtc_u32x4 q_unit_order(rtc_u32x4 w) { return w; }
+#endif
+
+#if !RTC_KV_NAN_CODES
+// Formats without NaN codes, or whose convert makes them NaNs (a cache in q's dtype carries its NaNs as they are; FP4's come from its scale).
 RTC_DEVICE rtc_u32 unit_nan_codes(const KvUnit&) { return 0u; }
 RTC_DEVICE void fix_nan_elems(rtc_u32x4&) {}
 #endif

@@ -25,12 +25,13 @@
 namespace gdec {
 
 constexpr int kDSteps = kBucket / 16;   // k-steps of one S^T MFMA chain
-constexpr int kVtPitch = 20;            // V^T tile row pitch in elements: 16 keys + 4 (8-byte aligned reads)
+constexpr int kVtPitch = DECODE_VT_PITCH;  // V^T tile row pitch in elements (params.h)
 
 // LDS: one 16-key V^T tile, [bucket columns][kVtPitch].
 struct Smem {
   rtc_elem_t vt[kBucket * kVtPitch];
 };
+static_assert(sizeof(Smem) == decode_lds_bytes(kBucket), "params.h's decode_lds_bytes is the kernel's LDS");
 
 // D = A B + C of the element type.
 RTC_DEVICE rtc_f32x4 mma(Frag a, Frag b, rtc_f32x4 c) {
@@ -41,15 +42,15 @@ RTC_DEVICE rtc_f32x4 mma(Frag a, Frag b, rtc_f32x4 c) {
 #endif
 }
 
-// Q as S^T's B fragments, k-step ds = 2u (+1): this lane's row (rk), columns quad kQuadCols + 8u .. +7. A row of no
-// query and columns past d are zeros.
+// Q as S^T's B fragments, k-step ds = 2u (+1): this lane's row (rk), columns quad kQuadCols + 8u .. +7 in the order
+// K's unit_elems gives its unit (q_unit_order, kv_cache.h). A row of no query and columns past d are zeros.
 RTC_DEVICE void load_q(Frag (&q)[kDSteps], rtc_buffer_rsrc qr, rtc_u32 row_byte, bool row_ok, int lane, int d) {
   const int col0 = (lane >> 4) * kQuadCols;
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
     rtc_u32x4 w = {0u, 0u, 0u, 0u};
-    if (row_ok && col < d) w = buffer_load_dwordx4(qr, row_byte + (rtc_u32)(col * 2), 0u);
+    if (row_ok && col < d) w = q_unit_order(buffer_load_dwordx4(qr, row_byte + (rtc_u32)(col * 2), 0u));
     q[2 * u] = g942::as_frag(w[0], w[1]);
     q[2 * u + 1] = g942::as_frag(w[2], w[3]);
   }
@@ -65,9 +66,10 @@ RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], i
   const int key = lane & 15, col0 = (lane >> 4) * kQuadCols;
   rtc_u32x4 x[kLoads];
   rtc_u32 nans = 0u;
+  const auto map = v_map(v.scale);
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
-    x[u] = unit_elems(v.u[u], v.scale);
+    x[u] = unit_elems(v.u[u], map);
     nans |= unit_nan_codes(v.u[u]);
   }
   if (__builtin_expect(nans != 0u, 0)) {  // rare: the lanes whose V row holds an FP8 NaN code
@@ -80,7 +82,8 @@ RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], i
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const rtc_u32 w = x[u][e >> 1];
-      ds_write<rtc_elem_t>(&sm.vt[(col0 + 8 * u + e) * kVtPitch + key], (rtc_elem_t)((e & 1) ? w >> 16 : w & 0xFFFFu));
+      ds_write<rtc_elem_t>(&sm.vt[(col0 + 8 * u + kUnitCol[e]) * kVtPitch + key],
+                           (rtc_elem_t)((e & 1) ? w >> 16 : w & 0xFFFFu));
     }
   }
   if (more) load_rows(vr, j_next, lane, d, v);
@@ -156,13 +159,13 @@ RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag
       rtc_u32 nans = 0u;
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
-        const rtc_u32x4 w = unit_elems(kv[s].u[u], 1.0f);
+        const rtc_u32x4 w = unit_elems(kv[s].u[u], k_map());
         nans |= unit_nan_codes(kv[s].u[u]);
         sc[s] = mma(g942::as_frag(w[0], w[1]), q[2 * u], sc[s]);
         sc[s] = mma(g942::as_frag(w[2], w[3]), q[2 * u + 1], sc[s]);
       }
       key_scales(sc[s], kv[s].scale, k_descale, quad);
-      if (RTC_KV_FP8) key_nans(sc[s], nans != 0u, quad);
+      if (RTC_KV_NAN_CODES) key_nans(sc[s], nans != 0u, quad);
     }
     if (more) {
 #pragma unroll

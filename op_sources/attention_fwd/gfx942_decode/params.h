@@ -11,3 +11,17 @@
 // 4 sub-tiles took 260 VGPRs + AGPRs: one wave per SIMD).
 RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 64 ? 4 : bucket <= 192 ? 2 : 1; }
 RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(bucket); }
+
+// The V^T tile's row pitch in elements (16 keys + 4: 8-byte aligned reads), and the LDS a workgroup takes: one
+// 16-key V^T tile of the bucket's columns, 16-bit elements (mainloop.h's Smem).
+#define DECODE_VT_PITCH 20
+RTC_HD constexpr int decode_lds_bytes(int bucket) { return bucket * DECODE_VT_PITCH * 2; }
+
+// Waves per SIMD the kernel is built for, by bucket and cache format: 2 up to 128, and above it 2 for FP4 (its bytes
+// take a quarter of a 16-bit row's registers) and 1 otherwise (a step's K and V registers need more than 256: FP8
+// fits on gfx942 and gfx950 but spills on gfx90a). The kernel asks for them (amdgpu_waves_per_eu), which bounds its
+// registers to 256 a wave where it asks 2, and under that bound clang gives the MFMAs VGPR accumulators: no AGPR
+// copies around O's rescale each step. The split planner counts the same waves.
+RTC_HD constexpr int decode_min_waves(int bucket, int kv_dtype) {
+  return bucket <= 128 || kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? 2 : 1;
+}

@@ -27,6 +27,8 @@ LDS_PER_CU = {"gfx942": 64 * 1024, "gfx90a": 64 * 1024, "gfx950": 160 * 1024}
 LLVM_MAJOR = {"gfx942": 19, "gfx90a": 19, "gfx950": 22}
 TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
 # Bytes one wave64 instruction moves through the LDS (reads, writes, cross-lane traffic, DMA fill).
+# Bytes a lane loads with one VMEM load, by the op's width suffix.
+LOAD_BYTES = {"ubyte": 1, "sbyte": 1, "ushort": 2, "sshort": 2, "dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16}
 LDS_BYTES = {"ds_read_b32": 256, "ds_write_b32": 256, "ds_read_b64": 512, "ds_write_b64": 512,
              "ds_read2_b64": 1024, "ds_read_b128": 1024, "ds_write_b128": 1024, "ds_swizzle_b32": 256,
              "ds_bpermute_b32": 256}
@@ -54,15 +56,21 @@ class Report:
         return f"{prefix}{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}{cache}"
 
     @property
-    def waves_per_simd(self) -> int:
-        """Waves per SIMD the code object allows (512-entry unified VGPR file, the arch's LDS, 4 SIMDs), in whole
-        workgroups: a workgroup's waves are resident together or not at all."""
+    def waves_per_cu(self) -> int:
+        """Waves per CU the code object allows (a 512-entry unified VGPR file per SIMD, 4 SIMDs, the arch's LDS per
+        CU), in whole workgroups: a workgroup's waves are resident together or not at all, spread over the SIMDs."""
         regs = self.notes["vgpr_count"] + self.notes["agpr_count"]
-        by_regs = 8 if regs == 0 else min(8, 512 // (math.ceil(regs / 8) * 8))
+        by_regs = 8 if regs == 0 else min(8, 512 // (math.ceil(regs / 8) * 8))  # per SIMD
         lds = self.notes["group_segment_fixed_size"]
-        waves_per_group_per_simd = math.ceil(self.notes["max_flat_workgroup_size"] / 64 / 4)
-        groups = min(LDS_PER_CU[self.arch] // lds if lds else 8, by_regs // waves_per_group_per_simd)
-        return groups * waves_per_group_per_simd
+        waves_per_group = math.ceil(self.notes["max_flat_workgroup_size"] / 64)
+        by_lds = LDS_PER_CU[self.arch] // lds if lds else 32  # workgroups per CU
+        return min(by_lds, 4 * by_regs // waves_per_group) * waves_per_group
+
+    @property
+    def waves_per_simd(self) -> int:
+        """Waves per SIMD (waves_per_cu over the 4 SIMDs, rounded down: one-wave workgroups whose LDS lets a CU hold 6
+        run 2, 2, 1 and 1 on its SIMDs)."""
+        return self.waves_per_cu // 4
 
 
 def _tool(name: str, arch: str = "gfx942") -> str:
@@ -201,7 +209,8 @@ def rare_blocks(insts: list) -> set:
 
 def count(body: list) -> dict:
     c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
-         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "total": len(body)}
+         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "cvt_fp8": 0, "load_bytes": 0,
+         "total": len(body)}
     for _, op, args in body:
         if op.startswith("v_mfma"):
             c["mfma"] += 1
@@ -209,12 +218,15 @@ def count(body: list) -> dict:
             c["valu"] += 1
             c["trans"] += bool(TRANSCENDENTAL.match(op))
             c["cndmask"] += op.startswith("v_cndmask")
+            c["cvt_fp8"] += op.startswith(("v_cvt_f32_fp8", "v_cvt_pk_f32_fp8"))  # FP8 to fp32 by the hardware
         elif op.startswith("ds_"):
             c["lds"] += 1
             c["lds_bytes"] += LDS_BYTES.get(op, 256)
         elif op.startswith(("buffer_", "global_", "flat_", "scratch_")):
             c["vmem"] += 1
             c["vmem16"] += op.endswith("_dwordx4") and "load" in op  # 16 bytes a lane: the V^T fragments
+            if "_load_" in op:
+                c["load_bytes"] += LOAD_BYTES.get(op.split("_load_")[1], 0)
             if args.rstrip().endswith(" lds"):
                 c["lds_dma"] += 1
                 c["lds_bytes"] += 256

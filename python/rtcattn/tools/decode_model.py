@@ -82,9 +82,10 @@ def wave_step_seconds(loop: dict) -> float:
     return max(LATENCY_S + loop["mfma"] // 2 * MFMA_CYCLES / CLOCK_HZ, step_seconds(loop))
 
 
-def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS, kv_dtype: str = "same") -> dict:
-    """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy; kv_bytes
-    (and the ideal time) are the bytes the cache's format takes, scales included."""
+def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dtype: str = "same") -> dict:
+    """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy (a CU's
+    resident waves over its 4 SIMDs: 1.5 where LDS lets a CU hold 6 one-wave workgroups); kv_bytes (and the ideal
+    time) are the bytes the cache's format takes, scales included."""
     b, ctx, hq, hk, page, sq, d = case
     p = plan(case, cus, kv_dtype)
     bucket, splits, items, steps = p["bucket"], p["splits"], p["items"], p["steps"]
@@ -93,7 +94,7 @@ def model(case: tuple, loop: dict, waves_per_simd: int, cus: int = CUS, kv_dtype
     partials = items * splits * part if splits > 1 else 0
     attn_bytes = kv + 2 * b * sq * hq * d * 2 + b * math.ceil(ctx / page) * 4 + partials
     step = step_seconds(loop)
-    slots = cus * 4 * waves_per_simd
+    slots = round(cus * 4 * waves_per_simd)
     rounds = math.ceil(p["grid_attn"] / slots)
     out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
            "ideal": kv / HBM_BYTES_PER_S,
@@ -112,7 +113,7 @@ def case_models(report_of, kv_dtype: str = "same") -> list:
     out = []
     for case in CASES:
         r = report_of(bucket_of(case[6]), kv_dtype)
-        out.append(model(case, r.loop, r.waves_per_simd, kv_dtype=kv_dtype))
+        out.append(model(case, r.loop, r.waves_per_cu / 4, kv_dtype=kv_dtype))  # a CU's waves over its SIMDs
     return out
 
 

@@ -1,6 +1,7 @@
 // Runs one wrapped instruction of isa_gfx9.h on one wave so a test can compare every lane.
 #include "platform.h"
 #include "isa_gfx9.h"
+#include "isa_gfx942.h"
 
 // in: 64 words for kExp2, kCvtF16, kReadFirst, kVote, kBufStore; 192 for the DPP ops, kPerm and kBpermute
 // (x, y, z below); 1536 for the MFMA ops; num_records (arg) bytes for kBufLoad/kBufLds.
@@ -32,7 +33,9 @@ enum {
   kBufStore,
   kMfma16F16,
   kMfma32F16,
-  kCvtF16
+  kCvtF16,
+  kCvtPkFnuz,  // arg: hi; out[l], out[64 + l]: v_cvt_pk_f32_fp8 (gfx942's FNUZ) of in[l]; gfx90a has none: nothing
+  kCvtPkrtz    // v_cvt_pkrtz_f16_f32 of in[l] (low half) and in[64 + l]
 };
 
 struct ProbeLds {
@@ -111,6 +114,7 @@ RTC_DEVICE rtc_u32 probe_one(const ProbeParams& p, int l) {  // the ops with one
   }
   const rtc_u32 y = rtc_gld(p.in + 64 + l);
   switch (p.op) {
+    case kCvtPkrtz: return cvt_pkrtz_f16_f32(as_f32(x), as_f32(y));
     case kRowShr: return dpp_mov<0x111>(y, x);            // row_shr:1, bound_ctrl
     case kRowRor: return dpp_mov<0x123>(y, x);            // row_ror:3
     case kQuadPerm: return dpp_mov<0x1B>(y, x);           // quad_perm:[3,2,1,0]
@@ -139,6 +143,15 @@ RTC_KERNEL(64) isa_probe(ProbeParams p) {
     case kBufLoad:
     case kBufLds:
     case kBufStore: probe_buffers(p, l); break;
+    case kCvtPkFnuz: {
+#if RTC_HAS_CVT_FP8_FNUZ
+      const rtc_u32 x = rtc_gld(p.in + l);
+      const rtc_f32x2 f = p.arg ? cvt_pk_f32_fp8_fnuz<true>(x) : cvt_pk_f32_fp8_fnuz<false>(x);
+      rtc_gst(p.out + l, as_u32(f[0]));
+      rtc_gst(p.out + 64 + l, as_u32(f[1]));
+#endif
+      break;
+    }
     default: rtc_gst(p.out + l, probe_one(p, l)); break;
   }
 }
