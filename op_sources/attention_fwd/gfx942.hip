@@ -30,6 +30,7 @@
 #include "bf16_round.h"
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"
+#include "kv_quant.h"
 #include "gfx942/params.h"
 #include "gfx942/tiles.h"
 #include "gfx942/softmax.h"
@@ -75,7 +76,7 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   // can be a constant the compiler rematerialises instead of holding an SGPR for it.
   const rtc_buffer_rsrc vt = uniform_rsrc(vt_blocks(p, w, seq, hk), 0xFFFFFFFFll);
   const OutPlan op = out_plan(p, w, seq);
-  const rtc_i64 k_ss = p.k_ss;
+  const rtc_i64 k_ss = GFX942_K_FROM_CACHE ? p.k_ss : kBucket;  // a quantized cache: the expanded rows'
   const int seq_k = seq.len_k;
   const float c = p.scale_log2;
   Acc a;
@@ -115,7 +116,13 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
                      group_b,
                      w.q0 + kRowsPerWave * wave + (lane & 15) + seq_k - seq.len_q,
                      p.window_left,
-                     p.window_right};
+                     p.window_right
+#if !GFX942_K_FROM_CACHE
+                     ,
+                     key_scale_rsrc(p, seq, w.b, hk),
+                     kv_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, hk)
+#endif
+  };
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an
   // iteration: MFMA step 0 (QK only) before it, softmax(nblk-1) and the PV-only step after it.
   // So the loop body has neither the PV/QK switches nor the kv mask, which only the last block
@@ -140,6 +147,14 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (!group_b) __syncthreads();  // matches group B's stagger barrier
+#if RTC_KV_FP8
+  // FP8's V descale on O, in fp32 before the division by l (numerics §10).
+  const float v_descale = kv_descale(p.v_descale, p.vd_sb, p.vd_sh, w.b, hk);
+#pragma unroll
+  for (int g = 0; g < kTilesPerWave; ++g)
+#pragma unroll
+    for (int t = 0; t < kHdTiles; ++t) a.o[g][t] *= v_descale;
+#endif
   epilogue(op, a, st, wave, lane, RowKeys{true, w.q0 + seq_k - seq.len_q, kw.left, kw.right, kw.seq_k});
 }
 

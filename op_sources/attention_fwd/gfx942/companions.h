@@ -6,16 +6,24 @@
 #include "gfx942/tiles.h"
 #include "gfx942/sequences.h"
 #include "gfx942/softmax.h"
+#include "gfx942/kv_cache.h"
 
 namespace g942 {
 
 // V^T block out_block from the 64 V rows of block n of sequence s (K/V head h): stage the rows in LDS
 // (rows past the sequence's keys, and columns past the call's head dim, as zeros: 0 x garbage can be NaN in PV),
 // then write the bucket's 16-byte chunks in the PV fragment order. Wave w stages rows w, w + 8, ..., its lanes
-// the row's dwords, 64 at a time.
+// the row's dwords, 64 at a time. A quantized cache's block is expanded into the same staging rows, and its K rows
+// into the K workspace, by kv_block (gfx942/kv_cache.h).
 RTC_DEVICE void vt_block(const Gfx942Params& p, Smem& sm, const Seq& s, int b, int h, int n, rtc_i64 out_block) {
-  constexpr int kRowDwords = kBucket / 2, kRounds = (kRowDwords + 63) / 64;
-  const int tid = threadIdx.x, lane = tid & 63, dwords = p.head_dim / 2;
+  constexpr int kRowDwords = kBucket / 2;
+  const int tid = threadIdx.x;
+#if !GFX942_K_FROM_CACHE
+  // A quantized cache: V's rows expanded into the staging rows, K's into the K workspace (gfx942/kv_cache.h).
+  kv_block(p, sm.vt, s, b, h, n, out_block);
+#else
+  constexpr int kRounds = (kRowDwords + 63) / 64;
+  const int lane = tid & 63, dwords = p.head_dim / 2;
   const int len = s.len_k;
   // Row kv of load j is this wave's row + 8j: uniform, so each paged load has one page.
   const int wave_row = n * GFX942_KV_ROWS + (int)readfirstlane((rtc_u32)tid >> 6);
@@ -42,6 +50,7 @@ RTC_DEVICE void vt_block(const Gfx942Params& p, Smem& sm, const Seq& s, int b, i
       ds_write<rtc_u32>(&sm.vt[(kv - n * GFX942_KV_ROWS) * kRowDwords + dw], w);
     }
   }
+#endif
   __syncthreads();
   rtc_elem_t* ws = (rtc_elem_t*)p.workspace;
   const rtc_buffer_rsrc out = uniform_rsrc(ws + out_block * (kVtBlockBytes / 2), kVtBlockBytes);

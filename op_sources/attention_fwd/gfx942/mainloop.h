@@ -11,12 +11,14 @@
 #include "gfx942/softmax.h"
 #include "gfx942/sequences.h"
 #include "gfx942/scheduler.h"
+#include "gfx942/kv_cache.h"
 
 namespace g942 {
 
 // Where the item's K rows come from: its sequence's rows of its K/V head, row j at base + j * row bytes and
-// rows [0, len) real; or (paged) the block table, one page per 16-row group.
-#if RTC_KV == RTC_KV_PAGED
+// rows [0, len) real; or (paged) the block table, one page per 16-row group. A quantized cache: the K workspace's
+// expanded rows (gfx942/kv_cache.h), kBucket elements apart, paged or not.
+#if RTC_KV == RTC_KV_PAGED && GFX942_K_FROM_CACHE
 using KRows = PagedRows;
 #else
 struct KRows {
@@ -25,10 +27,14 @@ struct KRows {
 };
 #endif
 RTC_DEVICE KRows k_rows(const Gfx942Params& p, const Seq& s, int b, int hk) {
-#if RTC_KV == RTC_KV_PAGED
+#if RTC_KV == RTC_KV_PAGED && GFX942_K_FROM_CACHE
   return paged_rows(p, p.k, p.k_sb, p.k_ss, p.k_sh, b, hk, s.len_k);
 #else
+#if GFX942_K_FROM_CACHE
   const rtc_u64 base = (rtc_u64)(p.k + s.k_off + (rtc_i64)hk * p.k_sh);
+#else
+  const rtc_u64 base = kx_rows(p, s, b, hk);
+#endif
   return KRows{readfirstlane((rtc_u32)base), readfirstlane((rtc_u32)(base >> 32)), s.len_k};
 #endif
 }
@@ -75,7 +81,7 @@ RTC_DEVICE void issue_k(AttnSmem& sm, const KRows& k, rtc_i64 k_ss, int kb, int 
   rtc_u32 l = (rtc_u32)lane;
   const rtc_u64 row_bytes = (rtc_u64)k_ss * 2;
   const int j0 = kb * GFX942_KV_ROWS + wave4 * 16;
-#if RTC_KV == RTC_KV_PAGED
+#if RTC_KV == RTC_KV_PAGED && GFX942_K_FROM_CACHE
   int rows;
   const rtc_u64 first = paged_group(k, j0, rows);
 #else
@@ -207,6 +213,10 @@ struct KvWalk {
   bool group_b;
   // RTC_MASK: this lane's first row's diagonal key (row + Sk - Sq; tile g adds 16g) and the window.
   int diag0, left, right;
+#if !GFX942_K_FROM_CACHE
+  rtc_buffer_rsrc key_scales;  // FP4: the item's key scales (gfx942/kv_cache.h)
+  float k_descale;             // FP8 (1 for FP4)
+#endif
 };
 
 // The window of tile g's row of this lane, as key bounds [lo, hi] (hi <= Sk - 1; empty: lo > hi).
@@ -224,6 +234,14 @@ RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
 template <bool kLast, bool kMasked = false>
 RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k) {
   const int kb = kw.kb0 + k, valid = kw.seq_k - kb * GFX942_KV_ROWS;
+#if !GFX942_K_FROM_CACHE
+  // A quantized cache's K scale on the scores, in fp32 before the softmax scale (numerics §10).
+  const KeyMul km = key_mul(kw.key_scales, kw.k_descale, kb, kw.lane >> 4);
+#pragma unroll
+  for (int g = 0; g < kTilesPerWave; ++g)
+#pragma unroll
+    for (int sub = 0; sub < kSub; ++sub) a.s[g][sub] *= km.f[sub];
+#endif
 #pragma unroll
   for (int g = 0; g < kTilesPerWave; ++g) {
     if (kMasked) {
