@@ -208,20 +208,27 @@ struct KvWalk {
   rtc_i64 k_ss;
   int kb0, nblk, seq_k;
   rtc_u32 dbytes;  // 2 x the call's head dim: the bytes of a K row the DMAs read
-  float c;  // softmax scale in log2 units
+  float c;  // softmax scale in log2 units (FP8: times k_descale)
   int wave, lane, xaddr;
   bool group_b;
   // RTC_MASK: this lane's first row's diagonal key (row + Sk - Sq; tile g adds 16g) and the window.
   int diag0, left, right;
-#if !GFX942_K_FROM_CACHE
-  rtc_buffer_rsrc key_scales;  // FP4: the item's key scales (gfx942/kv_cache.h)
-  float k_descale;             // FP8 (1 for FP4)
+#if RTC_KV_FP4
+  rtc_buffer_rsrc key_scales;  // the item's keys' score factors (gfx942/kv_cache.h)
 #endif
 };
 
 // The window of tile g's row of this lane, as key bounds [lo, hi] (hi <= Sk - 1; empty: lo > hi).
 RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
+#if GFX942_K_FROM_CACHE
   const rtc_i64 diag = (rtc_i64)kw.diag0 + 16 * g;  // 64-bit: a window of up to 2^31 - 1 keys
+#else
+  // Widened here, per masked block: a quantized variant's compile hoisted the 64-bit row out of the window's first
+  // loop and, at 256 VGPRs, spilled it.
+  int diag0 = kw.diag0;
+  reg_fence(diag0);
+  const rtc_i64 diag = (rtc_i64)diag0 + 16 * g;
+#endif
   const rtc_i64 l = kw.left < 0 || diag - kw.left < 0 ? 0 : diag - kw.left;
   const rtc_i64 h = kw.right < 0 || diag + kw.right > kw.seq_k - 1 ? kw.seq_k - 1 : diag + kw.right;
   lo = (int)(l < kw.seq_k ? l : kw.seq_k);
@@ -234,13 +241,11 @@ RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
 template <bool kLast, bool kMasked = false>
 RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k) {
   const int kb = kw.kb0 + k, valid = kw.seq_k - kb * GFX942_KV_ROWS;
-#if !GFX942_K_FROM_CACHE
-  // A quantized cache's K scale on the scores, in fp32 before the softmax scale (numerics §10).
-  const KeyMul km = key_mul(kw.key_scales, kw.k_descale, kb, kw.lane >> 4);
-#pragma unroll
-  for (int g = 0; g < kTilesPerWave; ++g)
-#pragma unroll
-    for (int sub = 0; sub < kSub; ++sub) a.s[g][sub] *= km.f[sub];
+#if RTC_KV_FP4
+  // FP4: the keys' scales with the softmax scale, per score (gfx942/kv_cache.h); FP8's descale is in kw.c.
+  const KeyScales c = key_scales(kw.key_scales, kb, kw.lane >> 4);
+#else
+  const float c = kw.c;
 #endif
 #pragma unroll
   for (int g = 0; g < kTilesPerWave; ++g) {
@@ -248,10 +253,10 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
       int lo, hi;
       row_keys(kw, g, lo, hi);
       const int key0 = kb * GFX942_KV_ROWS;
-      softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr,
-                                lo - key0, hi - key0);
+      softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], c, kw.lane >> 4, valid, kw.xaddr, lo - key0,
+                                hi - key0);
     } else {
-      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr);
+      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], c, kw.lane >> 4, valid, kw.xaddr);
     }
   }
   // Group A: one dword per 64-byte line of V^T(k), 64 lines per wave and round (the block is a multiple of
