@@ -131,7 +131,7 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
                      p.window_right
 #if RTC_KV_FP4
                      ,
-                     key_scale_rsrc(p, seq, w.b, hk)
+                     key_factors(p, seq, w.b, hk)
 #endif
   };
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an

@@ -113,13 +113,6 @@ RTC_DEVICE rtc_u64 kx_rows(const Gfx942Params& p, const Seq& s, int b, int hk) {
   const rtc_i64 block = (rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, b, s);
   return (rtc_u64)((const char*)p.workspace + kx_block_offset(p, block));
 }
-// The item's FP4 key factors (the same blocks'), as one resource; FP8: none.
-RTC_DEVICE rtc_buffer_rsrc key_scale_rsrc(const Gfx942Params& p, const Seq& s, int b, int hk) {
-  const rtc_i64 block = (rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, b, s);
-  return uniform_rsrc((const char*)p.workspace + key_scale_offset(p, block),
-                      RTC_KV_FP4 ? (rtc_i64)kv_blocks(s.len_k) * kKeyScaleBlockBytes : 0);
-}
-
 #if RTC_KV_FP4
 // FP4: the softmax scale of this lane's scores of block kb (keys 16 sub + 4 quad + i, quad = lane / 16): each key's
 // E8M0 scale times scale_log2, as kv_block wrote them. (q . k) * 2^(e - 127) * c rounds once, as (q . k) * (2^(e - 127)
@@ -128,12 +121,40 @@ struct KeyScales {
   rtc_f32x4 f[kSub];
 };
 RTC_DEVICE rtc_f32x4 score_scale(const KeyScales& k, int sub) { return k.f[sub]; }
-RTC_DEVICE KeyScales key_scales(rtc_buffer_rsrc scales, int kb, int quad) {
+
+// Where the item's key factors are (its blocks'): below 256 a buffer resource in SGPRs (the 128 and 192 window
+// variants sit at 256 VGPRs); at 256, where gfx950's attention stage has no SGPR to spare and VGPRs to spare, the
+// address in a VGPR pair (fenced there). Every access stays inside the item's blocks by construction, as V^T's.
+struct KeyFactors {
+#if RTC_HEAD_DIM_MAX == 256
+  rtc_u64 at;
+#else
+  rtc_buffer_rsrc r;
+#endif
+};
+RTC_DEVICE KeyFactors key_factors(const Gfx942Params& p, const Seq& s, int b, int hk) {
+  const rtc_i64 block = (rtc_i64)hk * p.vt_head_blocks + vt_first_block(p, b, s);
+  const char* at = (const char*)p.workspace + key_scale_offset(p, block);
+#if RTC_HEAD_DIM_MAX == 256
+  KeyFactors f = {(rtc_u64)at};
+  reg_fence(f.at);
+  return f;
+#else
+  return KeyFactors{uniform_rsrc(at, 0xFFFFFFFFll)};
+#endif
+}
+RTC_DEVICE KeyScales key_scales(const KeyFactors& f, int kb, int quad) {
   KeyScales k;
 #pragma unroll
-  for (int s = 0; s < kSub; ++s)
-    k.f[s] = __builtin_bit_cast(rtc_f32x4, buffer_load_dwordx4(scales, (rtc_u32)((16 * s + 4 * quad) * 4),
-                                                               readfirstlane((rtc_u32)kb * kKeyScaleBlockBytes)));
+  for (int s = 0; s < kSub; ++s) {
+    const rtc_u32 off = (rtc_u32)((16 * s + 4 * quad) * 4);
+#if RTC_HEAD_DIM_MAX == 256
+    k.f[s] = global_load((const rtc_f32x4*)(f.at + (rtc_u64)kb * kKeyScaleBlockBytes + off));
+#else
+    k.f[s] =
+        __builtin_bit_cast(rtc_f32x4, buffer_load_dwordx4(f.r, off, readfirstlane((rtc_u32)kb * kKeyScaleBlockBytes)));
+#endif
+  }
   return k;
 }
 #endif

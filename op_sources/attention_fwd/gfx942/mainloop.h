@@ -214,7 +214,7 @@ struct KvWalk {
   // RTC_MASK: this lane's first row's diagonal key (row + Sk - Sq; tile g adds 16g) and the window.
   int diag0, left, right;
 #if RTC_KV_FP4
-  rtc_buffer_rsrc key_scales;  // the item's keys' score factors (gfx942/kv_cache.h)
+  KeyFactors key_factors;  // the item's keys' score factors (gfx942/kv_cache.h)
 #endif
 };
 
@@ -243,7 +243,7 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
   const int kb = kw.kb0 + k, valid = kw.seq_k - kb * GFX942_KV_ROWS;
 #if RTC_KV_FP4
   // FP4: the keys' scales with the softmax scale, per score (gfx942/kv_cache.h); FP8's descale is in kw.c.
-  const KeyScales c = key_scales(kw.key_scales, kb, kw.lane >> 4);
+  const KeyScales c = key_scales(kw.key_factors, kb, kw.lane >> 4);
 #else
   const float c = kw.c;
 #endif
