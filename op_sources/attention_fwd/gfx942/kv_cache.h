@@ -3,7 +3,7 @@
 //
 // The kernel already transposes V once per (sequence, K/V head) into the workspace (the V^T stage), and every q
 // block and q head of the GQA group reads that V^T; K goes by DMA from memory into LDS, read there by all 8 waves.
-// So the cache's bytes are expanded once, in the V^T stage (kv_block below): each 64-key block's V rows into the
+// So the cache's bytes are expanded once, in the V^T stage (expand_rows below): each 64-key block's V rows into the
 // LDS staging the V^T chunks are written from, and its K rows into a K workspace of the same block layout, rows of
 // the bucket's elements. The attention stage then runs the bf16 / fp16 loop unchanged: its K DMA reads the expanded
 // rows (a packed sequence's run of blocks, paged or not), its PV reads V^T. An expansion in the loop would be paid
@@ -13,9 +13,9 @@
 // The expansion is the decode kernel's (gfx942_decode/kv_cache.h: kv_rows / load_rows move 16 rows of the cache's
 // bytes, 8 columns a load; unit_elems expands a unit exactly; NaN codes fixed up). The scales (numerics §10), at no
 // cost in the loop's registers (the 128 and 192 window variants sit at 256 VGPRs): FP8's k_descale joins the softmax
-// scale, each score times (k_descale * scale_log2), and v_descale multiplies O before the division by l; FP4's K
-// scale joins it per key, (q . k) times (2^(e - 127) * scale_log2), a float per key written by kv_block beside the K
-// rows (the same bits as the scale on the score then the softmax scale: a power of two), and V's multiplies its row
+// scale, each score times (k_descale * scale_log2), and v_descale joins 1 / l; FP4's K scale joins it per key,
+// (q . k) times (2^(e - 127) * scale_log2), a float per key written by expand_rows after the K rows (the same bits
+// as the scale on the score then the softmax scale: a power of two), and V's multiplies its row
 // of V in fp32 before the rounding to the element (exact for bf16; fp16 inside fp16's range), as in the decode kernel.
 #pragma once
 #include "platform.h"
@@ -40,7 +40,8 @@ namespace g942 {
 #endif
 
 // The workspace of a packed call: V^T [0, vt_bytes), the expanded K rows [vt_bytes, 2 vt_bytes) block for block
-// (64 rows of the bucket's elements: a V^T block's bytes), then FP4's key scales (64 floats a block).
+// (64 rows of the bucket's elements: a V^T block's bytes), then FP4's key factors (64 floats a block), the host's
+// workspace_bytes (jit/ops/attention_fwd/gfx942.cpp).
 constexpr int kKeyScaleBlockBytes = GFX942_KV_ROWS * 4;
 RTC_DEVICE rtc_i64 kx_block_offset(const Gfx942Params& p, rtc_i64 block) { return p.vt_bytes + block * kVtBlockBytes; }
 RTC_DEVICE rtc_i64 key_scale_offset(const Gfx942Params& p, rtc_i64 block) {
@@ -55,8 +56,8 @@ RTC_DEVICE DecodeParams as_decode_params(const Gfx942Params& p) {
 }
 
 // Sub-tile sub (16 rows) of block n of sequence s, K/V head h, from the cache (kV: V, into the V^T stage's LDS rows,
-// row-major, kBucket / 2 dwords a row; else K, into the K workspace's block out_block, and FP4's key factors beside
-// it). Rows past the sequence, columns past the call's head dim and (paged) pages outside the pool load as zeros
+// row-major, kBucket / 2 dwords a row; else K, into the K workspace's block out_block, and FP4's key factors into
+// theirs). Rows past the sequence, columns past the call's head dim and (paged) pages outside the pool load as zeros
 // (scale 1): zeros in V^T and K, as the stage's rows in q's dtype. One tensor per call: the loaders' pools, strides
 // and scales are loop constants of the paged stage, and K's beside V's (selected per wave) took 106 SGPRs.
 template <bool kV>
@@ -115,7 +116,7 @@ RTC_DEVICE rtc_u64 kx_rows(const Gfx942Params& p, const Seq& s, int b, int hk) {
 }
 #if RTC_KV_FP4
 // FP4: the softmax scale of this lane's scores of block kb (keys 16 sub + 4 quad + i, quad = lane / 16): each key's
-// E8M0 scale times scale_log2, as kv_block wrote them. (q . k) * 2^(e - 127) * c rounds once, as (q . k) * (2^(e - 127)
+// E8M0 scale times scale_log2, as expand_rows wrote them. (q . k) * 2^(e - 127) * c rounds once, as (q . k) * (2^(e - 127)
 // c): the same bits as the scale on the score, then the softmax scale (numerics §10), barring fp32's range.
 struct KeyScales {
   rtc_f32x4 f[kSub];
