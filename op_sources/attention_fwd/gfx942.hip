@@ -30,6 +30,7 @@
 #include "bf16_round.h"
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"
+#include "kv_quant.h"
 #include "gfx942/params.h"
 #include "gfx942/tiles.h"
 #include "gfx942/softmax.h"
@@ -75,9 +76,21 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   // can be a constant the compiler rematerialises instead of holding an SGPR for it.
   const rtc_buffer_rsrc vt = uniform_rsrc(vt_blocks(p, w, seq, hk), 0xFFFFFFFFll);
   const OutPlan op = out_plan(p, w, seq);
+#if GFX942_K_FROM_CACHE
   const rtc_i64 k_ss = p.k_ss;
+#else
+  // A quantized cache: the K workspace's rows, kBucket elements apart; opaque, so that the K DMA's row addresses are
+  // the same scalar work as a cache's in q's dtype (a constant moved them to VALU and readfirstlane).
+  rtc_i64 k_ss = kBucket;
+  sreg_fence(k_ss);
+#endif
   const int seq_k = seq.len_k;
+#if RTC_KV_FP8
+  // FP8's K descale with the softmax scale: (q . k) * (k_descale * scale_log2) per score (numerics §10).
+  const float c = p.scale_log2 * uniform_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, hk);
+#else
   const float c = p.scale_log2;
+#endif
   Acc a;
   RowState st;
 #pragma unroll
@@ -115,7 +128,12 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
                      group_b,
                      w.q0 + kRowsPerWave * wave + (lane & 15) + seq_k - seq.len_q,
                      p.window_left,
-                     p.window_right};
+                     p.window_right
+#if RTC_KV_FP4
+                     ,
+                     key_factors(p, seq, w.b, hk)
+#endif
+  };
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an
   // iteration: MFMA step 0 (QK only) before it, softmax(nblk-1) and the PV-only step after it.
   // So the loop body has neither the PV/QK switches nor the kv mask, which only the last block
@@ -140,7 +158,13 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (!group_b) __syncthreads();  // matches group B's stagger barrier
-  epilogue(op, a, st, wave, lane, RowKeys{true, w.q0 + seq_k - seq.len_q, kw.left, kw.right, kw.seq_k});
+#if RTC_KV_FP8
+  // FP8's V descale on O, with 1 / l (numerics §10).
+  const float o_scale = uniform_descale(p.v_descale, p.vd_sb, p.vd_sh, w.b, hk);
+#else
+  const float o_scale = 1.0f;
+#endif
+  epilogue(op, a, st, wave, lane, RowKeys{true, w.q0 + seq_k - seq.len_q, kw.left, kw.right, kw.seq_k}, o_scale);
 }
 
 }  // namespace g942

@@ -159,3 +159,29 @@ def test_packed_code_object(arch, d, kv, mode, dtype, mask):
         # the VALU (gfx90a's compiler also keeps the resource selects there: 3 v_cndmask, ~25 VALU).
         assert r.loop["vmem"] <= dense["vmem"] + 1 and r.loop["cndmask"] <= 3, (tag, r.loop, dense)
         assert r.loop["valu"] <= dense["valu"] + 32, (tag, r.loop, dense)
+
+
+# Quantized caches (kv_dtype): one variant per (arch, format), the tight ones (the 128 and 192 window variants sit at
+# 256 VGPRs); every format, bucket, dtype, mask and kv form was compiled once on gfx942, gfx90a and gfx950 without a
+# spill (docs/NOTES.md, "Quantized KV caches, step 2c").
+QUANT = [("fp8_e4m3", "bf16", 128, "paged"), ("fp8_e4m3fnuz", "fp16", 192, "varlen"),
+         ("fp4_e2m1", "fp16", 128, "paged")]
+
+
+@pytest.mark.parametrize("kv_dtype,dtype,d,kv", QUANT, ids=[f"{q[0]}-{q[1]}-d{q[2]}-{q[3]}" for q in QUANT])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv):
+    """The budgets of the variants in q's dtype (no scratch or spills, the bucket's LDS, 2 waves per SIMD), and the
+    loop of a cache in q's dtype read as varlen: the cache's bytes are expanded by the V^T stage (V into V^T, K into
+    the K workspace, read by the same DMA, paged or not), so the loop's MFMAs, LDS traffic, barriers and VALU are
+    varlen's (the FP8 descale folded into the softmax scale; FP4's key factors replacing it per score) and its loads
+    varlen's plus, for FP4, one 16-byte load of key factors per 16-key sub-tile."""
+    r = coreport.report(arch, "rtne", "window", kv, d, dtype, kernel=coreport.KERNEL, kv_dtype=kv_dtype)
+    tag = f"{r.name}: {r.notes} {r.loop}"
+    check_common(r, tag)
+    same = report(arch, "rtne", "window", "varlen", d, dtype).loop
+    for k in ("mfma", "trans", "lds", "s_barrier", "cndmask"):
+        assert r.loop[k] == same[k], (k, tag, same)
+    # (gfx90a's hipRTC 5.2 places a few more values in VGPRs: 515 against 511 at FP8 d128)
+    assert r.loop["valu"] <= same["valu"] + 8, (tag, same)
+    assert r.loop["vmem"] == same["vmem"] + (4 if kv_dtype == "fp4_e2m1" else 0), (tag, same)

@@ -57,7 +57,7 @@ def _variants():
     quantized KV cache (kv_dtype other than "same"), one per (arch, kernel, kv_dtype): bucket 128, windowed, rtne,
     paged, bf16. What a quantized cache adds to the parameter block and the launch (the kv_dtype value, descales or
     scales and their strides, byte strides) is the same for every bucket, mask, rounding, kv form and dtype, and those
-    axes' launches are checked on the `same` variants: 12 compiles where every (kv form, dtype) would add 48."""
+    axes' launches are checked on the `same` variants: 18 compiles where every (kv form, dtype) would add 72."""
     m = manifest.load()
     return [v for op in m.ops for v in m.variants(op, archs=list(ARCHS))
             if dict(v.values).get("kv_dtype", "same") == "same"

@@ -201,9 +201,10 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e4m3fnuz", "fp4_e2m1"])
 def test_quantized_caches_go_to_the_kernels_that_list_them_by_name(arch, kv_dtype):
     """A quantized cache goes to the first kernel whose entry lists its kv_dtype: on the AMD archs the gfx942 decode
-    kernel (its why_not sends calls of more than 16 query rows on, to the baseline: the prefill kernel lists "same"
-    only), on sm_90a the sm90 decode kernel for FP8 E4M3 and FP4 (the same), elsewhere the baseline; every faster kernel
-    passed over says why (its kv_dtype list), never a silent pick."""
+    kernel (its why_not sends calls of more than 16 query rows on, to the gfx942 prefill kernel, which lists every
+    kv_dtype too: tests/emu/test_gfx942_kvquant_emu.py), on sm_90a the sm90 decode kernel for FP8 E4M3 and FP4 (the
+    same, the rest to the baseline), elsewhere the baseline; every faster kernel passed over says why (its kv_dtype
+    list), never a silent pick."""
     if arch in ("gfx942", "gfx90a", "gfx942-emu"):
         want = "gfx942_decode"
     else:
@@ -222,12 +223,17 @@ def test_quantized_caches_go_to_the_kernels_that_list_them_by_name(arch, kv_dtyp
         dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), kv_dtype=kv_dtype))
 
 
-def test_the_prefill_kernel_refuses_quantized_caches_by_name():
-    """Pinned past the decode kernel, a quantized cache on gfx942 is refused by the prefill kernel by its kv_dtype
-    list and taken by the baseline."""
-    call = dict(_call("rtne", 128), kv="paged", kv_dtype="fp8_e4m3")
-    with pytest.raises(ValueError, match=r"kv_dtype 'fp8_e4m3' not in \['same'\]"):
-        dispatch.select("attention_fwd", "gfx942", call, kernel="gfx942")
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a", "gfx950", "gfx942-emu"])
+def test_the_prefill_kernel_takes_quantized_packed_caches(arch):
+    """Pinned past the decode kernel, a quantized varlen or paged cache has a variant of the gfx942 prefill kernel on
+    every arch it builds for, in every format; a dense quantized call is still no variant."""
+    for kv_dtype in ("fp8_e4m3", "fp8_e4m3fnuz", "fp4_e2m1"):
+        for kv in ("varlen", "paged"):
+            call = dict(_call("rtne", 128), kv=kv, kv_dtype=kv_dtype)
+            sel = dispatch.select("attention_fwd", arch, call, kernel="gfx942")
+            assert sel.kernel.name == "gfx942" and sel.variant["kv_dtype"] == kv_dtype, sel
+        with pytest.raises(ValueError, match=r"kv='dense', kv_dtype=.* is no variant.*exclude\[1\]"):
+            dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), kv_dtype=kv_dtype), kernel="gfx942")
 
 
 # ---- the op's exclude list: fp16 has one rounding, so fp16 x rtna / rtz is no variant ----------------------------

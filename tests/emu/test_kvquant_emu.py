@@ -1,8 +1,10 @@
 """Quantized KV caches (FP8 E4M3 / E4M3 FNUZ with descales, FP4 E2M1 + E8M0) on the emulated gfx942: the baseline
-kernel (the only one that reads them today) through forward_varlen, flash_attn_varlen_func and flash_attn_with_kvcache,
-against the fp64 reference over the exactly dequantized cache with the accuracy rule of the other emulator tests
-(err <= 2 err(R) + 1e-5, R on the dequantized cache; normwise bound; LSE within 1e-4), the special values of
-docs/numerics.md §10, and the append's bytes against rtcattn.quantize_kv."""
+kernel (pinned where a test means it: every arch's reference; the gfx942 kernels' own tests are
+test_gfx942_decode_kvquant_emu.py and test_gfx942_kvquant_emu.py) and dispatch's pick, through forward_varlen,
+flash_attn_varlen_func and flash_attn_with_kvcache, against the fp64 reference over the exactly dequantized cache
+with the accuracy rule of the other emulator tests (err <= 2 err(R) + 1e-5, R on the dequantized cache; normwise
+bound; LSE within 1e-4), the special values of docs/numerics.md §10, and the append's bytes against
+rtcattn.quantize_kv."""
 import math
 
 import pytest
@@ -82,12 +84,14 @@ def test_quantized_cache_against_the_dequantized_reference(case):
         k, v = kvquant.quantize_fp8(b.k, one, FP8[kv_dtype]), kvquant.quantize_fp8(b.v, one, FP8[kv_dtype])
         kw = dict(k_descale=kd, v_descale=vd)
         kdq, vdq = ref.dequantize_cache(k), ref.dequantize_cache(v)
-    out, lse = rtcattn.forward_varlen(b.q, k, v, b.cu_q, b.cu_k, b.max_q, b.max_k, return_lse=True,
-                                      window_size=window, block_table=table, **kw)
+    with dispatch.pinned(kernel="baseline"):
+        out, lse = rtcattn.forward_varlen(b.q, k, v, b.cu_q, b.cu_k, b.max_q, b.max_k, return_lse=True,
+                                          window_size=window, block_table=table, **kw)
     check(out, lse, b.q, kdq, vdq, b.cu_q, b.cu_k, table, window, kd, vd, tag=str(case))
+    # Unpinned, these calls (more than 16 query rows in a sequence) go to the gfx942 prefill kernel.
     sel = rtcattn.ops.attention_fwd.selection_varlen(b.q, k, v, b.cu_q, b.cu_k, b.max_q, b.max_k, window=window,
                                                      block_table=table, quant=_quant(kw))
-    assert sel.kernel.name == "baseline" and sel.variant["kv_dtype"] == kv_dtype, sel
+    assert sel.kernel.name == "gfx942" and sel.variant["kv_dtype"] == kv_dtype, sel
     if kv_dtype == "fp4_e2m1":
         # Its scales are powers of two, applied exactly: the same bits as the baseline on the dequantized cache
         # (every E2M1 value times its scale here is a bf16 / fp16 value).
@@ -111,8 +115,9 @@ def test_fp8_power_of_two_descales_equal_the_dequantized_cache():
     k, v = (kvquant.quantize_fp8(t, torch.ones(())) for t in (b.k, b.v))
     kd, vd = torch.tensor([[0.5, 4.0], [0.125, 2.0]]), torch.tensor([0.25])
     args = (b.cu_q, b.cu_k, b.max_q, b.max_k)
-    out, lse = rtcattn.forward_varlen(b.q, k, v, *args, return_lse=True, window_size=(-1, 0),
-                                      block_table=b.block_table, k_descale=kd, v_descale=vd)
+    with dispatch.pinned(kernel="baseline"):
+        out, lse = rtcattn.forward_varlen(b.q, k, v, *args, return_lse=True, window_size=(-1, 0),
+                                          block_table=b.block_table, k_descale=kd, v_descale=vd)
     kdq = torch.stack([ref.descaled(ref.dequantize_cache(k), kd, s) for s in range(2)])  # per sequence's pages
     used = b.block_table[1, :-(-70 // 16)].long()  # sequence 1's pages (past them, its row holds junk ids)
     k_pool = kdq[0].clone()

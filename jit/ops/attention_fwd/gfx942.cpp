@@ -60,8 +60,11 @@ int pick_split(int64_t tail, int cus, int nkb, int max_splits) {
   return best_g;
 }
 
-std::string span_why_not(const char* name, int64_t rows, int64_t row_stride, int64_t head_dim) {
-  const int64_t bytes = rows <= 0 ? 0 : ((rows - 1) * row_stride + head_dim) * 2;
+// A [rows, row_units] view of unit_bytes-byte units (16-bit elements; a quantized cache's bytes) with row stride
+// row_stride units.
+std::string span_why_not(const char* name, int64_t rows, int64_t row_stride, int64_t row_units,
+                         int64_t unit_bytes = 2) {
+  const int64_t bytes = rows <= 0 ? 0 : ((rows - 1) * row_stride + row_units) * unit_bytes;
   if (row_stride >= 0 && bytes < (int64_t(1) << 32)) return "";
   return std::string(name) + "_strides[1]=" + std::to_string(row_stride) + " over " + std::to_string(rows) +
          " rows spans " + std::to_string(bytes) +
@@ -133,10 +136,10 @@ std::string why_not(const void* p, const char* vendor) {
   // or one page.
   const int mode = kv_mode(a);
   const int64_t kv_rows = mode == RTC_KV_PAGED ? a.page_size : mode == RTC_KV_VARLEN ? a.total_k : a.seq_k;
-  for (const std::string& why :
-       {span_why_not("q", shape_of(a).q_rows, a.q_strides[1], a.head_dim),
-        span_why_not("o", shape_of(a).q_rows, a.o_strides[1], a.head_dim),
-        span_why_not("k", kv_rows, a.k_strides[1], a.head_dim), span_why_not("v", kv_rows, a.v_strides[1], a.head_dim)})
+  for (const std::string& why : {span_why_not("q", shape_of(a).q_rows, a.q_strides[1], a.head_dim),
+                                 span_why_not("o", shape_of(a).q_rows, a.o_strides[1], a.head_dim),
+                                 span_why_not("k", kv_rows, a.k_strides[1], kv_row_units(a), kv_unit_bytes(a)),
+                                 span_why_not("v", kv_rows, a.v_strides[1], kv_row_units(a), kv_unit_bytes(a))})
     if (!why.empty()) return why;
   if (mode != RTC_KV_DENSE && a.tail_split > 1)
     return "tail_split=" + std::to_string(a.tail_split) +
@@ -170,6 +173,10 @@ Plan packed_plan(const AttentionFwdArgs& a, Plan pl) {
   pl.vt_head_blocks = int(run.head_blocks);
   pl.vt_bytes = int64_t(a.heads_k) * pl.vt_head_blocks * pl.shape.vt_block_bytes;
   pl.workspace_bytes = pl.vt_bytes;
+  // A quantized cache: the expanded K rows, block for block as V^T, and FP4's key scales (gfx942/kv_cache.h).
+  if (a.kv_dtype != RTC_KV_DTYPE_SAME) pl.workspace_bytes += pl.vt_bytes;
+  if (a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1)
+    pl.workspace_bytes += int64_t(a.heads_k) * pl.vt_head_blocks * GFX942_KV_ROWS * 4;
   return pl;
 }
 

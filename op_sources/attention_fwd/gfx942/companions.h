@@ -6,16 +6,25 @@
 #include "gfx942/tiles.h"
 #include "gfx942/sequences.h"
 #include "gfx942/softmax.h"
+#include "gfx942/kv_cache.h"
 
 namespace g942 {
 
 // V^T block out_block from the 64 V rows of block n of sequence s (K/V head h): stage the rows in LDS
 // (rows past the sequence's keys, and columns past the call's head dim, as zeros: 0 x garbage can be NaN in PV),
 // then write the bucket's 16-byte chunks in the PV fragment order. Wave w stages rows w, w + 8, ..., its lanes
-// the row's dwords, 64 at a time.
+// the row's dwords, 64 at a time. A quantized cache's V rows are expanded into the same staging rows
+// (gfx942/kv_cache.h).
 RTC_DEVICE void vt_block(const Gfx942Params& p, Smem& sm, const Seq& s, int b, int h, int n, rtc_i64 out_block) {
-  constexpr int kRowDwords = kBucket / 2, kRounds = (kRowDwords + 63) / 64;
-  const int tid = threadIdx.x, lane = tid & 63, dwords = p.head_dim / 2;
+  constexpr int kRowDwords = kBucket / 2;
+  const int tid = threadIdx.x;
+#if !GFX942_K_FROM_CACHE
+  // A quantized cache: V's rows expanded into the staging rows (gfx942/kv_cache.h; K: vt_stage).
+  (void)out_block;
+  expand_v_block(p, sm.vt, s, b, h, n);
+#else
+  constexpr int kRounds = (kRowDwords + 63) / 64;
+  const int lane = tid & 63, dwords = p.head_dim / 2;
   const int len = s.len_k;
   // Row kv of load j is this wave's row + 8j: uniform, so each paged load has one page.
   const int wave_row = n * GFX942_KV_ROWS + (int)readfirstlane((rtc_u32)tid >> 6);
@@ -42,6 +51,7 @@ RTC_DEVICE void vt_block(const Gfx942Params& p, Smem& sm, const Seq& s, int b, i
       ds_write<rtc_u32>(&sm.vt[(kv - n * GFX942_KV_ROWS) * kRowDwords + dw], w);
     }
   }
+#endif
   __syncthreads();
   rtc_elem_t* ws = (rtc_elem_t*)p.workspace;
   const rtc_buffer_rsrc out = uniform_rsrc(ws + out_block * (kVtBlockBytes / 2), kVtBlockBytes);
@@ -80,6 +90,9 @@ RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
   const int n = uniform_i32(j - vt_first_block(p, b, s));
   if (n < 0 || n >= kv_blocks(s.len_k)) return;  // a pad block between sequences
   vt_block(p, sm, s, b, h, n, (rtc_i64)h * p.vt_head_blocks + j);
+#if !GFX942_K_FROM_CACHE
+  expand_k_blocks(p, s, b, h, n, n + 1, 1, (rtc_i64)h * p.vt_head_blocks + j - n);  // and K's block
+#endif
 #else
   const int stride = gfx942_paged_vt_stride(p.seq_k, p.nkb);
   const int bh = uniform_i32(blk / stride), n0 = uniform_i32(blk - bh * stride);
@@ -90,6 +103,9 @@ RTC_DEVICE void vt_stage(const Gfx942Params& p, Smem& sm) {
     if (n != n0) __syncthreads();  // every wave has read the previous block out of LDS
     vt_block(p, sm, s, b, h, n, first + n);
   }
+#if !GFX942_K_FROM_CACHE
+  expand_k_blocks(p, s, b, h, n0, kv_blocks(s.len_k), stride, first);  // and K's, in a loop of its own
+#endif
 #endif
 }
 

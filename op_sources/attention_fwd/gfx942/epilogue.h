@@ -43,8 +43,10 @@ RTC_DEVICE OutPlan out_plan(const Gfx942Params& p, const Work& w, const Seq& s) 
 }
 
 // Stage 3 (epilogue): row sums across lanes, then O / l in the rounding mode and the LSE, or the
-// unnormalised partial (O, m, l) of a split part.
-RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int lane_in, const RowKeys& rk) {
+// unnormalised partial (O, m, l) of a split part. o_scale: a quantized FP8 cache's v_descale, on 1 / l (packed
+// calls: never a split part); 1 otherwise.
+RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int lane_in, const RowKeys& rk,
+                         float o_scale = 1.0f) {
   rtc_u32 fenced = (rtc_u32)lane_in;
   reg_fence(fenced);  // lane-derived values are rebuilt here, not held across the kv loop
   const int lane = (int)fenced, quad = lane >> 4, xaddr = (lane ^ 32) << 2;
@@ -67,7 +69,12 @@ RTC_DEVICE void epilogue(const OutPlan& op, Acc& a, RowState& st, int wave, int 
     // All scores -Inf: l = 0, ZeroSumRow's row (exactly, even where O holds 0 * NaN from a V NaN).
     const bool empty = l == 0.0f;
     const ZeroSumRow blank = ZeroSumRow::of(sees_a_key(rk, r));
+#if RTC_KV_FP8
+    const float inv = empty ? 0.0f : rcp_f32(l) * o_scale;
+#else
+    (void)o_scale;
     const float inv = empty ? 0.0f : rcp_f32(l);
+#endif
 #pragma unroll
     for (int t = 0; t < kHdTiles; ++t) {
       const int col = 16 * t + 4 * quad;  // the call's columns only: a bucket's last ones may be past them

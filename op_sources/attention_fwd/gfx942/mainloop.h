@@ -11,12 +11,14 @@
 #include "gfx942/softmax.h"
 #include "gfx942/sequences.h"
 #include "gfx942/scheduler.h"
+#include "gfx942/kv_cache.h"
 
 namespace g942 {
 
 // Where the item's K rows come from: its sequence's rows of its K/V head, row j at base + j * row bytes and
-// rows [0, len) real; or (paged) the block table, one page per 16-row group.
-#if RTC_KV == RTC_KV_PAGED
+// rows [0, len) real; or (paged) the block table, one page per 16-row group. A quantized cache: the K workspace's
+// expanded rows (gfx942/kv_cache.h), kBucket elements apart, paged or not.
+#if RTC_KV == RTC_KV_PAGED && GFX942_K_FROM_CACHE
 using KRows = PagedRows;
 #else
 struct KRows {
@@ -25,10 +27,14 @@ struct KRows {
 };
 #endif
 RTC_DEVICE KRows k_rows(const Gfx942Params& p, const Seq& s, int b, int hk) {
-#if RTC_KV == RTC_KV_PAGED
+#if RTC_KV == RTC_KV_PAGED && GFX942_K_FROM_CACHE
   return paged_rows(p, p.k, p.k_sb, p.k_ss, p.k_sh, b, hk, s.len_k);
 #else
+#if GFX942_K_FROM_CACHE
   const rtc_u64 base = (rtc_u64)(p.k + s.k_off + (rtc_i64)hk * p.k_sh);
+#else
+  const rtc_u64 base = kx_rows(p, s, b, hk);
+#endif
   return KRows{readfirstlane((rtc_u32)base), readfirstlane((rtc_u32)(base >> 32)), s.len_k};
 #endif
 }
@@ -75,7 +81,7 @@ RTC_DEVICE void issue_k(AttnSmem& sm, const KRows& k, rtc_i64 k_ss, int kb, int 
   rtc_u32 l = (rtc_u32)lane;
   const rtc_u64 row_bytes = (rtc_u64)k_ss * 2;
   const int j0 = kb * GFX942_KV_ROWS + wave4 * 16;
-#if RTC_KV == RTC_KV_PAGED
+#if RTC_KV == RTC_KV_PAGED && GFX942_K_FROM_CACHE
   int rows;
   const rtc_u64 first = paged_group(k, j0, rows);
 #else
@@ -202,16 +208,27 @@ struct KvWalk {
   rtc_i64 k_ss;
   int kb0, nblk, seq_k;
   rtc_u32 dbytes;  // 2 x the call's head dim: the bytes of a K row the DMAs read
-  float c;  // softmax scale in log2 units
+  float c;  // softmax scale in log2 units (FP8: times k_descale)
   int wave, lane, xaddr;
   bool group_b;
   // RTC_MASK: this lane's first row's diagonal key (row + Sk - Sq; tile g adds 16g) and the window.
   int diag0, left, right;
+#if RTC_KV_FP4
+  KeyFactors key_factors;  // the item's keys' score factors (gfx942/kv_cache.h)
+#endif
 };
 
 // The window of tile g's row of this lane, as key bounds [lo, hi] (hi <= Sk - 1; empty: lo > hi).
 RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
+#if GFX942_K_FROM_CACHE
   const rtc_i64 diag = (rtc_i64)kw.diag0 + 16 * g;  // 64-bit: a window of up to 2^31 - 1 keys
+#else
+  // Widened here, per masked block: a quantized variant's compile hoisted the 64-bit row out of the window's first
+  // loop and, at 256 VGPRs, spilled it.
+  int diag0 = kw.diag0;
+  reg_fence(diag0);
+  const rtc_i64 diag = (rtc_i64)diag0 + 16 * g;
+#endif
   const rtc_i64 l = kw.left < 0 || diag - kw.left < 0 ? 0 : diag - kw.left;
   const rtc_i64 h = kw.right < 0 || diag + kw.right > kw.seq_k - 1 ? kw.seq_k - 1 : diag + kw.right;
   lo = (int)(l < kw.seq_k ? l : kw.seq_k);
@@ -224,16 +241,22 @@ RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
 template <bool kLast, bool kMasked = false>
 RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k) {
   const int kb = kw.kb0 + k, valid = kw.seq_k - kb * GFX942_KV_ROWS;
+#if RTC_KV_FP4
+  // FP4: the keys' scales with the softmax scale, per score (gfx942/kv_cache.h); FP8's descale is in kw.c.
+  const KeyScales c = key_scales(kw.key_factors, kb, kw.lane >> 4);
+#else
+  const float c = kw.c;
+#endif
 #pragma unroll
   for (int g = 0; g < kTilesPerWave; ++g) {
     if (kMasked) {
       int lo, hi;
       row_keys(kw, g, lo, hi);
       const int key0 = kb * GFX942_KV_ROWS;
-      softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr,
-                                lo - key0, hi - key0);
+      softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], c, kw.lane >> 4, valid, kw.xaddr, lo - key0,
+                                hi - key0);
     } else {
-      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], kw.c, kw.lane >> 4, valid, kw.xaddr);
+      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], c, kw.lane >> 4, valid, kw.xaddr);
     }
   }
   // Group A: one dword per 64-byte line of V^T(k), 64 lines per wave and round (the block is a multiple of

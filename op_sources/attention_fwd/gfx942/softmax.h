@@ -82,6 +82,9 @@ struct ZeroSumRow {
   }
 };
 
+// The softmax scale of sub-tile sub's scores.
+RTC_DEVICE float score_scale(float c, int) { return c; }
+
 struct RowState {
   float m[kTilesPerWave];  // running max, log2 units (scale folded in)
   float l[kTilesPerWave];  // this lane's partial sum of unrounded p (reduced across lanes at the end)
@@ -97,14 +100,15 @@ struct RowState {
 // kWindow: the block is cut by this row's key window (RTC_MASK): keys of the block outside
 // [lo, hi] (indices relative to the block's first key; hi <= Sk - 1 covers the partial last
 // block too) get -Inf, as past-Sk keys do.
-template <bool kLast, bool kWindow = false>
+// c: the softmax scale, one value (score_scale above), or a quantized FP4 cache's per key (gfx942/kv_cache.h).
+template <bool kLast, bool kWindow = false, class ScoreScale>
 RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], Frag (&p)[kSub], float& m, float& l,
-                             float c, int quad, int valid_kv, int xor32_addr, int lo = 0, int hi = 0) {
+                             ScoreScale c, int quad, int valid_kv, int xor32_addr, int lo = 0, int hi = 0) {
   // Kept as vectors up to the subtraction of the max: clang then issues v_pk_mul_f32 / v_pk_add_f32,
   // half the instructions (it scalarises vector math whose only uses are element reads).
   rtc_f32x4 t[kSub];
 #pragma unroll
-  for (int sub = 0; sub < kSub; ++sub) t[sub] = s[sub] * c;
+  for (int sub = 0; sub < kSub; ++sub) t[sub] = s[sub] * score_scale(c, sub);
   if (kWindow) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {

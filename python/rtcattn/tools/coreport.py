@@ -330,6 +330,8 @@ def add_parser(sub) -> None:
     p.add_argument("--decode-model", action="store_true",
                    help="the static bandwidth model of the gfx942_decode kernel on the issue's decode cases, against "
                         "MI300X's 5.3 TB/s")
+    p.add_argument("--prefill-model", action="store_true",
+                   help="the static model of the gfx942 prefill kernel over FP8 and FP4 paged caches beside bf16")
     add_variant_arguments(p)
     p.set_defaults(func=cmd_isa)
 
@@ -388,6 +390,11 @@ def cmd_isa(args) -> int:
         decode_model.print_models({t: decode_model.case_models(
             lambda d, kv_dtype: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL,
                                        kv_dtype=kv_dtype), t) for t in ("same", "fp8_e4m3", "fp4_e2m1")}, table)
+        return 0
+    if getattr(args, "prefill_model", False):
+        from . import prefill_model
+        prefill_model.print_models(prefill_model.models(
+            lambda mask, kv_dtype: report(args.arch, "rtne", mask, "paged", 128, "bf16", kv_dtype=kv_dtype)), table)
         return 0
     kernel = getattr(args, "kernel", KERNEL)
     print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))
