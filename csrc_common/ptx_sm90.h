@@ -153,6 +153,12 @@ RTC_DEVICE rtc_u32 cvt_f16x2_e4m3x2(rtc_u32 x) {
   asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(d) : "r"(x));
   return d;
 }
+// Two fp32 values as an f16x2 pair (lo in the low half), each rounded to nearest even (past 65504 to Inf, NaN kept).
+RTC_DEVICE rtc_u32 cvt_f16x2_f32(float lo, float hi) {
+  rtc_u32 d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
 // a * b + c on fp16 pairs, rounded to nearest even; subnormal inputs and results are kept (no .ftz).
 RTC_DEVICE rtc_u32 fma_f16x2(rtc_u32 a, rtc_u32 b, rtc_u32 c) {
   rtc_u32 d;

@@ -14,7 +14,8 @@
 // This file is the kernel's top level: the warpgroup roles, the consumers' tile loop and one tile's
 // three phases. The roles' pieces are in sm90/: pipeline.h (shared memory, rings, barriers),
 // scheduler.h (tile order), mask.h, producer.h (TMA loads), mainloop.h (GEMMs and the softmax
-// iteration; the softmax itself in softmax.h) and epilogue.h (O and LSE stores).
+// iteration; the softmax itself in softmax.h), epilogue.h (O and LSE stores) and, for a quantized K / V
+// cache, expand.h (its rows expanded into the workspace by a first launch).
 #include "platform.h"
 #include "attn_params.h"
 #include "sm90/params.h"
@@ -139,7 +140,12 @@ RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
 // produces (one thread issues every load; paged, one warp), the others consume; setmaxnreg moves registers
 // from the first to the others (kProducerRegs, kConsumerRegs: sm90/pipeline.h).
 // The (threads, 1) bound gives the register cap at entry that setmaxnreg needs.
+// A quantized K / V cache takes two launches: the expansion of its rows into the workspace (sm90/expand.h), then this.
 extern "C" __global__ void __launch_bounds__(kThreads, 1) attention_fwd_sm90(const __grid_constant__ Sm90AttnParams p) {
+  if (RTC_KV_DTYPE != RTC_KV_DTYPE_SAME && p.stage == SM90_STAGE_EXPAND) {
+    expand_stage(p);
+    return;
+  }
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const rtc_u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   SmemTiles sm;

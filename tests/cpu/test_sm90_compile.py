@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rtcattn.ops import attention_fwd  # noqa: E402
-from rtcattn.ops.attention_fwd import validate  # noqa: E402
+from rtcattn.ops.attention_fwd import kvquant, stub, validate  # noqa: E402
 from rtcattn.runtime import _lib, dispatch, manifest  # noqa: E402
 from rtcattn.tools import cli  # noqa: E402
 
@@ -28,10 +28,10 @@ def _sm90():
     return manifest.load().op(OP).kernel("sm90")
 
 
-def _build(mode, cache_dir, mask="none", kv="dense", head_dim=128, dtype="bf16"):
+def _build(mode, cache_dir, mask="none", kv="dense", head_dim=128, dtype="bf16", kv_dtype="same"):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
     v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv,
-                                                           "head_dim": head_dim, "dtype": dtype, "kv_dtype": "same"})
+                                                           "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -82,6 +82,23 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, head_dim, dtype, mode,
     # C7510/C7514: ptxas serialized the wgmma pipeline (the warpgroup waits after every MMA).
     assert not re.search(r"C75(10|14)", log), log
     assert "wgmma" not in log.lower(), log
+
+
+# A quantized cache (sm90/expand.h: the expansion stage and the attention over its rows in one code object): FP8 and
+# FP4 at every bucket, the paged window variants (the tightest registers: the producer's and consumers' shares of a
+# varlen cache, the expansion's loop beside them) in bf16, and fp16 at the smallest, the middle and the largest bucket.
+QUANT = ([(kvd, d, "bf16") for kvd in ("fp8_e4m3", "fp4_e2m1") for d in BUCKETS]
+         + [(kvd, d, "fp16") for kvd in ("fp8_e4m3", "fp4_e2m1") for d in (32, 128, 256)])
+
+
+@pytest.mark.parametrize("kv_dtype,head_dim,dtype", QUANT)
+def test_nvrtc_sm90a_quantized_cache_no_spills(kv_dtype, head_dim, dtype, tmp_path):
+    req, res = _build("rtne", tmp_path, "window", "paged", head_dim, dtype, kv_dtype)
+    assert res.cache_name.startswith(f"attention_fwd-sm90-rtne-window-paged-d{head_dim}-{dtype}-{kv_dtype}-sm_90a-")
+    assert {"sm90/expand.h", "sm90_kv_elems.h", "kv_quant.h"} <= {n for n, _ in req.headers}
+    log = res.log()
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
+    assert not re.search(r"C75(10|14)", log), log
 
 
 def test_warm_lists_and_compiles_sm90(tmp_path):
@@ -232,3 +249,43 @@ def test_fallback_for_odd_strides_and_other_vendor():
     assert _lib.op_supports(OP, "baseline", args, "hip") is None
     with pytest.raises(ValueError, match="kernel='nope' is not a kernel of op 'attention_fwd'"):
         _lib.op_supports(OP, "nope", args, "cuda")
+
+
+def test_quantized_cache_plan_expands_into_the_workspace():
+    """A quantized cache on sm90 (sm90/expand.h): the workspace holds the tile counter, then K and V expanded to 16-bit
+    elements, 256-byte aligned: paged, a slot per sequence of its block-table row's capacity (with seqused_k, at most
+    max_seqlen_k); varlen, the cache's own rows. FNUZ (MI300X's FP8) is refused by name; the expansion's grid covers
+    every (sequence, K/V head)."""
+    from test_sm90_decode_host import _paged_decode  # 2 sequences of 20 keys, Hq 8, Hk 2, pages of 16, 2 a row
+
+    for cache in ("fp8", "fp4"):
+        q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(40, 128, cache)
+        p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, None, quant)
+        args = stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, 132, None, 0, quant)
+        assert _lib.op_supports(OP, "sm90", args, "cuda") is None
+        plan = _lib.op_plan(OP, "sm90", args)
+        used = torch.tensor([20, 5], dtype=torch.int32)
+        pu = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, used, quant)
+        plan_used = _lib.op_plan(OP, "sm90", stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, pu, 132, used, 0,
+                                                                    quant))
+        assert plan_used["expanded_rows"] == 2 * 20, plan_used  # seqused_k: at most max_seqlen_k a sequence
+        rows = 2 * 2 * 16  # no seqused_k: the block table's capacity (every key of cu_seqlens_k counts)
+        assert plan["expanded_rows"] == rows, plan
+        assert plan["workspace_bytes"] == 256 + 2 * (-(-rows * 2 * 128 * 2 // 256) * 256), plan
+        lanes = 32 if cache == "fp8" else 16  # a row's 4-byte units (D 128: 32 FP8, 16 FP4)
+        assert plan["expand_ctas"] == 2 * 2 * -(-20 // (plan["block"] // lanes)), plan  # (sequence, K/V head) pairs
+        # varlen: the cache's own rows
+        kv = kvquant.quantize_fp8(torch.randn(37, 2, 128), torch.ones(()))
+        cu = torch.tensor([0, 17, 37], dtype=torch.int32)
+        qv = torch.zeros(40, 8, 128, dtype=torch.bfloat16)
+        cq = torch.tensor([0, 20, 40], dtype=torch.int32)
+        quant8 = validate.KvQuant(k_descale=torch.ones(2, 2), v_descale=torch.ones(1))
+        p = validate.check_varlen_inputs(qv, kv, kv, cq, cu, 20, 20, "rtne", None, None, (-1, -1), None, None, quant8)
+        plan = _lib.op_plan(OP, "sm90", stub.args_block_varlen(qv, kv, kv, None, cq, cu, None, p, 132, None, 0, quant8))
+        assert plan["expanded_rows"] == 37, plan
+    q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(40, 128, "fnuz")
+    p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, None, quant)
+    args = stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, 132, None, 0, quant)
+    assert _lib.op_supports(OP, "sm90", args, "cuda") == (
+        "kv_dtype=2 is not accepted by the sm90 kernel; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3), "
+        "3 (fp4_e2m1)")

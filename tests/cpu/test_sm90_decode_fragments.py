@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 KV_FRAG = ROOT / "op_sources/attention_fwd/sm90_decode/kv_frag.h"
+KV_ELEMS = ROOT / "op_sources/attention_fwd/sm90_kv_elems.h"  # the expansions kv_frag.h takes
 M32 = 0xFFFFFFFF
 
 # ---------------------------------------------------------------- element formats (16-bit, and E4M3 bytes)
@@ -473,9 +474,10 @@ def test_ldmatrix_model_x1_x2_match_x4():
 
 
 def test_the_model_reads_the_kernels_constants():
-    """The model's constants are kv_frag.h's and mainloop.h's: the placement masks, 2^120, 2^126, 2^14 and -0, the
-    NaN test, the selectors' formulas, the fragment groupings, the loads' counts and the scales' indices."""
-    text = KV_FRAG.read_text()
+    """The model's constants are kv_frag.h's (with the expansions of sm90_kv_elems.h) and mainloop.h's: the placement
+    masks, 2^120, 2^126, 2^14 and -0, the NaN test, the selectors' formulas, the fragment groupings, the loads' counts
+    and the scales' indices."""
+    text = KV_FRAG.read_text() + KV_ELEMS.read_text()
     for literal in ("(x << 4) & 0x87F087F0u", "0x7B807B80u, 0x80008000u", "(w & 0x7F7F7F7Fu) + 0x01010101u",
                     "& 0x7FFF7FFFu", "fp8x4_elems<0, 1, 2, 3>", "fp8x4_elems<0, 2, 1, 3>",
                     "(x << 5) & 0x8E008E00u, 0x74007400u, 0x80008000u", "(x << 2) & 0x81C081C0u, 0x7E807E80u",

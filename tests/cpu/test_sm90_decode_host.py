@@ -213,24 +213,27 @@ def _paged_plan(d, cache):
 
 
 def test_dispatch_sends_quantized_decode_calls_to_the_decode_kernel(monkeypatch):
-    """FP8 E4M3 and FP4 caches: decode calls take sm90_decode's variant of their kv_dtype; longer calls, FNUZ caches
-    (MI300X's format, the baseline's on sm_90a) and head dims whose quantized rows TMA cannot stride (FP8 D 8: 8-byte
-    rows; FP4 D 48: 24-byte rows) go on to the baseline, each passed-over kernel saying why."""
+    """FP8 E4M3 and FP4 caches: decode calls take sm90_decode's variant of their kv_dtype; longer calls, and head dims
+    whose quantized rows TMA cannot stride (FP8 D 8: 8-byte rows; FP4 D 48: 24-byte rows) go on to the sm90 prefill
+    kernel (its expansion reads 4-byte units), FNUZ caches (MI300X's format) to the baseline, each passed-over kernel
+    saying why."""
     monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", SMS))
     monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
     for cache, kv_dtype in (("fp8", "fp8_e4m3"), ("fp4", "fp4_e2m1")):
         sel = _quant_paged_selection(4, cache=cache)
         assert sel.kernel.name == KERNEL and sel.variant["kv_dtype"] == kv_dtype, sel.why
         sel = _quant_paged_selection(17, cache=cache)
-        assert sel.kernel.name == "baseline" and "max_seqlen_q=17" in sel.why, sel.why
+        assert sel.kernel.name == "sm90" and sel.variant["kv_dtype"] == kv_dtype, sel.why
+        assert "max_seqlen_q=17" in sel.why, sel.why
     sel = _quant_paged_selection(1, cache="fnuz")
     assert sel.kernel.name == "baseline", sel.why
     assert f"{KERNEL}: kv_dtype 'fp8_e4m3fnuz' not in ['same', 'fp8_e4m3', 'fp4_e2m1']" in sel.why, sel.why
+    assert "sm90: kv_dtype 'fp8_e4m3fnuz' not in ['same', 'fp8_e4m3', 'fp4_e2m1']" in sel.why, sel.why
     sel = _quant_paged_selection(1, d=8)
-    assert sel.kernel.name == "baseline", sel.why
+    assert sel.kernel.name == "sm90", sel.why
     assert "k_strides[2]=8 is not accepted by the sm90_decode kernel; accepted: a multiple of 16 elements" in sel.why
     sel = _quant_paged_selection(1, d=48, cache="fp4")
-    assert sel.kernel.name == "baseline", sel.why
+    assert sel.kernel.name == "sm90", sel.why
     assert "k_strides[2]=24 is not accepted by the sm90_decode kernel; accepted: a multiple of 16 elements" in sel.why
 
 

@@ -60,6 +60,38 @@ int64_t shared_bytes(const AttentionFwdArgs& a) {
 }
 constexpr int64_t kMaxShared = kSm90MaxShared;
 
+// A quantized K / V cache (sm90/expand.h): the workspace rows its expansion fills (varlen: the cache's total_k rows;
+// paged: a slot per sequence of the most keys it can have, its block-table row's capacity, or with seqused_k (bounded
+// by max_seqlen_k: attn_params.h used_keys) min(capacity, max_seqlen_k)), and where the expanded K and V sit in the
+// workspace, after the tile counter.
+bool quantized(const AttentionFwdArgs& a) { return a.kv_dtype != RTC_KV_DTYPE_SAME; }
+int64_t kv_slot(const AttentionFwdArgs& a) {
+  const int64_t capacity = int64_t(a.pages_per_seq) * a.page_size;  // validate(): each < 2^31
+  return a.seqused_k ? std::min<int64_t>(capacity, a.seq_k) : capacity;
+}
+int64_t expanded_rows(const AttentionFwdArgs& a) {
+  if (!quantized(a)) return 0;
+  return kv_mode(a) == RTC_KV_PAGED ? a.batch * kv_slot(a) : a.total_k;
+}
+constexpr int64_t kExpandAlign = 256;
+int64_t expanded_bytes(const AttentionFwdArgs& a) {  // one of K, V
+  return (expanded_rows(a) * a.heads_k * a.head_dim * 2 + kExpandAlign - 1) / kExpandAlign * kExpandAlign;
+}
+constexpr int64_t kExpandFirst = (SM90_WORKSPACE_BYTES + kExpandAlign - 1) / kExpandAlign * kExpandAlign;
+// The expansion's grid: lanes per cache row (its 4-byte units, a power of two up to a warp) and CTAs per (sequence,
+// K/V head), enough for max_seqlen_k's rows at one row per lane group, at most 8 (a longer sequence is walked in
+// strides, sm90/expand.h).
+int expand_lanes(const AttentionFwdArgs& a) {
+  const int64_t units = a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? a.head_dim / 8 : a.head_dim / 4;
+  int lanes = 1;
+  while (lanes < units && lanes < 32) lanes *= 2;
+  return lanes;
+}
+int expand_ctas(const AttentionFwdArgs& a) {
+  const int64_t rows_per_cta = int64_t(sm90_threads(plan_of(a))) / expand_lanes(a);
+  return int(std::max<int64_t>(1, std::min<int64_t>(8, (a.seq_k + rows_per_cta - 1) / rows_per_cta)));
+}
+
 std::string why_not(const void* p, const char* vendor) {
   const AttentionFwdArgs* a = &args_of(p);
   if (!vendor || std::string(vendor) != "cuda")
@@ -78,10 +110,20 @@ std::string why_not(const void* p, const char* vendor) {
                  {"k", a->k, a->k_strides, 8},
                  {"v", a->v, a->v_strides, 8},
                  {"o", a->o, a->o_strides, 2}};
+  if (quantized(*a) && a->kv_dtype != RTC_KV_DTYPE_FP8_E4M3 && a->kv_dtype != RTC_KV_DTYPE_FP4_E2M1)
+    return "kv_dtype=" + std::to_string(a->kv_dtype) +
+           " is not accepted by the sm90 kernel; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3), 3 (fp4_e2m1)";
   for (const auto& t : tensors) {
-    std::string why = aligned_why_not("sm90", t.name, t.ptr, t.st, t.align);
+    // A quantized cache is read by its expansion in 4-byte units: strides in bytes, multiples of 4.
+    const bool cache = quantized(*a) && (t.name[0] == 'k' || t.name[0] == 'v');
+    std::string why = aligned_why_not("sm90", t.name, t.ptr, t.st, cache ? 4 : t.align);
     if (!why.empty()) return why;
   }
+  if (quantized(*a) &&
+      (expanded_rows(*a) >= (int64_t(1) << 31) || a->batch * a->heads_k * expand_ctas(*a) >= (int64_t(1) << 31)))
+    return "the expanded cache's rows (paged: batch*block_table.shape[1]*page_size, or with seqused_k at most "
+           "batch*max_seqlen_k; varlen: total_k)=" +
+           std::to_string(expanded_rows(*a)) + " are too many for the sm90 kernel; accepted: < 2^31";
   const int64_t tiles = tile_count(*a);
   if (tiles >= (int64_t(1) << 31))
     return "ceil(seq_q/" + std::to_string(sm90_block_m(plan_of(*a))) + ")*heads*batch=" + std::to_string(tiles) +
@@ -110,7 +152,11 @@ bool dynamic_tiles(const AttentionFwdArgs& a) {
   return a.window_left != -1 || a.window_right != -1 || kv_mode(a) != RTC_KV_DENSE;
 }
 
-int64_t workspace_bytes(const void* p) { return dynamic_tiles(args_of(p)) ? SM90_WORKSPACE_BYTES : 0; }
+int64_t workspace_bytes(const void* p) {
+  const AttentionFwdArgs& a = args_of(p);
+  if (quantized(a)) return kExpandFirst + 2 * expanded_bytes(a);  // the counter, then the expanded K and V
+  return dynamic_tiles(a) ? SM90_WORKSPACE_BYTES : 0;
+}
 
 std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
@@ -129,7 +175,9 @@ std::string plan_json(const void* p) {
                       {"shared_bytes", shared_bytes(a)},
                       {"workspace_bytes", workspace_bytes(p)},
                       {"dynamic_tiles", dynamic_tiles(a)},
-                      {"l2_heads", l2_section_heads(a)}});
+                      {"l2_heads", l2_section_heads(a)},
+                      {"expanded_rows", expanded_rows(a)},
+                      {"expand_ctas", quantized(a) ? int64_t(a.batch) * a.heads_k * expand_ctas(a) : 0}});
 }
 
 void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
@@ -146,7 +194,31 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
     const int64_t q_st[3] = {a.q_strides[1], a.q_strides[1], a.q_strides[2]};
     sp.tmap_q = sm90_tensor_map("q", a.q, q_st, d, a.total_q, a.heads, 1, block_m);
   }
-  const KvMaps kv = sm90_kv_maps(a, block_n);
+  // A quantized cache: the attention reads the expanded rows as a varlen cache in q's dtype.
+  AttentionFwdArgs x = a;
+  if (quantized(a)) {
+    RTC_CHECK(a.workspace && a.workspace_bytes >= workspace_bytes(p), RTC_ERR_ARG,
+              "workspace_bytes=" + std::to_string(a.workspace_bytes) +
+                  " is too small for the sm90 kernel over a quantized cache; accepted: >= " +
+                  std::to_string(workspace_bytes(p)) + " (rtc_op_workspace_bytes with the same args)");
+    char* ws = static_cast<char*>(a.workspace);
+    sp.kx = reinterpret_cast<rtc_elem_t*>(ws + kExpandFirst);
+    sp.vx = reinterpret_cast<rtc_elem_t*>(ws + kExpandFirst + expanded_bytes(a));
+    sp.kv_slot = int(kv_slot(a));
+    sp.expand_lanes = expand_lanes(a);
+    sp.expand_ctas = expand_ctas(a);
+    x.k = sp.kx;
+    x.v = sp.vx;
+    for (int64_t(*st)[3] : {&x.k_strides, &x.v_strides}) {
+      (*st)[0] = 0;
+      (*st)[1] = a.heads_k * a.head_dim;
+      (*st)[2] = a.head_dim;
+    }
+    x.kv_dtype = RTC_KV_DTYPE_SAME;
+    x.block_table = nullptr;  // packed rows
+    x.total_k = expanded_rows(a);
+  }
+  const KvMaps kv = sm90_kv_maps(x, block_n);
   sp.tmap_k = kv.k;
   sp.tmap_v = kv.v;
   sp.kv_box = kv.box_rows;
@@ -166,6 +238,12 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
                   std::to_string(SM90_WORKSPACE_BYTES) + " (rtc_op_workspace_bytes)");
     rtc::cuda_memset_d32(t.device, a.workspace, 0u, SM90_WORKSPACE_BYTES / 4, t.stream);
   }
+  if (quantized(a) && a.batch * a.heads_k > 0) {  // the expansion first, on the same stream
+    sp.stage = SM90_STAGE_EXPAND;
+    const unsigned eg[3] = {unsigned(a.batch * a.heads_k * sp.expand_ctas), 1, 1};
+    launch(program, t, a, eg, unsigned(sm90_threads(pl)), 0u, &sp, sizeof sp);
+  }
+  sp.stage = SM90_STAGE_ATTN;
   launch(program, t, a, grid, unsigned(sm90_threads(pl)), unsigned(shared_bytes(a)), &sp, sizeof sp);
 }
 

@@ -20,17 +20,20 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
                            const KeyWindow& keys) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const AttnParams& a = p.a;
+  // FP8 cache: the tile's scales carry k_descale (sm90/scheduler.h), and O = (sum p v) v_descale / l.
+  const float scale = RTC_KV_FP8 ? t.view.scale : a.scale, scale_log2 = RTC_KV_FP8 ? t.view.scale_log2 : a.scale_log2;
+  const float v_scale = RTC_KV_FP8 ? kv_descale(a.v_descale, a.vd_sb, a.vd_sh, t.batch, kv_head(a, t.head)) : 1.f;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float l = st.l[i];
     l += shfl_xor(l, 1);
     l += shfl_xor(l, 2);
-    l = final_row_sum(l, st.m[i], a.scale_log2);
+    l = final_row_sum(l, st.m[i], scale_log2);
     // l == 0: every score the row saw was -inf; it writes ZeroSumRow's row: 0 and LSE -inf when it sees
     // no key (even where O holds 0 * NaN from a V NaN under a zero weight), NaN when it sees keys.
     // A NaN l keeps the row NaN.
     const bool empty = l == 0.f;
-    const float inv = empty ? 0.f : 1.f / l;
+    const float inv = empty ? 0.f : (RTC_KV_FP8 ? v_scale / l : 1.f / l);
     const ZeroSumRow blank = ZeroSumRow::of(RTC_MASK ? keys.sees_a_key(i) : !kPacked || t.view.seq_k > 0);
     const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
     if (row >= t.view.seq_q) continue;
@@ -43,7 +46,7 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
             empty ? blank.o : pack2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     if (a.lse != nullptr && lane % 4 == 0)
       a.lse[t.seq.lse_off + (rtc_i64)t.head * t.seq.lse_head_stride + row] =
-          empty ? blank.lse : st.m[i] * a.scale + logf(l);
+          empty ? blank.lse : st.m[i] * scale + logf(l);
   }
 }
 

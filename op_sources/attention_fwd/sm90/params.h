@@ -100,7 +100,16 @@ struct alignas(64) Sm90AttnParams {
   int kv_box;         // paged: rows of a K/V TMA box, gcd(page_size, block_n); else block_n
   int page_shift;     // paged: log2(page_size) (page sizes are powers of two)
   int l2_heads;       // dense, masked: (batch, head) pairs per section of the tile order (sm90/scheduler.h)
+  // A quantized K / V cache (RTC_KV_DTYPE != SAME, sm90/expand.h): two launches, the expansion then the attention.
+  int stage;          // SM90_STAGE_EXPAND or SM90_STAGE_ATTN
+  int kv_slot;        // paged: workspace rows of a sequence, min(block-table capacity, max_seqlen_k)
+  int expand_ctas;    // expansion: CTAs per (sequence, K/V head)
+  int expand_lanes;   // expansion: lanes per cache row (a power of two <= 32)
+  rtc_elem_t* kx;     // the expanded K and V in the workspace: [rows, heads_k, D], 16-bit elements of q's dtype
+  rtc_elem_t* vx;
 };
+#define SM90_STAGE_ATTN 0
+#define SM90_STAGE_EXPAND 1
 // The tile order's sections hold the K/V of about this many bytes, so that the CTAs running together find
 // their blocks in L2 (FlashAttention-3 sizes its sections to 32 MB of the H100's 50 MB L2, as here).
 #define SM90_L2_SECTION_BYTES (32LL << 20)

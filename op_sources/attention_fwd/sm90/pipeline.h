@@ -29,7 +29,8 @@ constexpr int kThreads = sm90_threads(kPlan);
 // 128 x 512): the producer gives up what the consumers take.
 // The producer's share grows with what it walks: packed rows (varlen: 24 spilled at some buckets), the page
 // table (paged: 32 spilled; its consumers spilled at 224 in the 256 bucket with a window). ptxas's reports per bucket are in NOTES.
-constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED ? 40 : RTC_KV == RTC_KV_VARLEN ? 32 : 24;
+// A quantized cache's expanded rows are packed rows (sm90/expand.h): the varlen producer's share.
+constexpr int kProducerRegs = RTC_KV == RTC_KV_PAGED && RTC_KV_DTYPE == RTC_KV_DTYPE_SAME ? 40 : kPacked ? 32 : 24;
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
 constexpr int kConsumerRegs = kConsumerWGs == 2
                                   ? (RTC_KV == RTC_KV_DENSE ? 240 : 232)
@@ -100,7 +101,10 @@ using QState = RingState<kQStages>;
 
 // The producer: one thread; paged, the whole first warp, whose lanes gather a K/V block's pages one TMA box
 // each (sm90/producer.h). Functions, not constants: the constants above are part of every code object's bytes.
-RTC_DEVICE constexpr int producer_threads() { return RTC_KV == RTC_KV_PAGED ? 32 : 1; }
+// K / V come through the block table only from a paged cache in q's dtype; a quantized cache's pages were expanded
+// into packed rows first (sm90/expand.h).
+RTC_DEVICE constexpr bool paged_loads() { return RTC_KV == RTC_KV_PAGED && RTC_KV_DTYPE == RTC_KV_DTYPE_SAME; }
+RTC_DEVICE constexpr int producer_threads() { return paged_loads() ? 32 : 1; }
 RTC_DEVICE int producer_lane() { return producer_threads() == 1 ? 0 : (int)(threadIdx.x % 32); }
 
 // The consumers take turns at the tensor cores in a ring: warpgroup wg waits on its named barrier, issues

@@ -28,7 +28,7 @@ RTC_DEVICE void load_tile(const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, rt
 // parallel, and only the TMA issues themselves follow one another. A row past the sequence's keys or
 // an out-of-range id gets page coordinate num_pages: TMA reads nothing there and fills zeros (still
 // counting the bytes), so no id can reach outside the pool.
-static_assert(RTC_KV != RTC_KV_PAGED || kN / 16 * kDBlocks <= producer_threads(),
+static_assert(!paged_loads() || kN / 16 * kDBlocks <= producer_threads(),
               "one TMA box of a paged K/V block per lane of the producer warp");
 
 // This lane's page id of block n (the raw table entry; load_paged clamps it). Issued a block ahead of
@@ -56,7 +56,7 @@ RTC_DEVICE void load_paged(const Sm90AttnParams& p, const Sm90TensorMap& map, rt
 
 RTC_DEVICE void load_kv(const Sm90AttnParams& p, const Sm90TensorMap& map, rtc_u32 dst, rtc_u32 bar, const Tile& t,
                         int page, int n, int kvh) {
-  if (RTC_KV == RTC_KV_PAGED)
+  if (paged_loads())
     load_paged(p, map, dst, bar, page, n, kvh);
   else  // packed rows: batch coordinate 0, the sequence's rows from k_row
     load_tile(map, dst, bar, kKVBytes, t.seq.k_row + n * kN, kvh, kPacked ? 0 : t.batch, kHalfKV);
@@ -81,7 +81,7 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     const int kvh = kv_head(p.a, t.head);
     // Paged: each block's page ids are read one block ahead (the first block's before the Q slot's wait),
     // so their latency hides under the waits before the K load that uses them.
-    int page = RTC_KV == RTC_KV_PAGED ? lane_page(p, t, sp.begin) : 0;
+    int page = paged_loads() ? lane_page(p, t, sp.begin) : 0;
     mbar_wait(sm.bars.q_empty(qs.stage), qs.phase ^ 1);
     if (leader)
       load_tile(p.tmap_q, sm.q_stage(qs.stage), sm.bars.q_full(qs.stage), kQBytes, t.seq.q_row + t.m_block * kM, t.head,
@@ -90,7 +90,7 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     for (int n = sp.begin; n < sp.end; ++n) {
       mbar_wait(sm.bars.k_empty(ps.stage), ps.phase ^ 1);
       load_kv(p, p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), t, page, n, kvh);
-      const int next = RTC_KV == RTC_KV_PAGED && n + 1 < sp.end ? lane_page(p, t, n + 1) : 0;
+      const int next = paged_loads() && n + 1 < sp.end ? lane_page(p, t, n + 1) : 0;
       mbar_wait(sm.bars.v_empty(ps.stage), ps.phase ^ 1);
       load_kv(p, p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), t, page, n, kvh);
       page = next;

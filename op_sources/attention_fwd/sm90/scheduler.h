@@ -8,6 +8,7 @@
 #include "sm90/params.h"
 #include "ptx_sm90.h"
 #include "sm90/pipeline.h"
+#include "sm90/expand.h"
 
 namespace sm90 {
 
@@ -98,7 +99,13 @@ RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t)
     r.batch = bh / p.a.heads;
   }
   r.seq = seq_of(p.a, r.batch);
+  if (RTC_KV_DTYPE != RTC_KV_DTYPE_SAME) expanded_seq(p, r.batch, r.seq);
   r.view = seq_view(p.a, r.seq);
+  if (RTC_KV_FP8) {  // k_descale joins the softmax scale (its sign is in the expanded K: sm90/expand.h)
+    const float kd = fabsf(k_descale_of(p.a, r.batch, kv_head(p.a, r.head)));
+    r.view.scale *= kd;
+    r.view.scale_log2 *= kd;
+  }
   return r;
 }
 

@@ -11,7 +11,9 @@ FlashAttention-4 when it is installed, timed by tools/timing.py (interleaved rou
     varlen call; cuDNN runs one SDPA call per sequence (what a dense-only library leaves a server with).
   - chunked prefill: 8 sequences, 512 new queries over 4096 keys, causal. rtcattn and FA4 dense
     ([8, 512] over [8, 4096]), rtcattn packed, and rtcattn paged with pages of 16, 64, 128, 256 rows
-    (shuffled page ids), FA4 paged where its version takes a page table.
+    (shuffled page ids), FA4 paged where its version takes a page table; under each page size's bf16 row,
+    rtcattn over the same pages quantized (FP8 E4M3 with descales, FP4 E2M1 + E8M0 in AITER's layout; FA4 not
+    run on them), timed in the same rounds, with "x bf16" = the bf16 paged ms / the quantized ms.
   FLOPs are 4 D H per (query, key) pair a row sees (causal: bottom-right), so Sq = Sk causal is half of
   the full count, as FlashAttention reports it;
 - decode (also `--shapes decode`): one query row per sequence over shuffled pages, against FA4 and a 4 GiB copy
@@ -452,7 +454,9 @@ def _paged(k, v, lens, page, torch, seed=0):
     return pools[0], pools[1], table.to("cuda")
 
 
-def _time(fns: dict, inputs, reps, budget_s, f: float, label: str) -> list:
+def _time(fns: dict, inputs, reps, budget_s, f: float, label: str, base: str | None = None) -> list:
+    """One row per fn that runs, timed in the same interleaved rounds. base: the impl whose per-round times give the
+    other rows' "vs_bf16" (base's ms / theirs, the median of the rounds' ratios; > 1: faster than base)."""
     ok = {}
     for name, fn in fns.items():
         try:
@@ -465,7 +469,8 @@ def _time(fns: dict, inputs, reps, budget_s, f: float, label: str) -> list:
     for name, t in times.items():
         ms = statistics.median(t)
         rows.append({"case": label, "impl": name, "ms": ms, "tflops": f / (ms * 1e-3) / 1e12, "reps": len(t),
-                     "vs_cudnn": timing.ratio(times.get("cudnn"), t), "vs_fa4": timing.ratio(times.get("fa4"), t)})
+                     "vs_cudnn": timing.ratio(times.get("cudnn"), t), "vs_fa4": timing.ratio(times.get("fa4"), t),
+                     "vs_bf16": timing.ratio(times.get(base), t) if base and name != base else None})
     return rows
 
 
@@ -523,24 +528,56 @@ def prefill_rows(modes, reps, budget_s) -> list:
     rows += _time(packed, [(q, k, v)], reps, budget_s, f, "prefill 8x512/4096 packed")
     for page in PAGES:
         kp, vp, table = _paged(k, v, lens_k, page, torch, seed=page)
+        label = f"prefill 8x512/4096 paged {page}"
         fns = {"rtcattn rtne": lambda q, k, v, table=table: rtcattn.forward_varlen(
             q, k, v, cq, ck, sq, sk, causal=True, block_table=table)}
         if fa4_varlen is not None:
             used = torch.tensor(lens_k, dtype=torch.int32, device="cuda")
             fns["fa4"] = lambda q, k, v, table=table, used=used: peers.first(fa4_varlen(
                 q, k, v, cu_seqlens_q=cq, max_seqlen_q=sq, seqused_k=used, page_table=table, causal=True))
-        rows += _time(fns, [(q, kp, vp)], reps, budget_s, f, f"prefill 8x512/4096 paged {page}")
+        # The same pages quantized (rtcattn alone: FA4 is not run over them), in the same rounds as the bf16 call,
+        # so each row's "x bf16" is the bf16 paged time over its own, round by round.
+        for kv, (kq, vq, kw) in _quantized_pages(kp, vp, b, torch).items():
+            fns[f"rtcattn {kv}"] = lambda q, k, v, table=table, kq=kq, vq=vq, kw=kw: rtcattn.forward_varlen(
+                q, kq, vq, cq, ck, sq, sk, causal=True, block_table=table, **kw)
+        for r in _time(fns, [(q, kp, vp)], reps, budget_s, f, label, base="rtcattn rtne"):
+            kv = r["impl"].removeprefix("rtcattn ")
+            if kv in QUANT_KV:  # its own row under the bf16 one: "paged 64 fp8", rtcattn rtne
+                r.update(case=f"{label} {QUANT_KV[kv]}", impl="rtcattn rtne", vs_cudnn=None, vs_fa4=None)
+            else:  # x bf16 is the quantized rows' column only
+                r["vs_bf16"] = None
+            rows.append(r)
     return rows
+
+
+# The quantized caches of the chunked-prefill rows: forward_varlen's kv format -> the row's label suffix.
+QUANT_KV = {"fp8_e4m3": "fp8", "fp4_e2m1": "fp4"}
+
+
+def _quantized_pages(kp, vp, b: int, torch) -> dict:
+    """The bf16 pools [pages, page, Hk, D] quantized by rtcattn's own quantizer, as forward_varlen takes them:
+    {kv format: (k, v, its keyword arguments)}. FP8 E4M3 with FA3's descales per (sequence, K/V head) (ones: the
+    values are randn's), FP4 E2M1 in AITER's HND pages [pages, Hk, page, D / 2] with E8M0 scales [pages, page, Hk]
+    (bench_decode's caches)."""
+    from .kvquant import quantize_fp4, quantize_fp8
+    one = torch.ones((), device="cuda")
+    descale = torch.ones((b, kp.shape[2]), dtype=torch.float32, device="cuda")
+    (k4, ks), (v4, vs) = quantize_fp4(kp), quantize_fp4(vp)
+    hnd = lambda t: t.permute(0, 2, 1, 3).contiguous()  # noqa: E731
+    return {"fp8_e4m3": (quantize_fp8(kp, one), quantize_fp8(vp, one), {"k_descale": descale, "v_descale": descale}),
+            "fp4_e2m1": (hnd(k4), hnd(v4), {"kv_cache_dtype": "fp4_e2m1", "k_scale": ks, "v_scale": vs})}
 
 
 def print_rows(rows: list) -> None:
     fmt = timing.fmt
-    head = f"{'problem':<36}{'impl':<14}{'ms':>9}{'TFLOP/s':>9}{'x cuDNN':>9}{'x FA4':>8}"
+    head = f"{'problem':<36}{'impl':<14}{'ms':>9}{'TFLOP/s':>9}{'x cuDNN':>9}{'x FA4':>8}{'x bf16':>8}"
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['case']:<36}{r['impl']:<14}{r['ms']:>9.3f}{r['tflops']:>9.0f}"
-              f"{fmt(r['vs_cudnn'], '.3f'):>9}{fmt(r['vs_fa4'], '.3f'):>8}")
+              f"{fmt(r['vs_cudnn'], '.3f'):>9}{fmt(r['vs_fa4'], '.3f'):>8}{fmt(r.get('vs_bf16'), '.3f'):>8}")
+    if any(r.get("vs_bf16") is not None for r in rows):
+        print("x bf16: the bf16 paged call's ms / this row's, the same pages quantized, timed in the same rounds")
 
 
 def serving(args) -> dict:
