@@ -76,34 +76,57 @@ RTC_DEVICE void expand_stage(const Sm90AttnParams& p) {
   rtc_u32 k_flip = 0;
   if (RTC_KV_FP8 && k_descale_of(a, b, h) < 0.f) k_flip = 0x80008000u;
   const rtc_i64 out_row = (rtc_i64)a.heads_k * a.head_dim;  // elements between workspace rows
-  for (int j = (c * warps + warp) * rows_per_warp + sub; j < s.len_k; j += p.expand_ctas * warps * rows_per_warp) {
-    rtc_i64 page = 0, row = cache_row + j;
-    if (RTC_KV == RTC_KV_PAGED) {
-      page = page_of(a, b, j);
-      row = j & (a.page_size - 1);
-    }
-    const rtc_i64 dst = ((rtc_i64)s.k_row + j) * out_row + (rtc_i64)h * a.head_dim;
-    float ks = 1.f, vs = 1.f;
-    if (RTC_KV_FP4 && page >= 0) {
-      ks = rtc_e8m0_decode(ld_global_nc_u8(a.k_scale + page * a.ks_sb + row * a.ks_ss + h * a.ks_sh));
-      vs = rtc_e8m0_decode(ld_global_nc_u8(a.v_scale + page * a.vs_sb + row * a.vs_ss + h * a.vs_sh));
-    }
-    const unsigned char* kr = (const unsigned char*)a.k + page * a.k_sb + row * a.k_ss + h * a.k_sh;
-    const unsigned char* vr = (const unsigned char*)a.v + page * a.v_sb + row * a.v_ss + h * a.v_sh;
-    for (int u = u0; u < units; u += lanes) {
-      rtc_u32 ek[kUnitVals / 2] = {}, ev[kUnitVals / 2] = {};
-      if (page >= 0) {  // else zeros (a block-table entry outside the pool)
-        expand_unit(rtc_gld(reinterpret_cast<const rtc_u32*>(kr) + u), k_flip, ks, ek);
-        expand_unit(rtc_gld(reinterpret_cast<const rtc_u32*>(vr) + u), 0u, vs, ev);
+  // A thread's rows are `step` apart, kRows of them in flight at once: their page ids, then their words, are loaded
+  // before any is expanded (the stage is latency-bound otherwise: one CTA an SM, the attention's registers).
+  constexpr int kRows = 8;
+  const int step = p.expand_ctas * warps * rows_per_warp;
+  for (int j0 = (c * warps + warp) * rows_per_warp + sub; j0 < s.len_k; j0 += kRows * step) {
+    const unsigned char* kr[kRows];
+    const unsigned char* vr[kRows];
+    float ks[kRows], vs[kRows];
+    bool in_pool[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int j = j0 + r * step;
+      rtc_i64 page = j < s.len_k ? 0 : -1, row = cache_row + j;
+      if (RTC_KV == RTC_KV_PAGED && page == 0) {
+        page = page_of(a, b, j);
+        row = j & (a.page_size - 1);
       }
-      rtc_elem_t* kd = p.kx + dst + (rtc_i64)u * kUnitVals;
-      rtc_elem_t* vd = p.vx + dst + (rtc_i64)u * kUnitVals;
-      if constexpr (RTC_KV_FP4) {
-        *reinterpret_cast<uint4*>(kd) = make_uint4(ek[0], ek[1], ek[2], ek[3]);
-        *reinterpret_cast<uint4*>(vd) = make_uint4(ev[0], ev[1], ev[2], ev[3]);
-      } else {
-        *reinterpret_cast<uint2*>(kd) = make_uint2(ek[0], ek[1]);
-        *reinterpret_cast<uint2*>(vd) = make_uint2(ev[0], ev[1]);
+      in_pool[r] = page >= 0;  // else past the sequence, or a block-table entry outside the pool (zeros)
+      if (!in_pool[r]) page = row = 0;
+      ks[r] = vs[r] = 1.f;
+      if (RTC_KV_FP4 && in_pool[r]) {
+        ks[r] = rtc_e8m0_decode(ld_global_nc_u8(a.k_scale + page * a.ks_sb + row * a.ks_ss + h * a.ks_sh));
+        vs[r] = rtc_e8m0_decode(ld_global_nc_u8(a.v_scale + page * a.vs_sb + row * a.vs_ss + h * a.vs_sh));
+      }
+      kr[r] = (const unsigned char*)a.k + page * a.k_sb + row * a.k_ss + h * a.k_sh;
+      vr[r] = (const unsigned char*)a.v + page * a.v_sb + row * a.v_ss + h * a.v_sh;
+    }
+    for (int u = u0; u < units; u += lanes) {
+      rtc_u32 wk[kRows], wv[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        wk[r] = in_pool[r] ? rtc_gld(reinterpret_cast<const rtc_u32*>(kr[r]) + u) : 0u;
+        wv[r] = in_pool[r] ? rtc_gld(reinterpret_cast<const rtc_u32*>(vr[r]) + u) : 0u;
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int j = j0 + r * step;
+        if (j >= s.len_k) break;
+        rtc_u32 ek[kUnitVals / 2] = {}, ev[kUnitVals / 2] = {};
+        if (in_pool[r]) {
+          expand_unit(wk[r], k_flip, ks[r], ek);
+          expand_unit(wv[r], 0u, vs[r], ev);
+        }
+        const rtc_i64 dst = ((rtc_i64)s.k_row + j) * out_row + (rtc_i64)h * a.head_dim + (rtc_i64)u * kUnitVals;
+        if constexpr (RTC_KV_FP4) {
+          *reinterpret_cast<uint4*>(p.kx + dst) = make_uint4(ek[0], ek[1], ek[2], ek[3]);
+          *reinterpret_cast<uint4*>(p.vx + dst) = make_uint4(ev[0], ev[1], ev[2], ev[3]);
+        } else {
+          *reinterpret_cast<uint2*>(p.kx + dst) = make_uint2(ek[0], ek[1]);
+          *reinterpret_cast<uint2*>(p.vx + dst) = make_uint2(ev[0], ev[1]);
+        }
       }
     }
   }
