@@ -64,6 +64,13 @@ struct AttnParams {
 #define RTC_KV_DTYPE_FP8_E4M3 1       // OCP E4M3 (torch.float8_e4m3fn), with FA3's descales
 #define RTC_KV_DTYPE_FP8_E4M3FNUZ 2   // E4M3 FNUZ (torch.float8_e4m3fnuz, MI300X's), with FA3's descales
 #define RTC_KV_DTYPE_FP4_E2M1 3       // two E2M1 values a byte, one E8M0 scale per key row and head
+// The same FP4 cache, read by gfx950's scaled MFMA with q quantized to FP8 E4M3 per (row, head) by a power-of-two
+// scale (an opt-in: q loses bits; the gfx950_decode entry of the manifest).
+#define RTC_KV_DTYPE_FP4_E2M1_NATIVE 4
+// An FP4 cache, read either way (its layout, scales and checks are the same).
+RTC_HD constexpr bool rtc_kv_fp4(int kv_dtype) {
+  return kv_dtype == RTC_KV_DTYPE_FP4_E2M1 || kv_dtype == RTC_KV_DTYPE_FP4_E2M1_NATIVE;
+}
 
 #ifndef RTC_MASK
 #define RTC_MASK 0  // the manifest's mask axis: 0 every row sees every key, 1 the window below

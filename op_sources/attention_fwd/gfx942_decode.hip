@@ -59,7 +59,7 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
   const rtc_buffer_rsrc qr = g942::uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.hk * p.group * p.q_sh,
                                                 decode_group_span_bytes(w.i1, p.q_ss, p.group, p.q_sh, p.head_dim));
   const rtc_u32 q_row = rk.i < 0 ? 0u : (rtc_u32)(((rtc_i64)rk.i * p.q_ss + (rtc_i64)rk.g * p.q_sh) * 2);
-  Frag q[kDSteps];
+  QOperand q;
   load_q(q, qr, q_row, rk.i >= 0, lane, p.head_dim);
   const KvRows kr = kv_rows(p, false, seq, w.b, w.hk);
   const KvRows vr = kv_rows(p, true, seq, w.b, w.hk);

@@ -15,10 +15,11 @@
 #include "fp8_fp4.h"
 
 #define RTC_KV_FP8 (RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3 || RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ)
-#define RTC_KV_FP4 (RTC_KV_DTYPE == RTC_KV_DTYPE_FP4_E2M1)
+#define RTC_KV_FP4 (RTC_KV_DTYPE == RTC_KV_DTYPE_FP4_E2M1 || RTC_KV_DTYPE == RTC_KV_DTYPE_FP4_E2M1_NATIVE)
+#define RTC_KV_FP4_NATIVE (RTC_KV_DTYPE == RTC_KV_DTYPE_FP4_E2M1_NATIVE)
 
-#if RTC_KV_DTYPE < RTC_KV_DTYPE_SAME || RTC_KV_DTYPE > RTC_KV_DTYPE_FP4_E2M1
-#error "RTC_KV_DTYPE must be 0 (same), 1 (fp8_e4m3), 2 (fp8_e4m3fnuz) or 3 (fp4_e2m1)"
+#if RTC_KV_DTYPE < RTC_KV_DTYPE_SAME || RTC_KV_DTYPE > RTC_KV_DTYPE_FP4_E2M1_NATIVE
+#error "RTC_KV_DTYPE must be 0 (same), 1 (fp8_e4m3), 2 (fp8_e4m3fnuz), 3 (fp4_e2m1) or 4 (fp4_e2m1_native)"
 #endif
 
 // The element (RTC_DTYPE) bits of a stored value's fp32 x: bf16 its top half; fp16 its exponent rebiased (x is zero,

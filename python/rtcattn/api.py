@@ -304,7 +304,7 @@ def _seqlens_tensor(cache_seqlens, q, k_cache, k, block_table, kv_cache_dtype="a
         return cache_seqlens
     if not isinstance(q, torch.Tensor) or q.dim() != 4 or k_cache.dim() != 4:
         return cache_seqlens  # the op's checks name what is wrong with q or the cache
-    page = k_cache.shape[2 if kv_cache_dtype == "fp4_e2m1" else 1]  # an FP4 cache's pages are HND
+    page = k_cache.shape[2 if validate.is_fp4(kv_cache_dtype) else 1]  # an FP4 cache's pages are HND
     capacity = page * (block_table.shape[1] if isinstance(block_table, torch.Tensor)
                                    and block_table.dim() == 2 else 1)
     new = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0

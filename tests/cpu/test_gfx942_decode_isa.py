@@ -112,3 +112,26 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     placed = kv_dtype == "fp8_e4m3" or (kv_dtype == "fp8_e4m3fnuz" and arch != "gfx942")
     assert (r.loop["rare"] > 0) == placed, tag
     assert (r.loop["cvt_fp8"] > 0) == (kv_dtype == "fp8_e4m3fnuz" and arch == "gfx942"), tag
+
+
+# The native FP4 path (kv_dtype fp4_e2m1_native: the manifest's gfx950_decode entry, this kernel's source), gfx950 only.
+NATIVE = [(d, dtype, kv, mask) for d in BUCKETS for dtype, kv, mask in (("bf16", "paged", "window"),
+                                                                         ("fp16", "paged", "none"))]
+
+
+@pytest.mark.skipif("gfx950" not in ARCHS, reason="clang++-22 (gfx950) is not installed")
+@pytest.mark.parametrize("d,dtype,kv,mask", NATIVE, ids=[f"d{n[0]}-{n[1]}-{n[3]}" for n in NATIVE])
+def test_native_fp4_code_object(d, dtype, kv, mask):
+    """gfx950's native FP4 path: the budgets of the other variants (no scratch or spills, the V^T tile's LDS, one wave
+    a workgroup, at least 2 waves a SIMD as every FP4 variant), and in the KV loop S^T by the scaled MFMA (one per
+    sub-tile and 128 of the bucket's columns: a lane's 32 columns of its row an MFMA, kernel's kScaledMfmas) where
+    the LUT path takes d / 16 element MFMAs per sub-tile; P V unchanged (the element type's MFMAs)."""
+    r = coreport.report("gfx950", "rtne", mask, kv, d, dtype, kernel="gfx950_decode", kv_dtype="fp4_e2m1_native")
+    n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
+    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 and n["max_flat_workgroup_size"] == 64, tag
+    assert r.waves_per_simd >= 2, tag
+    scaled = SUBS[d] * -(-d // 128)
+    assert r.loop["mfma_scale"] == scaled and r.loop["mfma"] == scaled + SUBS[d] * d // 16, tag
+    mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
+    assert r.loop[mine] and not r.loop[other], tag

@@ -141,3 +141,48 @@ def test_bad_input_is_named(change, message):
     change(args)
     with pytest.raises((ValueError, TypeError), match=message):
         rtcattn.quantize_kv(**args)
+
+
+def _q_fp8_reference(x: torch.Tensor):
+    """(E4M3 codes [..., D], E8M0 scales [...]) of q for the FP4 cache's native path, from the formats' definitions:
+    floor(log2 amax) - 8 + 127 (E4M3's largest exponent), clamped; 127 for zeros, 255 for NaN / Inf rows (their
+    elements unscaled); elements x / 2^(e - 127) to nearest even, saturated at 448."""
+    xf = x.float().numpy().astype(np.float64)
+    amax = np.abs(xf).max(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(np.where(np.isfinite(amax) & (amax > 0), amax, 1.0))
+    scale = np.clip(e - 1 - 8 + 127, 0, 254)
+    scale = np.where(amax == 0, 127, scale)
+    scale = np.where(np.isfinite(amax), scale, 255)
+    y = xf / np.ldexp(1.0, (np.where(scale == 255, 127, scale) - 127))[..., None]
+    return lowp.encode("e4m3", y, saturate=True), scale
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_q_fp8_for_the_native_fp4_path_matches_the_reference(dtype):
+    """kvquant.quantize_q_fp8 (the gfx950 decode kernel's q quantization, and the reference's) bit for bit against the
+    formats' definitions: random rows over five decades, ties, saturation (amax's own element may clip), zero, NaN and
+    Inf rows, -0, the exponent clamp; dequantize_q_fp8 gives codes x 2^(e - 127)."""
+    g = torch.Generator().manual_seed(9)
+    q = (torch.randn(5, 7, 64, generator=g) * torch.logspace(-3, 2, 7).view(1, 7, 1)).to(dtype)
+    edge = torch.zeros(6, 1, 64)
+    edge[0, 0, :8] = torch.tensor([480.0, 1.0 + 2 ** -4, 1.0 + 3 * 2 ** -4, 464.0, -0.0, 0.5, 2.0 ** -9, 3.0])
+    edge[2, 0, 3] = float("nan")
+    edge[3, 0, 5] = float("inf")
+    edge[4, 0, :] = 2.0 ** -14 if dtype == torch.float16 else 2.0 ** -130
+    edge[5, 0, 0] = -0.0
+    for x in (q, edge.to(dtype)):
+        codes, scale = kvquant.quantize_q_fp8(x)
+        want_codes, want_scale = _q_fp8_reference(x)
+        assert codes.dtype == torch.float8_e4m3fn and scale.dtype == torch.uint8
+        assert np.array_equal(scale.numpy().astype(np.int64), want_scale)
+        got = codes.view(torch.uint8).numpy().astype(np.int64)
+        finite = want_scale != 255
+        assert np.array_equal(got[finite], want_codes[finite])
+    codes, scale = kvquant.quantize_q_fp8(edge.to(dtype))
+    assert scale[0, 0] == 127 and scale[1, 0] == 127 and scale[2, 0] == 255 and scale[3, 0] == 255
+    assert scale[4, 0] == (127 - 14 - 8 if dtype == torch.float16 else 0)
+    deq = kvquant.dequantize_q_fp8(codes, scale)
+    assert torch.isnan(deq[2]).all() and torch.isnan(deq[3]).all()
+    assert deq[0, 0, 0] == 448.0 and deq[0, 0, 3] == 448.0  # 480 and 464 saturate (amax 480: scale 2^0)
+    assert deq[0, 0, 1] == 1.0 and deq[0, 0, 2] == 1.25  # ties to even: 1 + 2^-4 -> 1, 1 + 3 2^-4 -> 1.25

@@ -190,7 +190,7 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     sel = dispatch.select("attention_fwd", "gfx90a", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "arch gfx90a" in sel.why
     # rtne only; kv_dtype not listed: every value (the quantized ones with the packed kv forms only)
-    assert len(list(m.variants("attention_fwd", kernels=["fast"], dtype=["bf16"]))) == 1 * 2 * (3 + 2 * 3) * 1
+    assert len(list(m.variants("attention_fwd", kernels=["fast"], dtype=["bf16"]))) == 1 * 2 * (3 + 2 * 4) * 1
     with pytest.raises(ValueError, match="no kernel"):
         dispatch.select("attention_fwd", "gfx1100", _call("rtne", 128), m=m)
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='nope' is not accepted.*fast, baseline"):
@@ -461,7 +461,7 @@ def _head_dim(kernel: str) -> manifest.BucketSpec:
 
 def test_every_kernel_has_its_head_dims_checked():
     kernels = [k.name for k in manifest.load(ROOT / "configs" / "ops.json").op("attention_fwd").kernels]
-    assert sorted(kernels) == ["baseline", "gfx942", "gfx942_decode", "sm90", "sm90_decode"]
+    assert sorted(kernels) == ["baseline", "gfx942", "gfx942_decode", "gfx950_decode", "sm90", "sm90_decode"]
 
 
 def test_sm90_buckets_match_its_plans():
@@ -502,6 +502,9 @@ def test_gfx942_decode_head_dims_match_manifest():
     spec = _head_dim("gfx942_decode")
     assert (spec.lo, spec.hi, spec.step, spec.buckets) == (lo, hi, step, buckets) == tuple(
         getattr(_head_dim("gfx942"), f) for f in ("lo", "hi", "step", "buckets"))
+    # gfx950_decode is the same source (its native FP4 path) and host: the same head dims
+    native = _head_dim("gfx950_decode")
+    assert (native.lo, native.hi, native.step, native.buckets) == (spec.lo, spec.hi, spec.step, spec.buckets)
 
 
 def test_baseline_head_dims_match_manifest():

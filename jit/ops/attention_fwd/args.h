@@ -55,7 +55,7 @@
   /* FP8: a stored value stands for value * descale (FA3's k_descale / v_descale), fp32 at (sequence b, K/V    */ \
   /* head h) b * strides[0] + h * strides[1] (0, 0: one value), null for 1. FP4: one E8M0 byte per key row and */ \
   /* head, at the (page, row, head) strides in bytes like k / v's (varlen: page stride 0).                    */ \
-  X(kv_dtype, int32_t, I32, 1)          /* RTC_KV_DTYPE_SAME (q's dtype), _FP8_E4M3, _FP8_E4M3FNUZ, _FP4_E2M1 */ \
+  X(kv_dtype, int32_t, I32, 1)          /* RTC_KV_DTYPE_SAME (q's dtype), _FP8_E4M3, _FP8_E4M3FNUZ, _FP4_E2M1(_NATIVE) */ \
   X(k_descale, const float*, Ptr, 1)                                                           \
   X(v_descale, const float*, Ptr, 1)                                                           \
   X(k_descale_strides, int64_t, I64, 2)                                                        \
@@ -77,6 +77,4 @@ inline int kv_mode(const AttentionFwdArgs& a) {
 
 // Bytes of one K / V storage unit (a 16-bit element, or a byte of a quantized cache) and the units of a row of D.
 inline int64_t kv_unit_bytes(const AttentionFwdArgs& a) { return a.kv_dtype == RTC_KV_DTYPE_SAME ? 2 : 1; }
-inline int64_t kv_row_units(const AttentionFwdArgs& a) {
-  return a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? a.head_dim / 2 : a.head_dim;
-}
+inline int64_t kv_row_units(const AttentionFwdArgs& a) { return rtc_kv_fp4(a.kv_dtype) ? a.head_dim / 2 : a.head_dim; }

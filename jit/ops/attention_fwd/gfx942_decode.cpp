@@ -69,9 +69,9 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
   pl.merge_tiles = int(ceil_div(a.head_dim, 16));
   pl.kv_dtype = int(a.kv_dtype);
-  pl.row_bytes = a.kv_dtype == RTC_KV_DTYPE_SAME       ? 2.0 * pl.bucket
-                 : a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? pl.bucket / 2.0 + 1.0
-                                                       : double(pl.bucket);
+  pl.row_bytes = a.kv_dtype == RTC_KV_DTYPE_SAME ? 2.0 * pl.bucket
+                 : rtc_kv_fp4(a.kv_dtype)        ? pl.bucket / 2.0 + 1.0
+                                                 : double(pl.bucket);
   const int cus = a.num_cus;
   pl.splits = decode_splits(a, pl.steps, kMinStepsPerPart, cus > 0 && pl.items > 0,
                             [&](int64_t g) { return split_ns(pl, cus, g); });
@@ -189,8 +189,39 @@ void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) 
   }
 }
 
+// The LUT path of every cache format; the native FP4 path is gfx950_decode's (its variants need gfx950's MFMA).
+std::string why_not_lut(const void* p, const char* vendor) {
+  if (args_of(p).kv_dtype == RTC_KV_DTYPE_FP4_E2M1_NATIVE)
+    return "kv_dtype=4 (fp4_e2m1_native) is not accepted by the gfx942_decode kernel; accepted: 0 (same), 1 "
+           "(fp8_e4m3), "
+           "2 (fp8_e4m3fnuz), 3 (fp4_e2m1); the native FP4 path is the gfx950_decode kernel's";
+  return why_not(p, vendor);
+}
+
+// The same kernel's native FP4 path (kv_dtype fp4_e2m1_native, gfx950): the manifest's gfx950_decode entry, whose
+// refusals name it.
+std::string why_not_native(const void* p, const char* vendor) {
+  const AttentionFwdArgs& a = args_of(p);
+  if (a.kv_dtype != RTC_KV_DTYPE_FP4_E2M1_NATIVE)
+    return "kv_dtype=" + std::to_string(a.kv_dtype) +
+           " is not accepted by the gfx950_decode kernel; accepted: 4 (fp4_e2m1_native, an FP4 cache read by the "
+           "scaled "
+           "MFMA)";
+  std::string why = why_not(p, vendor);
+  const std::string ours = "the gfx942_decode kernel";
+  const size_t at = why.find(ours);
+  if (at != std::string::npos)
+    why.replace(at, ours.size(), "the gfx950_decode kernel (gfx942_decode's native FP4 path)");
+  return why;
+}
+
 }  // namespace
 
-rtc::KernelHost gfx942_decode_host() { return {"gfx942_decode", why_not, workspace_bytes, plan_json, launch_decode}; }
+rtc::KernelHost gfx942_decode_host() {
+  return {"gfx942_decode", why_not_lut, workspace_bytes, plan_json, launch_decode};
+}
+rtc::KernelHost gfx950_decode_host() {
+  return {"gfx950_decode", why_not_native, workspace_bytes, plan_json, launch_decode};
+}
 
 }  // namespace attention_fwd

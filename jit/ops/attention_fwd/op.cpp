@@ -62,7 +62,7 @@ std::vector<View> views(const AttentionFwdArgs& a) {
                            {"k", a.k, kb, ks, a.heads_k, a.k_strides, ku, kb_},
                            {"v", a.v, kb, ks, a.heads_k, a.v_strides, ku, kb_},
                            {"o", a.o, qb, qs, a.heads, a.o_strides, a.head_dim, 2}};
-  if (a.kv_dtype == RTC_KV_DTYPE_FP4_E2M1) {
+  if (rtc_kv_fp4(a.kv_dtype)) {
     out.push_back({"k_scale", a.k_scale, kb, ks, a.heads_k, a.k_scale_strides, 1, 1});
     out.push_back({"v_scale", a.v_scale, kb, ks, a.heads_k, a.v_scale_strides, 1, 1});
   }
@@ -75,6 +75,7 @@ const char* kv_dtype_name(int64_t t) {
     case RTC_KV_DTYPE_FP8_E4M3: return "fp8_e4m3";
     case RTC_KV_DTYPE_FP8_E4M3FNUZ: return "fp8_e4m3fnuz";
     case RTC_KV_DTYPE_FP4_E2M1: return "fp4_e2m1";
+    case RTC_KV_DTYPE_FP4_E2M1_NATIVE: return "fp4_e2m1_native";
     default: return "?";
   }
 }
@@ -83,13 +84,13 @@ const char* kv_dtype_name(int64_t t) {
 // null for 1; both scales with FP4), and a descale's [batch, heads_k] extent addressable.
 void validate_kv_dtype(const AttentionFwdArgs& a) {
   const int t = a.kv_dtype;
-  RTC_CHECK(t >= RTC_KV_DTYPE_SAME && t <= RTC_KV_DTYPE_FP4_E2M1, RTC_ERR_ARG,
+  RTC_CHECK(t >= RTC_KV_DTYPE_SAME && t <= RTC_KV_DTYPE_FP4_E2M1_NATIVE, RTC_ERR_ARG,
             "kv_dtype=" + std::to_string(t) + " is not accepted; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3), " +
-                "2 (fp8_e4m3fnuz), 3 (fp4_e2m1)");
+                "2 (fp8_e4m3fnuz), 3 (fp4_e2m1), 4 (fp4_e2m1_native)");
   const std::string what = std::string("kv_dtype=") + std::to_string(t) + " (" + kv_dtype_name(t) + ")";
   RTC_CHECK(t == RTC_KV_DTYPE_SAME || kv_mode(a) != RTC_KV_DENSE, RTC_ERR_ARG,
             what + " on a dense call is not accepted; accepted: a quantized cache with packed sequences (cu_seqlens)");
-  const bool fp8 = t == RTC_KV_DTYPE_FP8_E4M3 || t == RTC_KV_DTYPE_FP8_E4M3FNUZ, fp4 = t == RTC_KV_DTYPE_FP4_E2M1;
+  const bool fp8 = t == RTC_KV_DTYPE_FP8_E4M3 || t == RTC_KV_DTYPE_FP8_E4M3FNUZ, fp4 = rtc_kv_fp4(t);
   const struct {
     const char* name;
     const void* ptr;
@@ -209,8 +210,8 @@ const rtc::OpRegistration kOp({"attention_fwd",
                                sizeof(AttentionFwdArgs),
                                {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
                                validate,
-                               {sm90_decode_host(), sm90_host(), gfx942_decode_host(), gfx942_host(),
-                                baseline_host()}});
+                               {sm90_decode_host(), sm90_host(), gfx950_decode_host(), gfx942_decode_host(),
+                                gfx942_host(), baseline_host()}});
 
 }  // namespace
 

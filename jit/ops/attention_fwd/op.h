@@ -36,6 +36,7 @@ std::string json_object(const std::vector<std::pair<std::string, int64_t>>& fiel
 rtc::KernelHost baseline_host();
 rtc::KernelHost gfx942_host();
 rtc::KernelHost gfx942_decode_host();
+rtc::KernelHost gfx950_decode_host();  // the gfx942 decode kernel's native FP4 path (gfx950): its host, another name
 rtc::KernelHost sm90_host();
 rtc::KernelHost sm90_decode_host();
 

@@ -21,6 +21,9 @@
 #include "gfx942_decode/mask.h"
 #include "gfx942_decode/softmax.h"
 #include "gfx942_decode/kv_cache.h"
+#if RTC_KV_FP4_NATIVE
+#include "isa_gfx950.h"
+#endif
 
 namespace gdec {
 
@@ -42,19 +45,116 @@ RTC_DEVICE rtc_f32x4 mma(Frag a, Frag b, rtc_f32x4 c) {
 #endif
 }
 
+#if RTC_KV_FP4_NATIVE
+// The FP4 cache's native path (gfx950, kv_dtype fp4_e2m1_native, an opt-in): S^T = K Q^T by
+// v_mfma_scale_f32_16x16x128_f8f6f4, K's FP4 bytes as its A operand (cbsz 4) with their key's E8M0 scale, Q as FP8
+// E4M3 (blgp 0) with its row's. A lane holds 32 k of its row there, k = 32 quad + e: this lane's columns quad
+// kQuadCols .. + kQuadCols (the same as above), 32 at a time, so kScaledMfmas MFMAs make S^T (bucket 64: one, its
+// upper 16 k zeros; 256: two). K's units are the operand as loaded (element 2i in the low nibble of byte i, the
+// MFMA's order); Q's FP8 bytes take the same column order.
+constexpr int kScaledMfmas = (kLoads + 3) / 4;
+struct QOperand {
+  rtc_i32x8 b[kScaledMfmas];  // Q's FP8 codes, 32 columns an MFMA
+  rtc_u32 scale;              // the row's E8M0 code (op_sel 0)
+};
+
+// An element (bf16 / fp16 bits in the low 16 of h) as fp32.
+RTC_DEVICE float elem_f32(rtc_u32 h) {
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  return half_f32(h);
+#else
+  return rtc_bits_f32((h & 0xFFFFu) << 16);
+#endif
+}
+
+// Q quantized to FP8 E4M3 per (row, head), as kvquant.quantize_q_fp8 (docs/numerics.md §10, the native path): the
+// row's amax over its D columns (the 4 lanes of a row: quads, two exchanges) gives the E8M0 code floor(log2 amax) - 8
+// + 127 (E4M3's largest exponent 8; clamped to 0 .. 254; 127 for a row of zeros; 0xFF, NaN, for a row holding a NaN
+// or an Inf); each element times 2^(127 - code) in fp32 (exact), saturated at +-448 (NaN kept), to E4M3 to nearest
+// even. A row of no query and columns past d are zeros.
+RTC_DEVICE void load_q(QOperand& q, rtc_buffer_rsrc qr, rtc_u32 row_byte, bool row_ok, int lane, int d) {
+  const int col0 = (lane >> 4) * kQuadCols;
+  float x[kLoads][8];
+  float amax = 0.0f;
+  rtc_u32 finite = 1u;
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int col = col0 + 8 * u;
+    rtc_u32x4 w = {0u, 0u, 0u, 0u};
+    if (row_ok && col < d) w = buffer_load_dwordx4(qr, row_byte + (rtc_u32)(col * 2), 0u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      x[u][e] = elem_f32((e & 1) ? w[e >> 1] >> 16 : w[e >> 1]);
+      const float a = __builtin_fabsf(x[u][e]);
+      finite &= (rtc_u32)(a <= 3.4028234664e38f);  // false for NaN and Inf
+      amax = __builtin_fmaxf(amax, a);
+    }
+  }
+#pragma unroll
+  for (int x_or = 16; x_or <= 32; x_or *= 2) {  // the row's four lanes: lane ^ 16, lane ^ 32
+    amax = __builtin_fmaxf(amax, rtc_bits_f32(ds_bpermute((lane ^ x_or) << 2, rtc_f32_bits(amax))));
+    finite &= ds_bpermute((lane ^ x_or) << 2, finite);
+  }
+  const int field = (int)((rtc_f32_bits(amax) >> 23) & 0xFFu) - 8;
+  const rtc_u32 code = !finite ? 0xFFu : amax == 0.0f ? 127u : (rtc_u32)(field < 0 ? 0 : field > 254 ? 254 : field);
+  q.scale = code;
+  // 2^(127 - code): code 254 is 2^-127, an fp32 subnormal
+  const float f = code == 0xFFu ? 1.0f : rtc_bits_f32(code == 254u ? 0x00400000u : (254u - code) << 23);
+  rtc_u32 dw[4 * kScaledMfmas * 2];
+#pragma unroll
+  for (int i = 0; i < 4 * kScaledMfmas * 2; ++i) dw[i] = 0u;
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float y[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float t = x[u][4 * h + e] * f;
+        y[e] = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;  // NaN fails both: kept
+      }
+      dw[2 * u + h] = cvt_pk_fp8_f32<true>(y[2], y[3], cvt_pk_fp8_f32<false>(y[0], y[1], 0u));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kScaledMfmas; ++j)
+    q.b[j] = rtc_i32x8{(int)dw[8 * j],     (int)dw[8 * j + 1], (int)dw[8 * j + 2], (int)dw[8 * j + 3],
+                       (int)dw[8 * j + 4], (int)dw[8 * j + 5], (int)dw[8 * j + 6], (int)dw[8 * j + 7]};
+}
+
+// S^T of one 16-key sub-tile: K's units (one dword each, 8 FP4 codes) as the A operands, their key's scale.
+RTC_DEVICE rtc_f32x4 native_scores(const KvRegs& k, const QOperand& q) {
+  rtc_f32x4 s = {0.0f, 0.0f, 0.0f, 0.0f};
+  const rtc_u32 ks = rtc_e8m0_encode(k.scale);  // the code load_rows decoded (1.0: 127 for a key that reads zeros)
+#pragma unroll
+  for (int j = 0; j < kScaledMfmas; ++j) {
+    rtc_u32 a[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) a[t] = 4 * j + t < kLoads ? (rtc_u32)k.u[4 * j + t < kLoads ? 4 * j + t : 0] : 0u;
+    const rtc_i32x8 av = {(int)a[0], (int)a[1], (int)a[2], (int)a[3], 0, 0, 0, 0};  // FP4 reads dwords 0..3
+    s = mfma_scale_16x16x128_f8f6f4<RTC_LP_E2M1, RTC_LP_E4M3, 0, 0>(av, q.b[j], s, ks, q.scale);
+  }
+  return s;
+}
+#else
+struct QOperand {
+  Frag f[kDSteps];
+};
+
 // Q as S^T's B fragments, k-step ds = 2u (+1): this lane's row (rk), columns quad kQuadCols + 8u .. +7 in the order
 // K's unit_elems gives its unit (q_unit_order, kv_cache.h). A row of no query and columns past d are zeros.
-RTC_DEVICE void load_q(Frag (&q)[kDSteps], rtc_buffer_rsrc qr, rtc_u32 row_byte, bool row_ok, int lane, int d) {
+RTC_DEVICE void load_q(QOperand& q, rtc_buffer_rsrc qr, rtc_u32 row_byte, bool row_ok, int lane, int d) {
   const int col0 = (lane >> 4) * kQuadCols;
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
     rtc_u32x4 w = {0u, 0u, 0u, 0u};
     if (row_ok && col < d) w = q_unit_order(buffer_load_dwordx4(qr, row_byte + (rtc_u32)(col * 2), 0u));
-    q[2 * u] = g942::as_frag(w[0], w[1]);
-    q[2 * u + 1] = g942::as_frag(w[2], w[3]);
+    q.f[2 * u] = g942::as_frag(w[0], w[1]);
+    q.f[2 * u + 1] = g942::as_frag(w[2], w[3]);
   }
 }
+#endif
 
 // O^T += V^T P^T for one 16-key sub-tile: the lanes write their V columns into the LDS tile transposed (column-major
 // keys), then read V^T's A fragments, 4 keys of one column per lane. Wave-private LDS: a wave sync orders the
@@ -139,7 +239,7 @@ struct LoopState {
 // from its V registers. Each register set is refilled with the next step's rows as soon as it is consumed (K after
 // the S^T MFMAs, V after its LDS write), so a step's loads fly during the previous step's math: a wave's step costs
 // about one round trip to memory instead of a round trip plus its math, with no more registers.
-RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag (&q)[kDSteps], LoopState& st, int kb0,
+RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const QOperand& q, LoopState& st, int kb0,
                         int kb1, int d, float c, float k_descale, int lo, int hi, int lane) {
   const int quad = lane >> 4, xaddr = (lane ^ 32) << 2;
   if (kb0 >= kb1) return;
@@ -155,17 +255,22 @@ RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const Frag
     rtc_f32x4 sc[kSub];
 #pragma unroll
     for (int s = 0; s < kSub; ++s) {
+#if RTC_KV_FP4_NATIVE
+      sc[s] = native_scores(kv[s], q);  // the key scales are the MFMA's
+      (void)k_descale;
+#else
       sc[s] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
       rtc_u32 nans = 0u;
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
         const rtc_u32x4 w = unit_elems(kv[s].u[u], k_map());
         nans |= unit_nan_codes(kv[s].u[u]);
-        sc[s] = mma(g942::as_frag(w[0], w[1]), q[2 * u], sc[s]);
-        sc[s] = mma(g942::as_frag(w[2], w[3]), q[2 * u + 1], sc[s]);
+        sc[s] = mma(g942::as_frag(w[0], w[1]), q.f[2 * u], sc[s]);
+        sc[s] = mma(g942::as_frag(w[2], w[3]), q.f[2 * u + 1], sc[s]);
       }
       key_scales(sc[s], kv[s].scale, k_descale, quad);
       if (RTC_KV_NAN_CODES) key_nans(sc[s], nans != 0u, quad);
+#endif
     }
     if (more) {
 #pragma unroll

@@ -23,5 +23,5 @@ RTC_HD constexpr int decode_lds_bytes(int bucket) { return bucket * DECODE_VT_PI
 // registers to 256 a wave where it asks 2, and under that bound clang gives the MFMAs VGPR accumulators: no AGPR
 // copies around O's rescale each step. The split planner counts the same waves.
 RTC_HD constexpr int decode_min_waves(int bucket, int kv_dtype) {
-  return bucket <= 128 || kv_dtype == RTC_KV_DTYPE_FP4_E2M1 ? 2 : 1;
+  return bucket <= 128 || rtc_kv_fp4(kv_dtype) ? 2 : 1;
 }

@@ -209,11 +209,12 @@ def rare_blocks(insts: list) -> set:
 
 def count(body: list) -> dict:
     c = {"mfma": 0, "valu": 0, "trans": 0, "cndmask": 0, "lds": 0, "lds_bytes": 0, "vmem": 0, "lds_dma": 0,
-         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "cvt_fp8": 0, "load_bytes": 0,
+         "vmem16": 0, "s_waitcnt": 0, "s_barrier": 0, "cvt_fp8": 0, "load_bytes": 0, "mfma_scale": 0,
          "total": len(body)}
     for _, op, args in body:
         if op.startswith("v_mfma"):
             c["mfma"] += 1
+            c["mfma_scale"] += op.startswith("v_mfma_scale")  # gfx950's scaled f8f6f4 MFMA (the native FP4 path)
         elif op.startswith("v_"):
             c["valu"] += 1
             c["trans"] += bool(TRANSCENDENTAL.match(op))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from . import kvquant
-from .validate import NO_QUANT, KvcacheProblem, KvQuant
+from .validate import NO_QUANT, KvcacheProblem, KvQuant, is_fp4
 
 
 @dataclass
@@ -80,7 +80,7 @@ def store(cache, x, where, p: KvcacheProblem, descale, scale) -> None:
     kvquant.quantize_fp4, its E8M0 bytes into scale [num_blocks, page_size, Hk]. quantize_kv's code: the same bytes."""
     if p.kv_dtype == "same":
         cache.index_put_(where, x)
-    elif p.kv_dtype == "fp4_e2m1":
+    elif is_fp4(p.kv_dtype):
         packed, s = kvquant.quantize_fp4(x)
         cache.permute(0, 2, 1, 3).index_put_(where, packed)  # the HND pool's [block, row, head] view
         scale.index_put_(where, s)

@@ -12,6 +12,10 @@ flash_attn_with_kvcache's append. docs/numerics.md, "Quantized KV caches", is th
   {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturating at 6 (amax's own element may clip by up to 25%, as MX allows). A row of
   zeros takes e = 127 (1.0), a row holding NaN or Inf e = 0xFF (NaN: the row dequantizes to NaN; its elements are
   coded unscaled); the exponent is clamped to [-127, 127] (codes 0 .. 254).
+- q for an FP4 cache's native path (kv_cache_dtype "fp4_e2m1_native", gfx950's scaled MFMA): FP8 E4M3 with an E8M0
+  scale per (row, head) by the same MX rule with E4M3's largest exponent (8): X = 2^(floor(log2 amax) - 8), elements
+  x / X in fp32 to nearest even, saturated at +-448; a row of zeros 1.0, a row holding NaN or Inf 0xFF
+  (quantize_q_fp8: what the kernel computes, and the reference's q).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ FP8_E4M3_MAX = 448.0
 FP8_MAX = {torch.float8_e4m3fn: FP8_E4M3_MAX, torch.float8_e4m3fnuz: 240.0}  # MI300X's FNUZ: bias 8, largest 240
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)   # codes 0 .. 7; bit 3 is the sign
 E2M1_EMAX = 2            # E2M1's largest exponent: 6 = 1.5 * 2^2
+E4M3_EMAX = 8            # E4M3's largest exponent: 448 = 1.75 * 2^8
 E8M0_BIAS, E8M0_NAN = 127, 0xFF
 FP8_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}  # name -> the cache's dtype
 KV_CACHE_DTYPES = (*FP8_DTYPES, "fp4_e2m1")
@@ -43,12 +48,13 @@ def descale_rows(descale: torch.Tensor | None, batch: int, device) -> torch.Tens
     return descale.reshape(()) if descale.numel() == 1 else descale.view(batch, 1, descale.shape[-1])
 
 
-def e8m0_scales(x: torch.Tensor) -> torch.Tensor:
-    """The E8M0 code of each row of x [..., D] (uint8 [...]): floor(log2 amax) - 2 + 127, clamped to 0 .. 254; 127 for
-    a row of zeros, 0xFF for a row with NaN or Inf."""
+def e8m0_scales(x: torch.Tensor, emax: int = E2M1_EMAX) -> torch.Tensor:
+    """The E8M0 code of each row of x [..., D] (uint8 [...]): floor(log2 amax) - emax + 127 (emax: the element
+    format's largest exponent, E2M1's by default), clamped to 0 .. 254; 127 for a row of zeros, 0xFF for a row with
+    NaN or Inf."""
     amax = x.float().abs().amax(dim=-1)
     _, exp = torch.frexp(amax)  # amax = m 2^exp, 0.5 <= m < 1: floor(log2 amax) = exp - 1
-    code = torch.clamp(exp.to(torch.int32) - 1 - E2M1_EMAX + E8M0_BIAS, 0, 254)
+    code = torch.clamp(exp.to(torch.int32) - 1 - emax + E8M0_BIAS, 0, 254)
     code = torch.where(amax == 0, torch.full_like(code, E8M0_BIAS), code)
     return torch.where(torch.isfinite(amax), code, torch.full_like(code, E8M0_NAN)).to(torch.uint8)
 
@@ -84,3 +90,25 @@ def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     factor = torch.where(s == E8M0_NAN, torch.full_like(s, float("nan"), dtype=torch.float32),
                          torch.ldexp(torch.ones_like(s, dtype=torch.float32), (s - E8M0_BIAS).to(torch.float32)))
     return v * factor.unsqueeze(-1)
+
+
+def _e8m0_values(scale: torch.Tensor) -> torch.Tensor:
+    """2^(e - 127) of E8M0 codes (fp32; 0xFF NaN)."""
+    s = scale.to(torch.int32)
+    return torch.where(s == E8M0_NAN, torch.full_like(s, float("nan"), dtype=torch.float32),
+                       torch.ldexp(torch.ones_like(s, dtype=torch.float32), (s - E8M0_BIAS).to(torch.float32)))
+
+
+def quantize_q_fp8(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [..., H, D] (bf16 / fp16) as the FP4 cache's native path takes it: (E4M3 codes, torch.float8_e4m3fn [..., H,
+    D]; their E8M0 scales, uint8 [..., H]), one scale per (row, head) by the MX rule with E4M3's largest exponent.
+    A 0xFF row's elements are coded unscaled."""
+    scale = e8m0_scales(q, E4M3_EMAX)
+    factor = torch.where(scale == E8M0_NAN, torch.ones((), device=q.device), _e8m0_values(scale))
+    y = q.float() / factor.unsqueeze(-1)  # a power of two: exact, as the kernel's multiply by its inverse
+    return torch.clamp(y, -FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn), scale
+
+
+def dequantize_q_fp8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The exact values (fp64) of quantize_q_fp8's q: codes x 2^(e - 127), a 0xFF row NaN."""
+    return codes.to(torch.float64) * _e8m0_values(scale).to(torch.float64).unsqueeze(-1)

@@ -220,7 +220,7 @@ def dequantize_cache(cache: torch.Tensor, kv_cache_dtype: str = "auto", scale: t
     (float8_e4m3fn / fnuz) as its values (descales are per sequence: descaled()); an FP4 cache uint8
     [num_blocks, Hk, page, D / 2] with its E8M0 scales [num_blocks, page, Hk] as [num_blocks, page, Hk, D]."""
     from . import kvquant
-    if kv_cache_dtype == "fp4_e2m1":
+    if kv_cache_dtype in ("fp4_e2m1", "fp4_e2m1_native"):
         return kvquant.dequantize_fp4(cache.permute(0, 2, 1, 3), scale).to(torch.float64)
     return cache.to(torch.float64)
 

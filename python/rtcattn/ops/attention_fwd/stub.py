@@ -81,7 +81,7 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
 def _kv_strides(t, p: validate.VarlenProblem) -> tuple:
     """A cache's (page or batch, row, head) strides: paged [num_pages, page, Hk, D] (FP4: [num_pages, Hk, page,
     D / 2], in bytes), varlen [total_k, Hk, D]."""
-    if p.kv_dtype == "fp4_e2m1":
+    if validate.is_fp4(p.kv_dtype):
         return t.stride(0), t.stride(2), t.stride(1)
     return tuple(t.stride()[:3]) if p.paged else (0, t.stride(0), t.stride(1))
 

@@ -175,7 +175,15 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
 
 # An FP8 cache's torch dtype -> its kv_dtype value; an FP4 cache is uint8, named by kv_cache_dtype="fp4_e2m1".
 FP8_KV_DTYPES = {dtype: name for name, dtype in kvquant.FP8_DTYPES.items()}
-KV_CACHE_DTYPE_ARGS = ("auto", "fp8_e4m3", "fp8_e4m3fnuz", "fp4_e2m1")  # "auto": read off the cache's dtype
+# "auto": read off the cache's dtype. "fp4_e2m1_native": an FP4 cache read by gfx950's scaled MFMA with q quantized to
+# FP8 E4M3 per (row, head) (an opt-in: the numerics change, docs/numerics.md §10; the gfx950 decode kernel's only).
+KV_CACHE_DTYPE_ARGS = ("auto", "fp8_e4m3", "fp8_e4m3fnuz", "fp4_e2m1", "fp4_e2m1_native")
+FP4_KV_DTYPES = ("fp4_e2m1", "fp4_e2m1_native")  # the kv_dtype values of an FP4 cache (one layout, two readings)
+
+
+def is_fp4(kv_dtype: str) -> bool:
+    """An FP4 cache's kv_dtype (or kv_cache_dtype) value: uint8 codes and E8M0 scales, read either way."""
+    return kv_dtype in FP4_KV_DTYPES
 _FP8_TEXT = "torch.float8_e4m3fn or torch.float8_e4m3fnuz"
 
 
@@ -198,17 +206,17 @@ NO_QUANT = KvQuant()  # a call without a quantized cache's arguments
 
 
 def kv_dtype_of(k, v, kv_cache_dtype: str, names=("k", "v")) -> str:
-    """The kv_dtype axis value of caches k, v: "same" (bf16 / fp16, q's), an FP8 dtype's, or "fp4_e2m1" (uint8 with
-    kv_cache_dtype="fp4_e2m1"). k and v are checked as tensors first."""
+    """The kv_dtype axis value of caches k, v: "same" (bf16 / fp16, q's), an FP8 dtype's, or "fp4_e2m1" /
+    "fp4_e2m1_native" (uint8 with that kv_cache_dtype). k and v are checked as tensors first."""
     checks.check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPE_ARGS)
     for name, t in zip(names, (k, v)):
         checks.check_type(name, t)
-    if kv_cache_dtype == "fp4_e2m1":
+    if is_fp4(kv_cache_dtype):
         for name, t in zip(names, (k, v)):
             if t.dtype != torch.uint8:
-                raise TypeError(f"{name}.dtype={t.dtype} with kv_cache_dtype='fp4_e2m1' is not supported; accepted: "
-                                "torch.uint8 (two E2M1 values a byte)")
-        return "fp4_e2m1"
+                raise TypeError(f"{name}.dtype={t.dtype} with kv_cache_dtype={kv_cache_dtype!r} is not supported; "
+                                "accepted: torch.uint8 (two E2M1 values a byte)")
+        return kv_cache_dtype
     if k.dtype in FP8_KV_DTYPES or v.dtype in FP8_KV_DTYPES:
         if k.dtype != v.dtype:
             raise TypeError(f"mismatched dtypes: {names[0]}.dtype={k.dtype}, {names[1]}.dtype={v.dtype}; accepted: "
@@ -232,7 +240,7 @@ def check_kv_quant(kv_dtype: str, quant: KvQuant, batch: int, hk: int, d: int, d
                    scale_shape: tuple | None) -> None:
     """The descales (FP8: fp32 [batch, Hk] or one element, each optional) and scales (FP4: uint8 scale_shape, both
     required) a kv_dtype takes, and none it does not; a quantized cache's head dim a multiple of 8 (no padding)."""
-    fp8, fp4 = kv_dtype.startswith("fp8"), kv_dtype == "fp4_e2m1"
+    fp8, fp4 = kv_dtype.startswith("fp8"), is_fp4(kv_dtype)
     what = "a cache in q's dtype" if kv_dtype == "same" else f"a {kv_dtype} cache"
     for name in ("k_descale", "v_descale"):
         t = getattr(quant, name)
@@ -298,7 +306,7 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
     paged = block_table is not None
     kv_dtype = kv_dtype_of(k, v, quant.kv_cache_dtype)
-    fp4 = kv_dtype == "fp4_e2m1"
+    fp4 = is_fp4(kv_dtype)
     if fp4 and not paged:
         raise ValueError("kv_cache_dtype='fp4_e2m1' without block_table is not supported; accepted: an FP4 cache in "
                          "pages, uint8 [num_pages, Hk, page_size, D / 2] with block_table")
@@ -524,7 +532,7 @@ def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, r
     """flash_attn_with_kvcache: every check that needs no device memory (cache_seqlens as int32 [B] or None). quant:
     an FP8 cache's descales, or an FP4 cache (paged, HND) and its scales."""
     kv_dtype = kv_dtype_of(k_cache, v_cache, quant.kv_cache_dtype, ("k_cache", "v_cache"))
-    fp4 = kv_dtype == "fp4_e2m1"
+    fp4 = is_fp4(kv_dtype)
     if fp4 and block_table is None:
         raise ValueError(f"kv_cache_dtype='fp4_e2m1' without block_table is not supported; accepted: {_FP4_CACHE_TEXT}")
     checks.check_tensor("q", q, DTYPES, 4, "[B, Sq, Hq, D]")
