@@ -70,7 +70,10 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     Quantized KV caches (docs/numerics.md §10; the baseline kernel serves them): k, v torch.float8_e4m3fn (or
     torch.float8_e4m3fnuz) with FA3's k_descale / v_descale (fp32 [B, Hk] or one element; None: 1), or, paged only,
     kv_cache_dtype="fp4_e2m1": k, v uint8 [num_pages, Hk, page_size, D / 2] (element 2i in the low nibble) with
-    k_scale / v_scale uint8 [num_pages, page_size, Hk] (E8M0, one per key row and head).
+    k_scale / v_scale uint8 [num_pages, page_size, Hk] (E8M0, one per key row and head). kv_cache_dtype=
+    "fp4_e2m1_native" (an opt-in: the numerics change) reads the same FP4 cache through gfx950's scaled MFMA with q
+    quantized to FP8 E4M3 per (row, head) by a power-of-two scale: decode calls (at most 16 query rows a sequence)
+    on gfx950 only; elsewhere the call is refused by name.
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
     """
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
@@ -217,7 +220,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     torch.float8_e4m3fnuz) caches with FA3's k_descale / v_descale (fp32 [B, Hk] or one element; None: 1), k / v
     appended as x / descale rounded to nearest even (saturated); or kv_cache_dtype="fp4_e2m1" with a paged cache uint8
     [num_blocks, Hk, page_size, D / 2] and k_scale / v_scale uint8 [num_blocks, page_size, Hk] (E8M0), k / v appended
-    with each row's scale from its amax (rtcattn.quantize_kv's bytes, scales written in place).
+    with each row's scale from its amax (rtcattn.quantize_kv's bytes, scales written in place); "fp4_e2m1_native":
+    the same cache and append, attended by gfx950's native path (as forward_varlen says).
     """
     mode = check_scalars(0.0, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     if softcap != 0.0:
