@@ -16,17 +16,24 @@ def _fp8_reference(x: torch.Tensor, descale) -> np.ndarray:
     return lowp.encode("e4m3", y.astype(np.float64), saturate=True)
 
 
-def _fp4_reference(x: torch.Tensor):
-    """(codes [..., D], scales [...]) from the formats' definitions."""
+def _mx_reference(x: torch.Tensor, fmt: str, emax: int):
+    """(codes [..., D], scales [...]) from the formats' definitions: OCP MX's scale floor(log2 amax) - emax + 127
+    (clamped; 127 for zeros, 255 for NaN / Inf rows, whose elements are coded unscaled), elements to nearest even,
+    saturated."""
     xf = x.float().numpy().astype(np.float64)
     amax = np.abs(xf).max(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(amax) & (amax > 0), amax, 1.0))
-    scale = np.clip(e - 1 - 2 + 127, 0, 254)
+    scale = np.clip(e - 1 - emax + 127, 0, 254)
     scale = np.where(amax == 0, 127, scale)
     scale = np.where(np.isfinite(amax), scale, 255)
     y = xf / np.ldexp(1.0, (np.where(scale == 255, 127, scale) - 127))[..., None]
-    return lowp.encode("e2m1", y), scale
+    return lowp.encode(fmt, y, saturate=True), scale
+
+
+def _fp4_reference(x: torch.Tensor):
+    """(codes [..., D], scales [...]) from the formats' definitions."""
+    return _mx_reference(x, "e2m1", 2)
 
 
 def _unpack(packed: torch.Tensor) -> np.ndarray:
@@ -145,17 +152,8 @@ def test_bad_input_is_named(change, message):
 
 def _q_fp8_reference(x: torch.Tensor):
     """(E4M3 codes [..., D], E8M0 scales [...]) of q for the FP4 cache's native path, from the formats' definitions:
-    floor(log2 amax) - 8 + 127 (E4M3's largest exponent), clamped; 127 for zeros, 255 for NaN / Inf rows (their
-    elements unscaled); elements x / 2^(e - 127) to nearest even, saturated at 448."""
-    xf = x.float().numpy().astype(np.float64)
-    amax = np.abs(xf).max(axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        _, e = np.frexp(np.where(np.isfinite(amax) & (amax > 0), amax, 1.0))
-    scale = np.clip(e - 1 - 8 + 127, 0, 254)
-    scale = np.where(amax == 0, 127, scale)
-    scale = np.where(np.isfinite(amax), scale, 255)
-    y = xf / np.ldexp(1.0, (np.where(scale == 255, 127, scale) - 127))[..., None]
-    return lowp.encode("e4m3", y, saturate=True), scale
+    the MX rule with E4M3's largest exponent (8), saturated at 448."""
+    return _mx_reference(x, "e4m3", 8)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

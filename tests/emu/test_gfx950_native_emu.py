@@ -18,6 +18,7 @@ import rtcattn
 import varlen_suite as vs
 from rtcattn.ops.attention_fwd import kvquant, reference as ref, validate
 from rtcattn.runtime import dispatch
+from test_gfx942_decode_kvquant_emu import same_bits
 from test_kvquant_emu import check, hnd
 
 pytestmark = pytest.mark.emu
@@ -74,11 +75,6 @@ def native(case, seed=0):
 def call(b, k, v, kw, window, q=None):
     return rtcattn.forward_varlen(b.q if q is None else q, k, v, b.cu_q, b.cu_k, b.max_q, b.max_k, return_lse=True,
                                   window_size=window, block_table=b.block_table, **kw)
-
-
-def same_bits(x, y, tag):
-    assert torch.equal(ref.bf16_bits(x[0]), ref.bf16_bits(y[0])), tag
-    assert torch.equal(x[1].view(torch.int32), y[1].view(torch.int32)), tag
 
 
 @pytest.fixture(scope="module")
