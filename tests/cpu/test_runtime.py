@@ -127,7 +127,7 @@ def test_argument_block_layout_comes_from_the_runtime():
     assert [n for n, _ in cls._fields_] == [f["name"] for f in desc["fields"]]
     assert all(getattr(cls, f["name"]).offset == f["offset"] for f in desc["fields"])
     assert ctypes.sizeof(cls) == desc["args_size"]
-    assert desc["kernels"] == ["sm90_decode", "sm90", "gfx942_decode", "gfx942", "baseline"]
+    assert desc["kernels"] == ["sm90_decode", "sm90", "gfx950_decode", "gfx942_decode", "gfx942", "baseline"]
     with pytest.raises(ValueError, match="args_size=8 does not match the argument block of attention_fwd"):
         _lib._check(_lib._lib.rtc_op_workspace_bytes(b"attention_fwd", b"baseline", ctypes.byref(ctypes.c_int64()),
                                                      8, ctypes.byref(ctypes.c_int64())))

@@ -52,9 +52,11 @@ def test_other_head_dims_take_the_fast_kernel_at_their_bucket(monkeypatch):
     run(q, k, v, "bshd", "rtne", None, False)
     sel = attention_fwd.selection(q, k, v)
     assert sel.kernel.name == "gfx942" and sel.variant.name == "gfx942-rtne-none-dense-d64-bf16-same", sel
-    # Only sm90 (another arch) and the decode kernel (17 query rows) were passed over.
+    # Only the NVIDIA kernels and gfx950's native FP4 entry (other archs) and the decode kernel (17 query rows) were
+    # passed over.
     assert sel.why == ("fallback; sm90_decode: arch gfx942-emu not in ['sm_90a']; sm90: arch gfx942-emu not in "
-                       "['sm_90a']; gfx942_decode: seq_q=17 is not accepted "
+                       "['sm_90a']; gfx950_decode: arch gfx942-emu not in ['gfx950', 'gfx950-emu']; "
+                       "gfx942_decode: seq_q=17 is not accepted "
                        "by the gfx942_decode kernel; accepted: at most 16 query rows per sequence (decode; longer "
                        "calls go to the prefill kernel)"), sel.why
 
