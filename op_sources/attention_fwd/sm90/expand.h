@@ -60,9 +60,9 @@ RTC_DEVICE void expand_unit(rtc_u32 w, rtc_u32 flip, float sc, rtc_u32 (&e)[kUni
   }
 }
 
-// The expansion stage: CTA c of (sequence b, K/V head h) = blockIdx.x / p.expand_ctas walks the sequence's key rows
-// c, c + expand_ctas, ... (however long cu_seqlens_k makes it), 32 / lanes_per_row rows at a time per warp, each row
-// lanes_per_row lanes over its 4-byte units. K and V both.
+// The expansion stage: the expand_ctas CTAs of (sequence b, K/V head h) = blockIdx.x / p.expand_ctas share its key
+// rows (however long cu_seqlens_k makes the sequence): a warp takes 32 / lanes_per_row rows at a time, a row's 4-byte
+// units over lanes_per_row lanes, the CTAs' warps interleaved, each lane kRows rows in flight. K and V both.
 RTC_DEVICE void expand_stage(const Sm90AttnParams& p) {
   const AttnParams& a = p.a;
   const int bh = (int)(blockIdx.x / (unsigned)p.expand_ctas), c = (int)(blockIdx.x % (unsigned)p.expand_ctas);
