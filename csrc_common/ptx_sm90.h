@@ -182,6 +182,13 @@ RTC_DEVICE float ex2(float x) {
 // A value every lane of the warp holds alike, made visibly so to ptxas (a broadcast from lane 0):
 // what is computed from it stays in uniform registers (wgmma descriptors: no R2UR per issue).
 RTC_DEVICE int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
+// threadIdx.x read where it is used (a volatile read the compiler neither hoists nor keeps live): for a value
+// derived from it once per tile, where a register held across the tile loop would be spilled.
+RTC_DEVICE int tid_x_here() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
+}
 RTC_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
 }  // namespace sm90

@@ -89,7 +89,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   if (kOverlapTiles && next < tile_count(p, sm))
     pending = !(RTC_MASK || kPacked) || TilePlan::of(decode_tile(p, sm, next)).n_blocks > 0;
   mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
-  if (kPacked && last_valid < kN) zero_rows_past(sm.v_stage(L.pv.stage), last_valid, wg);
+  if (kPacked && last_valid < kN) zero_rows_past(sm.v_stage(L.pv.stage), last_valid);
   // Two straight-line paths: ptxas must see every wait after the issues it covers.
   if (pending) {
     wait_first_qk(sm, ps, qs);
@@ -125,8 +125,7 @@ RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   bool pending = false;
   // Warpgroup 0 issues first: the last warpgroup pre-arrives on its barrier.
   if (wg == kConsumerWGs - 1) named_arrive(turn_bar(0), kPingPongThreads);
-  const int tiles = tile_count(p, sm);
-  for (int ti = kDynamic ? receive_tile(sm.bars, order) : (int)blockIdx.x; ti < tiles;) {
+  for (int ti = kDynamic ? receive_tile(sm.bars, order) : (int)blockIdx.x; ti < tile_count(p, sm);) {
     ConsumerRegs fresh;  // otherwise nothing lives from one tile to the next (fewer live registers)
     ti = consume_tile(p, sm, decode_tile(p, sm, ti), ti, wg, ps, qs, kOverlapTiles ? carried : fresh, pending, order);
   }

@@ -106,7 +106,7 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
 // sequence's values (or a page's stale rows). Their weights are 0, but 0 * Inf or NaN is NaN in the
 // GEMM: zero them, in every 64-column block, before this warpgroup's P V. Every warpgroup does it (each before its
 // own GEMM; the later ones write zeros over zeros), so none waits for another.
-RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid, int wg) {
+RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid) {
   const int tid = threadIdx.x % 128;
   const rtc_u32 from = valid * 128, bytes = (kN - valid) * 128;  // per 64-column block
   for (rtc_u32 off = tid * 16; off < kDBlocks * bytes; off += 128 * 16) {
@@ -114,7 +114,8 @@ RTC_DEVICE void zero_rows_past(rtc_u32 v_tile, int valid, int wg) {
     st_shared_v4_splat(v_tile + blk * kHalfKV + from + (off - blk * bytes), 0u);
   }
   fence_proxy_async_smem();         // the generic-proxy stores, before wgmma's async-proxy reads
-  named_sync(1 + kConsumerWGs + wg, 128);  // every warp of the warpgroup has stored (ids past the turn ring's)
+  // every warp of the warpgroup has stored (ids past the turn ring's; the consumer warpgroup's index read again)
+  named_sync(kConsumerWGs + warp_uniform(tid_x_here() / 128), 128);
 }
 
 // What a consumer warpgroup needs of a tile: its K/V span and where its rows sit.

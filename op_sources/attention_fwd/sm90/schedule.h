@@ -25,6 +25,9 @@ struct Schedule {
 
   RTC_DEVICE const int* perm() const { return words + batch; }
   RTC_DEVICE const int* before() const { return words + 2 * batch + 2 * (levels + 1); }
+  // The pair count read again from the table (a volatile load): a value the loop reloads costs one LDS a tile,
+  // where a register held across the whole tile loop was spilled in the tightest variants.
+  RTC_DEVICE int pairs_now() const { return *reinterpret_cast<const volatile int*>(before() + levels + 1); }
 
   // Tile t -> (m_block, head, batch): level L holds pairs [before[L], before[L] + above[L]), so L is the
   // smallest level with before[L] <= pair (before does not increase with L).
