@@ -198,6 +198,34 @@ def test_select_sm90_for_seqused_k(kv, mask, window, monkeypatch):
     assert _lib.op_supports(OP, "sm90", args, "cuda") is None
 
 
+def _plan_rows():
+    """sm90/params.h's plan rows: {bucket: (block_n, open_block_n)}."""
+    text = (ROOT / "op_sources" / "attention_fwd" / "sm90" / "params.h").read_text()
+    rows = re.findall(r"^    \{(\d+), (\d+), \d+, \d+, \d+, (\d+)\},$", text, re.MULTILINE)
+    return {int(b): (int(n), int(o)) for b, n, o in rows}
+
+
+@pytest.mark.parametrize("d", [32, 64, 128, 256])
+def test_open_variants_take_the_open_block(d):
+    """The host sizes each variant's K/V boxes and shared memory with the block width the kernel was compiled for:
+    the open variant (no mask, dense K/V) its plan row's open_block_n, the masked and packed ones its block_n (the
+    kernel takes the same plan from sm90_plan: one function, both sides)."""
+    import varlen_suite as vs
+    block_n, open_block_n = _plan_rows()[d]
+    q = torch.zeros(1, 200, 2, d, dtype=torch.bfloat16)
+    for window, want in (((-1, -1), open_block_n), ((-1, 0), block_n), ((64, 64), block_n)):
+        p = validate.check_inputs(q, q, q, "bshd", "rtne", window=window)
+        plan = _lib.op_plan(OP, "sm90", attention_fwd.args_block(q, q, q, torch.empty_like(q), None, "bshd", p, 132))
+        assert plan["block_n"] == want and plan["shared_bytes"] <= 227 * 1024, (window, plan)
+    b = vs.make_batch([40, 300], [200, 300], 2, 2, d, "cpu")
+    for paged, want in ((False, block_n), (True, block_n)):
+        x = vs.to_paged(b, 16) if paged else b
+        p = validate.check_varlen_inputs(x.q, x.k, x.v, x.cu_q, x.cu_k, x.max_q, x.max_k, block_table=x.block_table)
+        args = attention_fwd.args_block_varlen(x.q, x.k, x.v, None, x.cu_q, x.cu_k, x.block_table, p, 132, None)
+        plan = _lib.op_plan(OP, "sm90", args)
+        assert plan["block_n"] == want, (paged, plan)
+
+
 def test_host_plans_are_the_manifest_buckets():
     """The host's plan for each head dim is the manifest's bucket for it: one list, read by both."""
     hd = _sm90().axes["head_dim"]

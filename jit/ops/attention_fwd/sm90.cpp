@@ -25,8 +25,12 @@ static_assert(sizeof(Sm90AttnParams) % 64 == 0, "Sm90AttnParams: a whole number 
 
 // What TMA and the kernel's 4-byte output stores need of one tensor: "" or why not.
 
-// The plan of the bucket the call's variant was compiled for (the manifest's sm90 buckets are the plans').
-Sm90Plan plan_of(const AttentionFwdArgs& a) { return sm90_plan(int(a.head_dim)); }
+// The call's variant has a mask (RTC_MASK) when either window bound is set.
+bool masked(const AttentionFwdArgs& a) { return a.window_left != -1 || a.window_right != -1; }
+
+// The plan of the variant the call runs (its bucket's: the manifest's sm90 buckets are the plans'; the open
+// variant's block width).
+Sm90Plan plan_of(const AttentionFwdArgs& a) { return sm90_plan(int(a.head_dim), masked(a), kv_mode(a)); }
 
 // 4-D map over (d, s, h, b): bshd and bhsd differ only in the strides (bytes, s/h/b order). d is the call's head
 // dim: the boxes of a tile's last 64-column block past it read zeros.
@@ -148,9 +152,7 @@ int64_t l2_section_heads(const AttentionFwdArgs& a) {
 
 // The masked and the packed variants take tiles from a counter (SM90_WORKSPACE_BYTES); the dense
 // unmasked one needs none.
-bool dynamic_tiles(const AttentionFwdArgs& a) {
-  return a.window_left != -1 || a.window_right != -1 || kv_mode(a) != RTC_KV_DENSE;
-}
+bool dynamic_tiles(const AttentionFwdArgs& a) { return masked(a) || kv_mode(a) != RTC_KV_DENSE; }
 
 int64_t workspace_bytes(const void* p) {
   const AttentionFwdArgs& a = args_of(p);

@@ -16,24 +16,37 @@ struct Sm90Plan {
                  // last P V (consume_tile, sm90.cu); packed calls keep 1 (their carried state spilled)
   int consumers; // consumer warpgroups, 64 q rows each: the tile is 64 * consumers rows, and they take
                  // their turns at the tensor cores in a ring (2: ping-pong)
+  int open_block_n;  // kv rows per stage of the open variant (no mask, dense K/V): it carries no window state and
+                     // no packed rows, so a wider block fits its registers where the others spill (sm90_plan)
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90Plan kSm90Plans[] = {
-    {32, 112, 2, 2, 3},
-    {64, 96, 2, 2, 3},
-    {96, 128, 2, 2, 2},
-    {128, 128, 2, 2, 2},
-    {160, 112, 2, 1, 2},
-    {192, 112, 2, 1, 2},
-    {256, 80, 2, 1, 2},
+    {32, 112, 2, 2, 3, 128},
+    {64, 96, 2, 2, 3, 128},
+    {96, 128, 2, 2, 2, 160},
+    {128, 128, 2, 2, 2, 128},
+    {160, 112, 2, 1, 2, 112},
+    {192, 112, 2, 1, 2, 112},
+    {256, 80, 2, 1, 2, 80},
 };
 // clang-format on
 constexpr int kSm90PlanCount = int(sizeof(kSm90Plans) / sizeof(kSm90Plans[0]));
 // The plan of the smallest bucket that holds head dim d (the last one past every bucket).
-RTC_HD constexpr Sm90Plan sm90_plan(int d) {
+RTC_HD constexpr Sm90Plan sm90_bucket_plan(int d) {
   for (int i = 0; i < kSm90PlanCount; ++i)
     if (kSm90Plans[i].head_dim >= d) return kSm90Plans[i];
   return kSm90Plans[kSm90PlanCount - 1];
+}
+// The open variant: no mask, dense K/V (RTC_MASK, RTC_KV). The packed variants keep one block width, varlen and
+// paged alike, so that a paged call gives the packed call's bits (the gather only moves where rows come from), and
+// a quantized cache's the bits of its dequantized values packed (tests/gpu/test_paged_gather_gpu.py,
+// test_sm90_kvquant_gpu.py).
+RTC_HD constexpr bool sm90_open_variant(bool masked, int kv) { return !masked && kv == RTC_KV_DENSE; }
+// The plan of one variant (kernel and host alike): its bucket's, with the open block width where it is open.
+RTC_HD constexpr Sm90Plan sm90_plan(int d, bool masked, int kv) {
+  Sm90Plan pl = sm90_bucket_plan(d);
+  if (sm90_open_variant(masked, kv)) pl.block_n = pl.open_block_n;
+  return pl;
 }
 // The smallest head dim bucket d serves: 8 past the bucket below it (head dims are multiples of 8).
 RTC_HD constexpr int sm90_min_head_dim(int d) {
@@ -65,9 +78,12 @@ constexpr int kSm90MaxShared = 227 * 1024;  // sm_90's opt-in limit per block
 RTC_HD constexpr bool sm90_plans_fit() {
   for (int i = 0; i < kSm90PlanCount; ++i)
     for (int kv = 0; kv < 3; ++kv)
-      if (sm90_smem_bytes(kSm90Plans[i], kv) > kSm90MaxShared || kSm90Plans[i].head_dim % 32 != 0 ||
-          kSm90Plans[i].block_n % 16 != 0 || kSm90Plans[i].consumers < 2 || kSm90Plans[i].consumers > 3)
-        return false;
+      for (int masked = 0; masked < 2; ++masked) {
+        const Sm90Plan pl = sm90_plan(kSm90Plans[i].head_dim, masked, kv);
+        if (sm90_smem_bytes(pl, kv) > kSm90MaxShared || pl.head_dim % 32 != 0 || pl.block_n % 16 != 0 ||
+            pl.consumers < 2 || pl.consumers > 3)
+          return false;
+      }
   return true;
 }
 static_assert(sm90_plans_fit(),

@@ -19,7 +19,7 @@ constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
 constexpr bool kDynamic = RTC_MASK || kPacked;
 // Two Q tiles (sm90/params.h): a tile's first Q K^T goes out with the previous tile's last P V
 // (consume_tile, sm90.cu). With one, each tile issues its own first Q K^T.
-constexpr Sm90Plan kPlan = sm90_plan(RTC_HEAD_DIM_MAX);
+constexpr Sm90Plan kPlan = sm90_plan(RTC_HEAD_DIM_MAX, RTC_MASK, RTC_KV);
 constexpr int kQStages = sm90_q_stages(kPlan, RTC_KV);
 constexpr bool kOverlapTiles = kQStages == 2;
 // Consumer warpgroups of the plan (2 or 3) and the CTA's threads.
