@@ -48,9 +48,8 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   const WindowMask wm{KeyWindow::of(a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
                       sp.full_end};
   TileLoop L{sm,
-             qs.stage,
-             sm.q_stage(qs.stage) + wg * 64 * 128,  // the warpgroup's rows of block 0
-             ps,
+             qs.stage(),
+             sm.q_stage(qs.stage()) + wg * 64 * 128,  // the warpgroup's rows of block 0
              ps,
              turn_bar(wg),
              turn_bar(wg + 1),
@@ -79,7 +78,6 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   qs.advance();
   scores_done(sm, r, ps, L.q_slot, n_blocks == 1, L.last_valid, L.c, a, L.wm, n0);
   pack_p(r.s, r.pk);
-  L.pv = ps;
   ps.advance();
   // 2. steady state.
   for (int n = 1; n < n_blocks; ++n) steady_block(L, r, a, n0 + n, n == n_blocks - 1);
@@ -88,28 +86,29 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   pending = false;
   if (kOverlapTiles && next < tile_count(p, sm))
     pending = !(RTC_MASK || kPacked) || TilePlan::of(decode_tile(p, sm, next)).n_blocks > 0;
-  mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
-  if (kPacked && last_valid < kN) zero_rows_past(sm.v_stage(L.pv.stage), last_valid);
+  const PipeState pv = ps.before();  // the last block's slot
+  mbar_wait(sm.bars.v_full(pv.stage()), pv.phase());
+  if (kPacked && last_valid < kN) zero_rows_past(sm.v_stage(pv.stage()), last_valid);
   // Two straight-line paths: ptxas must see every wait after the issues it covers.
   if (pending) {
     wait_first_qk(sm, ps, qs);
     named_sync(L.own_bar, kPingPongThreads);
-    issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
+    issue_pv(r.o, r.pk, sm.v_stage(pv.stage()));
     issue_first_qk(sm, r, ps, qs, wg);
     named_arrive(L.other_bar, kPingPongThreads);
     wgmma_wait<1>();
     fence_regs(r.o);
-    release(sm.bars.v_empty(L.pv.stage));
+    release(sm.bars.v_empty(pv.stage()));
     store_tile(p, t, wg, r.o, r.st, wm.rows);
     wgmma_wait<0>();  // nothing in flight across tiles: ptxas would serialize the pipeline
     fence_regs(r.s);
   } else {
     named_sync(L.own_bar, kPingPongThreads);
-    issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
+    issue_pv(r.o, r.pk, sm.v_stage(pv.stage()));
     named_arrive(L.other_bar, kPingPongThreads);
     wgmma_wait<0>();
     fence_regs(r.o);
-    release(sm.bars.v_empty(L.pv.stage));
+    release(sm.bars.v_empty(pv.stage()));
     store_tile(p, t, wg, r.o, r.st, wm.rows);
   }
   return next;
@@ -156,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) attention_fwd_sm90(con
   if (kPacked)  // after the barrier slots; its own __syncthreads also publishes the barriers' init
     sm.sched =
         build_schedule(p.a, p.num_m_blocks,
-                       reinterpret_cast<int*>(smem_raw + (sm.bars.base + SM90_BAR_BYTES - smem_addr(smem_raw))), kM);
+                       reinterpret_cast<int*>(smem_raw + (sm.sched_table() - smem_addr(smem_raw))), kM);
   __syncthreads();
   const int wg = warp_uniform(threadIdx.x / 128);
   if (wg == 0) {

@@ -54,7 +54,7 @@ RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeStat
                             int last_valid, float c, const AttnParams& a, const WindowMask& wm, int n,
                             const Mid& mid = Mid()) {
   fence_regs(r.s);
-  release(sm.bars.k_empty(ps.stage));
+  release(sm.bars.k_empty(ps.stage()));
   if (last) release(sm.bars.q_empty(q_slot));
   if (RTC_MASK) {
     if (wm.cuts(n)) mask_window(r.s, wm.rows, n * kN);
@@ -69,8 +69,7 @@ struct TileLoop {
   const SmemTiles& sm;
   int q_slot;        // the Q ring slot of this tile
   rtc_u32 q_rows;    // this warpgroup's 64 rows of the Q tile
-  PipeState& ps;     // the K/V ring slot of the next block
-  PipeState pv;      // the slot of the block whose P V is next
+  PipeState& ps;     // the K/V ring slot of the next block; the block whose P V is next sits in ps.before()
   int own_bar, other_bar, n_blocks, last_valid;
   float c;
   int never;         // 0 at run time, from a field ptxas cannot evaluate: pins the P V wait (wgmma_wait_pinned)
@@ -84,21 +83,21 @@ struct TileLoop {
 // around the waits) so ptxas can prove no accumulator is read while its wgmma is in flight.
 RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, int n, bool last) {
   const SmemTiles& sm = L.sm;
-  mbar_wait(sm.bars.k_full(L.ps.stage), L.ps.phase);
+  const PipeState pv = L.ps.before();
+  mbar_wait(sm.bars.k_full(L.ps.stage()), L.ps.phase());
   named_sync(L.own_bar, kPingPongThreads);
-  issue_qk(r.s, L.q_rows, sm.k_stage(L.ps.stage));
-  mbar_wait(sm.bars.v_full(L.pv.stage), L.pv.phase);
-  issue_pv(r.o, r.pk, sm.v_stage(L.pv.stage));
+  issue_qk(r.s, L.q_rows, sm.k_stage(L.ps.stage()));
+  mbar_wait(sm.bars.v_full(pv.stage()), pv.phase());
+  issue_pv(r.o, r.pk, sm.v_stage(pv.stage()));
   named_arrive(L.other_bar, kPingPongThreads);
   wgmma_wait<1>();
   const int never = L.never;
   scores_done(sm, r, L.ps, L.q_slot, last, L.last_valid, L.c, a, L.wm, n, [never] { wgmma_wait_pinned<0>(never); });
   fence_regs(r.o);
   fence_regs(r.pk);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
-  release(sm.bars.v_empty(L.pv.stage));
+  release(sm.bars.v_empty(pv.stage()));
   rescale_rows(r.o, r.st);
   pack_p(r.s, r.pk);
-  L.pv = L.ps;
   L.ps.advance();
 }
 
@@ -133,11 +132,11 @@ struct TilePlan {
 // S_0 = Q K_0^T of a tile, issued on its own ([sync own] QK [arrive other]) or, across tiles, together
 // with the previous tile's last P V (kOverlapTiles, consume_tile in sm90.cu).
 RTC_DEVICE void wait_first_qk(const SmemTiles& sm, const PipeState& ps, const QState& qs) {
-  mbar_wait(sm.bars.q_full(qs.stage), qs.phase);
-  mbar_wait(sm.bars.k_full(ps.stage), ps.phase);
+  mbar_wait(sm.bars.q_full(qs.stage()), qs.phase());
+  mbar_wait(sm.bars.k_full(ps.stage()), ps.phase());
 }
 RTC_DEVICE void issue_first_qk(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, const QState& qs, int wg) {
-  issue_qk(r.s, sm.q_stage(qs.stage) + wg * 64 * 128, sm.k_stage(ps.stage));
+  issue_qk(r.s, sm.q_stage(qs.stage()) + wg * 64 * 128, sm.k_stage(ps.stage()));
 }
 
 }  // namespace sm90

@@ -82,18 +82,27 @@ struct SmemTiles {
   RTC_DEVICE rtc_u32 q_stage(int s) const { return q + s * kQBytes; }
   RTC_DEVICE rtc_u32 k_stage(int s) const { return k + s * kKVBytes; }
   RTC_DEVICE rtc_u32 v_stage(int s) const { return v + s * kKVBytes; }
+  // The packed schedule's table (sm90/schedule.h), after the barrier slots: its shared address, and its pair count
+  // read again from the table's first word (a volatile load from the CTA's base: one LDS a tile, where a value
+  // held across the consumers' tile loop was spilled in the tightest variants).
+  RTC_DEVICE rtc_u32 sched_table() const { return bars.base + SM90_BAR_BYTES; }
+  RTC_DEVICE int sched_pairs() const { return int(ld_shared_u32(sched_table())); }
 };
 
-// Position in a ring of kDepth slots (K/V: kStages, Q: kQStages); the parity flips each time it wraps.
+// Position in a ring of kDepth slots (K/V: kStages, Q: kQStages); the parity flips each time it wraps. One
+// counter modulo 2 * kDepth holds both (one register where a slot and a parity took two: the consumers' tile loop
+// runs at the register cap).
 template <int kDepth>
 struct RingState {
-  int stage = 0;
-  rtc_u32 phase = 0;
-  RTC_DEVICE void advance() {
-    if (++stage == kDepth) {
-      stage = 0;
-      phase ^= 1;
-    }
+  rtc_u32 n = 0;
+  RTC_DEVICE int stage() const { return int(n % kDepth); }
+  RTC_DEVICE rtc_u32 phase() const { return (n / kDepth) & 1u; }
+  RTC_DEVICE void advance() { n = n + 1 == 2 * kDepth ? 0u : n + 1; }
+  // The slot before this one (what advance() left): derived, not carried, so a loop that needs both holds one.
+  RTC_DEVICE RingState before() const {
+    RingState r;
+    r.n = n == 0 ? 2 * kDepth - 1 : n - 1;
+    return r;
   }
 };
 using PipeState = RingState<kStages>;

@@ -82,17 +82,17 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     // Paged: each block's page ids are read one block ahead (the first block's before the Q slot's wait),
     // so their latency hides under the waits before the K load that uses them.
     int page = paged_loads() ? lane_page(p, t, sp.begin) : 0;
-    mbar_wait(sm.bars.q_empty(qs.stage), qs.phase ^ 1);
+    mbar_wait(sm.bars.q_empty(qs.stage()), qs.phase() ^ 1);
     if (leader)
-      load_tile(p.tmap_q, sm.q_stage(qs.stage), sm.bars.q_full(qs.stage), kQBytes, t.seq.q_row + t.m_block * kM, t.head,
+      load_tile(p.tmap_q, sm.q_stage(qs.stage()), sm.bars.q_full(qs.stage()), kQBytes, t.seq.q_row + t.m_block * kM, t.head,
                 kPacked ? 0 : t.batch, kHalfQ);
     qs.advance();
     for (int n = sp.begin; n < sp.end; ++n) {
-      mbar_wait(sm.bars.k_empty(ps.stage), ps.phase ^ 1);
-      load_kv(p, p.tmap_k, sm.k_stage(ps.stage), sm.bars.k_full(ps.stage), t, page, n, kvh);
+      mbar_wait(sm.bars.k_empty(ps.stage()), ps.phase() ^ 1);
+      load_kv(p, p.tmap_k, sm.k_stage(ps.stage()), sm.bars.k_full(ps.stage()), t, page, n, kvh);
       const int next = paged_loads() && n + 1 < sp.end ? lane_page(p, t, n + 1) : 0;
-      mbar_wait(sm.bars.v_empty(ps.stage), ps.phase ^ 1);
-      load_kv(p, p.tmap_v, sm.v_stage(ps.stage), sm.bars.v_full(ps.stage), t, page, n, kvh);
+      mbar_wait(sm.bars.v_empty(ps.stage()), ps.phase() ^ 1);
+      load_kv(p, p.tmap_v, sm.v_stage(ps.stage()), sm.bars.v_full(ps.stage()), t, page, n, kvh);
       page = next;
       ps.advance();
     }

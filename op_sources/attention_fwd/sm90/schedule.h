@@ -14,6 +14,7 @@
 namespace sm90 {
 
 // The table's arrays, one after the other in `words` (so the CTA keeps one pointer to it):
+//   pairs [1]            every (level, sequence) with rows: tiles = pairs * heads (first: its address is `words`)
 //   count [batch]        m-blocks of each sequence (while building)
 //   perm  [batch]        sequences by m-block count, descending, stable
 //   cursor[levels + 1]   histogram, then the sort's write positions (while building)
@@ -23,11 +24,8 @@ struct Schedule {
   const int* words;
   int batch, levels, pairs;  // pairs: every (level, sequence) with rows; tiles = pairs * heads
 
-  RTC_DEVICE const int* perm() const { return words + batch; }
-  RTC_DEVICE const int* before() const { return words + 2 * batch + 2 * (levels + 1); }
-  // The pair count read again from the table (a volatile load): a value the loop reloads costs one LDS a tile,
-  // where a register held across the whole tile loop was spilled in the tightest variants.
-  RTC_DEVICE int pairs_now() const { return *reinterpret_cast<const volatile int*>(before() + levels + 1); }
+  RTC_DEVICE const int* perm() const { return words + 1 + batch; }
+  RTC_DEVICE const int* before() const { return words + 1 + 2 * batch + 2 * (levels + 1); }
 
   // Tile t -> (m_block, head, batch): level L holds pairs [before[L], before[L] + above[L]), so L is the
   // smallest level with before[L] <= pair (before does not increase with L).
@@ -69,12 +67,12 @@ RTC_DEVICE int suffix_sum_exclusive(const int* in, int* out, int n, int lane) {
 // Builds the table in `words` (SM90_SCHEDULE_BYTES of shared memory); every thread of the CTA calls it.
 RTC_DEVICE Schedule build_schedule(const AttnParams& a, int levels, int* words, int block_m) {
   const int batch = a.batch, tid = threadIdx.x, lane = tid % 32;
-  int* count = words;
+  int* pairs = words;
+  int* count = words + 1;
   int* perm = count + batch;
   int* cursor = perm + batch;
   int* above = cursor + levels + 1;
   int* before = above + levels + 1;
-  int* pairs = before + levels + 1;
   for (int v = tid; v <= levels; v += blockDim.x) cursor[v] = 0;
   __syncthreads();
   for (int b = tid; b < batch; b += blockDim.x) {

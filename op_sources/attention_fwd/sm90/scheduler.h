@@ -111,7 +111,7 @@ RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t)
 
 // Tiles of this launch: the schedule's count when packed (the host's num_tiles is then a bound).
 RTC_DEVICE int tile_count(const Sm90AttnParams& p, const SmemTiles& sm) {
-  return kPacked ? sm.sched.pairs_now() * p.a.heads : p.num_tiles;
+  return kPacked ? sm.sched_pairs() * p.a.heads : p.num_tiles;
 }
 
 }  // namespace sm90
