@@ -90,9 +90,9 @@ BAD = [
     ("exclude values not a list", lambda d: op(d)["exclude"][0].update(dtype="fp16"), "exclude[0].dtype",
      '"fp16"', "a list of strings"),
     ("warm_default type", lambda d: op(d).update(warm_default=["rtne"]), "ops.attention_fwd.warm_default",
-     '["rtne"]', "an object with keys axes, first_choice_only, why"),
+     '["rtne"]', "an object with keys axes, exclude, first_choice_only, why"),
     ("warm_default key", lambda d: op(d)["warm_default"].update(round_mode=["rtne"]), "warm_default.round_mode",
-     '["rtne"]', "one of the keys axes, first_choice_only, why"),
+     '["rtne"]', "one of the keys axes, exclude, first_choice_only, why"),
     ("warm_default axes type", lambda d: op(d)["warm_default"].update(axes=["round_mode"]), "warm_default.axes",
      '["round_mode"]', "an object {enumerated axis name"),
     ("warm_default unknown axis", lambda d: op(d)["warm_default"]["axes"].update(flavor=["x"]),
@@ -106,6 +106,10 @@ BAD = [
     ("warm_default flag", lambda d: op(d)["warm_default"].update(first_choice_only="yes"),
      "warm_default.first_choice_only", '"yes"', "true or false"),
     ("warm_default why", lambda d: op(d)["warm_default"].update(why=3), "warm_default.why", "3", "a string"),
+    ("warm_default exclude one axis", lambda d: op(d)["warm_default"].update(exclude=[{"mask": ["none"]}]),
+     "warm_default.exclude[0]", '{"mask": ["none"]}', "two or more enumerated axes"),
+    ("warm_default exclude value", lambda d: op(d)["warm_default"]["exclude"][0].update(kv=["packed"]),
+     "warm_default.exclude[0].kv[0]", '"packed"', "one of dense, varlen, paged"),
 ]
 
 
@@ -283,7 +287,7 @@ def _defaults(m, arch) -> set:
 
 def _every_call(m):
     """Every call's axis values the default set is for: each enumerated value warm_default keeps (and no exclude
-    entry leaves out), every head dim a kernel takes."""
+    entry, the op's or warm_default's, leaves out), every head dim a kernel takes."""
     import itertools
     spec = m.op("attention_fwd")
     kept = dict(spec.warm_default.values)
@@ -293,7 +297,7 @@ def _every_call(m):
     for combo in itertools.product(*[[v for v in a.value_names() if v in kept.get(a.name, a.value_names())]
                                      for a in enumerated]):
         call = dict(zip((a.name for a in enumerated), combo))
-        if spec.exclusion(call) is None:
+        if spec.exclusion(call) is None and spec.warm_default.keeps(call):
             yield from (dict(call, head_dim=d) for d in dims)
 
 
@@ -324,10 +328,14 @@ def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
     assert {v["round_mode"] for v in m.variants("attention_fwd", default=True)} == {"rtne"}
     sm90 = _defaults(m, "sm_90a")
     # sm90 and sm90_decode take every head dim and both dtypes: on sm_90a the default set is their rtne variants (the
-    # decode kernel leaves longer calls to sm90 at run time, so both are first choices), no baseline.
-    assert sm90 == {f"{k}-rtne-{mask}-{kv}-d{b}-{dt}-same" for k in ("sm90", "sm90_decode")
-                    for mask in ("none", "window") for kv in ("dense", "varlen", "paged")
+    # decode kernel leaves longer calls to sm90 at run time, so both are first choices), no baseline; packed calls
+    # masked only (warm_default's exclude).
+    forms = (("none", "dense"), ("window", "dense"), ("window", "varlen"), ("window", "paged"))
+    assert sm90 == {f"{k}-rtne-{mask}-{kv}-d{b}-{dt}-same" for k in ("sm90", "sm90_decode") for mask, kv in forms
                     for b in m.op("attention_fwd").kernel(k).axes["head_dim"].buckets for dt in ("bf16", "fp16")}
+    assert not [v for v in m.variants("attention_fwd", default=True) if v["mask"] == "none" and v["kv"] != "dense"]
+    assert {v.name for v in m.variants("attention_fwd", archs=["sm_90a"], kernels=["sm90"], mask=["none"],
+                                       kv=["varlen"], round_mode=["rtne"], kv_dtype=["same"])}  # still variants
     # Where the fast kernel does not take fp16 (gfx942 today), the baseline's fp16 variants stay in the set.
     gfx = _defaults(m, "gfx90a")
     assert "gfx942-rtne-none-dense-d128-bf16-same" in gfx
@@ -335,11 +343,12 @@ def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
         assert "baseline-rtne-none-dense-d128-fp16-same" in gfx
     fast = manifest.load(write(tmp_path, edited(_fast_everywhere)), root=ROOT)
     assert not [n for n in _defaults(fast, "sm_90a") if n.startswith("baseline-")]
-    decode = len(m.op("attention_fwd").kernel("sm90_decode").axes["head_dim"].buckets) * 2 * 2 * 3
-    assert len(_defaults(fast, "sm_90a")) == 4 * 2 * 2 * 3 + decode  # buckets x dtypes x masks x kv forms
+    decode = len(m.op("attention_fwd").kernel("sm90_decode").axes["head_dim"].buckets) * 2 * len(forms)
+    assert len(_defaults(fast, "sm_90a")) == 4 * 2 * len(forms) + decode  # buckets x dtypes x (mask, kv) forms
     assert _defaults(fast, "sm_80") == _defaults(m, "sm_80")   # no faster kernel there: every rtne variant of a cache
-    assert len(_defaults(m, "sm_80")) == len(list(m.variants("attention_fwd", archs=["sm_80"], round_mode=["rtne"],
-                                                             kv_dtype=["same"])))  # in q's dtype (warm_default)
+    assert len(_defaults(m, "sm_80")) == len([v for v in m.variants("attention_fwd", archs=["sm_80"], round_mode=["rtne"],
+                                                                 kv_dtype=["same"])  # in q's dtype (warm_default)
+                                              if v["mask"] == "window" or v["kv"] == "dense"])  # and its exclude
 
 
 def test_no_warm_default_means_every_variant(tmp_path):

@@ -99,14 +99,22 @@ class Exclusion:
 @dataclass(frozen=True)
 class WarmDefault:
     """An op's `warm_default`: the variants `warm` compiles unless given --all. values narrows enumerated axes
-    (an axis not named keeps every value); first_choice_only keeps a kernel's variant only where some call it
-    serves would not be taken by a kernel earlier in the manifest's order of preference."""
+    (an axis not named keeps every value); exclude leaves out combinations of values (entries shaped like the op's
+    own exclude list); first_choice_only keeps a kernel's variant only where some call it serves would not be taken
+    by a kernel earlier in the manifest's order of preference."""
     values: tuple = ()              # ((axis name, frozenset of value names), ...)
     first_choice_only: bool = False
     why: str = ""
+    exclude: tuple = ()             # Exclusion, as the op's (their index: the place in warm_default.exclude)
+
+    def keeps(self, values: dict) -> bool:
+        """Whether a variant's or a call's axis values are what the default set is for (values and exclude)."""
+        return (all(values.get(axis) in names for axis, names in self.values)
+                and not any(e.matches(values) for e in self.exclude))
 
     def describe(self) -> str:
         parts = [f"{axis} in {sorted(names)}" for axis, names in self.values]
+        parts += [f"not ({e.describe()})" for e in self.exclude]
         if self.first_choice_only:
             parts.append("each kernel where it is the first choice")
         return ", ".join(parts) or "every variant"
@@ -242,7 +250,8 @@ class Manifest:
                 per_axis.append([v for v in accepted
                                  if (wanted is None or v in wanted) and (kept is None or v in kept)])
             combos = [tuple(zip((a.name for a in spec.axes), combo)) for combo in itertools.product(*per_axis)]
-            combos = [c for c in combos if spec.exclusion(dict(c)) is None]
+            combos = [c for c in combos if spec.exclusion(dict(c)) is None
+                      and (not default or spec.warm_default.keeps(dict(c)))]
             for arch in k.archs:
                 if archs is not None and arch not in archs:
                     continue
@@ -355,7 +364,9 @@ def _op_spec(name: str, op: dict) -> OpSpec:
                     for i, e in enumerate(op.get("exclude", [])))
     wd = op.get("warm_default", {})
     warm_default = WarmDefault(tuple((axis, frozenset(names)) for axis, names in wd.get("axes", {}).items()),
-                               wd.get("first_choice_only", False), wd.get("why", ""))
+                               wd.get("first_choice_only", False), wd.get("why", ""),
+                               tuple(Exclusion(i, tuple((axis, frozenset(names)) for axis, names in e.items()))
+                                     for i, e in enumerate(wd.get("exclude", []))))
     return OpSpec(name=name, description=op.get("description", ""), axes=axes, kernels=tuple(kernels),
                   exclude=exclude, warm_default=warm_default)
 
@@ -523,8 +534,9 @@ def _check_op(c: _Checker, op: dict, where: str, archs: list, op_dir: Path | Non
 
 
 def _check_exclude(c: _Checker, op: dict, where: str, axes: dict) -> None:
-    """`exclude`: a list of objects, each naming two or more enumerated axes of the op, each with a non-empty list
-    of its values; a combination matching every named axis is no variant."""
+    """`exclude` (the op's, or its warm_default's): a list of objects, each naming two or more enumerated axes of the
+    op, each with a non-empty list of its values; a combination matching every named axis is no variant (the op's)
+    or not in the default set (warm_default's)."""
     entries = c.get(op, "exclude", where, list, "a list of objects {axis name: [values], ...}", optional=True)
     enumerated = [n for n, a in axes.items() if a.get("buckets", False) is not True]
     for i, e in enumerate(entries or []):
@@ -538,12 +550,13 @@ def _check_exclude(c: _Checker, op: dict, where: str, axes: dict) -> None:
             c.str_list(e, name, w, choices=list(axes[name]["values"]))
 
 
-WARM_DEFAULT_KEYS = ("axes", "first_choice_only", "why")
+WARM_DEFAULT_KEYS = ("axes", "exclude", "first_choice_only", "why")
 
 
 def _check_warm_default(c: _Checker, op: dict, where: str, axes: dict) -> None:
     """`warm_default`: an object with optional `axes` ({enumerated axis name: non-empty list of its values}: the
-    values the default set keeps), `first_choice_only` (a bool) and `why` (a string saying why)."""
+    values the default set keeps), `exclude` (combinations it leaves out, entries as the op's exclude list's),
+    `first_choice_only` (a bool) and `why` (a string saying why)."""
     wd = c.get(op, "warm_default", where, dict, "an object with keys " + ", ".join(WARM_DEFAULT_KEYS), optional=True)
     if wd is None:
         return
@@ -561,6 +574,7 @@ def _check_warm_default(c: _Checker, op: dict, where: str, axes: dict) -> None:
             c.fail(f"{w}.axes.{name}", chosen[name], f"an enumerated axis of the op ({', '.join(enumerated)}; "
                                                       "every bucket of a bucketed axis is in the default set)")
         c.str_list(chosen, name, f"{w}.axes", choices=list(axes[name]["values"]))
+    _check_exclude(c, wd, w, axes)
 
 
 def _check_kernel(c: _Checker, k: dict, w: str, archs: list, axes: dict, op_dir: Path | None) -> None:
