@@ -19,8 +19,10 @@ BF16, F16 = torch.bfloat16, torch.float16
 def main():
     gen = torch.Generator(device="cuda").manual_seed(11)
     ran = set()
-    # sm90 at its buckets (72 and 200 below their buckets 96 and 256: zero-filled columns, nothing stored past D).
-    for d, kernel, dt in ((128, "sm90", BF16), (72, "sm90", F16), (200, "sm90", BF16), (64, "baseline", BF16),
+    # sm90 at its buckets (72, 40 and 200 below their buckets 96, 32 and 256: zero-filled columns, nothing stored past
+    # D); 64 and 40 take three consumer warpgroups, and with 72 the open variant's wider block (sm90/params.h).
+    for d, kernel, dt in ((128, "sm90", BF16), (72, "sm90", F16), (200, "sm90", BF16), (64, "sm90", BF16),
+                          (40, "sm90", F16), (64, "baseline", BF16),
                           (96, "baseline", BF16), (128, "baseline", BF16)):
         os.environ["RTCATTN_KERNEL"] = kernel
         for mode in MODES if dt == BF16 else ("rtne",):
