@@ -153,9 +153,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) attention_fwd_sm90(con
   sm.bars.base = sm.v + kStages * kKVBytes;
   if (threadIdx.x == 0) init_barriers(p, sm.bars);
   if (kPacked)  // after the barrier slots; its own __syncthreads also publishes the barriers' init
-    sm.sched =
-        build_schedule(p.a, p.num_m_blocks,
-                       reinterpret_cast<int*>(smem_raw + (sm.sched_table() - smem_addr(smem_raw))), kM);
+    sm.sched = build_schedule(p.a, p.num_m_blocks,
+                              reinterpret_cast<int*>(smem_raw + (sm.sched_table() - smem_addr(smem_raw))), kM);
   __syncthreads();
   const int wg = warp_uniform(threadIdx.x / 128);
   if (wg == 0) {

@@ -59,10 +59,10 @@ def test_manifest_entry_precedes_baseline():
     assert all(hd.accepts(d) for d in range(8, 257, 8)) and not hd.accepts(264) and not hd.accepts(60)
 
 
-# The dense variant (one code object for both layouts: the strides carry the layout); packed ones with and
-# without a mask. Every bucket in both dtypes at RTNE; the other bf16 modes at 128 (their packing differs only in
-# the conversion instructions).
-BUILDS = [("none", "dense")] + [(mask, kv) for kv in ("varlen", "paged") for mask in ("none", "window")]
+# The dense variants with and without a mask (one code object for both layouts: the strides carry the layout);
+# packed ones with and without a mask. Every bucket in both dtypes at RTNE; the other bf16 modes at 128 (their
+# packing differs only in the conversion instructions).
+BUILDS = [(mask, kv) for kv in ("dense", "varlen", "paged") for mask in ("none", "window")]
 TYPED = ([(d, "bf16", "rtne") for d in BUCKETS] + [(d, "fp16", "rtne") for d in BUCKETS]
          + [(128, "bf16", m) for m in MODES if m != "rtne"])
 
@@ -205,11 +205,11 @@ def _plan_rows():
     return {int(b): (int(n), int(o)) for b, n, o in rows}
 
 
-@pytest.mark.parametrize("d", [32, 64, 128, 256])
-def test_open_variants_take_the_open_block(d):
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
+def test_dense_variants_take_their_blocks(d):
     """The host sizes each variant's K/V boxes and shared memory with the block width the kernel was compiled for:
-    the open variant (no mask, dense K/V) its plan row's open_block_n, the masked and packed ones its block_n (the
-    kernel takes the same plan from sm90_plan: one function, both sides)."""
+    the open variant (no mask, dense K/V) its plan row's open_block_n, the masked dense and the packed ones its
+    block_n, varlen and paged alike (the kernel takes the same plan from sm90_plan: one function, both sides)."""
     import varlen_suite as vs
     block_n, open_block_n = _plan_rows()[d]
     q = torch.zeros(1, 200, 2, d, dtype=torch.bfloat16)

@@ -37,15 +37,14 @@ RTC_HD constexpr Sm90Plan sm90_bucket_plan(int d) {
     if (kSm90Plans[i].head_dim >= d) return kSm90Plans[i];
   return kSm90Plans[kSm90PlanCount - 1];
 }
-// The open variant: no mask, dense K/V (RTC_MASK, RTC_KV). The packed variants keep one block width, varlen and
-// paged alike, so that a paged call gives the packed call's bits (the gather only moves where rows come from), and
-// a quantized cache's the bits of its dequantized values packed (tests/gpu/test_paged_gather_gpu.py,
-// test_sm90_kvquant_gpu.py).
-RTC_HD constexpr bool sm90_open_variant(bool masked, int kv) { return !masked && kv == RTC_KV_DENSE; }
-// The plan of one variant (kernel and host alike): its bucket's, with the open block width where it is open.
+// The plan of one variant (kernel and host alike, from RTC_MASK and RTC_KV): its bucket's, with the open block width
+// for the open variant (no mask, dense K/V). The masked dense variant keeps block_n (wider ones were slower:
+// docs/NOTES.md), and so do the packed ones, varlen and paged alike, so that a paged call gives the packed call's bits
+// (the gather only moves where rows come from) and a quantized cache the bits of its dequantized values packed
+// (tests/gpu/test_paged_gather_gpu.py, test_sm90_kvquant_gpu.py).
 RTC_HD constexpr Sm90Plan sm90_plan(int d, bool masked, int kv) {
   Sm90Plan pl = sm90_bucket_plan(d);
-  if (sm90_open_variant(masked, kv)) pl.block_n = pl.open_block_n;
+  if (!masked && kv == RTC_KV_DENSE) pl.block_n = pl.open_block_n;
   return pl;
 }
 // The smallest head dim bucket d serves: 8 past the bucket below it (head dims are multiples of 8).

@@ -84,8 +84,8 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     int page = paged_loads() ? lane_page(p, t, sp.begin) : 0;
     mbar_wait(sm.bars.q_empty(qs.stage()), qs.phase() ^ 1);
     if (leader)
-      load_tile(p.tmap_q, sm.q_stage(qs.stage()), sm.bars.q_full(qs.stage()), kQBytes, t.seq.q_row + t.m_block * kM, t.head,
-                kPacked ? 0 : t.batch, kHalfQ);
+      load_tile(p.tmap_q, sm.q_stage(qs.stage()), sm.bars.q_full(qs.stage()), kQBytes, t.seq.q_row + t.m_block * kM,
+                t.head, kPacked ? 0 : t.batch, kHalfQ);
     qs.advance();
     for (int n = sp.begin; n < sp.end; ++n) {
       mbar_wait(sm.bars.k_empty(ps.stage()), ps.phase() ^ 1);
