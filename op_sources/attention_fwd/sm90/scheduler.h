@@ -16,16 +16,8 @@ namespace sm90 {
 // Masked: the first tile is blockIdx.x; the producer takes each next one from the workspace's
 // counter (gridDim.x + the counter's old value), and passes every index, the end marker
 // (num_tiles) included, to the consumers through the tile_full/tile_empty ring.
-struct TileOrder {
-  int slot = 0;
-  rtc_u32 phase = 0;
-  RTC_DEVICE void advance() {
-    if (++slot == 2) {
-      slot = 0;
-      phase ^= 1;
-    }
-  }
-};
+// The tile_full / tile_empty ring of two slots (one counter: sm90/pipeline.h's RingState).
+using TileOrder = RingState<2>;
 
 // Called by every producer thread (pipeline.h: one, or the paged warp, whose lanes all get lane 0's index).
 RTC_DEVICE int next_tile(const Sm90AttnParams& p, int ti) {
@@ -38,18 +30,18 @@ RTC_DEVICE int next_tile(const Sm90AttnParams& p, int ti) {
 
 // Every producer thread waits for the slot; the leader (the producer's lane 0) writes the index and arrives.
 RTC_DEVICE void publish_tile(const Bars& b, TileOrder& o, int ti, bool leader) {
-  mbar_wait(b.tile_empty(o.slot), o.phase ^ 1);
+  mbar_wait(b.tile_empty(o.stage()), o.phase() ^ 1);
   if (leader) {
-    st_shared_u32(b.tile_id(o.slot), ti);
-    mbar_arrive(b.tile_full(o.slot));  // release: the consumers' wait acquires the index
+    st_shared_u32(b.tile_id(o.stage()), ti);
+    mbar_arrive(b.tile_full(o.stage()));  // release: the consumers' wait acquires the index
   }
   o.advance();
 }
 
 RTC_DEVICE int receive_tile(const Bars& b, TileOrder& o) {
-  mbar_wait(b.tile_full(o.slot), o.phase);
-  const rtc_u32 ti = ld_shared_u32(b.tile_id(o.slot));
-  release(b.tile_empty(o.slot));
+  mbar_wait(b.tile_full(o.stage()), o.phase());
+  const rtc_u32 ti = ld_shared_u32(b.tile_id(o.stage()));
+  release(b.tile_empty(o.stage()));
   o.advance();
   return (int)ti;
 }
