@@ -135,6 +135,14 @@ RTC_DEVICE void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// One lane of the whole (converged) warp: true in it, false in the others (elect.sync). Where a lane-0 test would keep
+// the lane index live in a register, this keeps nothing.
+RTC_DEVICE bool elect_one() {
+  rtc_u32 r;
+  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(r));
+  return r != 0;
+}
+
 // ---- register reallocation between warpgroup roles ----
 template <int N> RTC_DEVICE void regs_grow() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
 template <int N> RTC_DEVICE void regs_shrink() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }

@@ -52,7 +52,6 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
              sm.q_stage(qs.stage()) + wg * 64 * 128,  // the warpgroup's rows of block 0
              ps,
              turn_bar(wg),
-             turn_bar(wg + 1),
              n_blocks,
              last_valid,
              a.scale_log2,
@@ -70,9 +69,9 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   // 1. first block: scores only.
   if (!pending) {
     wait_first_qk(sm, ps, qs);
-    named_sync(L.own_bar, kPingPongThreads);
+    turn_wait(L.own_bar);
     issue_first_qk(sm, r, ps, qs, wg);
-    named_arrive(L.other_bar, kPingPongThreads);
+    turn_pass(L.next_bar());
     wgmma_wait<0>();
   }
   qs.advance();
@@ -87,15 +86,16 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   if (kOverlapTiles && next < tile_count(p, sm))
     pending = !(RTC_MASK || kPacked) || TilePlan::of(decode_tile(p, sm, next)).n_blocks > 0;
   const PipeState pv = ps.before();  // the last block's slot
+  if (kRescaleFirst) rescale_rows(r.o, r.st);
   mbar_wait(sm.bars.v_full(pv.stage()), pv.phase());
   if (kPacked && last_valid < kN) zero_rows_past(sm.v_stage(pv.stage()), last_valid);
   // Two straight-line paths: ptxas must see every wait after the issues it covers.
   if (pending) {
     wait_first_qk(sm, ps, qs);
-    named_sync(L.own_bar, kPingPongThreads);
+    turn_wait(L.own_bar);
     issue_pv(r.o, r.pk, sm.v_stage(pv.stage()));
     issue_first_qk(sm, r, ps, qs, wg);
-    named_arrive(L.other_bar, kPingPongThreads);
+    turn_pass(L.next_bar());
     wgmma_wait<1>();
     fence_regs(r.o);
     release(sm.bars.v_empty(pv.stage()));
@@ -103,9 +103,9 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
     wgmma_wait<0>();  // nothing in flight across tiles: ptxas would serialize the pipeline
     fence_regs(r.s);
   } else {
-    named_sync(L.own_bar, kPingPongThreads);
+    turn_wait(L.own_bar);
     issue_pv(r.o, r.pk, sm.v_stage(pv.stage()));
-    named_arrive(L.other_bar, kPingPongThreads);
+    turn_pass(L.next_bar());
     wgmma_wait<0>();
     fence_regs(r.o);
     release(sm.bars.v_empty(pv.stage()));
@@ -123,13 +123,13 @@ RTC_DEVICE void consume(const Sm90AttnParams& p, const SmemTiles& sm, int wg) {
   ConsumerRegs carried;  // across tiles only when a tile's S_0 is issued by the previous tile
   bool pending = false;
   // Warpgroup 0 issues first: the last warpgroup pre-arrives on its barrier.
-  if (wg == kConsumerWGs - 1) named_arrive(turn_bar(0), kPingPongThreads);
+  if (wg == kConsumerWGs - 1) turn_pass(turn_bar(0));
   for (int ti = kDynamic ? receive_tile(sm.bars, order) : (int)blockIdx.x; ti < tile_count(p, sm);) {
     ConsumerRegs fresh;  // otherwise nothing lives from one tile to the next (fewer live registers)
     ti = consume_tile(p, sm, decode_tile(p, sm, ti), ti, wg, ps, qs, kOverlapTiles ? carried : fresh, pending, order);
   }
   // Balance the pre-arrival so the barrier is idle when the block exits.
-  if (wg == 0) named_sync(turn_bar(0), kPingPongThreads);
+  if (wg == 0) turn_wait(turn_bar(0));
 }
 
 }  // namespace

@@ -70,10 +70,12 @@ struct TileLoop {
   int q_slot;        // the Q ring slot of this tile
   rtc_u32 q_rows;    // this warpgroup's 64 rows of the Q tile
   PipeState& ps;     // the K/V ring slot of the next block; the block whose P V is next sits in ps.before()
-  int own_bar, other_bar, n_blocks, last_valid;
+  int own_bar;       // this warpgroup's turn barrier; the next one's is derived (next_bar), not held
+  int n_blocks, last_valid;
   float c;
   int never;         // 0 at run time, from a field ptxas cannot evaluate: pins the P V wait (wgmma_wait_pinned)
   WindowMask wm;     // read only when RTC_MASK
+  RTC_DEVICE int next_bar() const { return next_turn_bar(own_bar); }
 };
 
 // Steady-state block n: [sync own] issue S_n = Q K_n^T and O += P_{n-1} V_{n-1} [arrive other];
@@ -85,18 +87,19 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
   const SmemTiles& sm = L.sm;
   const PipeState pv = L.ps.before();
   mbar_wait(sm.bars.k_full(L.ps.stage()), L.ps.phase());
-  named_sync(L.own_bar, kPingPongThreads);
+  turn_wait(L.own_bar);
   issue_qk(r.s, L.q_rows, sm.k_stage(L.ps.stage()));
+  if (kRescaleFirst) rescale_rows(r.o, r.st);
   mbar_wait(sm.bars.v_full(pv.stage()), pv.phase());
   issue_pv(r.o, r.pk, sm.v_stage(pv.stage()));
-  named_arrive(L.other_bar, kPingPongThreads);
+  turn_pass(L.next_bar());
   wgmma_wait<1>();
   const int never = L.never;
   scores_done(sm, r, L.ps, L.q_slot, last, L.last_valid, L.c, a, L.wm, n, [never] { wgmma_wait_pinned<0>(never); });
   fence_regs(r.o);
   fence_regs(r.pk);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
   release(sm.bars.v_empty(pv.stage()));
-  rescale_rows(r.o, r.st);
+  if (!kRescaleFirst) rescale_rows(r.o, r.st);
   pack_p(r.s, r.pk);
   L.ps.advance();
 }

@@ -18,16 +18,20 @@ struct Sm90Plan {
                  // their turns at the tensor cores in a ring (2: ping-pong)
   int open_block_n;  // kv rows per stage of the open variant (no mask, dense K/V): it carries no window state and
                      // no packed rows, so a wider block fits its registers where the others spill (sm90_plan)
+  int open_consumers;  // consumer warpgroups of the open variant: three hide its softmax better at 96, where the
+                       // masked ones, with their per-block mask, lose at three (docs/NOTES.md)
+  int rescale_first; // 1: a block's O rescale goes before its P V issue, under the Q K^T GEMM (the factor of the
+                     // block before); 0: after the P V wait, interleaved with the exponentials (mainloop.h)
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90Plan kSm90Plans[] = {
-    {32, 112, 2, 2, 3, 128},
-    {64, 96, 2, 2, 3, 128},
-    {96, 128, 2, 2, 2, 160},
-    {128, 128, 2, 2, 2, 128},
-    {160, 112, 2, 1, 2, 112},
-    {192, 112, 2, 1, 2, 112},
-    {256, 80, 2, 1, 2, 80},
+    {32, 112, 2, 2, 3, 128, 3, 0},
+    {64, 96, 2, 2, 3, 128, 3, 0},
+    {96, 128, 2, 2, 2, 112, 3, 0},
+    {128, 128, 2, 2, 2, 128, 2, 0},
+    {160, 112, 2, 1, 2, 112, 2, 1},
+    {192, 112, 2, 1, 2, 112, 2, 1},
+    {256, 80, 2, 1, 2, 80, 2, 1},
 };
 // clang-format on
 constexpr int kSm90PlanCount = int(sizeof(kSm90Plans) / sizeof(kSm90Plans[0]));
@@ -44,7 +48,10 @@ RTC_HD constexpr Sm90Plan sm90_bucket_plan(int d) {
 // (tests/gpu/test_paged_gather_gpu.py, test_sm90_kvquant_gpu.py).
 RTC_HD constexpr Sm90Plan sm90_plan(int d, bool masked, int kv) {
   Sm90Plan pl = sm90_bucket_plan(d);
-  if (!masked && kv == RTC_KV_DENSE) pl.block_n = pl.open_block_n;
+  if (!masked && kv == RTC_KV_DENSE) {
+    pl.block_n = pl.open_block_n;
+    pl.consumers = pl.open_consumers;
+  }
   return pl;
 }
 // The smallest head dim bucket d serves: 8 past the bucket below it (head dims are multiples of 8).

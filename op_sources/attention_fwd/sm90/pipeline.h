@@ -47,6 +47,8 @@ constexpr rtc_u32 kHalfQ = kM * 128;  // bytes of one 64-column block of the Q t
 constexpr rtc_u32 kHalfKV = kN * 128;
 constexpr int kConsumerWarps = 4 * kConsumerWGs;
 constexpr int kPingPongThreads = 256;  // a turn's barrier: the warpgroup waiting and the one before it
+// Where a block's O rescale goes (the plan's rescale_first): before its P V issue, or after the P V wait.
+constexpr bool kRescaleFirst = kPlan.rescale_first != 0;
 constexpr int kAccS = kN / 2;  // score accumulators per thread
 constexpr int kAccO = kD / 2;  // output accumulators per thread
 // The GEMMs' input type: the variant's dtype (RTC_DTYPE).
@@ -119,11 +121,16 @@ RTC_DEVICE int producer_lane() { return producer_threads() == 1 ? 0 : (int)(thre
 // The consumers take turns at the tensor cores in a ring: warpgroup wg waits on its named barrier, issues
 // its GEMMs and arrives on the next warpgroup's (ids 1..kConsumerWGs; 0 is __syncthreads').
 RTC_DEVICE constexpr int turn_bar(int wg) { return 1 + wg % kConsumerWGs; }
+// The barrier of the warpgroup after the one whose barrier is `bar` (turn_bar(wg + 1) from turn_bar(wg)).
+RTC_DEVICE constexpr int next_turn_bar(int bar) { return 1 + bar % kConsumerWGs; }
+// A warpgroup's turn: wait for it on its own barrier, pass it on by arriving on the next one's.
+RTC_DEVICE void turn_wait(int bar) { named_sync(bar, kPingPongThreads); }
+RTC_DEVICE void turn_pass(int bar) { named_arrive(bar, kPingPongThreads); }
 
 // One arrival per consumer warp frees a ring slot (barrier counts are kConsumerWarps).
 RTC_DEVICE void release(rtc_u32 bar) {
   __syncwarp();
-  if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+  if (elect_one()) mbar_arrive(bar);
 }
 
 RTC_DEVICE void init_barriers(const Sm90AttnParams& p, const Bars& b) {
