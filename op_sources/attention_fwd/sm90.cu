@@ -61,7 +61,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
 #pragma unroll
   for (int i = 0; i < kAccO; ++i) r.o[i] = 0.f;
   if ((RTC_MASK || kPacked) && n_blocks == 0) {  // no row sees a key: zeros, LSE -inf, nothing read
-    store_tile(p, t, wg, r.o, r.st, wm.rows);
+    store_empty_tile(p, t, wg);
     pending = false;
     return following_tile(p, sm, order, ti);
   }
