@@ -42,10 +42,10 @@ RTC_HD constexpr Sm90Plan sm90_bucket_plan(int d) {
   return kSm90Plans[kSm90PlanCount - 1];
 }
 // The plan of one variant (kernel and host alike, from RTC_MASK and RTC_KV): its bucket's, with the open block width
-// for the open variant (no mask, dense K/V). The masked dense variant keeps block_n (wider ones were slower:
-// docs/NOTES.md), and so do the packed ones, varlen and paged alike, so that a paged call gives the packed call's bits
-// (the gather only moves where rows come from) and a quantized cache the bits of its dequantized values packed
-// (tests/gpu/test_paged_gather_gpu.py, test_sm90_kvquant_gpu.py).
+// and consumer count for the open variant (no mask, dense K/V). The masked dense variant keeps block_n (wider ones
+// were slower: docs/NOTES.md), and so do the packed ones, varlen and paged alike, so that a paged call gives the
+// packed call's bits (the gather only moves where rows come from) and a quantized cache the bits of its dequantized
+// values packed (tests/gpu/test_paged_gather_gpu.py, test_sm90_kvquant_gpu.py).
 RTC_HD constexpr Sm90Plan sm90_plan(int d, bool masked, int kv) {
   Sm90Plan pl = sm90_bucket_plan(d);
   if (!masked && kv == RTC_KV_DENSE) {
