@@ -45,8 +45,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   const int n0 = sp.begin, n_blocks = plan.n_blocks;
   const int last_valid = a.seq_k - (sp.end - 1) * kN;
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const WindowMask wm{KeyWindow::of(a, (rtc_i64)t.m_block * kM + wg * 64 + warp * 16 + lane / 4), sp.full_begin,
-                      sp.full_end};
+  const WindowMask wm{KeyWindow::of(a, (rtc_i64)t.row0 + wg * 64 + warp * 16 + lane / 4), sp.full_begin, sp.full_end};
   TileLoop L{sm,
              qs.stage(),
              sm.q_stage(qs.stage()) + wg * 64 * 128,  // the warpgroup's rows of block 0

@@ -35,8 +35,8 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
     const bool empty = l == 0.f;
     const float inv = empty ? 0.f : (RTC_KV_FP8 ? v_scale / l : 1.f / l);
     const ZeroSumRow blank = ZeroSumRow::of(RTC_MASK ? keys.sees_a_key(i) : !kPacked || t.view.seq_k > 0);
-    const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
-    if (row >= t.view.seq_q) continue;
+    const int row = t.row0 + wg * 64 + warp * 16 + lane / 4 + 8 * i;
+    if (row < 0 || row >= t.view.seq_q) continue;
     rtc_elem_t* dst = a.o + t.seq.o_off + (rtc_i64)row * a.o_ss + (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
     // Columns past the call's head dim (a D below the bucket) are zeros of the tiles: not stored.
 #pragma unroll
@@ -58,8 +58,8 @@ RTC_DEVICE void store_empty_tile(const Sm90AttnParams& p, const Tile& t, int wg)
   const AttnParams& a = p.a;
 #pragma unroll 1
   for (int i = 0; i < 2; ++i) {
-    const int row = t.m_block * kM + wg * 64 + warp * 16 + lane / 4 + 8 * i;
-    if (row >= t.view.seq_q) continue;
+    const int row = t.row0 + wg * 64 + warp * 16 + lane / 4 + 8 * i;
+    if (row < 0 || row >= t.view.seq_q) continue;
     rtc_elem_t* dst = a.o + t.seq.o_off + (rtc_i64)row * a.o_ss + (rtc_i64)t.head * a.o_sh + 2 * (lane % 4);
 #pragma unroll 1
     for (int j = 0; 8 * j < a.head_dim; ++j) *reinterpret_cast<rtc_u32*>(dst + 8 * j) = 0u;

@@ -126,7 +126,7 @@ struct TilePlan {
   int n_blocks;
   RTC_DEVICE static TilePlan of(const Tile& t) {
     TilePlan r;
-    r.sp = tile_span(t.view, t.m_block);
+    r.sp = tile_span(t.view, t.row0);
     r.n_blocks = r.sp.end - r.sp.begin;
     return r;
   }

@@ -9,12 +9,12 @@
 
 namespace sm90 {
 
-// The K/V blocks of one tile (kv_span, attn_params.h): [begin, end) are visited; blocks outside
-// [full_begin, full_end) are cut by a row's window (or by the end of the keys) and get the
-// per-element mask. Unmasked, every block is visited and only a partial last block is masked.
-RTC_DEVICE KvSpan tile_span(const AttnParams& a, int m_block) {
-  const rtc_i64 r0 = (rtc_i64)m_block * kM;
-  return kv_span(a, r0, (r0 + kM < a.seq_q ? r0 + kM : a.seq_q) - r0, kN, RTC_MASK);
+// The K/V blocks of one tile (kv_span, attn_params.h) for its rows inside the sequence: [begin, end) are
+// visited; blocks outside [full_begin, full_end) are cut by a row's window (or by the end of the keys) and get
+// the per-element mask. Unmasked, every block is visited and only a partial last block is masked.
+RTC_DEVICE KvSpan tile_span(const AttnParams& a, int row0) {
+  const rtc_i64 r0 = row0 > 0 ? row0 : 0, r1 = (rtc_i64)row0 + kM < a.seq_q ? (rtc_i64)row0 + kM : a.seq_q;
+  return kv_span(a, r0, r1 - r0, kN, RTC_MASK);
 }
 
 // Columns >= valid of this block get -inf; the row-max guard of online_softmax (sm90/softmax.h) keeps

@@ -76,7 +76,7 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
   for (int ti = blockIdx.x; ti < tiles; ti = next_tile(p, ti)) {
     if (kDynamic) publish_tile(sm.bars, order, ti, leader);
     const Tile t = decode_tile(p, sm, ti);
-    const KvSpan sp = tile_span(t.view, t.m_block);
+    const KvSpan sp = tile_span(t.view, t.row0);
     if (sp.begin == sp.end) continue;  // the consumers write zeros without reading Q
     const int kvh = kv_head(p.a, t.head);
     // Paged: each block's page ids are read one block ahead (the first block's before the Q slot's wait),
@@ -84,8 +84,8 @@ RTC_DEVICE void produce(const Sm90AttnParams& p, const SmemTiles& sm) {
     int page = paged_loads() ? lane_page(p, t, sp.begin) : 0;
     mbar_wait(sm.bars.q_empty(qs.stage()), qs.phase() ^ 1);
     if (leader)
-      load_tile(p.tmap_q, sm.q_stage(qs.stage()), sm.bars.q_full(qs.stage()), kQBytes, t.seq.q_row + t.m_block * kM,
-                t.head, kPacked ? 0 : t.batch, kHalfQ);
+      load_tile(p.tmap_q, sm.q_stage(qs.stage()), sm.bars.q_full(qs.stage()), kQBytes, t.seq.q_row + t.row0, t.head,
+                kPacked ? 0 : t.batch, kHalfQ);
     qs.advance();
     for (int n = sp.begin; n < sp.end; ++n) {
       mbar_wait(sm.bars.k_empty(ps.stage()), ps.phase() ^ 1);

@@ -52,8 +52,20 @@ RTC_DEVICE int following_tile(const Sm90AttnParams& p, const SmemTiles& sm, Tile
   return kDynamic ? receive_tile(sm.bars, order) : ti + (int)gridDim.x;
 }
 
+// The first query row of m-block m_block. Under a mask the tiles end at the last row, not start at row 0: the rows
+// of a sequence that are not a whole number of tiles make the first tile short (rows before row 0 are not
+// stored), where the last one would be. Bottom-right aligned windows give the last rows the most keys: a short
+// last tile of 64 rows cost as much as a whole one (every consumer warpgroup runs every block of its span), a short
+// first tile sees the fewest keys. Unmasked, every tile visits every block: row 0 first.
+RTC_DEVICE int tile_row0(const AttnParams& a, int m_block) {
+  const int part = a.seq_q % kM;
+  return m_block * kM - (RTC_MASK && part != 0 ? kM - part : 0);
+}
+
 struct Tile {
-  int m_block, head, batch;
+  int row0;         // the tile's first query row (tile_row0: negative when masked and the sequence's rows are not a
+                    // whole number of tiles)
+  int head, batch;
   Seq seq;          // where the tile's sequence lives (attn_params.h)
   AttnParams view;  // the parameters as that sequence alone sees them (its own lengths)
 };
@@ -67,8 +79,9 @@ struct Tile {
 // Packed sequences: the schedule's order (sm90/schedule.h).
 RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t) {
   Tile r;
+  int m_block;
   if (kPacked) {
-    sm.sched.decode(t, p.a.heads, r.m_block, r.head, r.batch);
+    sm.sched.decode(t, p.a.heads, m_block, r.head, r.batch);
   } else {
     const int nm = p.num_m_blocks;
     int bh;
@@ -81,10 +94,10 @@ RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t)
         size = g;
         u = t - first - s * g * nm;
       }
-      r.m_block = nm - 1 - u / size;
+      m_block = nm - 1 - u / size;
       bh = base + u % size;
     } else {
-      r.m_block = t % nm;
+      m_block = t % nm;
       bh = t / nm;
     }
     r.head = bh % p.a.heads;
@@ -93,6 +106,7 @@ RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t)
   r.seq = seq_of(p.a, r.batch);
   if (RTC_KV_DTYPE != RTC_KV_DTYPE_SAME) expanded_seq(p, r.batch, r.seq);
   r.view = seq_view(p.a, r.seq);
+  r.row0 = tile_row0(r.view, m_block);
   if (RTC_KV_FP8) {  // k_descale joins the softmax scale (its sign is in the expanded K: sm90/expand.h)
     const float kd = fabsf(k_descale_of(p.a, r.batch, kv_head(p.a, r.head)));
     r.view.scale *= kd;
