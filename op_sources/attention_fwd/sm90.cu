@@ -35,7 +35,8 @@ using namespace sm90;
 // One tile of one consumer warpgroup. With `pending`, the tile's S_0 is already in flight (issued by the
 // previous tile's last block). The last P V of a tile goes out in one issue with the next tile's S_0 when
 // that tile has keys: the epilogue (O scaled and stored) then runs under that GEMM, and the tensor cores
-// need not wait for the store, the Q load or a separate first issue (the Q ring is two tiles deep).
+// need not wait for the store, the Q load or a separate first issue. With two Q slots the next Q is loaded
+// already; with one (sm90_overlaps_tiles) the warpgroups freed it at their last Q K^T and the P V waits for the load.
 // Returns the next tile's index; `pending` tells whether its S_0 was issued.
 RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const Tile& t, int ti, int wg, PipeState& ps,
                             QState& qs, ConsumerRegs& r, bool& pending, TileOrder& order) {

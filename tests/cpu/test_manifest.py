@@ -438,8 +438,8 @@ def test_request_headers_are_the_include_closure(tmp_path):
 # each of which must match exactly once:
 #   sm90      sm90/params.h's plan table kSm90Plans, one row
 #             `{<bucket>, <block_n>, <stages>, <q_stages>, <consumers>, <open_block_n>, <open_consumers>,
-#             <rescale_first>},` per bucket: its buckets are the manifest's, which takes every multiple of 8 from 8
-#             to the last.
+#             <rescale_first>, <open_overlap>},` per bucket: its buckets are the manifest's, which takes every multiple
+#             of 8 from 8 to the last.
 #   sm90_decode  sm90_decode/params.h's plan table kSm90DecodePlans, one row
 #             `{<bucket>, <stages>, <keys>, <col_split>},` per bucket, the same way.
 #   gfx942    gfx942/params.h `#define GFX942_BUCKETS <b>, <b>, ...` (gfx942.hip static_asserts its bucket is one of
@@ -447,7 +447,8 @@ def test_request_headers_are_the_include_closure(tmp_path):
 #   baseline  baseline.hip's guard `#if RTC_HEAD_DIM_MAX % <step> != 0 || RTC_HEAD_DIM_MAX < <lo> || ... > <hi>`
 #             (step, min and max) and the buckets its #error names ("head-dim bucket: 32, 64, ... or 256").
 OP_TEXT = ROOT / "op_sources" / "attention_fwd"
-SM90_PLANS = r"^constexpr Sm90Plan kSm90Plans\[\] = \{\n((?:    \{\d+, \d+, \d+, \d+, \d+, \d+, [23], [01]\},\n)+)\};$"
+SM90_PLANS = (r"^constexpr Sm90Plan kSm90Plans\[\] = \{\n"
+              r"((?:    \{\d+, \d+, \d+, \d+, \d+, \d+, [23], [01], [01]\},\n)+)\};$")
 SM90_DECODE_PLANS = r"^constexpr Sm90DecodePlan kSm90DecodePlans\[\] = \{\n((?:    \{\d+, \d+, \d+, \d+\},\n)+)\};$"
 GFX942_BUCKETS = (OP_TEXT / "gfx942" / "params.h", r"^#define GFX942_BUCKETS ([\d, ]+)$")
 GFX942_REFUSAL = (ROOT / "jit" / "ops" / "attention_fwd" / "gfx942.cpp",

@@ -202,7 +202,7 @@ def test_select_sm90_for_seqused_k(kv, mask, window, monkeypatch):
 def _plan_rows():
     """sm90/params.h's plan rows: {bucket: ((block_n, consumers), (open_block_n, open_consumers))}."""
     text = (ROOT / "op_sources" / "attention_fwd" / "sm90" / "params.h").read_text()
-    rows = re.findall(r"^    \{(\d+), (\d+), \d+, \d+, ([23]), (\d+), ([23]), [01]\},$", text, re.MULTILINE)
+    rows = re.findall(r"^    \{(\d+), (\d+), \d+, \d+, ([23]), (\d+), ([23]), [01], [01]\},$", text, re.MULTILINE)
     return {int(b): ((int(n), int(c)), (int(on), int(oc))) for b, n, c, on, oc in rows}
 
 

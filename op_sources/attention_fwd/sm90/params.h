@@ -22,16 +22,18 @@ struct Sm90Plan {
                        // masked ones, with their per-block mask, lose at three (docs/NOTES.md)
   int rescale_first; // 1: a block's O rescale goes before its P V issue, under the Q K^T GEMM (the factor of the
                      // block before); 0: after the P V wait, interleaved with the exponentials (mainloop.h)
+  int open_overlap;  // 1: with one Q tile (q_stages 1) the open variant still overlaps across tiles, its last P V
+                     // waiting for the next Q to land in the slot it frees; the masked ones lost there (NOTES)
 };
 // clang-format off: one bucket per row (tests/cpu/test_manifest.py reads the rows)
 constexpr Sm90Plan kSm90Plans[] = {
-    {32, 112, 2, 2, 3, 128, 3, 0},
-    {64, 96, 2, 2, 3, 128, 3, 0},
-    {96, 128, 2, 2, 2, 112, 3, 0},
-    {128, 128, 2, 2, 2, 128, 2, 0},
-    {160, 112, 2, 1, 2, 112, 2, 1},
-    {192, 112, 2, 1, 2, 112, 2, 1},
-    {256, 80, 2, 1, 2, 80, 2, 1},
+    {32, 112, 2, 2, 3, 128, 3, 0, 0},
+    {64, 96, 2, 2, 3, 128, 3, 0, 0},
+    {96, 128, 2, 2, 2, 112, 3, 0, 0},
+    {128, 128, 2, 2, 2, 128, 2, 0, 0},
+    {160, 112, 2, 1, 2, 112, 2, 1, 1},
+    {192, 112, 2, 1, 2, 112, 2, 1, 1},
+    {256, 80, 2, 1, 2, 80, 2, 1, 0},
 };
 // clang-format on
 constexpr int kSm90PlanCount = int(sizeof(kSm90Plans) / sizeof(kSm90Plans[0]));
@@ -76,6 +78,12 @@ RTC_HD constexpr int sm90_q_bytes(const Sm90Plan& pl) {
 }
 RTC_HD constexpr int sm90_kv_bytes(const Sm90Plan& pl) { return pl.block_n * sm90_col_blocks(pl) * SM90_BOX_D * 2; }
 RTC_HD constexpr int sm90_q_stages(const Sm90Plan& pl, int kv) { return kv == RTC_KV_DENSE ? pl.q_stages : 1; }
+// Whether a variant issues a tile's first Q K^T with the previous tile's last P V (consume_tile, sm90.cu): dense
+// calls with two Q tiles, and the open variant with one where the plan says so; packed calls never (their carried
+// state spilled).
+RTC_HD constexpr bool sm90_overlaps_tiles(const Sm90Plan& pl, bool masked, int kv) {
+  return kv == RTC_KV_DENSE && (pl.q_stages == 2 || (!masked && pl.open_overlap != 0));
+}
 // +1024: the kernel rounds the dynamic shared-memory base up to the 1024-byte swizzle period.
 RTC_HD constexpr int sm90_smem_bytes(const Sm90Plan& pl, int kv) {
   return sm90_q_stages(pl, kv) * sm90_q_bytes(pl) + 2 * pl.stages * sm90_kv_bytes(pl) + SM90_BAR_BYTES + 1024;

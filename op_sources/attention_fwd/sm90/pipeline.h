@@ -17,11 +17,11 @@ namespace {
 constexpr bool kPacked = RTC_KV != RTC_KV_DENSE;
 // Tiles differ in length under a mask or across packed sequences: CTAs take them dynamically.
 constexpr bool kDynamic = RTC_MASK || kPacked;
-// Two Q tiles (sm90/params.h): a tile's first Q K^T goes out with the previous tile's last P V
-// (consume_tile, sm90.cu). With one, each tile issues its own first Q K^T.
+// The overlap across tiles (sm90/params.h, sm90_overlaps_tiles): a tile's first Q K^T goes out with the previous
+// tile's last P V (consume_tile, sm90.cu); otherwise each tile issues its own first Q K^T.
 constexpr Sm90Plan kPlan = sm90_plan(RTC_HEAD_DIM_MAX, RTC_MASK, RTC_KV);
 constexpr int kQStages = sm90_q_stages(kPlan, RTC_KV);
-constexpr bool kOverlapTiles = kQStages == 2;
+constexpr bool kOverlapTiles = sm90_overlaps_tiles(kPlan, RTC_MASK, RTC_KV);
 // Consumer warpgroups of the plan (2 or 3) and the CTA's threads.
 constexpr int kConsumerWGs = kPlan.consumers;
 constexpr int kThreads = sm90_threads(kPlan);
