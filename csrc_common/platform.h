@@ -2,6 +2,8 @@
 //
 // Contract for kernels (nothing else of a vendor header may be used):
 //   RTC_KERNEL(bounds)             extern "C" __global__ with a max-threads launch bound
+//   RTC_KERNEL_ONE_BLOCK(bounds)   the same, resident alone: NVIDIA's ptxas may then use every register the block
+//                                  can have (with a max-threads bound alone it trades spills for occupancy)
 //   RTC_DEVICE                     device function qualifier (RTC_HD: host and device)
 //   threadIdx / blockIdx / blockDim / gridDim   .x .y .z as usual
 //   __syncthreads()                workgroup barrier with LDS/shared-memory fence
@@ -37,6 +39,7 @@ typedef unsigned short rtc_elem_t;   // raw bits of a 16-bit element: bf16 or fp
 #define RTC_DEVICE __device__ __forceinline__
 #define RTC_HD __host__ __device__ __forceinline__
 #define RTC_KERNEL(bounds) extern "C" __global__ void __launch_bounds__(bounds)
+#define RTC_KERNEL_ONE_BLOCK(bounds) extern "C" __global__ void __launch_bounds__(bounds, 1)
 
 #elif !defined(__HIP__) && !defined(__HIPCC_RTC__)
 // ---------------------------------------------------------------- plain host C++ (g++, clang++)
@@ -89,6 +92,7 @@ __device__ __forceinline__ void __syncthreads() {
 #define RTC_DEVICE __device__ __forceinline__
 #define RTC_HD __host__ __device__ __forceinline__
 #define RTC_KERNEL(bounds) extern "C" __global__ void __launch_bounds__(bounds)
+#define RTC_KERNEL_ONE_BLOCK(bounds) RTC_KERNEL(bounds)
 #endif  // vendor
 
 // A shared-memory array. On GPUs .ld/.st are plain accesses; the emulator's version checks them.

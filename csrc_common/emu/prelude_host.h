@@ -24,6 +24,7 @@ typedef unsigned short rtc_elem_t;  // raw bits of a 16-bit element: bf16 or fp1
 // Kernels become plain functions run by every fiber; the launch entry is RTC_EXPORT_KERNEL's.
 // The launch bound is not enforced: the host loader checks only the 1024-thread hardware limit.
 #define RTC_KERNEL(bounds) static void
+#define RTC_KERNEL_ONE_BLOCK(bounds) static void
 
 #include "grid.h"
 #include "lds_check.h"

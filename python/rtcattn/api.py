@@ -24,6 +24,12 @@ def _schema_types(q, k, v, layout, round_mode, softmax_scale, out) -> None:
         checks.check_scale(softmax_scale, 1)
 
 
+def _wants_lse(return_lse: bool, *tensors) -> bool:
+    """Whether the op should return the LSE: asked for, or needed by a backward (an input requires grad: the
+    backward recomputes P from it; without it the backward would run the forward again)."""
+    return return_lse or (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             round_mode: str = "rtne", softmax_scale: float | None = None,
             out: torch.Tensor | None = None, return_lse: bool = False, causal: bool = False,
@@ -38,13 +44,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     causal / window_size=(left, right) mask keys as FlashAttention >= 2.1 does, aligned bottom-right:
     row i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right (-1: unbounded; causal: right = 0).
     Returns out, or (out, lse) with lse fp32 [B, H, Sq] (natural log) when return_lse.
+    Differentiable (without out=): the backward (torch.ops.rtcattn.bwd) gives q, k and v their gradients, the LSE's
+    own gradient included when the caller uses it (docs/numerics.md, the backward).
     """
     _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
     left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
     if out is None:
-        out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, return_lse, left, right)
+        out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, _wants_lse(return_lse, q, k, v), left,
+                                         right)
     else:
         lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse, left, right)
     return (out, lse) if return_lse else out
@@ -75,6 +84,7 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     quantized to FP8 E4M3 per (row, head) by a power-of-two scale: decode calls (at most 16 query rows a sequence)
     on gfx950 only; elsewhere the call is refused by name.
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
+    Differentiable (without out=, a block table or a quantized cache) as forward() is (torch.ops.rtcattn.bwd_varlen).
     """
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
@@ -86,7 +96,8 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     lens = (validate.check_max("max_seqlen_q", max_seqlen_q), validate.check_max("max_seqlen_k", max_seqlen_k))
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
-                                                return_lse, left, right, block_table, None, **quant)
+                                                _wants_lse(return_lse, q, k, v), left, right, block_table, None,
+                                                **quant)
     else:
         lse = torch.ops.rtcattn.fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                return_lse, left, right, block_table, None, **quant)
@@ -139,7 +150,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 
     q, k, v: bf16 or fp16, one dtype. how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ, for bf16
     conversions only (as its name says): fp16 rounds to nearest even. Returns out, or (out, softmax_lse) when
-    return_lse, as AITER does. Every call is deterministic, whatever `deterministic` says.
+    return_lse, as AITER does. Differentiable as forward() is; every call, forward and backward, gives the same bits
+    run to run, whatever `deterministic` says.
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes)):
@@ -174,7 +186,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     k_scale / v_scale (FP4, paged), as forward_varlen takes them.
     Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
     kernels may use; it does not change the result, so it is accepted and ignored.
-    Every call is deterministic, whatever `deterministic` says.
+    Differentiable as forward_varlen() is; every call, forward and backward, gives the same bits run to run, whatever
+    `deterministic` says.
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt, logits_soft_cap, max_seqlen_q,
                          max_seqlen_k, min_seqlen_q)

@@ -35,9 +35,18 @@ ARCHS = ("gfx942", "gfx90a")
 STANDIN_SRC = os.path.join(HERE, "hip_standin", "libamdhip64.c")
 OP_DIR = os.path.join(ROOT, "op_sources", "attention_fwd")
 COMMON = os.path.join(ROOT, "csrc_common")
-# The struct each kernel takes by value, and the headers declaring them (include names under OP_DIR).
+# The struct each kernel takes by value, and the headers declaring them (include names under OP_DIR, or COMMON:
+# attn_params.h, which the attention ops share).
 PARAM_STRUCT = {"baseline": "AttnParams", "gfx942": "Gfx942Params", "gfx942_decode": "DecodeParams"}
 PARAM_HEADERS = ("attn_params.h", "gfx942/params.h", "decode_params.h", "gfx942_decode/params.h")
+
+
+def _header(name: str) -> str:
+    """Where an include name of PARAM_HEADERS lives: the op's folder, else csrc_common (as the compilers find it)."""
+    path = os.path.join(OP_DIR, name)
+    return path if os.path.exists(path) else os.path.join(COMMON, name)
+
+
 # Fake device addresses above 2^32 (a pointer truncated to 32 bits shows) and a fake stream.
 ADDR = {"q": 0x7F1200010000, "k": 0x7F1300020000, "v": 0x7F1400030000, "o": 0x7F1500040000,
         "lse": 0x7F1600050000}
@@ -193,7 +202,7 @@ def _struct_fields(text: str, name: str):
 
 def _param_members() -> dict:
     """{struct: [member, ...]} with a derived struct's base members first, read from the headers."""
-    text = "\n".join(open(os.path.join(OP_DIR, h)).read() for h in PARAM_HEADERS)
+    text = "\n".join(open(_header(h)).read() for h in PARAM_HEADERS)
     own = {s: _struct_fields(text, s) for s in PARAM_STRUCT.values()}
     return {s: (own[base][1] if base else []) + names for s, (base, names) in own.items()}
 

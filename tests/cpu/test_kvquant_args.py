@@ -185,7 +185,7 @@ def test_dense_call_with_a_quantized_kv_dtype_is_refused():
 def test_kernel_defines_are_the_manifest_values():
     """attn_params.h's RTC_KV_DTYPE_* (what the kernels and the host compare kv_dtype with) equal the manifest's
     kv_dtype values (what the stub fills the block's kv_dtype with and -D RTC_KV_DTYPE takes)."""
-    text = (ROOT / "op_sources" / "attention_fwd" / "attn_params.h").read_text()
+    text = (ROOT / "csrc_common" / "attn_params.h").read_text()
     defines = {m.group(1).lower(): int(m.group(2)) for m in re.finditer(r"#define RTC_KV_DTYPE_(\w+) (\d+)", text)}
     values = dict(manifest.load().op("attention_fwd").axis("kv_dtype").values)
     assert defines == values, (defines, values)

@@ -29,17 +29,6 @@ void check_size(int64_t v, const char* name, int64_t max) {
                 " (the kernels index with 32-bit sizes)");
 }
 
-// Bytes a strided [B, S, H, D] view of `unit`-byte elements spans, or -1 when that overflows 63 bits.
-int64_t view_bytes(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t (&st)[3], int64_t unit) {
-  int64_t span = d, term = 0;
-  const int64_t ext[3][2] = {{b, st[0]}, {s, st[1]}, {h, st[2]}};
-  for (const auto& e : ext) {
-    const int64_t stride = e[1] < 0 ? -e[1] : e[1];
-    if (__builtin_mul_overflow(e[0] - 1, stride, &term) || __builtin_add_overflow(span, term, &span)) return -1;
-  }
-  return __builtin_mul_overflow(span, unit, &span) ? -1 : span;
-}
-
 // The [batch, rows, heads, D] extent of q, k, v and o in memory: dense [B, S, H]; packed q / o
 // [1, total_q, H]; varlen k / v [1, total_k, Hk]; paged k / v [num_pages, page_size, Hk]; rows of `units` elements
 // of `unit` bytes (k / v of a quantized cache: bytes, kv_row_units of them; an FP4 cache's scales: one byte a row).
@@ -149,8 +138,27 @@ void validate_sequences(const AttentionFwdArgs& a) {
   }
 }
 
-void validate(const void* p) {
-  const AttentionFwdArgs* a = static_cast<const AttentionFwdArgs*>(p);
+void validate(const void* p) { validate_args(*static_cast<const AttentionFwdArgs*>(p)); }
+
+const rtc::KnobRegistration kCheck({"CHECK", rtc::KnobType::Bool, "0", "",
+                                    "read packed-sequence metadata back before launch and refuse bad values "
+                                    "(cu_seqlens order and totals, block ids): costs a host sync per call"});
+const rtc::KnobRegistration kNoTail(
+    {"NO_TAIL", rtc::KnobType::Bool, "0", "",
+     "turn off the tail KV split the fast attention kernels plan (a forced split stays)"});
+
+#define ATTENTION_FWD_FIELD(name, type, kind, count) RTC_ARG_FIELD(AttentionFwdArgs, name, kind, count),
+const rtc::OpRegistration kOp({"attention_fwd",
+                               sizeof(AttentionFwdArgs),
+                               {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
+                               validate,
+                               {sm90_decode_host(), sm90_host(), gfx950_decode_host(), gfx942_decode_host(),
+                                gfx942_host(), baseline_host()}});
+
+}  // namespace
+
+void validate_args(const AttentionFwdArgs& args) {
+  const AttentionFwdArgs* a = &args;
   RTC_CHECK(a->q && a->k && a->v && a->o, RTC_ERR_ARG, "q, k, v and o pointers must all be non-null");
   check_size(a->batch, "batch", kMaxSize);
   check_size(a->heads, "heads", kMaxSize);
@@ -188,6 +196,17 @@ void validate(const void* p) {
                 " is not accepted; accepted: 0 (the kernel's own cap) or n >= 1 (a planned split of at most n parts)");
 }
 
+// Bytes a strided [B, S, H, D] view of `unit`-byte elements spans, or -1 when that overflows 63 bits.
+int64_t view_bytes(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t (&st)[3], int64_t unit) {
+  int64_t span = d, term = 0;
+  const int64_t ext[3][2] = {{b, st[0]}, {s, st[1]}, {h, st[2]}};
+  for (const auto& e : ext) {
+    const int64_t stride = e[1] < 0 ? -e[1] : e[1];
+    if (__builtin_mul_overflow(e[0] - 1, stride, &term) || __builtin_add_overflow(span, term, &span)) return -1;
+  }
+  return __builtin_mul_overflow(span, unit, &span) ? -1 : span;
+}
+
 // The elements a strided [B, S, H, D] view reaches (strides may be zero or negative).
 void add_view(std::vector<rtc_mem_range>& out, const void* base, size_t elem, int64_t b, int64_t s, int64_t h,
               int64_t d, const int64_t (&st)[3]) {
@@ -197,23 +216,6 @@ void add_view(std::vector<rtc_mem_range>& out, const void* base, size_t elem, in
   for (const auto& e : ext) (e[1] < 0 ? lo : hi) += (e[0] - 1) * e[1];
   out.push_back(rtc_mem_range{static_cast<const char*>(base) + lo * int64_t(elem), uint64_t(hi - lo + 1) * elem});
 }
-
-const rtc::KnobRegistration kCheck({"CHECK", rtc::KnobType::Bool, "0", "",
-                                    "read packed-sequence metadata back before launch and refuse bad values "
-                                    "(cu_seqlens order and totals, block ids): costs a host sync per call"});
-const rtc::KnobRegistration kNoTail(
-    {"NO_TAIL", rtc::KnobType::Bool, "0", "",
-     "turn off the tail KV split the fast attention kernels plan (a forced split stays)"});
-
-#define ATTENTION_FWD_FIELD(name, type, kind, count) RTC_ARG_FIELD(AttentionFwdArgs, name, kind, count),
-const rtc::OpRegistration kOp({"attention_fwd",
-                               sizeof(AttentionFwdArgs),
-                               {ATTENTION_FWD_ARGS(ATTENTION_FWD_FIELD)},
-                               validate,
-                               {sm90_decode_host(), sm90_host(), gfx950_decode_host(), gfx942_decode_host(),
-                                gfx942_host(), baseline_host()}});
-
-}  // namespace
 
 AttnParams fill_params(const AttentionFwdArgs& a) {
   AttnParams p;

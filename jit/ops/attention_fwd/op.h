@@ -11,6 +11,13 @@
 
 namespace attention_fwd {
 
+// The checks every kernel relies on (attention_fwd's validate; the backward's call is checked as its forward).
+void validate_args(const AttentionFwdArgs& a);
+// Bytes a strided [B, S, H, D] view of `unit`-byte elements spans, or -1 when that overflows 63 bits.
+int64_t view_bytes(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t (&st)[3], int64_t unit);
+// Appends the memory a strided [B, S, H, D] view of `elem`-byte elements reaches (nothing for a null base).
+void add_view(std::vector<rtc_mem_range>& out, const void* base, size_t elem, int64_t b, int64_t s, int64_t h,
+              int64_t d, const int64_t (&st)[3]);
 // The kernels' common parameter block, filled from checked arguments.
 AttnParams fill_params(const AttentionFwdArgs& a);
 // The global memory a launch of these arguments may touch: q, k, v, o views, lse, workspace.

@@ -15,6 +15,7 @@ _TYPES = {
     "torch.Tensor": "Tensor", "torch.Tensor | None": "Tensor?", "int": "int", "int | None": "int?",
     "float": "float", "float | None": "float?", "bool": "bool", "str": "str", "str | None": "str?",
     "tuple[int, int]": "int[2]", "tuple[torch.Tensor, torch.Tensor]": "(Tensor, Tensor)",
+    "tuple[torch.Tensor, torch.Tensor, torch.Tensor]": "(Tensor, Tensor, Tensor)",
     # flash-attn's cache_seqlens: an int or a tensor. The Python entries make an int a tensor before the op.
     "int | torch.Tensor | None": "Tensor?",
 }

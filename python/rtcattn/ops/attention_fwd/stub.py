@@ -19,7 +19,7 @@ import dataclasses
 import torch
 
 from .. import backward, checks, schema
-from . import OP, kvcache, validate
+from . import OP, autograd, kvcache, validate
 
 _LIB = torch.library.Library("rtcattn", "DEF")  # kept alive: the ops live as long as this object
 
@@ -429,4 +429,4 @@ _WRITES = {"fwd_kvcache": ("k_cache", "v_cache", "k_scale", "v_scale"),
 for _op, _fake in zip(_ops(False), _ops(True)):
     schema.define(_LIB, _op, mutates=_WRITES.get(_op.__name__, ("out",)))
     torch.library.register_fake(f"rtcattn::{_op.__name__}", _fake, lib=_LIB)
-    backward.register(_LIB, _op.__name__, _CALLERS[_op.__name__])
+    backward.register(_LIB, _op.__name__, _CALLERS[_op.__name__], autograd.RULES.get(_op.__name__))

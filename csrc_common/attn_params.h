@@ -1,4 +1,5 @@
-// The parameter block of every attention forward kernel: one struct, passed by value, shared by host and kernels.
+// The parameter block of the attention kernels (the forward's; the backward's embeds it): one struct, passed by value,
+// shared by host and kernels.
 #pragma once
 #include "platform.h"
 

@@ -1,0 +1,250 @@
+// Portable SIMT attention backward (no matrix instructions): the reference implementation on every arch.
+//
+// Three launches of this kernel per call (BwdParams::stage, bwd_params.h), each a pure function of the inputs, with
+// no atomics: the gradients are the same bits run to run (deterministic), whatever the call asks.
+//   DELTA  delta_i = sum_c dO_ic O_ic - dlse_i                   one thread a query row   grid (Sq/128, H, B)
+//   DKDV   dV_j = sum_h sum_i P_ij dO_i, dK_j = scale sum_h sum_i dS_ij q_i
+//                                                                a block per 16 keys      grid (Sk/16, Hk, B)
+//   DQ     dQ_i = scale sum_j dS_ij k_j                           a block per 16 rows      grid (Sq/16, H, B)
+// with P_ij = exp2(s_ij scale log2(e) - LSE_i log2(e)) recomputed from the forward's LSE, s_ij = q_i . k_j,
+// dP_ij = dO_i . v_j and dS_ij = P_ij (dP_ij - delta_i) (docs/numerics.md, the backward). GQA: the query heads h of
+// K/V head hk are summed in order; rows, keys and columns are taken in ascending order everywhere.
+// Dot products accumulate in fp32 over the elements' exact values; P (for dV) and dS (for dK and dQ) enter their
+// products rounded to the element type, bf16 in the variant's mode (RTC_ROUND), fp16 to nearest even, as the
+// gradients are when stored. A pair outside its row's window (RTC_MASK), a row that sees no key (LSE -inf) or a row
+// or key past its sequence has P = dS = 0: such rows get dQ = 0, keys no row sees dK = dV = 0.
+// Packed sequences (RTC_KV varlen): batch counts sequences, blocks past their sequence's rows exit at once.
+#include "platform.h"
+#include "attn_params.h"
+#include "bwd_params.h"
+#include "bf16_round.h"
+#include "fp16_round.h"
+
+#ifndef RTC_HEAD_DIM_MAX
+#error "RTC_HEAD_DIM_MAX (the head-dim bucket) must be defined"
+#endif
+#if RTC_HEAD_DIM_MAX % 8 != 0 || RTC_HEAD_DIM_MAX < 8 || RTC_HEAD_DIM_MAX > 256
+#error "RTC_HEAD_DIM_MAX must be a multiple of 8 in [8, 256]"
+#endif
+#if RTC_DTYPE != RTC_DTYPE_BF16 && RTC_DTYPE != RTC_DTYPE_FP16
+#error "RTC_DTYPE must be 0 (bf16) or 1 (fp16)"
+#endif
+#if RTC_KV == RTC_KV_PAGED || RTC_KV_DTYPE != RTC_KV_DTYPE_SAME
+#error "the backward takes dense or varlen K / V in q's dtype (a paged or quantized cache takes no gradients)"
+#endif
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kTile = 16;                       // query rows of a row tile, keys of a key tile
+constexpr int kD = RTC_HEAD_DIM_MAX;            // columns of the staged rows (the bucket)
+constexpr int kLanes = kThreads / kTile;        // 8 threads share one row's (or key's) accumulators
+constexpr int kColsPerLane = kD / kLanes;       // columns lane + kLanes * u of its row
+constexpr float kLog2e = 1.44269504088896341f;
+
+// The element's exact fp32 value, and an fp32 value rounded to the element type (and back, or as its bits).
+RTC_DEVICE float elem_f32(rtc_elem_t e) {
+  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_fp16_to_f32(e) : rtc_bf16_to_f32(e);
+}
+RTC_DEVICE rtc_elem_t to_elem(float x) {
+  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_f32_to_fp16_rtne(x) : rtc_f32_to_bf16(x);
+}
+RTC_DEVICE float round_elem(float x) { return elem_f32(to_elem(x)); }
+RTC_DEVICE float neg_inf() { return rtc_bits_f32(0xFF800000u); }
+
+RTC_DEVICE float fast_exp2(float x) {
+#if defined(RTC_NVIDIA)
+  return exp2f(x);
+#else
+  return __builtin_exp2f(x);
+#endif
+}
+
+struct Smem {
+  rtc_smem<rtc_elem_t, kTile * kD> q, dout, k, v;  // a row tile (q, dO) and a key tile (k, v), zeros past the rows
+  rtc_smem<float, kTile> lse, delta;                // the row tile's LSE (times log2(e)) and delta
+  rtc_smem<float, kTile * kTile> p, ds;             // the tile's P and dS [row][key], rounded to the element type
+};
+
+// Tensor rows of sequence b: dense, b's slice (sb) and row `row`; packed, the sequence's first row `first` plus row.
+RTC_DEVICE rtc_i64 row_at(rtc_i64 sb, rtc_i64 ss, int b, int first, int row) {
+  return RTC_KV == RTC_KV_DENSE ? (rtc_i64)b * sb + (rtc_i64)row * ss : (rtc_i64)(first + row) * ss;
+}
+
+// `rows` rows of d elements from base (row stride ss) into a tile; the rest of the tile reads as zeros.
+RTC_DEVICE void stage_rows(rtc_smem<rtc_elem_t, kTile * kD>& dst, const rtc_elem_t* base, rtc_i64 ss, int rows,
+                           int d) {
+  for (int i = threadIdx.x; i < kTile * kD; i += kThreads) {
+    const int r = i / kD, c = i - r * kD;
+    dst.st(i, r < rows && c < d ? rtc_gld(base + (rtc_i64)r * ss + c) : (rtc_elem_t)0);
+  }
+}
+
+// The row tile's rows [i0, i0 + rows) of query head h: q and dO, their LSE (log2 domain) and delta.
+RTC_DEVICE void stage_row_tile(Smem& sm, const BwdParams& bp, const Seq& seq, int b, int h, int i0, int rows) {
+  const AttnParams& a = bp.a;
+  stage_rows(sm.q, a.q + row_at(a.q_sb, a.q_ss, b, seq.q_row, i0) + (rtc_i64)h * a.q_sh, a.q_ss, rows, a.head_dim);
+  stage_rows(sm.dout, bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i0) + (rtc_i64)h * bp.do_sh, bp.do_ss, rows,
+             a.head_dim);
+  if ((int)threadIdx.x < kTile) {
+    const int r = threadIdx.x;
+    const rtc_i64 at = seq.lse_off + (rtc_i64)h * seq.lse_head_stride + i0 + r;
+    sm.lse.st(r, r < rows ? rtc_gld(a.lse + at) * kLog2e : neg_inf());
+    sm.delta.st(r, r < rows ? rtc_gld(bp.delta + at) : 0.0f);
+  }
+}
+
+// The key tile's keys [j0, j0 + keys) of K/V head hk: k and v.
+RTC_DEVICE void stage_key_tile(Smem& sm, const BwdParams& bp, const Seq& seq, int b, int hk, int j0, int keys) {
+  const AttnParams& a = bp.a;
+  stage_rows(sm.k, a.k + row_at(a.k_sb, a.k_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.k_sh, a.k_ss, keys, a.head_dim);
+  stage_rows(sm.v, a.v + row_at(a.v_sb, a.v_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.v_sh, a.v_ss, keys, a.head_dim);
+}
+
+// Whether row i0 + i sees key j0 + j: inside the sequence, and inside the row's window (RTC_MASK). By value: the
+// sequence's lengths and the window (key_range's inputs), not the parameter block.
+struct Pairs {
+  AttnParams view;  // the sequence's own lengths (seq_view)
+  int i0, j0;
+  RTC_DEVICE bool seen(int i, int j) const {
+    const int row = i0 + i, key = j0 + j;
+    if (row >= view.seq_q || key >= view.seq_k) return false;
+    if (!RTC_MASK) return true;
+    const KeyRange kr = key_range(view, row);
+    return key >= kr.lo && key <= kr.hi;
+  }
+};
+
+// P and dS of the staged tiles' pairs (row i, key j), two a thread. A row whose LSE is -inf sees no key (its P is 0,
+// not exp2(+inf)); a NaN LSE or score makes the pair's P and dS NaN.
+RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, float scale_log2) {
+  for (int idx = threadIdx.x; idx < kTile * kTile; idx += kThreads) {
+    const int i = idx / kTile, j = idx - i * kTile;
+    float s = 0.0f, dp = 0.0f;
+    for (int c = 0; c < d; ++c) {
+      s += elem_f32(sm.q.ld(i * kD + c)) * elem_f32(sm.k.ld(j * kD + c));
+      dp += elem_f32(sm.dout.ld(i * kD + c)) * elem_f32(sm.v.ld(j * kD + c));
+    }
+    const float lse = sm.lse.ld(i);
+    const bool on = pairs.seen(i, j) && lse != neg_inf();
+    const float p = on ? fast_exp2(s * scale_log2 - lse) : 0.0f;
+    const float ds = on ? p * (dp - sm.delta.ld(i)) : 0.0f;
+    sm.p.st(idx, round_elem(p));
+    sm.ds.st(idx, round_elem(ds));
+  }
+}
+
+// A row of d gradients, acc[u] at column lane + kLanes * u, times `scale`, rounded to the element type.
+RTC_DEVICE void store_row(rtc_elem_t* dst, const float (&acc)[kColsPerLane], float scale, int lane, int d) {
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u) {
+    const int c = lane + kLanes * u;
+    if (c < d) rtc_gst(dst + c, to_elem(acc[u] * scale));
+  }
+}
+
+RTC_DEVICE void delta_stage(const BwdParams& bp) {
+  const AttnParams& a = bp.a;
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kThreads + threadIdx.x;
+  const Seq seq = seq_of(a, b);
+  if (i >= seq.len_q) return;
+  const rtc_elem_t* o = a.o + row_at(a.o_sb, a.o_ss, b, seq.q_row, i) + (rtc_i64)h * a.o_sh;
+  const rtc_elem_t* dout = bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i) + (rtc_i64)h * bp.do_sh;
+  float sum = 0.0f;
+  for (int c = 0; c < a.head_dim; ++c) sum += elem_f32(rtc_gld(dout + c)) * elem_f32(rtc_gld(o + c));
+  const rtc_i64 at = seq.lse_off + (rtc_i64)h * seq.lse_head_stride + i;
+  rtc_gst(bp.delta + at, bp.dlse ? sum - rtc_gld(bp.dlse + at) : sum);
+}
+
+// 16 keys of K/V head hk: every row tile of every query head of its group that reaches them.
+RTC_DEVICE void dkdv_stage(Smem& sm, const BwdParams& bp) {
+  const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kTile;
+  const Seq seq = seq_of(bp.a, b);
+  if (j0 >= seq.len_k) return;
+  const AttnParams view = seq_view(bp.a, seq);
+  const int keys = view.seq_k - j0 < kTile ? view.seq_k - j0 : kTile, d = view.head_dim;
+  const int j = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
+  float dk[kColsPerLane], dv[kColsPerLane];
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u) dk[u] = dv[u] = 0.0f;
+  stage_key_tile(sm, bp, seq, b, hk, j0, keys);
+  const int group = view.heads / view.heads_k;
+  for (int gi = 0; gi < group; ++gi)
+    for (int i0 = 0; i0 < view.seq_q; i0 += kTile) {
+      const int h = hk * group + gi;
+      const int rows = view.seq_q - i0 < kTile ? view.seq_q - i0 : kTile;
+      // Windows move right with the row: a tile whose last row ends before the keys, or whose first row starts
+      // after them, sees none of them.
+      if (RTC_MASK && (key_range(view, i0 + rows - 1).hi < j0 || key_range(view, i0).lo > j0 + keys - 1)) continue;
+      __syncthreads();  // the previous row tile is no longer read
+      stage_row_tile(sm, bp, seq, b, h, i0, rows);
+      __syncthreads();
+      tile_p_ds(sm, Pairs{view, i0, j0}, d, view.scale_log2);
+      __syncthreads();
+      for (int i = 0; i < kTile; ++i) {
+        const float p = sm.p.ld(i * kTile + j), ds = sm.ds.ld(i * kTile + j);
+#pragma unroll
+        for (int u = 0; u < kColsPerLane; ++u) {  // columns past d are zeros of the tiles: no test, no branch
+          const int c = lane + kLanes * u;
+          dv[u] += p * elem_f32(sm.dout.ld(i * kD + c));
+          dk[u] += ds * elem_f32(sm.q.ld(i * kD + c));
+        }
+      }
+    }
+  if (j >= keys) return;
+  const AttnParams& a = bp.a;
+  store_row(bp.dk + row_at(bp.dk_sb, bp.dk_ss, b, seq.k_row, j0 + j) + (rtc_i64)hk * bp.dk_sh, dk, a.scale, lane, d);
+  store_row(bp.dv + row_at(bp.dv_sb, bp.dv_ss, b, seq.k_row, j0 + j) + (rtc_i64)hk * bp.dv_sh, dv, 1.0f, lane, d);
+}
+
+// 16 rows of query head h: every key tile their windows reach.
+RTC_DEVICE void dq_stage(Smem& sm, const BwdParams& bp) {
+  const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * kTile;
+  const Seq seq = seq_of(bp.a, b);
+  if (i0 >= seq.len_q) return;
+  const AttnParams view = seq_view(bp.a, seq);
+  const int rows = view.seq_q - i0 < kTile ? view.seq_q - i0 : kTile, d = view.head_dim;
+  const int i = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
+  int kv_begin = 0, kv_end = view.seq_k;
+  if (RTC_MASK) {
+    const KeyRange first = key_range(view, i0), last = key_range(view, i0 + rows - 1);
+    kv_begin = (int)(first.lo / kTile) * kTile;
+    kv_end = last.hi < first.lo ? kv_begin : (int)last.hi + 1;  // no row sees a key: no tile
+  }
+  float dq[kColsPerLane];
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u) dq[u] = 0.0f;
+  stage_row_tile(sm, bp, seq, b, h, i0, rows);
+  const int hk = kv_head(view, h);
+  for (int j0 = kv_begin; j0 < kv_end; j0 += kTile) {
+    const int keys = view.seq_k - j0 < kTile ? view.seq_k - j0 : kTile;
+    __syncthreads();  // the previous key tile is no longer read
+    stage_key_tile(sm, bp, seq, b, hk, j0, keys);
+    __syncthreads();
+    tile_p_ds(sm, Pairs{view, i0, j0}, d, view.scale_log2);
+    __syncthreads();
+    for (int j = 0; j < kTile; ++j) {
+      const float ds = sm.ds.ld(i * kTile + j);
+#pragma unroll
+      for (int u = 0; u < kColsPerLane; ++u) dq[u] += ds * elem_f32(sm.k.ld(j * kD + lane + kLanes * u));
+    }
+  }
+  if (i >= rows) return;
+  store_row(bp.dq + row_at(bp.dq_sb, bp.dq_ss, b, seq.q_row, i0 + i) + (rtc_i64)h * bp.dq_sh, dq, view.scale, lane,
+            d);
+}
+
+}  // namespace
+
+// One block resident at the launch bound: with 128 threads and no minimum, ptxas capped the registers near 64 and
+// spilled a few bytes at some buckets.
+RTC_KERNEL_ONE_BLOCK(128) attention_bwd_baseline(BwdParams bp) {
+  RTC_SHARED(Smem, sm);
+  if (bp.stage == BWD_STAGE_DELTA)
+    delta_stage(bp);
+  else if (bp.stage == BWD_STAGE_DKDV)
+    dkdv_stage(sm, bp);
+  else
+    dq_stage(sm, bp);
+}
+RTC_EXPORT_KERNEL(attention_bwd_baseline, BwdParams)
