@@ -44,6 +44,7 @@ def main():
                 ran.add(attention_fwd.selection(q, k, v, round_mode=mode, window=window).variant.name)
     ran |= packed(gen)
     ran |= decode(gen)
+    ran |= backward(gen)
     print("sanitizer smoke ran kernels:", sorted(ran))
 
 
@@ -153,6 +154,32 @@ def decode_quantized(gen) -> set:
                     quant = validate.KvQuant("fp4_e2m1", k_scale=ks, v_scale=vs)
                     ran.add(attention_fwd.selection_varlen(q, kp, vp, cu_q, cu_k, 2, 147, window=(-1, 0),
                                                            block_table=bt, quant=quant).variant.name)
+    return ran
+
+
+def backward(gen) -> set:
+    """The backward (attention_bwd's baseline: its three stages) through autograd: dense with GQA, rows that see no
+    key and Sq, Sk of 1, 17, 300; packed with lengths 0, 1, past a tile, and with decreasing / out-of-range
+    cu_seqlens (nothing outside the tensors)."""
+    ran = set()
+    os.environ.pop("RTCATTN_KERNEL", None)
+    for d, dt in ((64, BF16), (200, F16)):
+        for sq, sk, window in ((1, 1, (-1, -1)), (17, 300, (-1, 0)), (300, 17, (-1, 0)), (33, 60, (5, 2))):
+            q = torch.randn(2, sq, 4, d, generator=gen, device="cuda").to(dt).requires_grad_()
+            k, v = (torch.randn(2, sk, 2, d, generator=gen, device="cuda").to(dt).requires_grad_() for _ in range(2))
+            rtcattn.forward(q, k, v, window_size=window).float().square().sum().backward()
+            torch.cuda.synchronize()
+            assert all(torch.isfinite(t.grad.float()).all() for t in (q, k, v))
+    cu = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
+    bad_cu = torch.tensor([0, 140, 20, 10_000, -7], dtype=torch.int32, device="cuda")
+    for cq in (cu, bad_cu):
+        q = torch.randn(148, 4, 64, generator=gen, device="cuda").to(BF16).requires_grad_()
+        k, v = (torch.randn(148, 2, 64, generator=gen, device="cuda").to(BF16).requires_grad_() for _ in range(2))
+        rtcattn.forward_varlen(q, k, v, cq, cq, 130, 130, causal=True).float().sum().backward()
+        torch.cuda.synchronize()
+    from rtcattn.ops.attention_bwd import selection
+    out, lse = rtcattn.forward(q[None, :20], k[None, :20], v[None, :20], return_lse=True)
+    ran.add(selection(out, q[None, :20], k[None, :20], v[None, :20], out, lse).variant.name)
     return ran
 
 
