@@ -101,3 +101,65 @@ def check_determinism(device, repeats=3, dtype=BF16):
     for _ in range(repeats - 1):
         again = dense_grads(q, k, v, dout, "bshd", "rtne", (-1, 0))[2:]
         assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(first, again))
+
+
+class _Block(torch.nn.Module):
+    """One pre-norm causal attention block (q, k, v and output projections, GQA 4/2) and an MLP."""
+
+    def __init__(self, dim, heads, heads_k, attend):
+        super().__init__()
+        self.heads, self.heads_k, self.d, self.attend = heads, heads_k, dim // heads, attend
+        self.norm = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, (heads + 2 * heads_k) * self.d, bias=False)
+        self.proj = torch.nn.Linear(dim, dim, bias=False)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).split([self.heads * self.d, self.heads_k * self.d,
+                                                self.heads_k * self.d], dim=-1)
+        o = self.attend(q.view(b, s, self.heads, self.d), k.view(b, s, self.heads_k, self.d),
+                        v.view(b, s, self.heads_k, self.d))
+        x = x + self.proj(o.reshape(b, s, -1))
+        return x + self.mlp(x)
+
+
+def _rtcattn_attend(q, k, v):
+    return rtcattn.flash_attn_func(q, k, v, causal=True, how_v3_bf16_cvt=0)
+
+
+def _sdpa_attend(q, k, v):
+    rep = q.shape[2] // k.shape[2]
+    k, v = (t.repeat_interleave(rep, 2).transpose(1, 2) for t in (k, v))
+    return torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True).transpose(1, 2)
+
+
+def train_losses(attend, device, steps=20, dim=64, heads=4, heads_k=2, vocab=48, b=4, s=24, seed=0):
+    """Losses of 20 steps of a two-block bf16 language model (next token of a fixed random sequence) with attend as
+    its attention; the same initial weights and data for every attend."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, dim), _Block(dim, heads, heads_k, attend),
+                                _Block(dim, heads, heads_k, attend), torch.nn.LayerNorm(dim),
+                                torch.nn.Linear(dim, vocab)).to(device=device, dtype=BF16)
+    gen = torch.Generator().manual_seed(seed + 1)
+    tokens = torch.randint(0, vocab, (b, s + 1), generator=gen).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for _ in range(steps):
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def check_training(device, steps=20):
+    """The model's loss goes down the same with rtcattn's attention as with torch SDPA's: each step within 3% (bf16
+    weights: the two attentions' roundings differ), and down by a third or more over the steps."""
+    ours, sdpa = (train_losses(a, device, steps) for a in (_rtcattn_attend, _sdpa_attend))
+    assert ours[-1] < 0.67 * ours[0], ours
+    for i, (a, b) in enumerate(zip(ours, sdpa)):
+        assert abs(a - b) <= 0.03 * b, f"step {i}: loss {a} with rtcattn, {b} with SDPA\n{ours}\n{sdpa}"
+    return ours, sdpa

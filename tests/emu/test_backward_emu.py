@@ -83,3 +83,8 @@ def test_bad_gradient_inputs_are_refused_naming_them(monkeypatch):
     strided = torch.zeros(1, 8, 2, 64, dtype=dout.dtype)[..., ::2]
     with pytest.raises(ValueError, match=r"dout.stride\(-1\)=2: the head dim must be contiguous"):
         bwd(strided, q, k, v, out, lse, "bshd", "rtne", None)
+
+
+def test_training_step_loss_goes_down_as_with_sdpa(monkeypatch):
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    suite.check_training("cpu")

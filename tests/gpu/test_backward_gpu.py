@@ -40,6 +40,10 @@ def test_empty_rows_unseen_keys_and_determinism():
     suite.check_determinism("cuda")
 
 
+def test_training_step_loss_goes_down_as_with_sdpa():
+    suite.check_training("cuda")
+
+
 def _dense(grad=True):
     gen = torch.Generator(device="cuda").manual_seed(1)
     return tuple(torch.randn(2, 300, 4, 128, device="cuda", generator=gen).to(BF).requires_grad_(grad)
