@@ -331,6 +331,24 @@ def test_headdim_dry_run_lists_the_cases_without_a_gpu(tmp_path):
     assert res.returncode == 2 and "--dry-run is not supported for suite 'serving'" in res.stderr
 
 
+def test_backward_dry_run_lists_the_cases_without_a_gpu(tmp_path):
+    """bench --backward: issue 24's shapes and D 64 / 256, causal and not, RTNE and RTZ, deterministic on and off;
+    FLOPs 2.5 x the forward's."""
+    out = tmp_path / "plan.json"
+    res = cli("bench", "--backward", "--dry-run", "--json", str(out), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "48 cases" in res.stdout and "nothing was run" in res.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[0] == {"case": "(2, 24, 8192) D128 rtne det", "B": 2, "Hq": 24, "Hk": 24, "S": 8192, "D": 128,
+                       "causal": False, "mode": "rtne", "deterministic": True,
+                       "flops": 2.5 * 4.0 * 2 * 24 * 8192 * 8192 * 128}
+    assert {(r["Hq"], r["Hk"], r["D"]) for r in rows} >= {(32, 8, 128), (32, 32, 64), (8, 8, 256)}
+    assert all(r["flops"] == 2.5 * 4.0 * r["B"] * r["Hq"] * r["S"] ** 2 * r["D"] / (2 if r["causal"] else 1)
+               for r in rows)
+    res = cli("bench", "--backward", "--dry-run", "--backward-modes", "rtq", timeout=120)
+    assert res.returncode == 2 and "--backward-modes 'rtq' is not supported" in res.stderr
+
+
 def test_headdim_peer_that_declines_a_case_is_na_with_its_reason(monkeypatch, capsys):
     """A peer that raises on a case (FA4 at D 40, cuDNN at some fp16 D) becomes an n/a row with the reason; the
     others are timed in the same rounds, and rtcattn's ratio is to the faster of cuDNN and FA4."""
