@@ -72,8 +72,7 @@ RTC_DEVICE rtc_i64 row_at(rtc_i64 sb, rtc_i64 ss, int b, int first, int row) {
 }
 
 // `rows` rows of d elements from base (row stride ss) into a tile; the rest of the tile reads as zeros.
-RTC_DEVICE void stage_rows(rtc_smem<rtc_elem_t, kTile * kD>& dst, const rtc_elem_t* base, rtc_i64 ss, int rows,
-                           int d) {
+RTC_DEVICE void stage_rows(rtc_smem<rtc_elem_t, kTile * kD>& dst, const rtc_elem_t* base, rtc_i64 ss, int rows, int d) {
   for (int i = threadIdx.x; i < kTile * kD; i += kThreads) {
     const int r = i / kD, c = i - r * kD;
     dst.st(i, r < rows && c < d ? rtc_gld(base + (rtc_i64)r * ss + c) : (rtc_elem_t)0);
@@ -230,8 +229,7 @@ RTC_DEVICE void dq_stage(Smem& sm, const BwdParams& bp) {
     }
   }
   if (i >= rows) return;
-  store_row(bp.dq + row_at(bp.dq_sb, bp.dq_ss, b, seq.q_row, i0 + i) + (rtc_i64)h * bp.dq_sh, dq, view.scale, lane,
-            d);
+  store_row(bp.dq + row_at(bp.dq_sb, bp.dq_ss, b, seq.q_row, i0 + i) + (rtc_i64)h * bp.dq_sh, dq, view.scale, lane, d);
 }
 
 }  // namespace

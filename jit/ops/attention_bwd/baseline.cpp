@@ -9,7 +9,7 @@ const AttentionBwdArgs& args_of(const void* p) { return *static_cast<const Atten
 
 // The grid of each stage: (blocks along the rows or keys, heads, batch). y and z are limited to 65535.
 void grid_of(const AttentionBwdArgs& a, int stage, unsigned (&grid)[3]) {
-  const int64_t along = stage == BWD_STAGE_DELTA ? (a.seq_q + 127) / 128
+  const int64_t along = stage == BWD_STAGE_DELTA  ? (a.seq_q + 127) / 128
                         : stage == BWD_STAGE_DKDV ? (a.seq_k + 15) / 16
                                                   : (a.seq_q + 15) / 16;
   grid[0] = unsigned(along);
