@@ -15,10 +15,7 @@
 // or key past its sequence has P = dS = 0: such rows get dQ = 0, keys no row sees dK = dV = 0.
 // Packed sequences (RTC_KV varlen): batch counts sequences, blocks past their sequence's rows exit at once.
 #include "platform.h"
-#include "attn_params.h"
-#include "bwd_params.h"
-#include "bf16_round.h"
-#include "fp16_round.h"
+#include "bwd_common.h"
 
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (the head-dim bucket) must be defined"
@@ -35,41 +32,19 @@
 
 namespace {
 
+using namespace bwd;
+
 constexpr int kThreads = 128;
 constexpr int kTile = 16;                       // query rows of a row tile, keys of a key tile
 constexpr int kD = RTC_HEAD_DIM_MAX;            // columns of the staged rows (the bucket)
 constexpr int kLanes = kThreads / kTile;        // 8 threads share one row's (or key's) accumulators
 constexpr int kColsPerLane = kD / kLanes;       // columns lane + kLanes * u of its row
-constexpr float kLog2e = 1.44269504088896341f;
-
-// The element's exact fp32 value, and an fp32 value rounded to the element type (and back, or as its bits).
-RTC_DEVICE float elem_f32(rtc_elem_t e) {
-  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_fp16_to_f32(e) : rtc_bf16_to_f32(e);
-}
-RTC_DEVICE rtc_elem_t to_elem(float x) {
-  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_f32_to_fp16_rtne(x) : rtc_f32_to_bf16(x);
-}
-RTC_DEVICE float round_elem(float x) { return elem_f32(to_elem(x)); }
-RTC_DEVICE float neg_inf() { return rtc_bits_f32(0xFF800000u); }
-
-RTC_DEVICE float fast_exp2(float x) {
-#if defined(RTC_NVIDIA)
-  return exp2f(x);
-#else
-  return __builtin_exp2f(x);
-#endif
-}
 
 struct Smem {
   rtc_smem<rtc_elem_t, kTile * kD> q, dout, k, v;  // a row tile (q, dO) and a key tile (k, v), zeros past the rows
   rtc_smem<float, kTile> lse, delta;                // the row tile's LSE (times log2(e)) and delta
   rtc_smem<float, kTile * kTile> p, ds;             // the tile's P and dS [row][key], rounded to the element type
 };
-
-// Tensor rows of sequence b: dense, b's slice (sb) and row `row`; packed, the sequence's first row `first` plus row.
-RTC_DEVICE rtc_i64 row_at(rtc_i64 sb, rtc_i64 ss, int b, int first, int row) {
-  return RTC_KV == RTC_KV_DENSE ? (rtc_i64)b * sb + (rtc_i64)row * ss : (rtc_i64)(first + row) * ss;
-}
 
 // `rows` rows of d elements from base (row stride ss) into a tile; the rest of the tile reads as zeros.
 RTC_DEVICE void stage_rows(rtc_smem<rtc_elem_t, kTile * kD>& dst, const rtc_elem_t* base, rtc_i64 ss, int rows, int d) {
@@ -100,20 +75,6 @@ RTC_DEVICE void stage_key_tile(Smem& sm, const BwdParams& bp, const Seq& seq, in
   stage_rows(sm.v, a.v + row_at(a.v_sb, a.v_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.v_sh, a.v_ss, keys, a.head_dim);
 }
 
-// Whether row i0 + i sees key j0 + j: inside the sequence, and inside the row's window (RTC_MASK). By value: the
-// sequence's lengths and the window (key_range's inputs), not the parameter block.
-struct Pairs {
-  AttnParams view;  // the sequence's own lengths (seq_view)
-  int i0, j0;
-  RTC_DEVICE bool seen(int i, int j) const {
-    const int row = i0 + i, key = j0 + j;
-    if (row >= view.seq_q || key >= view.seq_k) return false;
-    if (!RTC_MASK) return true;
-    const KeyRange kr = key_range(view, row);
-    return key >= kr.lo && key <= kr.hi;
-  }
-};
-
 // P and dS of the staged tiles' pairs (row i, key j), two a thread. A row whose LSE is -inf sees no key (its P is 0,
 // not exp2(+inf)); a NaN LSE or score makes the pair's P and dS NaN.
 RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, float scale_log2) {
@@ -124,12 +85,10 @@ RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, float scale_log2)
       s += elem_f32(sm.q.ld(i * kD + c)) * elem_f32(sm.k.ld(j * kD + c));
       dp += elem_f32(sm.dout.ld(i * kD + c)) * elem_f32(sm.v.ld(j * kD + c));
     }
-    const float lse = sm.lse.ld(i);
-    const bool on = pairs.seen(i, j) && lse != neg_inf();
-    const float p = on ? fast_exp2(s * scale_log2 - lse) : 0.0f;
-    const float ds = on ? p * (dp - sm.delta.ld(i)) : 0.0f;
-    sm.p.st(idx, round_elem(p));
-    sm.ds.st(idx, round_elem(ds));
+    float p, ds;
+    pair_p_ds(s, dp, sm.lse.ld(i), sm.delta.ld(i), pairs.seen(i, j), scale_log2, p, ds);
+    sm.p.st(idx, p);
+    sm.ds.st(idx, ds);
   }
 }
 
@@ -140,19 +99,6 @@ RTC_DEVICE void store_row(rtc_elem_t* dst, const float (&acc)[kColsPerLane], flo
     const int c = lane + kLanes * u;
     if (c < d) rtc_gst(dst + c, to_elem(acc[u] * scale));
   }
-}
-
-RTC_DEVICE void delta_stage(const BwdParams& bp) {
-  const AttnParams& a = bp.a;
-  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kThreads + threadIdx.x;
-  const Seq seq = seq_of(a, b);
-  if (i >= seq.len_q) return;
-  const rtc_elem_t* o = a.o + row_at(a.o_sb, a.o_ss, b, seq.q_row, i) + (rtc_i64)h * a.o_sh;
-  const rtc_elem_t* dout = bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i) + (rtc_i64)h * bp.do_sh;
-  float sum = 0.0f;
-  for (int c = 0; c < a.head_dim; ++c) sum += elem_f32(rtc_gld(dout + c)) * elem_f32(rtc_gld(o + c));
-  const rtc_i64 at = seq.lse_off + (rtc_i64)h * seq.lse_head_stride + i;
-  rtc_gst(bp.delta + at, bp.dlse ? sum - rtc_gld(bp.dlse + at) : sum);
 }
 
 // 16 keys of K/V head hk: every row tile of every query head of its group that reaches them.
@@ -178,7 +124,7 @@ RTC_DEVICE void dkdv_stage(Smem& sm, const BwdParams& bp) {
       __syncthreads();  // the previous row tile is no longer read
       stage_row_tile(sm, bp, seq, b, h, i0, rows);
       __syncthreads();
-      tile_p_ds(sm, Pairs{view, i0, j0}, d, view.scale_log2);
+      tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view.scale_log2);
       __syncthreads();
       for (int i = 0; i < kTile; ++i) {
         const float p = sm.p.ld(i * kTile + j), ds = sm.ds.ld(i * kTile + j);
@@ -220,7 +166,7 @@ RTC_DEVICE void dq_stage(Smem& sm, const BwdParams& bp) {
     __syncthreads();  // the previous key tile is no longer read
     stage_key_tile(sm, bp, seq, b, hk, j0, keys);
     __syncthreads();
-    tile_p_ds(sm, Pairs{view, i0, j0}, d, view.scale_log2);
+    tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view.scale_log2);
     __syncthreads();
     for (int j = 0; j < kTile; ++j) {
       const float ds = sm.ds.ld(i * kTile + j);
@@ -239,7 +185,7 @@ RTC_DEVICE void dq_stage(Smem& sm, const BwdParams& bp) {
 RTC_KERNEL_ONE_BLOCK(128) attention_bwd_baseline(BwdParams bp) {
   RTC_SHARED(Smem, sm);
   if (bp.stage == BWD_STAGE_DELTA)
-    delta_stage(bp);
+    delta_stage(bp, kThreads);
   else if (bp.stage == BWD_STAGE_DKDV)
     dkdv_stage(sm, bp);
   else

@@ -1,7 +1,7 @@
-"""The baseline backward on the wave emulator (gfx942 and gfx90a: the same bits): dq, dk, dv within FlashAttention's
-accuracy rule of the fp64 reference, dense (both layouts) and packed, causal and windows, GQA 1/4/8, Sq != Sk, head
-dims 8..256 (padded ones too), bf16 and fp16, the rounding modes; zeros where nothing is seen; run to run the same
-bits."""
+"""The backward's AMD kernels on the wave emulator, the gfx942 kernel (matrix cores) and the baseline, each pinned
+(gfx942 and gfx90a: the same bits): dq, dk, dv within FlashAttention's accuracy rule of the fp64 reference, dense
+(both layouts) and packed, causal and windows, GQA 1/4/8, Sq != Sk, head dims 8..256 (padded ones too), bf16 and fp16,
+the rounding modes; zeros where nothing is seen; run to run the same bits."""
 import pytest
 import torch
 
@@ -11,6 +11,13 @@ import rtcattn
 pytestmark = pytest.mark.emu
 
 ARCHS = ("gfx942", "gfx90a")
+
+
+@pytest.fixture(autouse=True)
+def kernel(monkeypatch):
+    """The tests below run the gfx942 kernel (what dispatch picks on these archs); the baseline's own ones pin it."""
+    monkeypatch.setenv("RTCATTN_KERNEL", "gfx942")
+    return "gfx942"
 
 
 @pytest.fixture(params=ARCHS)
@@ -58,7 +65,9 @@ def test_determinism(monkeypatch):
     suite.check_determinism("cpu")
 
 
-def test_archs_agree_bit_for_bit(monkeypatch):
+@pytest.mark.parametrize("name", ["gfx942", "baseline"])
+def test_archs_agree_bit_for_bit(monkeypatch, name):
+    monkeypatch.setenv("RTCATTN_KERNEL", name)
     q, k, v, dout = suite.dense_inputs("bshd", 1, 4, 2, 29, 45, 96, "cpu", seed=3)
     runs = []
     for arch in ARCHS:
@@ -88,3 +97,20 @@ def test_bad_gradient_inputs_are_refused_naming_them(monkeypatch):
 def test_training_step_loss_goes_down_as_with_sdpa(monkeypatch):
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     suite.check_training("cpu")
+
+
+# The baseline (the reference on every arch) on the emulator: a sample of the cases above.
+@pytest.mark.parametrize("case", ["causal bshd", "window bhsd", "packed", "D 59", "D 256 GQA", "fp16 rtne", "rtz"])
+def test_baseline(case, monkeypatch):
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    monkeypatch.setenv("RTCATTN_KERNEL", "baseline")
+    if case == "packed":
+        suite.check_packed("cpu", [17, 0, 1, 300, 5], [40, 3, 1, 300, 0], 2, 1, 64, window=(-1, 0))
+        return
+    layout, d, hq, hk, window, dtype, mode = "bshd", 64, 2, 2, (-1, 0), torch.bfloat16, "rtne"
+    layout, window = ("bhsd", (7, 3)) if case == "window bhsd" else (layout, window)
+    d = {"D 59": 59, "D 256 GQA": 256}.get(case, d)
+    hq, hk = (4, 1) if case == "D 256 GQA" else (hq, hk)
+    dtype = torch.float16 if case == "fp16 rtne" else dtype
+    mode = "rtz" if case == "rtz" else mode
+    suite.check_dense("cpu", layout, 1, hq, hk, 25, 37, d, mode=mode, window=window, dtype=dtype, what=case)

@@ -19,6 +19,7 @@ BwdParams fill_params(const AttentionBwdArgs& a);
 void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionBwdArgs& a, const unsigned (&grid)[3],
             unsigned block, unsigned shared_bytes, const BwdParams& params);
 
+rtc::KernelHost gfx942_host();
 rtc::KernelHost baseline_host();
 
 }  // namespace attention_bwd

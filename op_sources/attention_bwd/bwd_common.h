@@ -1,0 +1,77 @@
+// What every attention_bwd kernel shares: the element conversions and roundings, a sequence's tensor rows, which
+// (row, key) pairs a call sees, the arithmetic of one pair (P and dS), and the delta stage. The kernels differ in how
+// they form the products (baseline.hip: SIMT dot products; gfx942.hip: the matrix cores), not in these.
+#pragma once
+#include "platform.h"
+#include "attn_params.h"
+#include "bwd_params.h"
+#include "bf16_round.h"
+#include "fp16_round.h"
+
+namespace bwd {
+
+// The element's exact fp32 value, and an fp32 value rounded to the element type (as its bits, or back to fp32):
+// bf16 with the variant's mode (RTC_ROUND), fp16 to nearest even.
+RTC_DEVICE float elem_f32(rtc_elem_t e) {
+  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_fp16_to_f32(e) : rtc_bf16_to_f32(e);
+}
+RTC_DEVICE rtc_elem_t to_elem(float x) {
+  return RTC_DTYPE == RTC_DTYPE_FP16 ? rtc_f32_to_fp16_rtne(x) : rtc_f32_to_bf16(x);
+}
+RTC_DEVICE float round_elem(float x) { return elem_f32(to_elem(x)); }
+RTC_DEVICE float neg_inf() { return rtc_bits_f32(0xFF800000u); }
+constexpr float kLog2e = 1.44269504088896341f;
+
+RTC_DEVICE float fast_exp2(float x) {
+#if defined(RTC_NVIDIA)
+  return exp2f(x);
+#else
+  return __builtin_exp2f(x);
+#endif
+}
+
+// Tensor rows of sequence b: dense, b's slice (sb) and row `row`; packed, the sequence's first row `first` plus row.
+RTC_DEVICE rtc_i64 row_at(rtc_i64 sb, rtc_i64 ss, int b, int first, int row) {
+  return RTC_KV == RTC_KV_DENSE ? (rtc_i64)b * sb + (rtc_i64)row * ss : (rtc_i64)(first + row) * ss;
+}
+
+// Whether row i0 + i sees key j0 + j: inside the sequence, and inside the row's window (RTC_MASK). By value: the
+// sequence's lengths and the window (key_range's inputs), not the parameter block.
+struct Pairs {
+  Window w;  // the sequence's own lengths (window_of(seq_view(...)))
+  int i0, j0;
+  RTC_DEVICE bool seen(int i, int j) const {
+    const int row = i0 + i, key = j0 + j;
+    if (row >= w.seq_q || key >= w.seq_k) return false;
+    if (!RTC_MASK) return true;
+    const KeyRange kr = key_range(w, row);
+    return key >= kr.lo && key <= kr.hi;
+  }
+};
+
+// One pair's P (for dV) and dS (for dK and dQ), each rounded to the element type, from its score s = q.k and
+// dP = dO.v (fp32), its row's LSE times log2(e) and delta. A row whose LSE is -inf sees no key (P = 0, not
+// exp2(+inf)); a NaN LSE or score makes P and dS NaN.
+RTC_DEVICE void pair_p_ds(float s, float dp, float lse2, float delta, bool seen, float scale_log2, float& p,
+                          float& ds) {
+  const bool on = seen && lse2 != neg_inf();
+  const float pe = on ? fast_exp2(s * scale_log2 - lse2) : 0.0f;
+  p = round_elem(pe);
+  ds = round_elem(on ? pe * (dp - delta) : 0.0f);
+}
+
+// delta_i = sum_c dO_ic O_ic - dlse_i (fp32, columns in order): one thread a query row, grid (Sq / threads, H, B).
+RTC_DEVICE void delta_stage(const BwdParams& bp, int threads) {
+  const AttnParams& a = bp.a;
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * threads + threadIdx.x;
+  const Seq seq = seq_of(a, b);
+  if (i >= seq.len_q) return;
+  const rtc_elem_t* o = a.o + row_at(a.o_sb, a.o_ss, b, seq.q_row, i) + (rtc_i64)h * a.o_sh;
+  const rtc_elem_t* dout = bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i) + (rtc_i64)h * bp.do_sh;
+  float sum = 0.0f;
+  for (int c = 0; c < a.head_dim; ++c) sum += elem_f32(rtc_gld(dout + c)) * elem_f32(rtc_gld(o + c));
+  const rtc_i64 at = seq.lse_off + (rtc_i64)h * seq.lse_head_stride + i;
+  rtc_gst(bp.delta + at, bp.dlse ? sum - rtc_gld(bp.dlse + at) : sum);
+}
+
+}  // namespace bwd
