@@ -91,13 +91,17 @@ RTC_DEVICE Frag col_frag(const rtc_smem<rtc_elem_t, kTile * kD>& t, int r0, int 
 // outside the sequence: `row` is then the sequence's first row, read and dropped). No branch a load.
 RTC_DEVICE void row_operands(Frag (&f)[kSteps], const rtc_elem_t* row, bool in, int quad, int d) {
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s)
+  for (int s = 0; s < kSteps; ++s) {
+    int dd = d;  // opaque at each step, as in store_columns
+    sreg_fence(dd);
+    const int c0 = 16 * s + 4 * quad;
+    const bool ok = in && c0 < dd;  // a lane's 4 columns: all inside d or all past it
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int c = 16 * s + 4 * quad + i;
-      const rtc_elem_t x = rtc_gld(row + (c < d ? c : 0));
-      f[s][i] = (FragElem)(in && c < d ? x : (rtc_elem_t)0);
+      const rtc_elem_t x = rtc_gld(row + (ok ? c0 + i : 0));
+      f[s][i] = (FragElem)(ok ? x : (rtc_elem_t)0);
     }
+  }
 }
 
 // The four values of an accumulator rounded to the element type, as an operand (P or dS).
@@ -112,12 +116,16 @@ RTC_DEVICE Frag to_frag(const float (&x)[4]) {
 // times `scale`, rounded, stored at dst (its row of the gradient tensor).
 RTC_DEVICE void store_columns(rtc_elem_t* dst, const rtc_f32x4 (&acc)[kSteps], float scale, int quad, int d) {
 #pragma unroll
-  for (int t = 0; t < kSteps; ++t)
+  for (int t = 0; t < kSteps; ++t) {
+    // A lane's 4 columns are all inside d or all past it (d is a multiple of 8): one test a group. d, opaque here
+    // at each group, keeps the compiler from computing every group's lane mask first and holding them all (SGPRs
+    // past the budget).
+    int dd = d;
+    sreg_fence(dd);
+    if (16 * t + 4 * quad < dd)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int c = 16 * t + 4 * quad + r;
-      if (c < d) rtc_gst(dst + c, to_elem(acc[t][r] * scale));
-    }
+      for (int r = 0; r < 4; ++r) rtc_gst(dst + 16 * t + 4 * quad + r, to_elem(acc[t][r] * scale));
+  }
 }
 
 // 64 keys of K/V head hk, 16 a wave: every row tile of every query head of the group that reaches them.
