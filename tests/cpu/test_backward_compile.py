@@ -1,8 +1,9 @@
 """Real compiles of the baseline backward (attention_bwd) through the runtime: clang-19 (gfx942), hipRTC 5.2 and
 clang-19 (gfx90a), clang-22 (gfx950), NVRTC (sm_80, sm_90a). AMD code objects: no scratch (no private segment, no
 VGPR spills; SGPRs may spill into VGPR lanes: the reference kernel holds the whole parameter block's uniform values),
-LDS within 64 KiB; NVIDIA: ptxas reports no stack frame and no spills. Every bucket (bf16, the window-varlen form: the
-most code), fp16 at the smallest and largest bucket, every form at 128, the other bf16 modes at 128."""
+LDS within 64 KiB; NVIDIA: ptxas reports no stack frame and no spills. The smallest and the largest bucket on every
+arch and compiler (bf16, the window-varlen form: the most code), fp16 at the largest, every form at 128 on gfx942 and
+sm_90a, the other bf16 modes at 128 on sm_90a; the middle buckets run in the emulator and GPU suites."""
 import re
 import shutil
 import subprocess
@@ -55,24 +56,22 @@ def _check(arch, res):
 
 
 @pytest.mark.parametrize("arch,compiler", [(a, c) for a, cs in ARCHS.items() for c in cs])
-@pytest.mark.parametrize("d", BUCKETS)
-def test_every_bucket_compiles_clean(arch, compiler, d, tmp_path):
+@pytest.mark.parametrize("d", [BUCKETS[0], BUCKETS[-1]])
+def test_smallest_and_largest_bucket_compile_clean(arch, compiler, d, tmp_path):
     _check(arch, _build(arch, compiler, tmp_path, head_dim=d, mask="window", kv="varlen"))
 
 
-@pytest.mark.parametrize("arch,compiler", [("gfx942", "clang"), ("gfx90a", "hiprtc"), ("sm_90a", "nvrtc")])
-@pytest.mark.parametrize("d", [BUCKETS[0], BUCKETS[-1]])
-def test_fp16_compiles_clean(arch, compiler, d, tmp_path):
-    _check(arch, _build(arch, compiler, tmp_path, head_dim=d, dtype="fp16", mask="window", kv="varlen"))
+@pytest.mark.parametrize("arch,compiler", [("gfx942", "clang"), ("sm_90a", "nvrtc")])
+def test_fp16_compiles_clean(arch, compiler, tmp_path):
+    _check(arch, _build(arch, compiler, tmp_path, head_dim=BUCKETS[-1], dtype="fp16", mask="window", kv="varlen"))
 
 
-@pytest.mark.parametrize("arch,compiler", [("gfx942", "clang"), ("gfx90a", "hiprtc"), ("sm_90a", "nvrtc")])
+@pytest.mark.parametrize("arch,compiler", [("gfx942", "clang"), ("sm_90a", "nvrtc")])
 @pytest.mark.parametrize("mask,kv", FORMS)
 def test_every_form_compiles_clean(arch, compiler, mask, kv, tmp_path):
     _check(arch, _build(arch, compiler, tmp_path, mask=mask, kv=kv))
 
 
-@pytest.mark.parametrize("arch,compiler", [("gfx942", "clang"), ("sm_90a", "nvrtc")])
 @pytest.mark.parametrize("mode", [m for m in SPEC.axis_values("round_mode") if m != "rtne"])
-def test_other_modes_compile_clean(arch, compiler, mode, tmp_path):
-    _check(arch, _build(arch, compiler, tmp_path, round_mode=mode, mask="window"))
+def test_other_modes_compile_clean(mode, tmp_path):
+    _check("sm_90a", _build("sm_90a", "nvrtc", tmp_path, round_mode=mode, mask="window"))
