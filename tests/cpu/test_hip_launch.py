@@ -61,6 +61,12 @@ LDS_LIMIT = 65536
 LOG2E = 1.4426950408889634
 
 
+# Ops this test does not launch yet, and why. attention_bwd: its parameter block embeds AttnParams (a struct member,
+# which _struct_fields does not read) and it has no launch problem here; its HIP launches are open (docs/NOTES.md, the
+# backward's first step), its kernels run on the emulator (tests/emu/test_backward_emu.py).
+NOT_YET = {"attention_bwd"}
+
+
 def _variants():
     """What `warm --all --arch gfx942,gfx90a` builds: every op's variants for those archs; of those that read a
     quantized KV cache (kv_dtype other than "same"), one per (arch, kernel, kv_dtype): bucket 128, windowed, rtne,
@@ -68,7 +74,7 @@ def _variants():
     scales and their strides, byte strides) is the same for every bucket, mask, rounding, kv form and dtype, and those
     axes' launches are checked on the `same` variants: 18 compiles where every (kv form, dtype) would add 72."""
     m = manifest.load()
-    return [v for op in m.ops for v in m.variants(op, archs=list(ARCHS))
+    return [v for op in m.ops if op not in NOT_YET for v in m.variants(op, archs=list(ARCHS))
             if dict(v.values).get("kv_dtype", "same") == "same"
             or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne", "paged",
                                                                                     "bf16")]

@@ -265,8 +265,8 @@ def test_no_fp16_variant_rounds_other_than_rtne():
 
 def test_warm_enumerates_no_excluded_variant():
     from rtcattn.tools import cli
-    args = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--head-dim", "64", "--mask", "none",
-                                    "--kv", "dense"])
+    args = cli.parser().parse_args(["warm", "--op", "attention_fwd", "--all", "--arch", "gfx942-emu",
+                                    "--head-dim", "64", "--mask", "none", "--kv", "dense"])
     names = sorted(v.name for v in cli._warm_variants(args))
     assert names == ["baseline-rtna-none-dense-d64-bf16-same", "baseline-rtne-none-dense-d64-bf16-same",
                      "baseline-rtne-none-dense-d64-fp16-same", "baseline-rtz-none-dense-d64-bf16-same",

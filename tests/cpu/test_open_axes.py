@@ -81,9 +81,9 @@ def test_a_kernel_may_restrict_the_axis(tree):
 
 
 def test_warm_gets_a_filter_for_the_axis(tree):
-    args = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--kernels", "baseline",
-                                    "--flavor", "loud", "--head-dim", "64", "--mask", "none", "--kv", "dense",
-                                    "--dtype", "bf16"])
+    args = cli.parser().parse_args(["warm", "--op", "attention_fwd", "--all", "--arch", "gfx942-emu",
+                                    "--kernels", "baseline", "--flavor", "loud", "--head-dim", "64", "--mask", "none",
+                                    "--kv", "dense", "--dtype", "bf16"])
     names = sorted(v.name for v in cli._warm_variants(args))
     assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-loud" for mode in ("rtna", "rtne", "rtz")]
     bad = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--flavor", "quiet"])
@@ -105,8 +105,9 @@ def test_exclusions_of_the_axis_come_from_the_json_alone(tree):
     variants = list(m.variants("attention_fwd"))
     assert len(variants) == 2 * n_real - n_window
     assert not [v for v in variants if v["flavor"] == "loud" and v["mask"] == "window"]
-    args = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--kernels", "baseline",
-                                    "--flavor", "loud", "--head-dim", "64", "--kv", "dense", "--dtype", "bf16"])
+    args = cli.parser().parse_args(["warm", "--op", "attention_fwd", "--all", "--arch", "gfx942-emu",
+                                    "--kernels", "baseline", "--flavor", "loud", "--head-dim", "64", "--kv", "dense",
+                                    "--dtype", "bf16"])
     names = sorted(v.name for v in cli._warm_variants(args))
     assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-loud" for mode in ("rtna", "rtne", "rtz")]
     call = {"round_mode": "rtne", "mask": "window", "kv": "dense", "head_dim": 128, "dtype": "bf16",
