@@ -83,19 +83,29 @@ struct KeyRange {
   rtc_i64 lo, hi;
 };
 
-// The window of a sequence of seq_q query rows over seq_k keys (the four values key_range reads of the parameters).
+RTC_HD KeyRange key_range(const AttnParams& p, rtc_i64 row) {
+  const rtc_i64 diag = row + p.seq_k - p.seq_q;
+  KeyRange r = {0, (rtc_i64)p.seq_k - 1};
+  if (p.window_left >= 0 && diag - p.window_left > r.lo) r.lo = diag - p.window_left;
+  if (p.window_right >= 0 && diag + p.window_right < r.hi) r.hi = diag + p.window_right;
+  return r;
+}
+
+// The window of a sequence of seq_q query rows over seq_k keys: the four values key_range reads of the parameter
+// block, for code that holds those alone (the backward's pair masks). Its key_range is the one above, over a block
+// with only those four set (the rule stated once; the forward kernels' code is that function's, unchanged).
 struct Window {
   int seq_q, seq_k, left, right;
 };
-RTC_HD KeyRange key_range(const Window& w, rtc_i64 row) {
-  const rtc_i64 diag = row + w.seq_k - w.seq_q;
-  KeyRange r = {0, (rtc_i64)w.seq_k - 1};
-  if (w.left >= 0 && diag - w.left > r.lo) r.lo = diag - w.left;
-  if (w.right >= 0 && diag + w.right < r.hi) r.hi = diag + w.right;
-  return r;
-}
 RTC_HD Window window_of(const AttnParams& p) { return Window{p.seq_q, p.seq_k, p.window_left, p.window_right}; }
-RTC_HD KeyRange key_range(const AttnParams& p, rtc_i64 row) { return key_range(window_of(p), row); }
+RTC_HD KeyRange key_range(const Window& w, rtc_i64 row) {
+  AttnParams p = {};
+  p.seq_q = w.seq_q;
+  p.seq_k = w.seq_k;
+  p.window_left = w.left;
+  p.window_right = w.right;
+  return key_range(p, row);
+}
 
 // The key blocks of `block` rows that the query rows [q0, q0 + rows) reach: [begin, end); and the
 // ones every such row sees whole, [full_begin, full_end) (a partial last block is never whole).
