@@ -96,6 +96,10 @@ RTC_DEVICE void cp_async_16_zfill(rtc_u32 dst, const void* src, rtc_u32 src_byte
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
 }
+// 4 bytes global -> shared, asynchronous (through L1: ca, the only form below 16 bytes); src_bytes 0 writes zeros.
+RTC_DEVICE void cp_async_4_zfill(rtc_u32 dst, const void* src, rtc_u32 src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 // Waits until at most N of this thread's committed cp.async groups are pending.
 template <int N> RTC_DEVICE void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 

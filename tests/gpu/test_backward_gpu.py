@@ -1,4 +1,4 @@
-"""The backward on the GPU (the CUDA dispatch keys; the baseline backward compiled by NVRTC): the numerics of
+"""The backward on the GPU (the CUDA dispatch keys; the sm90 kernel on sm_90a, the baseline elsewhere): the numerics of
 tests/backward_suite.py on CUDA tensors, autograd eagerly and through torch.compile's default backend (inductor) with
 the eager bits, a paged call's backward refused naming the block table, an out= call with grad refused at the call."""
 import pytest
@@ -23,6 +23,23 @@ def test_dense_windows_and_layouts(layout, window):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_head_dims_and_dtypes(d, dtype):
     suite.check_dense("cuda", "bshd", 1, 4, 1, 130, 97, d, window=(-1, 0), dtype=dtype, what=f"D {d}")
+
+
+@pytest.mark.parametrize("d,window,dtype", [(128, (-1, 0), torch.bfloat16), (192, (100, 30), torch.bfloat16),
+                                             (64, (-1, -1), torch.float16), (256, (-1, 0), torch.float16)])
+def test_longer_sequences(d, window, dtype):
+    """Many key blocks and row steps a CTA (the sm_90a kernel's rings, its window's cut and skipped blocks)."""
+    suite.check_dense("cuda", "bshd", 1, 4, 2, 700, 900, d, window=window, dtype=dtype, what=f"D {d} {window}")
+
+
+def test_dispatch_picks_the_sm90_kernel_on_hopper():
+    from rtcattn.ops.attention_bwd import selection
+    hopper = torch.cuda.get_device_capability()[0] == 9
+    for d in (40, 128, 200, 256):
+        q, k, v = (torch.randn(1, 70, 2, d, device="cuda").to(BF) for _ in range(3))
+        out, lse = rtcattn.forward(q, k, v, return_lse=True)
+        name = selection(out, q, k, v, out, lse).variant.name
+        assert name.startswith("sm90-" if hopper else "baseline-"), (d, name)
 
 
 @pytest.mark.parametrize("mode", ["rtna", "rtz"])

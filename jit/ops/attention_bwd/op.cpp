@@ -52,7 +52,7 @@ const rtc::OpRegistration kOp({"attention_bwd",
                                sizeof(AttentionBwdArgs),
                                {ATTENTION_BWD_ARGS(ATTENTION_BWD_FIELD)},
                                validate,
-                               {gfx942_host(), baseline_host()}});
+                               {sm90_host(), gfx942_host(), baseline_host()}});
 
 }  // namespace
 

@@ -21,5 +21,6 @@ void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionBwdArgs
 
 rtc::KernelHost gfx942_host();
 rtc::KernelHost baseline_host();
+rtc::KernelHost sm90_host();
 
 }  // namespace attention_bwd

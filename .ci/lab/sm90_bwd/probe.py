@@ -1,0 +1,46 @@
+"""Lab probe (not a product benchmark): the backward alone, rtcattn against torch SDPA's cuDNN backend, a few shapes,
+CUDA events over `reps` calls after warm-ups. Usage: python3 .ci/lab/sm90_bwd/probe.py [reps] [D,...]"""
+import sys
+
+import torch
+
+import rtcattn
+
+reps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+dims = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [64, 128, 256]
+SHAPES = {64: (2, 32, 8192), 96: (2, 24, 8192), 128: (2, 24, 8192), 192: (2, 16, 8192), 256: (2, 8, 8192)}
+
+
+def timed(fn):
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / reps
+
+
+def case(b, h, s, d, causal):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
+               for _ in range(3))
+    o = rtcattn.flash_attn_func(q, k, v, causal=causal)
+    do = torch.randn_like(o)
+    ours = timed(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+    qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+        ot = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    dot = do.transpose(1, 2)
+    cud = timed(lambda: torch.autograd.grad(ot, (qt, kt, vt), dot, retain_graph=True))
+    flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+    print(f"D{d:4d} ({b},{h},{s}) causal={int(causal)}  rtcattn {flops / ours / 1e9:6.1f} TF/s  "
+          f"cuDNN {flops / cud / 1e9:6.1f} TF/s  ratio {cud / ours:.3f}", flush=True)
+
+
+for d in dims:
+    for causal in (False, True):
+        case(*SHAPES[d], d, causal)

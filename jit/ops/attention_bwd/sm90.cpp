@@ -1,0 +1,103 @@
+// Host side of the sm_90a backward (sm90.cu): three launches of 256-thread CTAs: delta a thread a query row, dK / dV
+// a CTA per key block of one K/V head, dQ a CTA per 128 query rows of one head; the tiles of each bucket from the
+// plan the kernel reads (sm90/plan.h).
+#include "op.h"
+#include "common.h"
+#include "sm90/plan.h"
+
+namespace attention_bwd {
+namespace {
+
+const AttentionBwdArgs& args_of(const void* p) { return *static_cast<const AttentionBwdArgs*>(p); }
+
+BwdSm90Plan plan_of(const AttentionBwdArgs& a) { return bwd_sm90_plan(int(a.head_dim)); }
+
+// The grid of each stage: (CTAs along the rows or keys, heads, batch). y and z are limited to 65535.
+void grid_of(const AttentionBwdArgs& a, int stage, unsigned (&grid)[3]) {
+  const BwdSm90Plan pl = plan_of(a);
+  const int64_t per = stage == BWD_STAGE_DELTA  ? BWD_SM90_THREADS
+                      : stage == BWD_STAGE_DKDV ? bwd_sm90_kv_keys(pl)
+                                                : bwd_sm90_dq_rows(pl);
+  grid[0] = unsigned(((stage == BWD_STAGE_DKDV ? a.seq_k : a.seq_q) + per - 1) / per);
+  grid[1] = unsigned(stage == BWD_STAGE_DKDV ? a.heads_k : a.heads);
+  grid[2] = unsigned(a.batch);
+}
+
+unsigned shared_of(const AttentionBwdArgs& a, int stage) {
+  const BwdSm90Plan pl = plan_of(a);
+  return stage == BWD_STAGE_DELTA ? 0u
+                                  : unsigned(stage == BWD_STAGE_DKDV ? bwd_sm90_dkdv_smem(pl) : bwd_sm90_dq_smem(pl));
+}
+
+std::string why_not(const void* p, const char* vendor) {
+  const AttentionBwdArgs& a = args_of(p);
+  if (!vendor || std::string(vendor) != "cuda")
+    return std::string("vendor=") + rtc::quote(vendor ? vendor : "(null)") +
+           " is not accepted by the sm90 kernel; accepted: cuda";
+  const int64_t d_max = kBwdSm90Plans[kBwdSm90PlanCount - 1].head_dim;
+  if (a.head_dim < 8 || a.head_dim > d_max || a.head_dim % 8 != 0)
+    return "head_dim=" + std::to_string(a.head_dim) +
+           " is not accepted by the sm90 kernel; accepted: a multiple of 8 in [8, " + std::to_string(d_max) + "]";
+  // Rows read by 16-byte copies; gradients stored as pairs of elements.
+  const struct {
+    const char* name;
+    const void* ptr;
+    const int64_t (&st)[3];
+    int64_t align;
+  } tensors[] = {{"q", a.q, a.q_strides, 8},          {"k", a.k, a.k_strides, 8},    {"v", a.v, a.v_strides, 8},
+                 {"dout", a.dout, a.dout_strides, 8}, {"dq", a.dq, a.dq_strides, 2}, {"dk", a.dk, a.dk_strides, 2},
+                 {"dv", a.dv, a.dv_strides, 2}};
+  for (const auto& t : tensors) {
+    const std::string why = attention_fwd::aligned_why_not("sm90", t.name, t.ptr, t.st, t.align);
+    if (!why.empty()) return why;
+  }
+  const int64_t kMaxYZ = 65535;
+  if (a.heads > kMaxYZ)
+    return "heads=" + std::to_string(a.heads) + " is not accepted by the sm90 kernel; accepted: <= 65535 (grid y)";
+  if (a.batch > kMaxYZ)
+    return "batch=" + std::to_string(a.batch) + " is not accepted by the sm90 kernel; accepted: <= 65535 (grid z)";
+  return "";
+}
+
+int64_t workspace_bytes(const void* p) { return delta_bytes(args_of(p)); }
+
+std::string plan_json(const void* p) {
+  const AttentionBwdArgs& a = args_of(p);
+  const BwdSm90Plan pl = plan_of(a);
+  unsigned d[3], kv[3], q[3];
+  grid_of(a, BWD_STAGE_DELTA, d);
+  grid_of(a, BWD_STAGE_DKDV, kv);
+  grid_of(a, BWD_STAGE_DQ, q);
+  return attention_fwd::json_object({{"head_dim_bucket", pl.head_dim},
+                                     {"kv_keys", bwd_sm90_kv_keys(pl)},
+                                     {"kv_split", pl.kv_split},
+                                     {"dq_rows", bwd_sm90_dq_rows(pl)},
+                                     {"dq_keys", pl.dq_keys},
+                                     {"delta_grid_x", d[0]},
+                                     {"dkdv_grid_x", kv[0]},
+                                     {"dkdv_grid_y", kv[1]},
+                                     {"dq_grid_x", q[0]},
+                                     {"grid_z", q[2]},
+                                     {"block", BWD_SM90_THREADS},
+                                     {"dkdv_shared_bytes", bwd_sm90_dkdv_smem(pl)},
+                                     {"dq_shared_bytes", bwd_sm90_dq_smem(pl)},
+                                     {"workspace_bytes", delta_bytes(a)}});
+}
+
+// The three stages in order on the call's stream: each reads what the one before wrote.
+void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
+  const AttentionBwdArgs& a = args_of(p);
+  BwdParams params = fill_params(a);
+  for (int stage : {BWD_STAGE_DELTA, BWD_STAGE_DKDV, BWD_STAGE_DQ}) {
+    unsigned g[3];
+    grid_of(a, stage, g);
+    params.stage = stage;
+    launch(program, t, a, g, BWD_SM90_THREADS, shared_of(a, stage), params);
+  }
+}
+
+}  // namespace
+
+rtc::KernelHost sm90_host() { return {"sm90", why_not, workspace_bytes, plan_json, launch_sm90}; }
+
+}  // namespace attention_bwd
