@@ -1,5 +1,6 @@
-"""Lab probe (not a product benchmark): the backward alone, rtcattn against torch SDPA's cuDNN backend, a few shapes,
-CUDA events over `reps` calls after warm-ups. Usage: python3 .ci/lab/sm90_bwd/probe.py [reps] [D,...]"""
+"""Lab probe (not a product benchmark): the backward alone, rtcattn against torch SDPA's cuDNN backend and FA4 (when
+installed), a few shapes, CUDA events over `reps` calls after warm-ups; then rtcattn's three launches' times from the
+profiler. Usage: python3 .ci/lab/sm90_bwd/probe.py [reps] [D,...]"""
 import sys
 
 import torch
@@ -37,8 +38,22 @@ def case(b, h, s, d, causal):
     dot = do.transpose(1, 2)
     cud = timed(lambda: torch.autograd.grad(ot, (qt, kt, vt), dot, retain_graph=True))
     flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+    fa4 = float("nan")
+    try:
+        from flash_attn.cute import flash_attn_func
+        qf, kf, vf = (t.detach().requires_grad_() for t in (q, k, v))
+        of = flash_attn_func(qf, kf, vf, causal=causal)
+        of = of[0] if isinstance(of, tuple) else of
+        fa4 = timed(lambda: torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True))
+    except Exception as e:  # a lab probe: FA4 may be absent
+        print("  FA4:", type(e).__name__, str(e)[:120])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+        torch.cuda.synchronize()
+    stages = [f"{e.device_time / 1e3:.2f}" for e in prof.events() if "attention_bwd" in e.name and e.device_time > 0]
     print(f"D{d:4d} ({b},{h},{s}) causal={int(causal)}  rtcattn {flops / ours / 1e9:6.1f} TF/s  "
-          f"cuDNN {flops / cud / 1e9:6.1f} TF/s  ratio {cud / ours:.3f}", flush=True)
+          f"cuDNN {flops / cud / 1e9:6.1f}  FA4 {flops / fa4 / 1e9:6.1f}  ours/best {min(cud, fa4) / ours:.3f}  "
+          f"stages ms {stages} total {ours:.2f}", flush=True)
 
 
 for d in dims:
