@@ -100,6 +100,11 @@ RTC_DEVICE void cp_async_16_zfill(rtc_u32 dst, const void* src, rtc_u32 src_byte
 RTC_DEVICE void cp_async_4_zfill(rtc_u32 dst, const void* src, rtc_u32 src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// An arrive on the mbarrier once every cp.async this thread issued before it has landed; noinc: the barrier's expected
+// count includes this arrive (mbarrier.init's count).
+RTC_DEVICE void cp_async_mbar_arrive_noinc(rtc_u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 // Waits until at most N of this thread's committed cp.async groups are pending.
 template <int N> RTC_DEVICE void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 

@@ -12,6 +12,9 @@ const AttentionBwdArgs& args_of(const void* p) { return *static_cast<const Atten
 
 BwdSm90Plan plan_of(const AttentionBwdArgs& a) { return bwd_sm90_plan(int(a.head_dim)); }
 
+// Whether the call has a window (the variant's RTC_MASK: the forward's rule).
+bool masked(const AttentionBwdArgs& a) { return ::masked(forward_call(a)); }
+
 // The grid of each stage: (CTAs along the rows or keys, heads, batch). y and z are limited to 65535.
 void grid_of(const AttentionBwdArgs& a, int stage, unsigned (&grid)[3]) {
   const BwdSm90Plan pl = plan_of(a);
@@ -25,8 +28,9 @@ void grid_of(const AttentionBwdArgs& a, int stage, unsigned (&grid)[3]) {
 
 unsigned shared_of(const AttentionBwdArgs& a, int stage) {
   const BwdSm90Plan pl = plan_of(a);
-  return stage == BWD_STAGE_DELTA ? 0u
-                                  : unsigned(stage == BWD_STAGE_DKDV ? bwd_sm90_dkdv_smem(pl) : bwd_sm90_dq_smem(pl));
+  return stage == BWD_STAGE_DELTA  ? 0u
+         : stage == BWD_STAGE_DKDV ? unsigned(bwd_sm90_dkdv_smem(pl))
+                                   : unsigned(bwd_sm90_dq_smem(pl, masked(a)));
 }
 
 std::string why_not(const void* p, const char* vendor) {
@@ -72,7 +76,7 @@ std::string plan_json(const void* p) {
                                      {"kv_keys", bwd_sm90_kv_keys(pl)},
                                      {"kv_split", pl.kv_split},
                                      {"dq_rows", bwd_sm90_dq_rows(pl)},
-                                     {"dq_keys", pl.dq_keys},
+                                     {"dq_keys", bwd_sm90_dq_keys(pl, masked(a))},
                                      {"delta_grid_x", d[0]},
                                      {"dkdv_grid_x", kv[0]},
                                      {"dkdv_grid_y", kv[1]},
@@ -80,7 +84,7 @@ std::string plan_json(const void* p) {
                                      {"grid_z", q[2]},
                                      {"block", BWD_SM90_THREADS},
                                      {"dkdv_shared_bytes", bwd_sm90_dkdv_smem(pl)},
-                                     {"dq_shared_bytes", bwd_sm90_dq_smem(pl)},
+                                     {"dq_shared_bytes", bwd_sm90_dq_smem(pl, masked(a))},
                                      {"workspace_bytes", delta_bytes(a)}});
 }
 

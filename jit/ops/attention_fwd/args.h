@@ -75,6 +75,9 @@ inline int kv_mode(const AttentionFwdArgs& a) {
   return a.block_table ? RTC_KV_PAGED : a.cu_seqlens_q ? RTC_KV_VARLEN : RTC_KV_DENSE;
 }
 
+// Whether the call has a window (the mask-axis value RTC_MASK 1: a causal or sliding window).
+inline bool masked(const AttentionFwdArgs& a) { return a.window_left != -1 || a.window_right != -1; }
+
 // Bytes of one K / V storage unit (a 16-bit element, or a byte of a quantized cache) and the units of a row of D.
 inline int64_t kv_unit_bytes(const AttentionFwdArgs& a) { return a.kv_dtype == RTC_KV_DTYPE_SAME ? 2 : 1; }
 inline int64_t kv_row_units(const AttentionFwdArgs& a) { return rtc_kv_fp4(a.kv_dtype) ? a.head_dim / 2 : a.head_dim; }

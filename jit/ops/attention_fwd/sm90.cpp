@@ -26,7 +26,6 @@ static_assert(sizeof(Sm90AttnParams) % 64 == 0, "Sm90AttnParams: a whole number 
 // What TMA and the kernel's 4-byte output stores need of one tensor: "" or why not.
 
 // The call's variant has a mask (RTC_MASK) when either window bound is set.
-bool masked(const AttentionFwdArgs& a) { return a.window_left != -1 || a.window_right != -1; }
 
 // The plan of the variant the call runs (its bucket's: the manifest's sm90 buckets are the plans'; the open
 // variant's block width).

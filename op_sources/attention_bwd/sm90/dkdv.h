@@ -126,27 +126,26 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
   for (int i = 0; i < kCols / 2; ++i) acc.dv[i] = acc.dk[i] = 0.0f;
   auto head_of = [&](int s) { return hk * group + s / per_head; };
   auto row0_of = [&](int s) { return (mb_begin + s % per_head) * kRows; };
+  const Ring ring{slots + 2 * kSlotBytes};
+  ring.init();
   if (steps > 0) load_rows(bp, seq, b, head_of(0), row0_of(0), RowSlot::at(slots, 0));
-  sm90::cp_async_commit();
+  ring.filled(0);  // K and V land with step 0's rows
+  if (steps == 0) ring.wait(0);  // no row sees the keys: dK = dV = 0, stored once the copies are done
   for (int s = 0; s < steps; ++s) {
     const RowSlot sl = RowSlot::at(slots, s & 1);
     const int m0 = row0_of(s);
     if (s + 1 < steps) {
+      ring.acquire(s + 1);
       load_rows(bp, seq, b, head_of(s + 1), row0_of(s + 1), RowSlot::at(slots, (s + 1) & 1));
-      sm90::cp_async_commit();
-      sm90::cp_async_wait_group<1>();
-    } else {
-      sm90::cp_async_wait_group<0>();
+      ring.filled(s + 1);
     }
-    fix_lse(sl.lse, seq.len_q - m0);
-    sm90::fence_proxy_async_smem();  // the copies (generic proxy), before wgmma's reads
-    __syncthreads();
+    ring.wait(s);
     // Cut by the window: not every row of the step sees every key of the block.
     const int r_last = seq.len_q - 1 < m0 + kRows - 1 ? seq.len_q - 1 : m0 + kRows - 1;
     const bool cut = RTC_MASK && (key_range(w, r_last).lo > n0 || key_range(w, m0).hi < n0 + keys - 1);
     kv_step<kCols>(acc, k_tile + key0 * 128, v_tile + key0 * 128, sl, col_blk, view.scale_log2, cut,
                    KvCut{w, m0, n0 + key0});
-    __syncthreads();  // the slot is read: the copy of step s + 2 may overwrite it
+    ring.release(s);
   }
   const int valid = keys - key0;
   store_acc<kCols>(bp.dk + bwd::row_at(bp.dk_sb, bp.dk_ss, b, seq.k_row, n0 + key0) + (rtc_i64)hk * bp.dk_sh, bp.dk_ss,

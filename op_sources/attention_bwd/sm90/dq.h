@@ -1,5 +1,5 @@
 // The DQ stage of the sm_90a backward: a CTA per 128 query rows of one head, 64 a warpgroup; the keys their windows
-// reach stream past, dq_keys a step (sm90/plan.h): per step each warpgroup forms
+// reach stream past, dq_keys a step (dq_keys_masked under a window: sm90/plan.h): per step each warpgroup forms
 //   S = Q K^T and dP = dO V^T   (SS: rows x keys, over the head dim)
 //   dS                         (sm90/pairs.h)
 //   dQ += dS K                 (RS: dS from registers, K read with its head dim contiguous)
@@ -15,7 +15,7 @@
 namespace bwd90 {
 
 constexpr int kDqRows = bwd_sm90_dq_rows(kPlan);
-constexpr int kDqKeys = kPlan.dq_keys;
+constexpr int kDqKeys = bwd_sm90_dq_keys(kPlan, RTC_MASK != 0);
 constexpr int kKeyTile = bwd_sm90_tile_bytes(kPlan, kDqKeys);
 
 // This thread's two rows (row0: the warpgroup's first row in the sequence): LSE, delta and key range.
@@ -85,27 +85,27 @@ RTC_DEVICE void dq_stage(const BwdParams& bp, rtc_u32 base) {
   load_tile<kDqRows>(do_tile, bp.dout + bwd::row_at(bp.do_sb, bp.do_ss, b, seq.q_row, m0) + (rtc_i64)h * bp.do_sh,
                      bp.do_ss, rows, a.head_dim);
   const KvSpan sp = kv_span(view, m0, rows, kDqKeys, RTC_MASK);
+  const Ring ring{slots + 4 * kKeyTile};
+  ring.init();
   if (sp.begin < sp.end) load_keys(bp, seq, b, hk, sp.begin, slots);
-  sm90::cp_async_commit();
+  ring.filled(0);  // Q and dO land with the first key block
   const DqRows rw = dq_rows(bp, seq, w, h, m0 + 64 * wg);
   float dq[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dq[i] = 0.0f;
+  if (sp.begin >= sp.end) ring.wait(0);  // no key: dQ is 0, stored once the copies are done
   for (int n = sp.begin; n < sp.end; ++n) {
     const int s = n - sp.begin;
-    const rtc_u32 slot = slots + (s & 1) * 2 * kKeyTile;
     if (n + 1 < sp.end) {
+      ring.acquire(s + 1);
       load_keys(bp, seq, b, hk, n + 1, slots + ((s + 1) & 1) * 2 * kKeyTile);
-      sm90::cp_async_commit();
-      sm90::cp_async_wait_group<1>();
-    } else {
-      sm90::cp_async_wait_group<0>();
+      ring.filled(s + 1);
     }
-    sm90::fence_proxy_async_smem();  // the copies (generic proxy), before wgmma's reads
-    __syncthreads();
+    ring.wait(s);
     const bool cut = n < sp.full_begin || n >= sp.full_end;
-    dq_step(dq, q_tile + 64 * wg * 128, do_tile + 64 * wg * 128, slot, rw, view.scale_log2, cut, n * kDqKeys);
-    __syncthreads();  // the slot is read: the copy of step s + 2 may overwrite it
+    dq_step(dq, q_tile + 64 * wg * 128, do_tile + 64 * wg * 128, slots + (s & 1) * 2 * kKeyTile, rw, view.scale_log2,
+            cut, n * kDqKeys);
+    ring.release(s);
   }
   const int row0 = 64 * wg;
   store_acc<kD>(bp.dq + bwd::row_at(bp.dq_sb, bp.dq_ss, b, seq.q_row, m0 + row0) + (rtc_i64)h * bp.dq_sh, bp.dq_ss, dq,

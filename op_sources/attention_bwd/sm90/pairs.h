@@ -45,13 +45,13 @@ struct KvCut {
   }
 };
 
-// s (S^T) becomes P^T, unrounded; pp its elements packed. lse: the step's log2-domain LSE vector (fix_lse).
+// s (S^T) becomes P^T, unrounded; pp its elements packed. lse: the step's LSE vector (natural log).
 RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse, float scale_log2, bool cut, const KvCut& kc) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     rtc_u32 l0, l1;
     sm90::ld_shared_v2_u32(l0, l1, lse + acc_col(j, 0) * 4);
-    const float lse2[2] = {rtc_bits_f32(l0), rtc_bits_f32(l1)};
+    const float lse2[2] = {lse_log2(rtc_bits_f32(l0)), lse_log2(rtc_bits_f32(l1))};
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll

@@ -15,15 +15,16 @@ struct BwdSm90Plan {
   int head_dim;  // the bucket, a multiple of 32: the GEMMs' head-dim extent; tiles hold whole 64-column blocks
   int kv_split;  // 1 or 2: warpgroups sharing a key block of the DKDV stage (above)
   int dq_keys;  // keys per step of the DQ stage, a multiple of 16
+  int dq_keys_masked;  // the same under a window (causal: fewer masked pairs on the diagonal; docs/NOTES.md)
 };
 // clang-format off: one bucket per row
 constexpr BwdSm90Plan kBwdSm90Plans[] = {
-    {32, 1, 64},
-    {64, 1, 64},
-    {96, 1, 64},
-    {128, 1, 64},
-    {192, 2, 64},
-    {256, 2, 32},
+    {32, 1, 128, 64},
+    {64, 1, 128, 64},
+    {96, 1, 128, 64},
+    {128, 1, 128, 64},
+    {192, 2, 64, 64},
+    {256, 2, 32, 32},
 };
 // clang-format on
 constexpr int kBwdSm90PlanCount = int(sizeof(kBwdSm90Plans) / sizeof(kBwdSm90Plans[0]));
@@ -41,31 +42,40 @@ RTC_HD constexpr int bwd_sm90_col_blocks(const BwdSm90Plan& pl) { return (pl.hea
 RTC_HD constexpr int bwd_sm90_tile_bytes(const BwdSm90Plan& pl, int rows) {
   return rows * bwd_sm90_col_blocks(pl) * 128;
 }
+// Keys of a DQ step (the variant's: RTC_MASK on the kernel's side, the call's window on the host's).
+RTC_HD constexpr int bwd_sm90_dq_keys(const BwdSm90Plan& pl, bool masked) {
+  return masked ? pl.dq_keys_masked : pl.dq_keys;
+}
 // Keys of a DKDV CTA; rows of a DQ CTA.
 RTC_HD constexpr int bwd_sm90_kv_keys(const BwdSm90Plan& pl) { return 64 * BWD_SM90_WGS / pl.kv_split; }
 RTC_HD constexpr int bwd_sm90_dq_rows(const BwdSm90Plan&) { return 64 * BWD_SM90_WGS; }
 // The first warpgroup's head-dim columns under kv_split 2 (whole 64-column blocks, at least half); the second takes
 // the rest.
 RTC_HD constexpr int bwd_sm90_split_cols(const BwdSm90Plan& pl) { return (bwd_sm90_col_blocks(pl) + 1) / 2 * 64; }
-// Shared memory of each stage, +1024: the kernel rounds the dynamic base up to the swizzle period.
+// Shared memory of each stage, + the ring's barriers + 1024 (the kernel rounds the dynamic base up to the swizzle
+// period).
 //   DKDV: K, V (the CTA's keys), then two slots of Q, dO (64 rows) and the rows' LSE and delta (fp32).
 //   DQ:   Q, dO (the CTA's rows), then two slots of K, V (dq_keys rows).
+#define BWD_SM90_BAR_BYTES 64
 // A slot is a whole number of 1024-byte periods, so that the next slot's tiles start on one.
 RTC_HD constexpr int bwd_sm90_dkdv_slot_bytes(const BwdSm90Plan& pl) {
   return (2 * bwd_sm90_tile_bytes(pl, BWD_SM90_ROWS) + 2 * BWD_SM90_ROWS * 4 + 1023) / 1024 * 1024;
 }
 RTC_HD constexpr int bwd_sm90_dkdv_smem(const BwdSm90Plan& pl) {
-  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + 2 * bwd_sm90_dkdv_slot_bytes(pl) + 1024;
+  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + 2 * bwd_sm90_dkdv_slot_bytes(pl) + BWD_SM90_BAR_BYTES +
+         1024;
 }
-RTC_HD constexpr int bwd_sm90_dq_smem(const BwdSm90Plan& pl) {
-  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_rows(pl)) + 4 * bwd_sm90_tile_bytes(pl, pl.dq_keys) + 1024;
+RTC_HD constexpr int bwd_sm90_dq_smem(const BwdSm90Plan& pl, bool masked) {
+  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_rows(pl)) + 4 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_keys(pl, masked)) +
+         BWD_SM90_BAR_BYTES + 1024;
 }
 constexpr int kBwdSm90MaxShared = 227 * 1024;  // sm_90's opt-in limit per block
 RTC_HD constexpr bool bwd_sm90_plans_fit() {
   for (int i = 0; i < kBwdSm90PlanCount; ++i) {
     const BwdSm90Plan pl = kBwdSm90Plans[i];
-    if (bwd_sm90_dkdv_smem(pl) > kBwdSm90MaxShared || bwd_sm90_dq_smem(pl) > kBwdSm90MaxShared ||
-        pl.head_dim % 32 != 0 || pl.dq_keys % 16 != 0 || (pl.kv_split != 1 && pl.kv_split != 2) ||
+    if (bwd_sm90_dkdv_smem(pl) > kBwdSm90MaxShared || bwd_sm90_dq_smem(pl, false) > kBwdSm90MaxShared ||
+        bwd_sm90_dq_smem(pl, true) > kBwdSm90MaxShared || pl.head_dim % 32 != 0 || pl.dq_keys % 16 != 0 ||
+        pl.dq_keys_masked % 16 != 0 || (pl.kv_split != 1 && pl.kv_split != 2) ||
         (pl.kv_split == 2 && pl.head_dim <= 64))
       return false;
   }

@@ -31,9 +31,8 @@ template <int kRows> RTC_DEVICE void load_tile(rtc_u32 dst, const rtc_elem_t* sr
   }
 }
 
-// The LSE and delta of a DKDV step's 64 rows: fp32 vectors, cp.async by the first 128 threads (zeros past `valid`).
-// After the copy lands, fix_lse (by the same threads) turns each LSE into the log2-domain value P is formed with:
-// LSE log2(e), or +inf for a row past the sequence or one that sees no key (LSE -inf), so that exp2(s - it) is 0.
+// The LSE and delta of a DKDV step's 64 rows: fp32 vectors, cp.async by the first 128 threads (zeros past `valid`,
+// whose rows are zeros in Q and dO: their P is 1 and dS 0, adding nothing).
 RTC_DEVICE void load_row_vecs(rtc_u32 lse_dst, rtc_u32 delta_dst, const float* lse, const float* delta, int valid) {
   const int t = threadIdx.x;
   if (t < 2 * BWD_SM90_ROWS) {
@@ -43,14 +42,44 @@ RTC_DEVICE void load_row_vecs(rtc_u32 lse_dst, rtc_u32 delta_dst, const float* l
     sm90::cp_async_4_zfill(dst, r < valid ? src + r : src, r < valid ? 4u : 0u);
   }
 }
-RTC_DEVICE void fix_lse(rtc_u32 lse_dst, int valid) {
-  const int t = threadIdx.x;
-  if (t < BWD_SM90_ROWS) {
-    const float x = rtc_bits_f32(sm90::ld_shared_u32(lse_dst + t * 4));
-    const float inf = rtc_bits_f32(0x7F800000u);
-    sm90::st_shared_u32(lse_dst + t * 4, rtc_f32_bits(t < valid && x != -inf ? x * bwd::kLog2e : inf));
-  }
+
+// The log2-domain LSE that P is formed with: LSE log2(e), or +inf for a row that sees no key (LSE -inf), so that
+// exp2(s - it) is 0.
+RTC_DEVICE float lse_log2(float lse) {
+  const float inf = rtc_bits_f32(0x7F800000u);
+  return lse != -inf ? lse * bwd::kLog2e : inf;
 }
+
+// A two-slot ring of copies, step t in slot t % 2, with no CTA-wide barrier: full(i) completes a phase when every
+// thread's copies of the slot's step have landed (cp.async's arrive), empty(i) when every thread has read it (its
+// GEMMs done). A warpgroup may run a step ahead of the other: one's exponentials under the other's GEMMs.
+struct Ring {
+  rtc_u32 bars;  // full[0], full[1], empty[0], empty[1], 8 bytes each
+  RTC_DEVICE rtc_u32 full(int i) const { return bars + 8 * i; }
+  RTC_DEVICE rtc_u32 empty(int i) const { return bars + 16 + 8 * i; }
+  RTC_DEVICE void init() const {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < 2; ++i) {
+        sm90::mbar_init(full(i), kThreads);
+        sm90::mbar_init(empty(i), kThreads);
+      }
+      sm90::mbar_init_fence();
+    }
+    __syncthreads();
+  }
+  // Before this thread's copies of step t: the slot's step t - 2 is read by every thread.
+  RTC_DEVICE void acquire(int t) const {
+    if (t >= 2) sm90::mbar_wait(empty(t & 1), ((t >> 1) - 1) & 1);
+  }
+  // After them (and any copy issued before, which lands with them).
+  RTC_DEVICE void filled(int t) const { sm90::cp_async_mbar_arrive_noinc(full(t & 1)); }
+  // Before reading step t: every copy landed, then ordered before wgmma's (async-proxy) reads.
+  RTC_DEVICE void wait(int t) const {
+    sm90::mbar_wait(full(t & 1), (t >> 1) & 1);
+    sm90::fence_proxy_async_smem();
+  }
+  RTC_DEVICE void release(int t) const { sm90::mbar_arrive(empty(t & 1)); }
+};
 
 // acc = A B^T over the bucket's kD columns: A this warpgroup's 64 rows of a tile (its row 0 at a_rows, blocks
 // a_blk bytes apart), B kN rows of another (b_rows, b_blk), both K-major; kD / 16 steps of 16 columns, 32 bytes
