@@ -126,8 +126,7 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
   for (int i = 0; i < kCols / 2; ++i) acc.dv[i] = acc.dk[i] = 0.0f;
   auto head_of = [&](int s) { return hk * group + s / per_head; };
   auto row0_of = [&](int s) { return (mb_begin + s % per_head) * kRows; };
-  const Ring ring{slots + 2 * kSlotBytes};
-  ring.init();
+  const Ring ring{slots + 2 * kSlotBytes};  // initialised by dkdv_stage, before the warpgroups part
   if (steps > 0) load_rows(bp, seq, b, head_of(0), row0_of(0), RowSlot::at(slots, 0));
   ring.filled(0);  // K and V land with step 0's rows
   if (steps == 0) ring.wait(0);  // no row sees the keys: dK = dV = 0, stored once the copies are done
@@ -158,6 +157,8 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
 __device__ __noinline__ void dkdv_stage(const BwdParams& bp, rtc_u32 base) {
   const int n0 = blockIdx.x * kKvKeys;
   if (n0 >= seq_of(bp.a, blockIdx.z).len_k) return;
+  // The ring's barriers, initialised behind the one CTA barrier of the stage, outside the warpgroups' branches below.
+  Ring{base + 2 * bwd_sm90_tile_bytes(kPlan, kKvKeys) + 2 * kSlotBytes}.init();
   const int wg = sm90::warp_uniform(threadIdx.x / 128);
   if constexpr (kPlan.kv_split == 1) {
     dkdv_run<kD>(bp, base, 64 * wg, 0);
