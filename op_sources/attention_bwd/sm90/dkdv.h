@@ -3,7 +3,7 @@
 //   S^T = K Q^T and dP^T = V dO^T   (SS: keys x rows, over the head dim)
 //   P^T, dS^T                      (sm90/pairs.h)
 //   dV += P^T dO, dK += dS^T Q      (RS: P^T and dS^T from registers)
-// then stores dK (times the scale) and dV. Q, dO and the rows' LSE and delta come by cp.async into a ring of two or three slots (sm90/plan.h),
+// then stores dK (times the scale) and dV. Q, dO and the rows' LSE and delta come by cp.async into a two-slot ring,
 // the next step's copy in flight under this step's GEMMs.
 #pragma once
 #include "platform.h"
@@ -75,15 +75,10 @@ RTC_DEVICE void load_rows(const BwdParams& bp, const Seq& seq, int b, int h, int
   load_row_vecs(sl.lse, sl.delta, a.lse + at, bp.delta + at, valid);
 }
 
-// One step of one warpgroup: its 64 keys (k_rows in the K and V tiles) against the slot's 64 rows. With kDefer
-// (three slots) the step returns with its dV and dK GEMMs in flight: the next step issues its S^T and dP^T behind
-// them, and its first wait covers them (the tensor cores do not drain between steps); `prev` then releases the slot
-// they read. Without it the step waits for them and releases its own slot.
-constexpr int kSlots = kPlan.kv_slots;
-constexpr bool kDefer = kSlots > 2;
+// One step of one warpgroup: its 64 keys (k_rows in the K and V tiles) against the slot's 64 rows.
 template <int kCols>
 RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const RowSlot& sl, int col_blk,
-                        float scale_log2, bool cut, const KvCut& kc, const Ring<kSlots>& ring, int step) {
+                        float scale_log2, bool cut, const KvCut& kc) {
   float s[32], dp[32];
   rtc_u32 pp[16], pd[16];
   sm90::wgmma_fence();
@@ -91,9 +86,8 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   sm90::wgmma_commit();
   issue_ss<kRows>(dp, v_rows, block_stride(kKvKeys), sl.dout, block_stride(kRows));
   sm90::wgmma_commit();
-  sm90::wgmma_wait<1>();  // S^T, and (kDefer) the step before's dV and dK
+  sm90::wgmma_wait<1>();
   sm90::fence_regs(s);
-  if (kDefer && step > 0) ring.release(step - 1);
   kv_p(s, pp, sl.lse, scale_log2, cut, kc);
   sm90::wgmma_fence();
   issue_rs<kCols, kRows>(acc.dv, pp, sl.dout + col_blk * block_stride(kRows), block_stride(kRows));
@@ -104,12 +98,9 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   sm90::wgmma_fence();
   issue_rs<kCols, kRows>(acc.dk, pd, sl.q + col_blk * block_stride(kRows), block_stride(kRows));
   sm90::wgmma_commit();
-  if (!kDefer) {
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(acc.dv);
-    sm90::fence_regs(acc.dk);
-    ring.release(step);
-  }
+  sm90::wgmma_wait<0>();
+  sm90::fence_regs(acc.dv);
+  sm90::fence_regs(acc.dk);
 }
 
 // The stage for one warpgroup's share: keys [key0, key0 + 64) of the CTA's block, head-dim columns from col_blk * 64.
@@ -135,16 +126,16 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
   for (int i = 0; i < kCols / 2; ++i) acc.dv[i] = acc.dk[i] = 0.0f;
   auto head_of = [&](int s) { return hk * group + s / per_head; };
   auto row0_of = [&](int s) { return (mb_begin + s % per_head) * kRows; };
-  const Ring<kSlots> ring{slots + kSlots * kSlotBytes};  // initialised by dkdv_stage, before the warpgroups part
+  const Ring ring{slots + 2 * kSlotBytes};  // initialised by dkdv_stage, before the warpgroups part
   if (steps > 0) load_rows(bp, seq, b, head_of(0), row0_of(0), RowSlot::at(slots, 0));
   ring.filled(0);  // K and V land with step 0's rows
   if (steps == 0) ring.wait(0);  // no row sees the keys: dK = dV = 0, stored once the copies are done
   for (int s = 0; s < steps; ++s) {
-    const RowSlot sl = RowSlot::at(slots, s % kSlots);
+    const RowSlot sl = RowSlot::at(slots, s & 1);
     const int m0 = row0_of(s);
     if (s + 1 < steps) {
       ring.acquire(s + 1);
-      load_rows(bp, seq, b, head_of(s + 1), row0_of(s + 1), RowSlot::at(slots, (s + 1) % kSlots));
+      load_rows(bp, seq, b, head_of(s + 1), row0_of(s + 1), RowSlot::at(slots, (s + 1) & 1));
       ring.filled(s + 1);
     }
     ring.wait(s);
@@ -152,12 +143,8 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
     const int r_last = seq.len_q - 1 < m0 + kRows - 1 ? seq.len_q - 1 : m0 + kRows - 1;
     const bool cut = RTC_MASK && (key_range(w, r_last).lo > n0 || key_range(w, m0).hi < n0 + keys - 1);
     kv_step<kCols>(acc, k_tile + key0 * 128, v_tile + key0 * 128, sl, col_blk, view.scale_log2, cut,
-                   KvCut{w, m0, n0 + key0}, ring, s);
-  }
-  if (kDefer) {  // the last step's dV and dK
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(acc.dv);
-    sm90::fence_regs(acc.dk);
+                   KvCut{w, m0, n0 + key0});
+    ring.release(s);
   }
   const int valid = keys - key0;
   store_acc<kCols>(bp.dk + bwd::row_at(bp.dk_sb, bp.dk_ss, b, seq.k_row, n0 + key0) + (rtc_i64)hk * bp.dk_sh, bp.dk_ss,
@@ -171,7 +158,7 @@ __device__ __noinline__ void dkdv_stage(const BwdParams& bp, rtc_u32 base) {
   const int n0 = blockIdx.x * kKvKeys;
   if (n0 >= seq_of(bp.a, blockIdx.z).len_k) return;
   // The ring's barriers, initialised behind the one CTA barrier of the stage, outside the warpgroups' branches below.
-  Ring<kSlots>{base + 2 * bwd_sm90_tile_bytes(kPlan, kKvKeys) + kSlots * kSlotBytes}.init();
+  Ring{base + 2 * bwd_sm90_tile_bytes(kPlan, kKvKeys) + 2 * kSlotBytes}.init();
   const int wg = sm90::warp_uniform(threadIdx.x / 128);
   if constexpr (kPlan.kv_split == 1) {
     dkdv_run<kD>(bp, base, 64 * wg, 0);

@@ -85,7 +85,7 @@ RTC_DEVICE void dq_stage(const BwdParams& bp, rtc_u32 base) {
   load_tile<kDqRows>(do_tile, bp.dout + bwd::row_at(bp.do_sb, bp.do_ss, b, seq.q_row, m0) + (rtc_i64)h * bp.do_sh,
                      bp.do_ss, rows, a.head_dim);
   const KvSpan sp = kv_span(view, m0, rows, kDqKeys, RTC_MASK);
-  const Ring<2> ring{slots + 4 * kKeyTile};
+  const Ring ring{slots + 4 * kKeyTile};
   ring.init();
   if (sp.begin < sp.end) load_keys(bp, seq, b, hk, sp.begin, slots);
   ring.filled(0);  // Q and dO land with the first key block

@@ -16,17 +16,15 @@ struct BwdSm90Plan {
   int kv_split;  // 1 or 2: warpgroups sharing a key block of the DKDV stage (above)
   int dq_keys;  // keys per step of the DQ stage, a multiple of 16
   int dq_keys_masked;  // the same under a window (causal: fewer masked pairs on the diagonal; docs/NOTES.md)
-  int kv_slots;  // 2 or 3: slots of the DKDV stage's row ring; with 3 a step's dV and dK GEMMs are waited for in the
-      // next step, under its S^T and dP^T (sm90/dkdv.h); 2 where three do not fit (256)
 };
 // clang-format off: one bucket per row
 constexpr BwdSm90Plan kBwdSm90Plans[] = {
-    {32, 1, 128, 64, 3},
-    {64, 1, 128, 64, 3},
-    {96, 1, 128, 64, 3},
-    {128, 1, 128, 64, 3},
-    {192, 2, 64, 64, 3},
-    {256, 2, 32, 32, 2},
+    {32, 1, 128, 64},
+    {64, 1, 128, 64},
+    {96, 1, 128, 64},
+    {128, 1, 128, 64},
+    {192, 2, 64, 64},
+    {256, 2, 32, 32},
 };
 // clang-format on
 constexpr int kBwdSm90PlanCount = int(sizeof(kBwdSm90Plans) / sizeof(kBwdSm90Plans[0]));
@@ -56,7 +54,7 @@ RTC_HD constexpr int bwd_sm90_dq_rows(const BwdSm90Plan&) { return 64 * BWD_SM90
 RTC_HD constexpr int bwd_sm90_split_cols(const BwdSm90Plan& pl) { return (bwd_sm90_col_blocks(pl) + 1) / 2 * 64; }
 // Shared memory of each stage, + the ring's barriers + 1024 (the kernel rounds the dynamic base up to the swizzle
 // period).
-//   DKDV: K, V (the CTA's keys), then kv_slots slots of Q, dO (64 rows) and the rows' LSE and delta (fp32).
+//   DKDV: K, V (the CTA's keys), then two slots of Q, dO (64 rows) and the rows' LSE and delta (fp32).
 //   DQ:   Q, dO (the CTA's rows), then two slots of K, V (dq_keys rows).
 #define BWD_SM90_BAR_BYTES 64
 // A slot is a whole number of 1024-byte periods, so that the next slot's tiles start on one.
@@ -64,8 +62,8 @@ RTC_HD constexpr int bwd_sm90_dkdv_slot_bytes(const BwdSm90Plan& pl) {
   return (2 * bwd_sm90_tile_bytes(pl, BWD_SM90_ROWS) + 2 * BWD_SM90_ROWS * 4 + 1023) / 1024 * 1024;
 }
 RTC_HD constexpr int bwd_sm90_dkdv_smem(const BwdSm90Plan& pl) {
-  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + pl.kv_slots * bwd_sm90_dkdv_slot_bytes(pl) +
-         BWD_SM90_BAR_BYTES + 1024;
+  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + 2 * bwd_sm90_dkdv_slot_bytes(pl) + BWD_SM90_BAR_BYTES +
+         1024;
 }
 RTC_HD constexpr int bwd_sm90_dq_smem(const BwdSm90Plan& pl, bool masked) {
   return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_rows(pl)) + 4 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_keys(pl, masked)) +
@@ -77,7 +75,7 @@ RTC_HD constexpr bool bwd_sm90_plans_fit() {
     const BwdSm90Plan pl = kBwdSm90Plans[i];
     if (bwd_sm90_dkdv_smem(pl) > kBwdSm90MaxShared || bwd_sm90_dq_smem(pl, false) > kBwdSm90MaxShared ||
         bwd_sm90_dq_smem(pl, true) > kBwdSm90MaxShared || pl.head_dim % 32 != 0 || pl.dq_keys % 16 != 0 ||
-        pl.dq_keys_masked % 16 != 0 || (pl.kv_split != 1 && pl.kv_split != 2) || pl.kv_slots < 2 || pl.kv_slots > 4 ||
+        pl.dq_keys_masked % 16 != 0 || (pl.kv_split != 1 && pl.kv_split != 2) ||
         (pl.kv_split == 2 && pl.head_dim <= 64))
       return false;
   }

@@ -50,17 +50,16 @@ RTC_DEVICE float lse_log2(float lse) {
   return lse != -inf ? lse * bwd::kLog2e : inf;
 }
 
-// A ring of kSlots slots of copies, step t in slot t % kSlots, with no CTA-wide barrier: full(i) completes a phase
-// when every thread's copies of the slot's step have landed (cp.async's arrive), empty(i) when every thread has read
-// it (its GEMMs done). A warpgroup may run ahead of the other: one's exponentials under the other's GEMMs.
-template <int kSlots> struct Ring {
-  static_assert(kSlots >= 2 && 16 * kSlots <= BWD_SM90_BAR_BYTES, "the ring's barriers fit their bytes");
-  rtc_u32 bars;  // full[0..kSlots), then empty[0..kSlots), 8 bytes each
+// A two-slot ring of copies, step t in slot t % 2, with no CTA-wide barrier: full(i) completes a phase when every
+// thread's copies of the slot's step have landed (cp.async's arrive), empty(i) when every thread has read it (its
+// GEMMs done). A warpgroup may run a step ahead of the other: one's exponentials under the other's GEMMs.
+struct Ring {
+  rtc_u32 bars;  // full[0], full[1], empty[0], empty[1], 8 bytes each
   RTC_DEVICE rtc_u32 full(int i) const { return bars + 8 * i; }
-  RTC_DEVICE rtc_u32 empty(int i) const { return bars + 8 * kSlots + 8 * i; }
+  RTC_DEVICE rtc_u32 empty(int i) const { return bars + 16 + 8 * i; }
   RTC_DEVICE void init() const {
     if (threadIdx.x == 0) {
-      for (int i = 0; i < kSlots; ++i) {
+      for (int i = 0; i < 2; ++i) {
         sm90::mbar_init(full(i), kThreads);
         sm90::mbar_init(empty(i), kThreads);
       }
@@ -68,18 +67,18 @@ template <int kSlots> struct Ring {
     }
     __syncthreads();
   }
-  // Before this thread's copies of step t: the slot's step t - kSlots is read by every thread.
+  // Before this thread's copies of step t: the slot's step t - 2 is read by every thread.
   RTC_DEVICE void acquire(int t) const {
-    if (t >= kSlots) sm90::mbar_wait(empty(t % kSlots), (t / kSlots - 1) & 1);
+    if (t >= 2) sm90::mbar_wait(empty(t & 1), ((t >> 1) - 1) & 1);
   }
   // After them (and any copy issued before, which lands with them).
-  RTC_DEVICE void filled(int t) const { sm90::cp_async_mbar_arrive_noinc(full(t % kSlots)); }
+  RTC_DEVICE void filled(int t) const { sm90::cp_async_mbar_arrive_noinc(full(t & 1)); }
   // Before reading step t: every copy landed, then ordered before wgmma's (async-proxy) reads.
   RTC_DEVICE void wait(int t) const {
-    sm90::mbar_wait(full(t % kSlots), (t / kSlots) & 1);
+    sm90::mbar_wait(full(t & 1), (t >> 1) & 1);
     sm90::fence_proxy_async_smem();
   }
-  RTC_DEVICE void release(int t) const { sm90::mbar_arrive(empty(t % kSlots)); }
+  RTC_DEVICE void release(int t) const { sm90::mbar_arrive(empty(t & 1)); }
 };
 
 // acc = A B^T over the bucket's kD columns: A this warpgroup's 64 rows of a tile (its row 0 at a_rows, blocks
