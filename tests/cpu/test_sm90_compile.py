@@ -105,7 +105,7 @@ def test_nvrtc_sm90a_quantized_cache_no_spills(kv_dtype, head_dim, dtype, tmp_pa
 
 def test_warm_lists_and_compiles_sm90(tmp_path):
     args = cli.parser().parse_args(["warm", "--all", "--arch", "sm_90a"])
-    names = {v.name for v in cli._warm_variants(args) if v.kernel == "sm90"}
+    names = {v.name for v in cli._warm_variants(args) if v.op == OP and v.kernel == "sm90"}
     # every kv_dtype sm90 lists: q's dtype in every kv form, the quantized caches packed (varlen, paged) only
     assert names == {f"sm90-{mode}-{mask}-{kv}-d{d}-{dtype}-{kvd}" for d in BUCKETS for mask in ("none", "window")
                      for kvd in ("same", "fp8_e4m3", "fp4_e2m1")
@@ -113,9 +113,9 @@ def test_warm_lists_and_compiles_sm90(tmp_path):
                      for mode, dtype in [(m, "bf16") for m in MODES] + [("rtne", "fp16")]}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--all", "--arch", "sm_90a", "--kernels", "sm90",
-                          "--round-mode", "rtz", "--mask", "none", "--kv", "dense", "--head-dim", "128",
-                          "--cache-dir", str(tmp_path), "--jobs", "1"],
+    run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--all", "--op", OP, "--arch", "sm_90a",
+                          "--kernels", "sm90", "--round-mode", "rtz", "--mask", "none", "--kv", "dense",
+                          "--head-dim", "128", "--cache-dir", str(tmp_path), "--jobs", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     if "no compiler available" in run.stdout + run.stderr:
         pytest.skip("NVRTC unavailable for sm_90a")

@@ -154,7 +154,15 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
 }
 
 // The stage: each warpgroup its share of the key block (sm90/plan.h's kv_split).
-__device__ __noinline__ void dkdv_stage(const BwdParams& bp, rtc_u32 base) {
+// Inlined beside the DQ stage, ptxas spills about 90 bytes in the 256 bucket's packed window variant (each stage alone
+// compiles without); that variant alone calls the stage as a function, which costs its wgmma pipelining there (ptxas
+// C7510: serialized at the call boundary; tests/cpu/test_backward_compile.py lists it, docs/NOTES.md).
+#if RTC_HEAD_DIM_MAX > 192 && RTC_MASK && RTC_KV != RTC_KV_DENSE
+#define BWD90_DKDV_STAGE __device__ __noinline__
+#else
+#define BWD90_DKDV_STAGE RTC_DEVICE
+#endif
+BWD90_DKDV_STAGE void dkdv_stage(const BwdParams& bp, rtc_u32 base) {
   const int n0 = blockIdx.x * kKvKeys;
   if (n0 >= seq_of(bp.a, blockIdx.z).len_k) return;
   // The ring's barriers, initialised behind the one CTA barrier of the stage, outside the warpgroups' branches below.
@@ -164,7 +172,9 @@ __device__ __noinline__ void dkdv_stage(const BwdParams& bp, rtc_u32 base) {
     dkdv_run<kD>(bp, base, 64 * wg, 0);
   } else {
     constexpr int kFirst = bwd_sm90_split_cols(kPlan);
-    if (wg == 0)
+    if constexpr (kFirst == kD - kFirst)  // even shares: one copy of the code, the columns by warpgroup
+      dkdv_run<kFirst>(bp, base, 0, wg * (kFirst / 64));
+    else if (wg == 0)
       dkdv_run<kFirst>(bp, base, 0, 0);
     else
       dkdv_run<kD - kFirst>(bp, base, 0, kFirst / 64);
