@@ -16,9 +16,10 @@ ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19"), (
 BUCKETS = coreport.buckets()
 # (round mode, dtype) of every variant: the bf16 modes, and fp16 (nearest even only).
 MODES = [(m, "bf16") for m in coreport.axis_values("round_mode")] + [("rtne", "fp16")]
-# gfx950 (compiled and checked, not run yet) on the warm default's round mode only: rtna / rtz change a few VALU ops of
-# the conversion, which gfx942 and gfx90a check; every bucket, dtype, mask and kv form stays.
-ARCH_MODES = [(a, m, t) for a in ARCHS for m, t in MODES if a != "gfx950" or m == "rtne"]
+# gfx90a and gfx950 on the warm default's round mode only (bf16 and fp16): rtna / rtz change a few VALU ops of the
+# conversion in the same source, which gfx942 checks in every variant; every bucket, dtype, mask and kv form stays on
+# every arch (CI's time: docs/NOTES.md).
+ARCH_MODES = [(a, m, t) for a in ARCHS for m, t in MODES if a == "gfx942" or m == "rtne"]
 ARCH_MODE_IDS = [f"{a}-{m}-{t}" for a, m, t in ARCH_MODES]
 # What the design puts where (docs/NOTES.md, "gfx942 per head-dim bucket"): q tiles of 16 rows per wave, Q tiles in
 # LDS, and the K rows' pitch in LDS (elements).

@@ -72,12 +72,15 @@ def _variants():
     quantized KV cache (kv_dtype other than "same"), one per (arch, kernel, kv_dtype): bucket 128, windowed, rtne,
     paged, bf16. What a quantized cache adds to the parameter block and the launch (the kv_dtype value, descales or
     scales and their strides, byte strides) is the same for every bucket, mask, rounding, kv form and dtype, and those
-    axes' launches are checked on the `same` variants: 18 compiles where every (kv form, dtype) would add 72."""
+    axes' launches are checked on the `same` variants: 18 compiles where every (kv form, dtype) would add 72. The
+    rounding mode changes no launch field either: gfx90a's variants are its rtne ones (bf16 and fp16), gfx942's every
+    mode."""
     m = manifest.load()
     return [v for op in m.ops if op not in NOT_YET for v in m.variants(op, archs=list(ARCHS))
-            if dict(v.values).get("kv_dtype", "same") == "same"
-            or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne", "paged",
-                                                                                    "bf16")]
+            if (v.arch == "gfx942" or v["round_mode"] == "rtne")
+            and (dict(v.values).get("kv_dtype", "same") == "same"
+                 or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne",
+                                                                                         "paged", "bf16"))]
 
 
 VARIANTS = _variants()
@@ -99,10 +102,12 @@ def _problem(v) -> dict:
     if v.kernel == "gfx942_decode":
         hk = 2
 
-    # One code object serves both layouts (the strides carry it): the rtna variants get [B, H, S, D] tensors,
-    # the others [B, S, H, D], so both stride orders reach every kernel, arch, mask and head dim.
+    # One code object serves both layouts (the strides carry it): the rtna variants (and gfx90a's fp16 ones) get
+    # [B, H, S, D] tensors, the others [B, S, H, D], so both stride orders reach every kernel, arch, mask and head dim.
+    bhsd = v["round_mode"] == "rtna" or (v.arch == "gfx90a" and v["dtype"] == "fp16")
+
     def strides(s):  # contiguous, in (batch, seq, head) order whatever the layout
-        return [h * s * d, d, s * d] if v["round_mode"] == "rtna" else [s * h * d, h * d, d]
+        return [h * s * d, d, s * d] if bhsd else [s * h * d, h * d, d]
 
     call = dict(ADDR, q_strides=strides(sq), k_strides=strides(sk), v_strides=strides(sk), o_strides=strides(sq),
                 batch=b, heads=h, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=window[0],
