@@ -3,9 +3,10 @@
 A stand-in libamdhip64 (hip_standin/libamdhip64.c, built here with gcc) exports what
 jit/runtime/loader_hip.cpp binds and records every module load (the image), function lookup and
 launch (grid, block, shared bytes, stream, the kernarg buffer from `extra`). A child process (this
-file run as a script, so the stand-in never enters the pytest process) builds every gfx942 and
-gfx90a variant that `python -m rtcattn warm --arch gfx942,gfx90a` builds, through dispatch.build,
-and launches each once through rtc_op_launch on vendor "hip". Each recorded launch is then checked
+file run as a script, so the stand-in never enters the pytest process) builds the forward's gfx942
+variants that `python -m rtcattn warm --all --arch gfx942` builds and gfx90a's rtne ones, and a sample
+of the backward's (both kernels, both archs; _variants), through dispatch.build, and launches each
+once through rtc_op_launch on vendor "hip" (the backward: its three stages). Each recorded launch is then checked
 against the code object's own AMDGPU metadata (llvm-readelf --notes) and its kernarg bytes decoded
 with the layout of the kernels' parameter structs (parsed from their headers, offsets from g++,
 the same offsets asserted for the amdgcn targets with clang) to the values of the call.
@@ -33,23 +34,26 @@ pytestmark = pytest.mark.slow
 
 ARCHS = ("gfx942", "gfx90a")
 STANDIN_SRC = os.path.join(HERE, "hip_standin", "libamdhip64.c")
-OP_DIR = os.path.join(ROOT, "op_sources", "attention_fwd")
+OP_DIRS = [os.path.join(ROOT, "op_sources", op) for op in ("attention_fwd", "attention_bwd")]
 COMMON = os.path.join(ROOT, "csrc_common")
-# The struct each kernel takes by value, and the headers declaring them (include names under OP_DIR, or COMMON:
-# attn_params.h, which the attention ops share).
-PARAM_STRUCT = {"baseline": "AttnParams", "gfx942": "Gfx942Params", "gfx942_decode": "DecodeParams"}
-PARAM_HEADERS = ("attn_params.h", "gfx942/params.h", "decode_params.h", "gfx942_decode/params.h")
+# The struct each (op, kernel) takes by value, and the headers declaring them (include names under an op's folder, or
+# COMMON: attn_params.h, which the attention ops share).
+PARAM_STRUCT = {("attention_fwd", "baseline"): "AttnParams", ("attention_fwd", "gfx942"): "Gfx942Params",
+                ("attention_fwd", "gfx942_decode"): "DecodeParams", ("attention_bwd", "baseline"): "BwdParams",
+                ("attention_bwd", "gfx942"): "BwdParams"}
+PARAM_HEADERS = ("attn_params.h", "gfx942/params.h", "decode_params.h", "gfx942_decode/params.h", "bwd_params.h")
+INCLUDES = [arg for d in (*OP_DIRS, COMMON) for arg in ("-I", d)]
 
 
 def _header(name: str) -> str:
-    """Where an include name of PARAM_HEADERS lives: the op's folder, else csrc_common (as the compilers find it)."""
-    path = os.path.join(OP_DIR, name)
-    return path if os.path.exists(path) else os.path.join(COMMON, name)
+    """Where an include name of PARAM_HEADERS lives: an op's folder, else csrc_common (as the compilers find it)."""
+    return next((p for p in (os.path.join(d, name) for d in OP_DIRS) if os.path.exists(p)), os.path.join(COMMON, name))
 
 
 # Fake device addresses above 2^32 (a pointer truncated to 32 bits shows) and a fake stream.
 ADDR = {"q": 0x7F1200010000, "k": 0x7F1300020000, "v": 0x7F1400030000, "o": 0x7F1500040000,
         "lse": 0x7F1600050000}
+GRAD_ADDR = {"dout": 0x7F2100010000, "dq": 0x7F2200020000, "dk": 0x7F2300030000, "dv": 0x7F2400040000}  # backward
 WORKSPACE = 0x7F1A00000000
 CU_Q, CU_K, TABLE = 0x7F1700060000, 0x7F1800070000, 0x7F1900080000  # packed sequences' metadata
 # A quantized cache's descales (FP8) or scales (FP4).
@@ -61,10 +65,13 @@ LDS_LIMIT = 65536
 LOG2E = 1.4426950408889634
 
 
-# Ops this test does not launch yet, and why. attention_bwd: its parameter block embeds AttnParams (a struct member,
-# which _struct_fields does not read) and it has no launch problem here; its HIP launches are open (docs/NOTES.md, the
-# backward's first step), its kernels run on the emulator (tests/emu/test_backward_emu.py).
-NOT_YET = {"attention_bwd"}
+# Ops this test does not launch yet, and why (none now).
+NOT_YET: set = set()
+# The backward's variants launched here (mask, kv, head dim, dtype, round mode): its parameter block (the forward's
+# AttnParams, then the gradients') and three launches are the same for every variant of a kernel but for the values the
+# sample varies: both layouts (rtna: [B, H, S, D]), a window over packed sequences, fp16, buckets 64-192.
+BWD_SAMPLE = {("none", "dense", 128, "bf16", "rtne"), ("window", "varlen", 64, "fp16", "rtne"),
+              ("window", "dense", 192, "bf16", "rtna")}
 
 
 def _variants():
@@ -76,11 +83,15 @@ def _variants():
     rounding mode changes no launch field either: gfx90a's variants are its rtne ones (bf16 and fp16), gfx942's every
     mode."""
     m = manifest.load()
+
+    def keep(v):
+        if v.op == "attention_bwd":
+            return (v["mask"], v["kv"], v["head_dim"], v["dtype"], v["round_mode"]) in BWD_SAMPLE
+        return (dict(v.values).get("kv_dtype", "same") == "same"
+                or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne",
+                                                                                        "paged", "bf16"))
     return [v for op in m.ops if op not in NOT_YET for v in m.variants(op, archs=list(ARCHS))
-            if (v.arch == "gfx942" or v["round_mode"] == "rtne")
-            and (dict(v.values).get("kv_dtype", "same") == "same"
-                 or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne",
-                                                                                         "paged", "bf16"))]
+            if (v.arch == "gfx942" or v["round_mode"] == "rtne") and keep(v)]
 
 
 VARIANTS = _variants()
@@ -88,7 +99,7 @@ VARIANTS = _variants()
 
 def _problem(v) -> dict:
     """The op_args values of the one call made for variant v (fake addresses: the stand-in runs nothing)."""
-    if v.op != "attention_fwd":
+    if v.op not in ("attention_fwd", "attention_bwd"):
         raise NotImplementedError(f"no launch problem for op {v.op!r}; add one to {__file__}")
     d = v["head_dim"]
     # gfx942: 2*50*22 = 2200 q blocks of 384 rows on 304 CUs leave a tail of 72 (head-dim buckets up to 128; 3200
@@ -98,7 +109,8 @@ def _problem(v) -> dict:
     # the planner splits (attention, merge).
     b, h, sq, sk = {"gfx942": (2, 50, 8192, 8000), "gfx942_decode": (2, 8, 3, 5000)}.get(v.kernel, (2, 3, 40, 50))
     # A masked variant gets a window (left 17, causal) and, where it takes one, a K/V head count below h.
-    hk, window = (h, (-1, -1)) if v["mask"] == "none" else (1 if v.kernel == "baseline" else h, (17, 0))
+    gqa = v.kernel == "baseline" or v.op == "attention_bwd"
+    hk, window = (h, (-1, -1)) if v["mask"] == "none" else (1 if gqa else h, (17, 0))
     if v.kernel == "gfx942_decode":
         hk = 2
 
@@ -121,6 +133,10 @@ def _problem(v) -> dict:
             call.update(k_strides=[16 * hk * d, hk * d, d], v_strides=[16 * hk * d, hk * d, d], total_k=0,
                         block_table=TABLE, page_size=16, num_pages=pages, pages_per_seq=sk // 16 + 1,
                         table_stride=sk // 16 + 2)
+    if v.op == "attention_bwd":  # the gradients: dO and dQ in q's shape and strides, dK and dV in k's
+        call.update(GRAD_ADDR, dout_strides=call["q_strides"], dq_strides=call["q_strides"],
+                    dk_strides=call["k_strides"], dv_strides=call["k_strides"], deterministic=0)
+        del call["tail_split"], call["num_cus"]
     kv_dtype = dict(v.values).get("kv_dtype", "same")
     if kv_dtype != "same":  # the axis's value in the block; FP8: per (sequence, head) descales; FP4: HND bytes
         call.update(kv_dtype=manifest.load().op(v.op).axis("kv_dtype").define_value(kv_dtype))
@@ -196,7 +212,8 @@ def _need_tools():
 
 
 def _struct_fields(text: str, name: str):
-    """(base struct or None, member names in order) of `struct name [: base] { ... };` in a header."""
+    """(base struct or None, member names in order) of `struct name [: base] { ... };` in a header; a member whose
+    type is another struct of the headers is named by its own members (`a.q`, `a.k`, ...)."""
     m = re.search(rf"struct\s+{name}\s*(?::\s*(\w+)\s*)?\{{(.*?)\}};", text, re.S)
     assert m, f"struct {name} not found"
     body = re.sub(r"//[^\n]*|/\*.*?\*/", "", m.group(2), flags=re.S)
@@ -207,7 +224,11 @@ def _struct_fields(text: str, name: str):
             continue
         assert not re.search(r"[\[\(\{=]", decl), f"struct {name}: cannot read the member declaration {decl!r}"
         first, *rest = decl.split(",")
-        names += [re.findall(r"\w+", first)[-1]] + [r.strip() for r in rest]
+        words = re.findall(r"\w+", first)
+        if len(words) == 2 and re.search(rf"struct\s+{words[0]}\b", text):  # a struct member: its fields
+            names += [f"{words[1]}.{f}" for f in _struct_fields(text, words[0])[1]]
+            continue
+        names += [words[-1]] + [r.strip() for r in rest]
     return m.group(1), names
 
 
@@ -239,7 +260,7 @@ def param_layout(tmp_path_factory):
     lines += ['std::printf("}\\n");', "return 0; }"]
     src, exe = work / "layout.cpp", work / "layout"
     src.write_text("\n".join(lines) + "\n")
-    inc = ["-I", OP_DIR, "-I", COMMON]
+    inc = INCLUDES
     subprocess.run([GXX, "-std=c++17", "-Wno-invalid-offsetof", *inc, str(src), "-o", str(exe)], check=True)
     layout = json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
     checks = [f'#include "{h}"' for h in PARAM_HEADERS]
@@ -330,6 +351,12 @@ def _f32(x: float) -> float:
 def _expected_params(rec: dict, stage: int) -> dict:
     """Every field of the kernel's parameter struct, from the call's arguments (and, for the fast kernel, its plan)."""
     a, plan = rec["values"], rec["plan"]
+    if rec["op"] == "attention_bwd":  # the forward's block (as the forward baseline's), then the gradients'
+        want = {f"a.{f}": x for f, x in _expected_params(dict(rec, op="attention_fwd", kernel="baseline"), 0).items()}
+        want.update(dout=a["dout"], dlse=0, dq=a["dq"], dk=a["dk"], dv=a["dv"], delta=a["workspace"], stage=stage)
+        for t, name in (("do", "dout"), ("dq", "dq"), ("dk", "dk"), ("dv", "dv")):
+            want.update(zip((f"{t}_sb", f"{t}_ss", f"{t}_sh"), a[f"{name}_strides"]))
+        return want
     scale = _f32(a["softmax_scale"])
     want = {f: a[f] for f in ("q", "k", "v", "o", "lse", "batch", "heads", "seq_q", "seq_k", "head_dim", "heads_k",
                               "window_left", "window_right")}
@@ -364,7 +391,9 @@ def test_every_variant_loaded_once_through_the_standin(hip_run):
     assert {c["device"] for c in _by_call(calls, "hipSetDevice") + _by_call(calls, "hipGetDevice")} <= {0}
     # gfx942: V^T, attention and (the dense problem splits its tail) the merge; packed calls never split.
     # gfx942_decode: attention and (the problem splits) the merge.
-    n_launches = sum((3 if "-dense-" in r["name"] else 2) if r["kernel"] == "gfx942" else
+    # attention_bwd: delta, dK / dV, dQ.
+    n_launches = sum(3 if r["op"] == "attention_bwd" else
+                     (3 if "-dense-" in r["name"] else 2) if r["kernel"] == "gfx942" else
                      2 if r["kernel"] == "gfx942_decode" else 1 for r in res["variants"])
     assert len(_by_call(calls, "hipModuleLaunchKernel")) == n_launches
 
@@ -386,10 +415,19 @@ def test_launch_matches_code_object(hip_run, param_layout, index):
     assert notes[".wavefront_size"] == 64, (tag, notes)
 
     plan, a = rec["plan"], rec["values"]
-    if rec["kernel"] == "gfx942":  # the bucket's work item: 3 q tiles of 16 rows per wave up to 128, 2 at 192, 1 at 256
+    if rec["op"] == "attention_fwd" and rec["kernel"] == "gfx942":
+        # the bucket's work item: 3 q tiles of 16 rows per wave up to 128, 2 at 192, 1 at 256
         assert plan["bucket"] == a["head_dim"], plan
         assert plan["q_rows"] == {64: 384, 96: 384, 128: 384, 192: 256, 256: 128}[plan["bucket"]], plan
-    if rec["kernel"] == "gfx942" and "-dense-" not in rec["name"]:
+    if rec["op"] == "attention_bwd":  # delta a thread a row; dK / dV a block per key tile; dQ a block per row tile
+        rows, keys, block = {"baseline": (16, 16, 128), "gfx942": (64, 64, 256)}[rec["kernel"]]
+        grids = [(math.ceil(a["seq_q"] / block), a["heads"], a["batch"]),
+                 (math.ceil(a["seq_k"] / keys), a["heads_k"], a["batch"]),
+                 (math.ceil(a["seq_q"] / rows), a["heads"], a["batch"])]
+        assert [plan["delta_grid_x"], plan["dkdv_grid_x"], plan["dq_grid_x"]] == [g[0] for g in grids], plan
+        assert plan["block"] == block and a["workspace_bytes"] == plan["workspace_bytes"] > 0, (a, plan)
+        want = [(g, (block, 1, 1)) for g in grids]
+    elif rec["kernel"] == "gfx942" and "-dense-" not in rec["name"]:
         # Packed sequences: no tail split; V^T then attention over every (q block, head, sequence) of the
         # longest sequence (blocks past a sequence's end exit at once).
         assert plan["split_g"] == 1 and plan["tail"] == 0 and "grid_merge" not in plan, plan
@@ -420,7 +458,8 @@ def test_launch_matches_code_object(hip_run, param_layout, index):
         want = [((plan["grid_x"], plan["grid_y"], plan["grid_z"]), (plan["block"], 1, 1))]
     assert [(tuple(c["grid"]), tuple(c["block"])) for c in launches] == want, f"{tag}: launches {launches}"
 
-    layout = param_layout[PARAM_STRUCT[rec["kernel"]]]
+    struct_name = PARAM_STRUCT[(rec["op"], rec["kernel"])]
+    layout = param_layout[struct_name]
     for stage, c in enumerate(launches):
         size, what = c["size"], f"{tag} launch {stage}"
         assert c["stream"] == STREAM and c["shared_bytes"] == 0, (what, c)
@@ -433,11 +472,12 @@ def test_launch_matches_code_object(hip_run, param_layout, index):
             f"{what}: kernarg block of {size} bytes passed, the kernel's explicit args {explicit}"
         assert all(x[".offset"] >= size for x in hidden), (what, notes[".args"])
         assert notes[".kernarg_segment_size"] >= size, (what, notes[".kernarg_segment_size"], size)
-        assert size == layout["size"], f"{what}: {size} bytes passed, sizeof {PARAM_STRUCT[rec['kernel']]} " \
-                                       f"= {layout['size']}"
+        assert size == layout["size"], f"{what}: {size} bytes passed, sizeof {struct_name} = {layout['size']}"
         threads = c["block"][0] * c["block"][1] * c["block"][2]
         assert threads <= notes[".max_flat_workgroup_size"], (what, threads, notes[".max_flat_workgroup_size"])
-        if rec["kernel"] == "gfx942":
+        if rec["op"] == "attention_bwd":
+            assert threads == notes[".max_flat_workgroup_size"], (what, threads)
+        elif rec["kernel"] == "gfx942":
             assert threads == notes[".max_flat_workgroup_size"] == 512, (what, threads)
         if rec["kernel"] == "gfx942_decode":
             assert threads == notes[".max_flat_workgroup_size"] == 64, (what, threads)
