@@ -24,8 +24,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
     config.addinivalue_line("markers", "no_asan: cannot run with ASan loaded (e.g. limits its child's address space); "
                                        "skipped by bash .ci/sanitize")
-    config.addinivalue_line("markers", "xdist_group(name): the tests one pytest-xdist worker runs in order "
-                                       "(--dist loadgroup, .ci/run)")
 
 
 def _gpu_available():
@@ -40,21 +38,7 @@ def _asan_loaded():
     return "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
-# Files that reuse each other's code objects through the user cache, in this order (the ISA files compile every
-# gfx942-kernel variant up front; the HIP launch test's child reads them): one pytest-xdist worker runs them together.
-SHARED_BUILDS = ("tests/cpu/test_gfx942_decode_isa.py", "tests/cpu/test_gfx942_isa.py", "tests/cpu/test_hip_launch.py")
-
-
-def _xdist_groups(items):
-    """Under `-n N --dist loadgroup` (.ci/run) a worker takes a whole file at a time (its module fixtures build once),
-    and the SHARED_BUILDS files as one group."""
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("shared-builds" if path in SHARED_BUILDS else path))
-
-
 def pytest_collection_modifyitems(config, items):
-    _xdist_groups(items)
     if _asan_loaded():  # ASan reserves terabytes of address space: an RLIMIT_AS child cannot start
         no_asan = pytest.mark.skip(reason="cannot run under ASan (bash .ci/sanitize)")
         for item in items:
