@@ -86,6 +86,22 @@ RTC_DEVICE rtc_u32 ld_global_nc_u8(const unsigned char* src) {
   return v;
 }
 
+// dst[0..3] += x, y, z, w as one vector reduction in L2 (no value returned; 16-byte aligned dst).
+RTC_DEVICE void red_add_v4_f32(float* dst, float x, float y, float z, float w) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+// 16 bytes of global memory as four floats, stored.
+RTC_DEVICE void st_global_v4_f32(float* dst, float x, float y, float z, float w) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+// 16 bytes of global memory as four floats, loaded.
+RTC_DEVICE void ld_global_v4_f32(float (&v)[4], const float* src) {
+  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+               : "l"(src)
+               : "memory");
+}
+
 RTC_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits for every cp.async of this thread, committed or not.
 RTC_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }

@@ -109,6 +109,12 @@ template <int N, Elem E> struct WgmmaSS;
 // D (+)= A * B with A (64x16) in registers (a0..a3: the mma.m16n8k16 A-fragment per warp) and B (16 rows of
 // K x N columns, N contiguous: "MN-major", transposed) in shared memory.
 template <int N, Elem E> struct WgmmaRS;
+// D (+)= A * B with A (64 x 16, its 64 rows contiguous: "MN-major") and B (16 x N, N contiguous) both in shared
+// memory: both operands transposed against WgmmaSS.
+template <int N, Elem E> struct WgmmaSSMN;
+// D (+)= A * B with A (64 x 16, K-major) and B (16 x N, N contiguous) both in shared memory: B transposed against
+// WgmmaSS, as WgmmaRS's.
+template <int N, Elem E> struct WgmmaSSBMN;
 // clang-format off
 #define SM90_DEFINE_SS(N, R, T, IA, IB, IP) \
   template <> struct WgmmaSS<N, Elem::T> { \
@@ -116,6 +122,16 @@ template <int N, Elem E> struct WgmmaRS;
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IP ", 0;\n" \
                    " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T "." #T " " SM90_ACC##R##_STR \
                    ", %" #IA ", %" #IB ", p, 1, 1, 0, 0;\n}\n" \
+                   : SM90_ACC##R##_OPS(d) \
+                   : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+    } \
+  };
+#define SM90_DEFINE_SS_T(NAME, TA, N, R, T, IA, IB, IP) \
+  template <> struct NAME<N, Elem::T> { \
+    static RTC_DEVICE void k16(float (&d)[R], rtc_u64 desc_a, rtc_u64 desc_b, int accumulate) { \
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IP ", 0;\n" \
+                   " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T "." #T " " SM90_ACC##R##_STR \
+                   ", %" #IA ", %" #IB ", p, 1, 1, " #TA ", 1;\n}\n" \
                    : SM90_ACC##R##_OPS(d) \
                    : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
     } \
@@ -161,6 +177,18 @@ SM90_DEFINE_SS(240, 120, bf16, 120, 121, 122)
 SM90_DEFINE_SS(240, 120, f16, 120, 121, 122)
 SM90_DEFINE_SS(256, 128, bf16, 128, 129, 130)
 SM90_DEFINE_SS(256, 128, f16, 128, 129, 130)
+SM90_DEFINE_SS_T(WgmmaSSMN, 1, 32, 16, bf16, 16, 17, 18)
+SM90_DEFINE_SS_T(WgmmaSSMN, 1, 32, 16, f16, 16, 17, 18)
+SM90_DEFINE_SS_T(WgmmaSSMN, 1, 64, 32, bf16, 32, 33, 34)
+SM90_DEFINE_SS_T(WgmmaSSMN, 1, 64, 32, f16, 32, 33, 34)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 32, 16, bf16, 16, 17, 18)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 32, 16, f16, 16, 17, 18)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 64, 32, bf16, 32, 33, 34)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 64, 32, f16, 32, 33, 34)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 96, 48, bf16, 48, 49, 50)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 96, 48, f16, 48, 49, 50)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 128, 64, bf16, 64, 65, 66)
+SM90_DEFINE_SS_T(WgmmaSSBMN, 0, 128, 64, f16, 64, 65, 66)
 SM90_DEFINE_RS(32, 16, bf16, 16, 17, 18, 19, 20, 21)
 SM90_DEFINE_RS(32, 16, f16, 16, 17, 18, 19, 20, 21)
 SM90_DEFINE_RS(64, 32, bf16, 32, 33, 34, 35, 36, 37)
@@ -180,5 +208,6 @@ SM90_DEFINE_RS(256, 128, f16, 128, 129, 130, 131, 132, 133)
 // clang-format on
 #undef SM90_DEFINE_SS
 #undef SM90_DEFINE_RS
+#undef SM90_DEFINE_SS_T
 
 }  // namespace sm90

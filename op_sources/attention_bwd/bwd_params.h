@@ -17,9 +17,12 @@ struct BwdParams {
   rtc_elem_t* dv;
   rtc_i64 dv_sb, dv_ss, dv_sh;
   float* delta;               // workspace: delta_i = rowsum(dO_i o_i) - dlse_i, fp32 in the LSE's layout
-  int stage;                  // BWD_STAGE_*: the launches of one call, in order
+  float* dq_accum;            // null, or (a kernel that adds dQ up in fp32 from its DKDV stage) workspace: the sums,
+      // in the kernel's own layout, zeroed by its delta stage and rounded into dq by DQ_STORE
+  int stage;  // BWD_STAGE_*: the launches of one call, in order
 };
 
 #define BWD_STAGE_DELTA 0  // delta, one thread a row
-#define BWD_STAGE_DKDV 1   // dK and dV, a block per key tile of one K/V head
-#define BWD_STAGE_DQ 2     // dQ, a block per query tile of one head
+#define BWD_STAGE_DKDV 1  // dK and dV, a block per key tile of one K/V head
+#define BWD_STAGE_DQ 2  // dQ, a block per query tile of one head
+#define BWD_STAGE_DQ_STORE 3  // (dq_accum set, in place of BWD_STAGE_DQ) dq from the fp32 sums

@@ -1,10 +1,13 @@
-// Fast attention backward for sm_90a (H100/H200) on wgmma, bf16 and fp16: the baseline's three launches (bwd_params.h
-// stages: delta, dK and dV, dQ), each a pure function of its inputs with no atomics, so the gradients are the same bits
-// run to run whatever `deterministic` asks. The dQ stage forms S and dP again (seven GEMMs a (row, key) block where a
-// fused kernel with dQ atomics forms five). Numerics are the baseline's (docs/numerics.md, the backward), the sums'
-// order aside: fp32 accumulators over the tensor cores' sums.
+// Fast attention backward for sm_90a (H100/H200) on wgmma, bf16 and fp16, in three launches (bwd_params.h stages):
+//   deterministic: delta, dK and dV, dQ: each a pure function of its inputs with no atomics, the gradients the same
+//     bits run to run; the dQ stage forms S and dP again (seven GEMMs a (row, key) block).
+//   not: delta (and the fp32 dQ sums zeroed), dK and dV with dQ added into the sums (five GEMMs a block, fp32 vector
+//     reductions), DQ_STORE (the sums rounded into dq).
+// Numerics are the baseline's (docs/numerics.md, the backward), the sums' order aside: fp32 accumulators over the
+// tensor cores' sums.
 // This file is the kernel's top level; the roles are in sm90/: plan.h (per-bucket tiles, host and kernel), tiles.h
-// (shared-memory tiles, copies, GEMM issue), pairs.h (P, dS, packing, stores), dkdv.h and dq.h (the two stages).
+// (shared-memory tiles, copies, GEMM issue), pairs.h (P, dS, packing, stores), dkdv.h and dq.h (the two stages),
+// dq_accum.h (the fused dQ: its GEMMs, reductions, zeroing and store).
 #include "platform.h"
 #include "bwd_common.h"
 #include "ptx_sm90.h"
@@ -12,6 +15,7 @@
 #include "sm90/plan.h"
 #include "sm90/tiles.h"
 #include "sm90/pairs.h"
+#include "sm90/dq_accum.h"
 #include "sm90/dkdv.h"
 #include "sm90/dq.h"
 
@@ -23,7 +27,12 @@
 extern "C" __global__ void __launch_bounds__(BWD_SM90_THREADS, 1)
     attention_bwd_sm90(const __grid_constant__ BwdParams bp) {
   if (bp.stage == BWD_STAGE_DELTA) {
+    if (bp.dq_accum) bwd90::zero_dq_tiles(bp);
     bwd::delta_stage(bp, BWD_SM90_THREADS);
+    return;
+  }
+  if (bp.stage == BWD_STAGE_DQ_STORE) {
+    bwd90::dq_store_stage(bp);
     return;
   }
   extern __shared__ __align__(1024) unsigned char smem_raw[];

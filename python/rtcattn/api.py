@@ -33,7 +33,7 @@ def _wants_lse(return_lse: bool, *tensors) -> bool:
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             round_mode: str = "rtne", softmax_scale: float | None = None,
             out: torch.Tensor | None = None, return_lse: bool = False, causal: bool = False,
-            window_size: tuple[int, int] = (-1, -1)):
+            window_size: tuple[int, int] = (-1, -1), deterministic: bool = False):
     """O = softmax(scale * Q K^T) V for bf16 or fp16 q, k, v (one dtype for all, and out's) in layout "bshd"
     ([B,S,H,D]) or "bhsd" ([B,H,S,D]); out has q's dtype.
 
@@ -45,15 +45,18 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     row i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right (-1: unbounded; causal: right = 0).
     Returns out, or (out, lse) with lse fp32 [B, H, Sq] (natural log) when return_lse.
     Differentiable (without out=): the backward (torch.ops.rtcattn.bwd) gives q, k and v their gradients, the LSE's
-    own gradient included when the caller uses it (docs/numerics.md, the backward).
+    own gradient included when the caller uses it (docs/numerics.md, the backward). deterministic (the backward's, as
+    flash-attn's): True gives the same gradient bits every run; False (the default) lets a kernel add dQ up with
+    atomics in any order (the sm90 kernel up to head dim 128), faster, its bits free to differ run to run.
     """
     _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
+    checks.check_bool("deterministic", deterministic)
     left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, _wants_lse(return_lse, q, k, v), left,
-                                         right)
+                                         right, deterministic)
     else:
         lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse, left, right)
     return (out, lse) if return_lse else out
@@ -65,7 +68,8 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
                    return_lse: bool = False, causal: bool = False, window_size: tuple[int, int] = (-1, -1),
                    block_table: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
                    v_descale: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
-                   k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None):
+                   k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                   deterministic: bool = False):
     """forward() over a batch of sequences packed along one token dimension (the serving layout).
 
     q [total_q, Hq, D] bf16 or fp16 (k, v and out of the same dtype); sequence b owns rows
@@ -84,10 +88,12 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     quantized to FP8 E4M3 per (row, head) by a power-of-two scale: decode calls (at most 16 query rows a sequence)
     on gfx950 only; elsewhere the call is refused by name.
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
-    Differentiable (without out=, a block table or a quantized cache) as forward() is (torch.ops.rtcattn.bwd_varlen).
+    Differentiable (without out=, a block table or a quantized cache) as forward() is (torch.ops.rtcattn.bwd_varlen),
+    deterministic as forward()'s.
     """
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
+    checks.check_bool("deterministic", deterministic)
     left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("block_table", block_table)):
@@ -97,7 +103,7 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                 _wants_lse(return_lse, q, k, v), left, right, block_table, None,
-                                                **quant)
+                                                **quant, deterministic=deterministic)
     else:
         lse = torch.ops.rtcattn.fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                return_lse, left, right, block_table, None, **quant)
@@ -150,8 +156,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 
     q, k, v: bf16 or fp16, one dtype. how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ, for bf16
     conversions only (as its name says): fp16 rounds to nearest even. Returns out, or (out, softmax_lse) when
-    return_lse, as AITER does. Differentiable as forward() is; every call, forward and backward, gives the same bits
-    run to run, whatever `deterministic` says.
+    return_lse, as AITER does. Differentiable as forward() is; `deterministic` is the backward's (forward()'s; True
+    by default here, as AITER's): the forward gives the same bits run to run either way.
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes)):
@@ -164,7 +170,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
             _unsupported(name, type(value).__name__, "None (packed sequences go to flash_attn_varlen_func)")
     checks.check_bool("deterministic", deterministic)
     return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale, return_lse=return_lse,
-                   causal=causal, window_size=window_size)
+                   causal=causal, window_size=window_size, deterministic=deterministic)
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -186,8 +192,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     k_scale / v_scale (FP4, paged), as forward_varlen takes them.
     Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
     kernels may use; it does not change the result, so it is accepted and ignored.
-    Differentiable as forward_varlen() is; every call, forward and backward, gives the same bits run to run, whatever
-    `deterministic` says.
+    Differentiable as forward_varlen() is; `deterministic` is the backward's (forward()'s; False by default here, as
+    AITER's): the forward gives the same bits run to run either way.
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt, logits_soft_cap, max_seqlen_q,
                          max_seqlen_k, min_seqlen_q)
@@ -201,7 +207,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     return forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode=mode,
                           softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
                           window_size=window_size, block_table=block_table, k_descale=k_descale,
-                          v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale)
+                          v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale,
+                          deterministic=deterministic)
 
 
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

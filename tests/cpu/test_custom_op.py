@@ -31,8 +31,8 @@ def targets(gm):
 def test_ops_registered_with_schema():
     schema = str(torch.ops.rtcattn.fwd.default._schema)
     assert schema.startswith("rtcattn::fwd(Tensor q, Tensor k, Tensor v, str layout, str round_mode, "
-                             "float? softmax_scale, bool return_lse, int window_left=-1, int window_right=-1) "
-                             "-> (Tensor, Tensor)")
+                             "float? softmax_scale, bool return_lse, int window_left=-1, int window_right=-1, "
+                             "bool deterministic=False) -> (Tensor, Tensor)")
     out_schema = str(torch.ops.rtcattn.fwd_out.default._schema)
     assert "Tensor(a" in out_schema and "!) out" in out_schema   # declares the mutation of out
 

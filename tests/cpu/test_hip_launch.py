@@ -353,7 +353,8 @@ def _expected_params(rec: dict, stage: int) -> dict:
     a, plan = rec["values"], rec["plan"]
     if rec["op"] == "attention_bwd":  # the forward's block (as the forward baseline's), then the gradients'
         want = {f"a.{f}": x for f, x in _expected_params(dict(rec, op="attention_fwd", kernel="baseline"), 0).items()}
-        want.update(dout=a["dout"], dlse=0, dq=a["dq"], dk=a["dk"], dv=a["dv"], delta=a["workspace"], stage=stage)
+        want.update(dout=a["dout"], dlse=0, dq=a["dq"], dk=a["dk"], dv=a["dv"], delta=a["workspace"], stage=stage,
+                    dq_accum=0)  # the fused dQ's sums: the sm90 kernel's alone
         for t, name in (("do", "dout"), ("dq", "dq"), ("dk", "dk"), ("dv", "dv")):
             want.update(zip((f"{t}_sb", f"{t}_ss", f"{t}_sh"), a[f"{name}_strides"]))
         return want

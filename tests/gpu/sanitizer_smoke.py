@@ -158,24 +158,25 @@ def decode_quantized(gen) -> set:
 
 
 def backward(gen) -> set:
-    """The backward (attention_bwd: the sm90 kernel on sm_90a, its three stages) through autograd: dense with GQA,
-    rows that see no key and Sq, Sk of 1, 17, 300, D 64 and 200 (the 256 bucket's split key blocks); packed with
-    lengths 0, 1, past a tile, and with decreasing / out-of-range cu_seqlens (nothing outside the tensors)."""
+    """The backward (attention_bwd: the sm90 kernel on sm_90a, its three stages; up to head dim 128 the fused dQ, or
+    with deterministic the DQ stage) through autograd: dense with GQA, rows that see no key and Sq, Sk of 1, 17, 300,
+    D 64 (both dQ paths) and 200 (the 256 bucket's split key blocks); packed with lengths 0, 1, past a tile, and with
+    decreasing / out-of-range cu_seqlens (nothing outside the tensors), both dQ paths."""
     ran = set()
     os.environ.pop("RTCATTN_KERNEL", None)
-    for d, dt in ((64, BF16), (200, F16)):
+    for d, dt, det in ((64, BF16, False), (64, F16, True), (200, F16, False)):
         for sq, sk, window in ((1, 1, (-1, -1)), (17, 300, (-1, 0)), (300, 17, (-1, 0)), (33, 60, (5, 2))):
             q = torch.randn(2, sq, 4, d, generator=gen, device="cuda").to(dt).requires_grad_()
             k, v = (torch.randn(2, sk, 2, d, generator=gen, device="cuda").to(dt).requires_grad_() for _ in range(2))
-            rtcattn.forward(q, k, v, window_size=window).float().square().sum().backward()
+            rtcattn.forward(q, k, v, window_size=window, deterministic=det).float().square().sum().backward()
             torch.cuda.synchronize()
             assert all(torch.isfinite(t.grad.float()).all() for t in (q, k, v))
     cu = torch.tensor([0, 1, 1, 131, 148], dtype=torch.int32, device="cuda")
     bad_cu = torch.tensor([0, 140, 20, 10_000, -7], dtype=torch.int32, device="cuda")
-    for cq in (cu, bad_cu):
+    for cq, det in ((cu, False), (bad_cu, False), (bad_cu, True)):
         q = torch.randn(148, 4, 64, generator=gen, device="cuda").to(BF16).requires_grad_()
         k, v = (torch.randn(148, 2, 64, generator=gen, device="cuda").to(BF16).requires_grad_() for _ in range(2))
-        rtcattn.forward_varlen(q, k, v, cq, cq, 130, 130, causal=True).float().sum().backward()
+        rtcattn.forward_varlen(q, k, v, cq, cq, 130, 130, causal=True, deterministic=det).float().sum().backward()
         torch.cuda.synchronize()
     from rtcattn.ops.attention_bwd import selection
     out, lse = rtcattn.forward(q[None, :20], k[None, :20], v[None, :20], return_lse=True)

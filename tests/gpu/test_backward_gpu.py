@@ -54,7 +54,27 @@ def test_packed(window):
 
 def test_empty_rows_unseen_keys_and_determinism():
     suite.check_empty_rows_and_unseen_keys("cuda")
-    suite.check_determinism("cuda")
+    for d in (64, 128, 256):
+        suite.check_determinism("cuda", d=d, sk=900)
+
+
+@pytest.mark.parametrize("d", [40, 96, 128, 192])
+def test_deterministic_path(d):
+    """deterministic=True: the sm90 kernel's DQ stage instead of the fused dQ (up to head dim 128; past it both take
+    the DQ stage), dense with a window and packed."""
+    suite.check_dense("cuda", "bshd", 1, 4, 2, 300, 700, d, window=(-1, 0), what=f"D {d} deterministic",
+                      deterministic=True)
+    suite.check_packed("cuda", [17, 0, 1, 300, 129], [40, 3, 1, 300, 0], 4, 2, d, deterministic=True)
+
+
+def test_fused_dq_is_within_the_rule_and_close_to_the_deterministic_path():
+    """The fused dQ (deterministic=False, the default) against the DQ stage's: within the rule each (check_dense), and
+    dq within a few fp32 sums' order of each other (dk, dv: the same kernel code, the same bits)."""
+    q, k, v, dout = suite.dense_inputs("bshd", 2, 4, 2, 500, 1100, 128, "cuda", seed=3)
+    a = suite.dense_grads(q, k, v, dout, window=(-1, 0), deterministic=False)
+    b = suite.dense_grads(q, k, v, dout, window=(-1, 0), deterministic=True)
+    assert torch.equal(a[3], b[3]) and torch.equal(a[4], b[4])
+    assert torch.allclose(a[2].float(), b[2].float(), rtol=2e-2, atol=1e-3), (a[2] - b[2]).abs().max()
 
 
 def test_training_step_loss_goes_down_as_with_sdpa():

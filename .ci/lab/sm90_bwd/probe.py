@@ -1,6 +1,6 @@
 """Lab probe (not a product benchmark): the backward alone, rtcattn against torch SDPA's cuDNN backend and FA4 (when
 installed), a few shapes, CUDA events over `reps` calls after warm-ups; then rtcattn's three launches' times from the
-profiler. Usage: python3 .ci/lab/sm90_bwd/probe.py [reps] [D,...]"""
+profiler. Usage: python3 .ci/lab/sm90_bwd/probe.py [reps] [D,...] [det]"""
 import sys
 
 import torch
@@ -9,6 +9,7 @@ import rtcattn
 
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 dims = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [64, 128, 256]
+DET = len(sys.argv) > 3 and sys.argv[3] == "det"  # rtcattn's and FA4's deterministic flag (default: off)
 SHAPES = {64: (2, 32, 8192), 96: (2, 24, 8192), 128: (2, 24, 8192), 192: (2, 16, 8192), 256: (2, 8, 8192)}
 
 
@@ -29,7 +30,7 @@ def case(b, h, s, d, causal):
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
                for _ in range(3))
-    o = rtcattn.flash_attn_func(q, k, v, causal=causal)
+    o = rtcattn.flash_attn_func(q, k, v, causal=causal, deterministic=DET)
     do = torch.randn_like(o)
     ours = timed(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
     qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
@@ -42,7 +43,7 @@ def case(b, h, s, d, causal):
     try:
         from flash_attn.cute import flash_attn_func
         qf, kf, vf = (t.detach().requires_grad_() for t in (q, k, v))
-        of = flash_attn_func(qf, kf, vf, causal=causal)
+        of = flash_attn_func(qf, kf, vf, causal=causal, deterministic=DET)
         of = of[0] if isinstance(of, tuple) else of
         fa4 = timed(lambda: torch.autograd.grad(of, (qf, kf, vf), do, retain_graph=True))
     except Exception as e:  # a lab probe: FA4 may be absent

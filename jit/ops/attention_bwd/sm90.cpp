@@ -1,6 +1,7 @@
 // Host side of the sm_90a backward (sm90.cu): three launches of 256-thread CTAs: delta a thread a query row, dK / dV
-// a CTA per key block of one K/V head, dQ a CTA per 128 query rows of one head; the tiles of each bucket from the
-// plan the kernel reads (sm90/plan.h).
+// a CTA per key block of one K/V head, dQ (or, without `deterministic`, DQ_STORE of the fp32 sums the dK / dV stage
+// added dQ into) a CTA per 128 query rows of one head; the tiles of each bucket from the plan the kernel reads
+// (sm90/plan.h).
 #include "op.h"
 #include "common.h"
 #include "sm90/plan.h"
@@ -15,12 +16,24 @@ BwdSm90Plan plan_of(const AttentionBwdArgs& a) { return bwd_sm90_plan(int(a.head
 // Whether the call has a window (the variant's RTC_MASK: the forward's rule).
 bool masked(const AttentionBwdArgs& a) { return ::masked(forward_call(a)); }
 
+// Without `deterministic`, dQ is added up in fp32 by the dK / dV stage (sm90/dq_accum.h), at the buckets that fuse it.
+bool fused(const AttentionBwdArgs& a) { return a.deterministic == 0 && bwd_sm90_dq_fused(plan_of(a)); }
+bool packed(const AttentionBwdArgs& a) { return kv_mode(forward_call(a)) != RTC_KV_DENSE; }
+
+// The workspace: delta (fp32, the LSE's layout), then (fused) the dQ sums from the next 16-byte boundary.
+int64_t accum_offset(const AttentionBwdArgs& a) { return (delta_bytes(a) + 15) / 16 * 16; }
+int64_t accum_bytes(const AttentionBwdArgs& a) {
+  if (!fused(a)) return 0;
+  const int64_t blocks = bwd_sm90_dq_blocks(packed(a), a.batch, a.seq_q, a.total_q);
+  return blocks * a.heads * bwd_sm90_dq_chunks(plan_of(a)) * BWD_SM90_DQ_TILE * int64_t(sizeof(float));
+}
+
 // The grid of each stage: (CTAs along the rows or keys, heads, batch). y and z are limited to 65535.
 void grid_of(const AttentionBwdArgs& a, int stage, unsigned (&grid)[3]) {
   const BwdSm90Plan pl = plan_of(a);
   const int64_t per = stage == BWD_STAGE_DELTA  ? BWD_SM90_THREADS
                       : stage == BWD_STAGE_DKDV ? bwd_sm90_kv_keys(pl)
-                                                : bwd_sm90_dq_rows(pl);
+                                                : bwd_sm90_dq_rows(pl);  // DQ and DQ_STORE
   grid[0] = unsigned(((stage == BWD_STAGE_DKDV ? a.seq_k : a.seq_q) + per - 1) / per);
   grid[1] = unsigned(stage == BWD_STAGE_DKDV ? a.heads_k : a.heads);
   grid[2] = unsigned(a.batch);
@@ -63,7 +76,10 @@ std::string why_not(const void* p, const char* vendor) {
   return "";
 }
 
-int64_t workspace_bytes(const void* p) { return delta_bytes(args_of(p)); }
+int64_t workspace_bytes(const void* p) {
+  const AttentionBwdArgs& a = args_of(p);
+  return fused(a) ? accum_offset(a) + accum_bytes(a) : delta_bytes(a);
+}
 
 std::string plan_json(const void* p) {
   const AttentionBwdArgs& a = args_of(p);
@@ -85,14 +101,17 @@ std::string plan_json(const void* p) {
                                      {"block", BWD_SM90_THREADS},
                                      {"dkdv_shared_bytes", bwd_sm90_dkdv_smem(pl)},
                                      {"dq_shared_bytes", bwd_sm90_dq_smem(pl, masked(a))},
-                                     {"workspace_bytes", delta_bytes(a)}});
+                                     {"dq_fused", fused(a) ? 1 : 0},
+                                     {"dq_accum_offset", fused(a) ? accum_offset(a) : 0},
+                                     {"workspace_bytes", workspace_bytes(p)}});
 }
 
 // The three stages in order on the call's stream: each reads what the one before wrote.
 void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const AttentionBwdArgs& a = args_of(p);
   BwdParams params = fill_params(a);
-  for (int stage : {BWD_STAGE_DELTA, BWD_STAGE_DKDV, BWD_STAGE_DQ}) {
+  if (fused(a)) params.dq_accum = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + accum_offset(a));
+  for (int stage : {BWD_STAGE_DELTA, BWD_STAGE_DKDV, fused(a) ? BWD_STAGE_DQ_STORE : BWD_STAGE_DQ}) {
     unsigned g[3];
     grid_of(a, stage, g);
     params.stage = stage;

@@ -4,13 +4,15 @@
 //   P^T, dS^T                      (sm90/pairs.h)
 //   dV += P^T dO, dK += dS^T Q      (RS: P^T and dS^T from registers)
 // then stores dK (times the scale) and dV. Q, dO and the rows' LSE and delta come by cp.async into a two-slot ring,
-// the next step's copy in flight under this step's GEMMs.
+// the next step's copy in flight under this step's GEMMs. Without `deterministic` (bp.dq_accum set) each step also adds
+// dQ of its rows into the fp32 sums (sm90/dq_accum.h).
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
 #include "bwd_common.h"
 #include "sm90/tiles.h"
 #include "sm90/pairs.h"
+#include "sm90/dq_accum.h"
 
 namespace bwd90 {
 
@@ -20,6 +22,21 @@ constexpr int kRowTile = bwd_sm90_tile_bytes(kPlan, kRows);  // bytes of a 64-ro
 constexpr int kSlotBytes = bwd_sm90_dkdv_slot_bytes(kPlan);
 static_assert(kSlotBytes % 1024 == 0 && kRowTile % 1024 == 0 && bwd_sm90_tile_bytes(kPlan, kKvKeys) % 1024 == 0,
               "every tile starts on a 1024-byte period (the 128-byte swizzle's)");
+
+// The stage's shared memory (sm90/plan.h): K and V, the row ring's slots, the dS slots, the two rings' barriers.
+struct DkdvSmem {
+  rtc_u32 k, v, slots, ds, bars;
+  RTC_DEVICE explicit DkdvSmem(rtc_u32 base) {
+    k = base;
+    v = k + bwd_sm90_tile_bytes(kPlan, kKvKeys);
+    slots = v + bwd_sm90_tile_bytes(kPlan, kKvKeys);
+    ds = slots + 2 * kSlotBytes;
+    bars = ds + 2 * kDsSlot;
+  }
+  RTC_DEVICE Ring rows() const { return Ring{bars}; }
+  RTC_DEVICE Ring ds_ring() const { return Ring{bars + 32}; }
+};
+static_assert(BWD_SM90_BAR_BYTES >= 64, "two rings of four 8-byte barriers");
 
 // One slot of the row ring: Q, dO, then the LSE and delta vectors.
 struct RowSlot {
@@ -75,10 +92,24 @@ RTC_DEVICE void load_rows(const BwdParams& bp, const Seq& seq, int b, int h, int
   load_row_vecs(sl.lse, sl.delta, a.lse + at, bp.delta + at, valid);
 }
 
-// One step of one warpgroup: its 64 keys (k_rows in the K and V tiles) against the slot's 64 rows.
+// Where a step's dS^T goes: the dS ring (whether it runs: when the other warpgroup reads this one's rows, for the
+// fused dQ or under kv_split 2), the step, the slot, the keys' range, the warpgroup.
+struct DsOut {
+  Ring ring;
+  bool ring_on;
+  int step;
+  rtc_u32 slot;
+  int key0, keys, wg;
+};
+
+// One step of one warpgroup: its 64 keys (k_rows in the K and V tiles) against the slot's 64 rows. dS^T goes through
+// the step's dS slot (the fused dQ's A operand, sm90/dq_accum.h) and is the dK GEMM's A from there: dp and its packed
+// words end at the store, not under the GEMM. Under kv_split 1 the warpgroup's own rows of the slot are its A (its 128
+// threads' stores: a warpgroup barrier); under kv_split 2 each warpgroup stored half of the shared dS^T (the ring's
+// full phase).
 template <int kCols>
 RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const RowSlot& sl, int col_blk,
-                        float scale_log2, bool cut, const KvCut& kc) {
+                        float scale_log2, bool cut, const KvCut& kc, const DsOut& ds) {
   float s[32], dp[32];
   rtc_u32 pp[16], pd[16];
   sm90::wgmma_fence();
@@ -95,25 +126,37 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   sm90::wgmma_wait<1>();
   sm90::fence_regs(dp);
   kv_ds(s, dp, pd, sl.delta);
+  if (ds.ring_on) ds.ring.acquire(ds.step);  // else: the slot's last reader was this warpgroup's dK GEMM, done
+  store_ds(ds.slot, pd, ds.key0, ds.keys, ds.wg);
+  if (ds.ring_on)
+    ds.ring.stored(ds.step);
+  else
+    sm90::fence_proxy_async_smem();
+  if constexpr (kPlan.kv_split == 1)
+    sm90::named_sync(1 + ds.wg, 128);
+  else
+    ds.ring.wait(ds.step);
   sm90::wgmma_fence();
-  issue_rs<kCols, kRows>(acc.dk, pd, sl.q + col_blk * block_stride(kRows), block_stride(kRows));
+  issue_ss_bmn<kCols, kRows>(acc.dk, ds.slot + ds.key0 * 128, sl.q + col_blk * block_stride(kRows),
+                             block_stride(kRows));
   sm90::wgmma_commit();
   sm90::wgmma_wait<0>();
   sm90::fence_regs(acc.dv);
   sm90::fence_regs(acc.dk);
 }
 
-// The stage for one warpgroup's share: keys [key0, key0 + 64) of the CTA's block, head-dim columns from col_blk * 64.
+// The stage for warpgroup wg's share: keys [key0, key0 + 64) of the CTA's block, head-dim columns from col_blk * 64;
+// with bp.dq_accum set, its dQ GEMMs of each step.
 template <int kCols>
-RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_blk) {
+RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int wg, int key0, int col_blk) {
   const AttnParams& a = bp.a;
   const int b = blockIdx.z, hk = blockIdx.y, n0 = blockIdx.x * kKvKeys;
   const Seq seq = seq_of(a, b);
   const AttnParams view = seq_view(a, seq);
   const Window w = window_of(view);
   const int keys = view.seq_k - n0 < kKvKeys ? view.seq_k - n0 : kKvKeys;
-  const rtc_u32 k_tile = base, v_tile = base + bwd_sm90_tile_bytes(kPlan, kKvKeys);
-  const rtc_u32 slots = v_tile + bwd_sm90_tile_bytes(kPlan, kKvKeys);
+  const DkdvSmem sm(base);
+  const rtc_u32 k_tile = sm.k, v_tile = sm.v, slots = sm.slots;
   load_tile<kKvKeys>(k_tile, a.k + bwd::row_at(a.k_sb, a.k_ss, b, seq.k_row, n0) + (rtc_i64)hk * a.k_sh, a.k_ss, keys,
                      a.head_dim);
   load_tile<kKvKeys>(v_tile, a.v + bwd::row_at(a.v_sb, a.v_ss, b, seq.k_row, n0) + (rtc_i64)hk * a.v_sh, a.v_ss, keys,
@@ -126,7 +169,8 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
   for (int i = 0; i < kCols / 2; ++i) acc.dv[i] = acc.dk[i] = 0.0f;
   auto head_of = [&](int s) { return hk * group + s / per_head; };
   auto row0_of = [&](int s) { return (mb_begin + s % per_head) * kRows; };
-  const Ring ring{slots + 2 * kSlotBytes};  // initialised by dkdv_stage, before the warpgroups part
+  const Ring ring = sm.rows(), ds_ring = sm.ds_ring();  // initialised by dkdv_stage, before the warpgroups part
+  const bool fused = bwd_sm90_dq_fused(kPlan) && bp.dq_accum;
   if (steps > 0) load_rows(bp, seq, b, head_of(0), row0_of(0), RowSlot::at(slots, 0));
   ring.filled(0);  // K and V land with step 0's rows
   if (steps == 0) ring.wait(0);  // no row sees the keys: dK = dV = 0, stored once the copies are done
@@ -142,9 +186,14 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
     // Cut by the window: not every row of the step sees every key of the block.
     const int r_last = seq.len_q - 1 < m0 + kRows - 1 ? seq.len_q - 1 : m0 + kRows - 1;
     const bool cut = RTC_MASK && (key_range(w, r_last).lo > n0 || key_range(w, m0).hi < n0 + keys - 1);
+    const DsOut ds{ds_ring, fused || kPlan.kv_split == 2, s, sm.ds + (s & 1) * kDsSlot, key0, keys, wg};
     kv_step<kCols>(acc, k_tile + key0 * 128, v_tile + key0 * 128, sl, col_blk, view.scale_log2, cut,
-                   KvCut{w, m0, n0 + key0});
+                   KvCut{w, m0, n0 + key0}, ds);
     ring.release(s);
+    if (fused)
+      dq_step_sums(ds_ring, s, wg, ds.slot, k_tile, dq_tile(bp, seq, b, head_of(s), m0));
+    else if (ds.ring_on)
+      ds_ring.release(s);
   }
   const int valid = keys - key0;
   store_acc<kCols>(bp.dk + bwd::row_at(bp.dk_sb, bp.dk_ss, b, seq.k_row, n0 + key0) + (rtc_i64)hk * bp.dk_sh, bp.dk_ss,
@@ -165,19 +214,21 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int key0, int col_bl
 BWD90_DKDV_STAGE void dkdv_stage(const BwdParams& bp, rtc_u32 base) {
   const int n0 = blockIdx.x * kKvKeys;
   if (n0 >= seq_of(bp.a, blockIdx.z).len_k) return;
-  // The ring's barriers, initialised behind the one CTA barrier of the stage, outside the warpgroups' branches below.
-  Ring{base + 2 * bwd_sm90_tile_bytes(kPlan, kKvKeys) + 2 * kSlotBytes}.init();
+  // The rings' barriers, initialised behind the CTA barriers of the stage, outside the warpgroups' branches below.
+  const DkdvSmem sm(base);
+  sm.rows().init();
+  sm.ds_ring().init();
   const int wg = sm90::warp_uniform(threadIdx.x / 128);
   if constexpr (kPlan.kv_split == 1) {
-    dkdv_run<kD>(bp, base, 64 * wg, 0);
+    dkdv_run<kD>(bp, base, wg, 64 * wg, 0);
   } else {
     constexpr int kFirst = bwd_sm90_split_cols(kPlan);
     if constexpr (kFirst == kD - kFirst)  // even shares: one copy of the code, the columns by warpgroup
-      dkdv_run<kFirst>(bp, base, 0, wg * (kFirst / 64));
+      dkdv_run<kFirst>(bp, base, wg, 0, wg * (kFirst / 64));
     else if (wg == 0)
-      dkdv_run<kFirst>(bp, base, 0, 0);
+      dkdv_run<kFirst>(bp, base, 0, 0, 0);
     else
-      dkdv_run<kD - kFirst>(bp, base, 0, kFirst / 64);
+      dkdv_run<kD - kFirst>(bp, base, 1, 0, kFirst / 64);
   }
 }
 

@@ -8,6 +8,9 @@
 //         same 64 keys and each accumulates its share of the head-dim columns (whole 64-column blocks, the first
 //         warpgroup the larger share), both computing the block's S^T and dP^T.
 //   DQ    a CTA per 128 query rows of one head: its Q and dO stay, K and V stream, dq_keys keys a step.
+// Without `deterministic` the DKDV stage also forms dQ (sm90/dq_accum.h): per step, dQ of the step's rows += dS K over
+// the CTA's keys, added into an fp32 workspace with vector reductions; a last launch rounds it into dq. The DQ stage
+// then does not run.
 #pragma once
 #include "attn_params.h"
 
@@ -54,20 +57,44 @@ RTC_HD constexpr int bwd_sm90_dq_rows(const BwdSm90Plan&) { return 64 * BWD_SM90
 RTC_HD constexpr int bwd_sm90_split_cols(const BwdSm90Plan& pl) { return (bwd_sm90_col_blocks(pl) + 1) / 2 * 64; }
 // Shared memory of each stage, + the ring's barriers + 1024 (the kernel rounds the dynamic base up to the swizzle
 // period).
-//   DKDV: K, V (the CTA's keys), then two slots of Q, dO (64 rows) and the rows' LSE and delta (fp32).
+//   DKDV: K, V (the CTA's keys), then two slots of Q, dO (64 rows) and the rows' LSE and delta (fp32), then two slots
+//         of dS (the fused dQ's A operand: the CTA's keys x 64 rows).
 //   DQ:   Q, dO (the CTA's rows), then two slots of K, V (dq_keys rows).
 #define BWD_SM90_BAR_BYTES 64
 // A slot is a whole number of 1024-byte periods, so that the next slot's tiles start on one.
 RTC_HD constexpr int bwd_sm90_dkdv_slot_bytes(const BwdSm90Plan& pl) {
   return (2 * bwd_sm90_tile_bytes(pl, BWD_SM90_ROWS) + 2 * BWD_SM90_ROWS * 4 + 1023) / 1024 * 1024;
 }
+// A dS slot: the CTA's keys x 64 rows of 16-bit elements, rows contiguous (one 128-byte row a key).
+RTC_HD constexpr int bwd_sm90_ds_slot_bytes(const BwdSm90Plan& pl) { return bwd_sm90_kv_keys(pl) * 128; }
 RTC_HD constexpr int bwd_sm90_dkdv_smem(const BwdSm90Plan& pl) {
-  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + 2 * bwd_sm90_dkdv_slot_bytes(pl) + BWD_SM90_BAR_BYTES +
-         1024;
+  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + 2 * bwd_sm90_dkdv_slot_bytes(pl) +
+         2 * bwd_sm90_ds_slot_bytes(pl) + BWD_SM90_BAR_BYTES + 1024;
 }
 RTC_HD constexpr int bwd_sm90_dq_smem(const BwdSm90Plan& pl, bool masked) {
   return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_rows(pl)) + 4 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_keys(pl, masked)) +
          BWD_SM90_BAR_BYTES + 1024;
+}
+// The fused dQ's fp32 workspace: a tile of 64 rows x 64 columns per (row block, query head, 64-column block of the
+// bucket), its 4096 floats in the wgmma accumulator's order (thread t of a warpgroup holds elements 4j..4j+3 at
+// (j * 128 + t) * 4: sm90/dq_accum.h), so a warp's reduction covers 512 contiguous bytes. The row blocks of sequence
+// b start at b * ceil(seq_q / 64) (dense) or ceil(q_row / 64) + b (packed: each sequence's blocks start on its own,
+// and q_row + len_q <= total_q keeps every block below ceil(total_q / 64) + batch).
+#define BWD_SM90_DQ_TILE 4096
+// Whether the bucket fuses dQ without `deterministic`: under kv_split 1 only. Under kv_split 2 (D 192, 256) dK and dV
+// take 128 of a thread's registers beside the step's S^T and dP^T, and the dQ GEMM's accumulators spilled there (ptxas,
+// docs/NOTES.md): those buckets run the DQ stage either way.
+RTC_HD constexpr bool bwd_sm90_dq_fused(const BwdSm90Plan& pl) { return pl.kv_split == 1; }
+RTC_HD constexpr int bwd_sm90_dq_chunks(const BwdSm90Plan& pl) { return bwd_sm90_col_blocks(pl); }
+RTC_HD constexpr rtc_i64 bwd_sm90_dq_block0(bool packed, int b, rtc_i64 seq_q, rtc_i64 q_row) {
+  return packed ? (q_row + 63) / 64 + b : b * ((seq_q + 63) / 64);
+}
+RTC_HD constexpr rtc_i64 bwd_sm90_dq_blocks(bool packed, rtc_i64 batch, rtc_i64 seq_q, rtc_i64 total_q) {
+  return packed ? (total_q + 63) / 64 + batch : batch * ((seq_q + 63) / 64);
+}
+// The first float of the tile of row block `blk` (bwd_sm90_dq_block0 + the block in the sequence), head h, chunk c.
+RTC_HD constexpr rtc_i64 bwd_sm90_dq_tile_at(const BwdSm90Plan& pl, rtc_i64 blk, int heads, int h, int c) {
+  return ((blk * heads + h) * bwd_sm90_dq_chunks(pl) + c) * (rtc_i64)BWD_SM90_DQ_TILE;
 }
 constexpr int kBwdSm90MaxShared = 227 * 1024;  // sm_90's opt-in limit per block
 RTC_HD constexpr bool bwd_sm90_plans_fit() {

@@ -79,6 +79,11 @@ struct Ring {
     sm90::fence_proxy_async_smem();
   }
   RTC_DEVICE void release(int t) const { sm90::mbar_arrive(empty(t & 1)); }
+  // Filled by plain stores instead of copies: after this thread's stores of step t, fenced for the async proxy.
+  RTC_DEVICE void stored(int t) const {
+    sm90::fence_proxy_async_smem();
+    sm90::mbar_arrive(full(t & 1));
+  }
 };
 
 // acc = A B^T over the bucket's kD columns: A this warpgroup's 64 rows of a tile (its row 0 at a_rows, blocks
@@ -105,6 +110,17 @@ RTC_DEVICE void issue_rs(float (&acc)[kN / 2], const rtc_u32 (&a)[kK / 4], rtc_u
   for (int kk = 0; kk < kK / 16; ++kk)
     sm90::WgmmaRS<kN, kElem>::k16(acc, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
                                   sm90::desc_at(db, kk * 2048), 1);
+}
+
+// acc += A B with A 64 rows of a tile of one 64-column block (a_rows: its row 0; K-major, kK <= 64 columns) and B
+// as issue_rs's (kK rows of kN columns read MN-major): A from shared memory instead of registers.
+template <int kN, int kK>
+RTC_DEVICE void issue_ss_bmn(float (&acc)[kN / 2], rtc_u32 a_rows, rtc_u32 b_cols, int b_blk) {
+  static_assert(kK <= 64, "A is one 64-column block");
+  const rtc_u64 da = sm90::smem_desc(a_rows, 16, 1024), db = sm90::smem_desc(b_cols, b_blk, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk)
+    sm90::WgmmaSSBMN<kN, kElem>::k16(acc, sm90::desc_at(da, kk * 32), sm90::desc_at(db, kk * 2048), 1);
 }
 
 }  // namespace bwd90

@@ -5,6 +5,8 @@ A call that did not return its LSE (return_lse False: the op's LSE output is emp
 same forward call again (bit-identical: the kernels are deterministic); the public functions ask for it when an input
 requires grad (api.py), so that costs nothing there. The LSE's own gradient, when the caller used the LSE, joins the
 backward (dlse). A paged or quantized cache, or seqused_k, takes no gradients: its backward raises, naming it.
+The forward ops' `deterministic` is the backward's: False lets a kernel add dQ up in fp32 with atomics in any order
+(the sm90 kernel's fused dQ: the gradients' bits may differ run to run), True asks for the same bits every run.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def _dlse(grad_lse, return_lse: bool):
     return grad_lse.contiguous() if return_lse and grad_lse is not None and grad_lse.numel() else None
 
 
-_FWD_ARGS = ("layout", "round_mode", "softmax_scale", "return_lse", "window_left", "window_right")
+_FWD_ARGS = ("layout", "round_mode", "softmax_scale", "return_lse", "window_left", "window_right", "deterministic")
 
 
 def fwd_setup(ctx, inputs, output):
@@ -43,14 +45,14 @@ def fwd_backward(ctx, grad_out, grad_lse):
     if not a["return_lse"]:
         with torch.no_grad():
             out, lse = torch.ops.rtcattn.fwd(q, k, v, *call, True, *window)
-    grads = torch.ops.rtcattn.bwd(_dout(grad_out, out), q, k, v, out, lse, *call, *window, True,
+    grads = torch.ops.rtcattn.bwd(_dout(grad_out, out), q, k, v, out, lse, *call, *window, a["deterministic"],
                                   _dlse(grad_lse, a["return_lse"]))
     return (*grads, *(None,) * len(_FWD_ARGS))
 
 
 _VARLEN_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "round_mode", "softmax_scale",
                 "return_lse", "window_left", "window_right", "block_table", "seqused_k", "k_descale", "v_descale",
-                "k_scale", "v_scale", "kv_cache_dtype")
+                "k_scale", "v_scale", "kv_cache_dtype", "deterministic")
 # The packed call's arguments that take no gradients, and what the backward accepts instead.
 _NO_GRAD = {"block_table": "None (a paged cache takes no gradients)",
             "seqused_k": "None (each sequence's keys from cu_seqlens_k)",
@@ -81,8 +83,8 @@ def fwd_varlen_backward(ctx, grad_out, grad_lse):
     if not a["return_lse"]:
         with torch.no_grad():
             out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, *call, True, *window)
-    grads = torch.ops.rtcattn.bwd_varlen(_dout(grad_out, out), q, k, v, out, lse, *call, *window, True,
-                                         _dlse(grad_lse, a["return_lse"]))
+    grads = torch.ops.rtcattn.bwd_varlen(_dout(grad_out, out), q, k, v, out, lse, *call, *window,
+                                         a["deterministic"], _dlse(grad_lse, a["return_lse"]))
     return (*grads, *(None,) * len(_VARLEN_ARGS))
 
 

@@ -339,9 +339,10 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
 def _ops(fake: bool) -> tuple:
     """The ops, written once: their signatures are the schemas; fake=True gives their fakes."""
     def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, round_mode: str,
-            softmax_scale: float | None, return_lse: bool, window_left: int = -1,
-            window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, lse) for dense q, k, v."""
+            softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
+            deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) for dense q, k, v. deterministic: the backward's (ops/attention_fwd/autograd.py), not the
+        forward's (which is deterministic either way)."""
         return _dense(q, k, v, None, layout, round_mode, softmax_scale, return_lse, (window_left, window_right), fake)
 
     def fwd_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, layout: str, round_mode: str,
@@ -357,10 +358,11 @@ def _ops(fake: bool) -> tuple:
                    block_table: torch.Tensor | None = None, seqused_k: torch.Tensor | None = None,
                    k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
                    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-                   kv_cache_dtype: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+                   kv_cache_dtype: str = "auto", deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) for packed q, k, v; seqused_k (int32 [B], optional): sequence b uses seqused_k[b] keys
         from its first key row (flash_attn_with_kvcache's contiguous and paged caches). A quantized cache: an FP8 k / v
-        with its descales, or kv_cache_dtype "fp4_e2m1" with its scales (validate.KvQuant)."""
+        with its descales, or kv_cache_dtype "fp4_e2m1" with its scales (validate.KvQuant). deterministic: the
+        backward's, as fwd's."""
         quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _packed(q, k, v, None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                        softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k,
