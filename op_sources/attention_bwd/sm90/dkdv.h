@@ -92,8 +92,8 @@ RTC_DEVICE void load_rows(const BwdParams& bp, const Seq& seq, int b, int h, int
   load_row_vecs(sl.lse, sl.delta, a.lse + at, bp.delta + at, valid);
 }
 
-// Where a step's dS^T goes: the dS ring (whether it runs: when the other warpgroup reads this one's rows, for the
-// fused dQ or under kv_split 2), the step, the slot, the keys' range, the warpgroup.
+// Where a step's dS^T goes (the buckets that fuse dQ): the dS ring (whether it runs: when the other warpgroup reads
+// this one's rows, for the fused dQ), the step, the slot, the keys' range, the warpgroup.
 struct DsOut {
   Ring ring;
   bool ring_on;
@@ -102,11 +102,11 @@ struct DsOut {
   int key0, keys, wg;
 };
 
-// One step of one warpgroup: its 64 keys (k_rows in the K and V tiles) against the slot's 64 rows. dS^T goes through
-// the step's dS slot (the fused dQ's A operand, sm90/dq_accum.h) and is the dK GEMM's A from there: dp and its packed
-// words end at the store, not under the GEMM. Under kv_split 1 the warpgroup's own rows of the slot are its A (its 128
-// threads' stores: a warpgroup barrier); under kv_split 2 each warpgroup stored half of the shared dS^T (the ring's
-// full phase).
+// One step of one warpgroup: its 64 keys (k_rows in the K and V tiles) against the slot's 64 rows. At the buckets that
+// fuse dQ, dS^T goes through the step's dS slot (the fused dQ's A operand, sm90/dq_accum.h) and is the dK GEMM's A from
+// there, with or without `deterministic` (one code path: two spilled at D 128): dp and its packed words end at the
+// store, not under the GEMM; the warpgroup's own rows of the slot are its A (its 128 threads' stores: a warpgroup
+// barrier). Elsewhere dK's A is dS^T from registers.
 template <int kCols>
 RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const RowSlot& sl, int col_blk,
                         float scale_log2, bool cut, const KvCut& kc, const DsOut& ds) {
@@ -126,19 +126,21 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   sm90::wgmma_wait<1>();
   sm90::fence_regs(dp);
   kv_ds(s, dp, pd, sl.delta);
-  if (ds.ring_on) ds.ring.acquire(ds.step);  // else: the slot's last reader was this warpgroup's dK GEMM, done
-  store_ds(ds.slot, pd, ds.key0, ds.keys, ds.wg);
-  if (ds.ring_on)
-    ds.ring.stored(ds.step);
-  else
-    sm90::fence_proxy_async_smem();
-  if constexpr (kPlan.kv_split == 1)
-    sm90::named_sync(1 + ds.wg, 128);
-  else
-    ds.ring.wait(ds.step);
-  sm90::wgmma_fence();
-  issue_ss_bmn<kCols, kRows>(acc.dk, ds.slot + ds.key0 * 128, sl.q + col_blk * block_stride(kRows),
-                             block_stride(kRows));
+  if constexpr (bwd_sm90_dq_fused(kPlan)) {
+    if (ds.ring_on) ds.ring.acquire(ds.step);  // else: the slot's last reader was this warpgroup's dK GEMM, done
+    store_ds(ds.slot, pd, ds.key0, ds.keys);
+    if (ds.ring_on)
+      ds.ring.stored(ds.step);
+    else
+      sm90::fence_proxy_async_smem();
+    sm90::named_sync(1 + ds.wg, 128);  // the warpgroup's rows of the slot stored: its dK GEMM's A
+    sm90::wgmma_fence();
+    issue_ss_bmn<kCols, kRows>(acc.dk, ds.slot + ds.key0 * 128, sl.q + col_blk * block_stride(kRows),
+                               block_stride(kRows));
+  } else {
+    sm90::wgmma_fence();
+    issue_rs<kCols, kRows>(acc.dk, pd, sl.q + col_blk * block_stride(kRows), block_stride(kRows));
+  }
   sm90::wgmma_commit();
   sm90::wgmma_wait<0>();
   sm90::fence_regs(acc.dv);
@@ -186,14 +188,11 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int wg, int key0, in
     // Cut by the window: not every row of the step sees every key of the block.
     const int r_last = seq.len_q - 1 < m0 + kRows - 1 ? seq.len_q - 1 : m0 + kRows - 1;
     const bool cut = RTC_MASK && (key_range(w, r_last).lo > n0 || key_range(w, m0).hi < n0 + keys - 1);
-    const DsOut ds{ds_ring, fused || kPlan.kv_split == 2, s, sm.ds + (s & 1) * kDsSlot, key0, keys, wg};
+    const DsOut ds{ds_ring, fused, s, sm.ds + (s & 1) * kDsSlot, key0, keys, wg};
     kv_step<kCols>(acc, k_tile + key0 * 128, v_tile + key0 * 128, sl, col_blk, view.scale_log2, cut,
                    KvCut{w, m0, n0 + key0}, ds);
     ring.release(s);
-    if (fused)
-      dq_step_sums(ds_ring, s, wg, ds.slot, k_tile, dq_tile(bp, seq, b, head_of(s), m0));
-    else if (ds.ring_on)
-      ds_ring.release(s);
+    if (fused) dq_step_sums(ds_ring, s, wg, ds.slot, k_tile, dq_tile(bp, seq, b, head_of(s), m0));
   }
   const int valid = keys - key0;
   store_acc<kCols>(bp.dk + bwd::row_at(bp.dk_sb, bp.dk_ss, b, seq.k_row, n0 + key0) + (rtc_i64)hk * bp.dk_sh, bp.dk_ss,

@@ -50,13 +50,10 @@ RTC_DEVICE void zero_dq_tiles(const BwdParams& bp) {
 
 // This warpgroup's dS^T (pd: keys key0 + acc_row(i) x the step's 64 rows, pairs of rows a word) into a dS slot: a key
 // a 128-byte row, its 16-byte chunk j at j ^ (key & 7) (the 128-byte swizzle). Keys at or past `keys` (the block's
-// end) are stored as zeros: K's zero rows there then meet a finite dS. Under kv_split 2 both warpgroups hold the same
-// dS^T and each stores one of the fragment's two row halves (half = the warpgroup); under kv_split 1 each stores its
-// own 64 keys whole.
-RTC_DEVICE void store_ds(rtc_u32 slot, const rtc_u32 (&pd)[16], int key0, int keys, int half) {
+// end) are stored as zeros: K's zero rows there then meet a finite dS.
+RTC_DEVICE void store_ds(rtc_u32 slot, const rtc_u32 (&pd)[16], int key0, int keys) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    if (kPlan.kv_split == 2 && i != half) continue;
     const int r = key0 + acc_row(i);
 #pragma unroll
     for (int j = 0; j < 8; ++j)

@@ -65,8 +65,15 @@ RTC_HD constexpr int bwd_sm90_split_cols(const BwdSm90Plan& pl) { return (bwd_sm
 RTC_HD constexpr int bwd_sm90_dkdv_slot_bytes(const BwdSm90Plan& pl) {
   return (2 * bwd_sm90_tile_bytes(pl, BWD_SM90_ROWS) + 2 * BWD_SM90_ROWS * 4 + 1023) / 1024 * 1024;
 }
-// A dS slot: the CTA's keys x 64 rows of 16-bit elements, rows contiguous (one 128-byte row a key).
-RTC_HD constexpr int bwd_sm90_ds_slot_bytes(const BwdSm90Plan& pl) { return bwd_sm90_kv_keys(pl) * 128; }
+// Whether the bucket fuses dQ without `deterministic`: under kv_split 1 only. Under kv_split 2 (D 192, 256) dK and dV
+// take 128 of a thread's registers beside the step's S^T and dP^T, and the dQ GEMM's accumulators spilled there (ptxas,
+// docs/NOTES.md): those buckets run the DQ stage either way.
+RTC_HD constexpr bool bwd_sm90_dq_fused(const BwdSm90Plan& pl) { return pl.kv_split == 1; }
+// A dS slot: the CTA's keys x 64 rows of 16-bit elements, rows contiguous (one 128-byte row a key); none where the
+// bucket does not fuse dQ.
+RTC_HD constexpr int bwd_sm90_ds_slot_bytes(const BwdSm90Plan& pl) {
+  return bwd_sm90_dq_fused(pl) ? bwd_sm90_kv_keys(pl) * 128 : 0;
+}
 RTC_HD constexpr int bwd_sm90_dkdv_smem(const BwdSm90Plan& pl) {
   return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + 2 * bwd_sm90_dkdv_slot_bytes(pl) +
          2 * bwd_sm90_ds_slot_bytes(pl) + BWD_SM90_BAR_BYTES + 1024;
@@ -81,10 +88,6 @@ RTC_HD constexpr int bwd_sm90_dq_smem(const BwdSm90Plan& pl, bool masked) {
 // b start at b * ceil(seq_q / 64) (dense) or ceil(q_row / 64) + b (packed: each sequence's blocks start on its own,
 // and q_row + len_q <= total_q keeps every block below ceil(total_q / 64) + batch).
 #define BWD_SM90_DQ_TILE 4096
-// Whether the bucket fuses dQ without `deterministic`: under kv_split 1 only. Under kv_split 2 (D 192, 256) dK and dV
-// take 128 of a thread's registers beside the step's S^T and dP^T, and the dQ GEMM's accumulators spilled there (ptxas,
-// docs/NOTES.md): those buckets run the DQ stage either way.
-RTC_HD constexpr bool bwd_sm90_dq_fused(const BwdSm90Plan& pl) { return pl.kv_split == 1; }
 RTC_HD constexpr int bwd_sm90_dq_chunks(const BwdSm90Plan& pl) { return bwd_sm90_col_blocks(pl); }
 RTC_HD constexpr rtc_i64 bwd_sm90_dq_block0(bool packed, int b, rtc_i64 seq_q, rtc_i64 q_row) {
   return packed ? (q_row + 63) / 64 + b : b * ((seq_q + 63) / 64);
