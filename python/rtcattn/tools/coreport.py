@@ -1,6 +1,7 @@
 """Code-object report of the gfx942 fast kernels (the prefill kernel `gfx942`, and `gfx942_decode` with --kernel):
 registers, LDS, scratch, occupancy and the per-KV-iteration instruction mix of its loops, read from the very code
-objects a call loads (`python -m rtcattn isa`).
+objects a call loads (`python -m rtcattn isa`). report(op=...) reads another op's kernel too (the backward's
+`gfx942`: attention_bwd), whose loops it counts per iteration (Report.loops).
 
 The static issue model built on these counts, with MoonMath's measured times, is a lab tool:
 `python3 .ci/lab/gfx942/isa_model.py`."""
@@ -48,10 +49,14 @@ class Report:
     dtype: str = "bf16"
     kernel: str = KERNEL
     kv_dtype: str = "same"  # the cache's element type (the kv_dtype axis)
+    op: str = OP
+    # Other ops than the forward's: every loop holding MFMAs (mfma_loops), in address order, counted over the
+    # instructions each of its iterations runs (iteration_path); `loop` is then the one with the most MFMAs.
+    loops: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
-        prefix = "" if self.kernel == KERNEL else f"{self.kernel} "
+        prefix = ("" if self.op == OP else f"{self.op} ") + ("" if self.kernel == KERNEL else f"{self.kernel} ")
         cache = "" if self.kv_dtype == "same" else f" {self.kv_dtype}"
         return f"{prefix}{self.arch} d{self.head_dim} {self.dtype} {self.mode} {self.mask} {self.kv}{cache}"
 
@@ -155,14 +160,54 @@ def kv_loops(insts: list, bodies: dict = None) -> list:
     blocks the window cuts (the same MFMAs, a masked softmax), in address order."""
     if bodies is None:
         return kv_loops(insts, _loop_bodies(insts))
-    # A body inside another one is the same loop seen from a second latch's target one instruction earlier or later
-    # (kv_loop above): clang-22 gives gfx950's decode loop such a latch. It is dropped, so that it is neither counted
-    # as a loop of its own nor taken for the steady loop of a window variant.
-    sets = [set(addrs) for addrs in bodies.values()]
-    loops = [[x for x in insts if x[0] in addrs] for addrs in sets if not any(addrs < o for o in sets)]
+    loops = _outer_loops(insts, bodies)
     most = max((sum(1 for x in b if x[1].startswith("v_mfma")) for b in loops), default=0)
     return sorted((b for b in loops if most and sum(1 for x in b if x[1].startswith("v_mfma")) == most),
                   key=lambda b: b[0][0])
+
+
+def _outer_loops(insts: list, bodies: dict) -> list:
+    """The loop bodies (instruction lists) not inside another one. A body inside another one is the same loop seen
+    from a second latch's target one instruction earlier or later (kv_loop above): clang-22 gives gfx950's decode
+    loop such a latch. It is dropped, so that it is neither counted as a loop of its own nor taken for the steady loop
+    of a window variant. A loop nested in another one drops out too: iteration_path finds its iterations."""
+    sets = [set(addrs) for addrs in bodies.values()]
+    return [[x for x in insts if x[0] in addrs] for addrs in sets if not any(addrs < o for o in sets)]
+
+
+def mfma_loops(insts: list, bodies: dict = None) -> list:
+    """Every loop holding MFMAs (of _outer_loops: nested loops and second latches merged into one body), each once,
+    in address order: a kernel of several stages has a hot loop a stage (the backward's dK / dV and dQ loops), told
+    apart by their MFMAs."""
+    out = []
+    for body in _outer_loops(insts, _loop_bodies(insts) if bodies is None else bodies):
+        if any(x[1].startswith("v_mfma") for x in body) and body not in out:
+            out.append(body)
+    return sorted(out, key=lambda b: b[0][0])
+
+
+def iteration_path(insts: list, body: list) -> list:
+    """The instructions of a loop body that every iteration runs: the basic blocks without which no cycle through
+    the body's first MFMA is left. Blocks an iteration may go around drop out: an enclosing loop's own code (the
+    backward's step to the next query head), a branch's block that some waves skip (the LSE rows the first 16
+    threads stage), a window's skipped tiles. The counts are then those of an iteration, not of the loop's code."""
+    addrs = {x[0] for x in body}
+    heads, blocks = _block_heads(insts), []
+    for i, x in enumerate(insts):
+        if x[0] not in addrs:
+            continue
+        if not blocks or x[0] in heads or insts[i - 1][0] not in addrs:
+            blocks.append([])
+        blocks[-1].append(x)
+    index = {b[0][0]: n for n, b in enumerate(blocks)}
+    succ = _successors(insts)
+    edges = {n: {index[a] for a in succ[b[-1][0]] if a in index} for n, b in enumerate(blocks)}
+    anchor = next(n for n, b in enumerate(blocks) if any(x[1].startswith("v_mfma") for x in b))
+
+    def cycle(without: int) -> bool:  # a cycle through the anchor that avoids block `without`
+        return anchor in set().union(*(edges[n] for n in _walk(anchor, edges, stop=without)))
+
+    return [x for n, b in enumerate(blocks) if n == anchor or not cycle(n) for x in b]
 
 
 def _loop_bodies(insts: list) -> dict:
@@ -182,10 +227,8 @@ def _loop_bodies(insts: list) -> dict:
     return bodies
 
 
-def rare_blocks(insts: list) -> set:
-    """Addresses of the basic blocks that hold a rare-block mark (isa_gfx9.h's rare_block: two s_nop 0 in a row,
-    which clang's own hazard waits never give): data-dependent fix-ups skipped on every ordinary step. A block runs
-    from a branch target or the instruction after a branch to the next such boundary."""
+def _block_heads(insts: list) -> set:
+    """Addresses where a basic block starts: a branch target, or the instruction after a branch."""
     heads = {0}
     for i, (addr, op, args) in enumerate(insts):
         target = _branch_target(addr, op, args)
@@ -193,6 +236,14 @@ def rare_blocks(insts: list) -> set:
             heads.add(target)
         if (op.startswith("s_cbranch") or op == "s_branch") and i + 1 < len(insts):
             heads.add(insts[i + 1][0])
+    return heads
+
+
+def rare_blocks(insts: list) -> set:
+    """Addresses of the basic blocks that hold a rare-block mark (isa_gfx9.h's rare_block: two s_nop 0 in a row,
+    which clang's own hazard waits never give): data-dependent fix-ups skipped on every ordinary step. A block runs
+    from a branch target or the instruction after a branch to the next such boundary."""
+    heads = _block_heads(insts)
     out, block, marked = set(), [], False
     for i, (addr, op, args) in enumerate(insts + [(None, "", "")]):
         if addr is None or addr in heads:
@@ -245,7 +296,7 @@ def _hot_count(body: list, rare: set) -> dict:
     return c
 
 
-def analyse(code: bytes, kernel: str = KERNEL, arch: str = "gfx942") -> tuple:
+def analyse(code: bytes, kernel: str = KERNEL, arch: str = "gfx942", op: str = OP) -> tuple:
     """(notes, instructions with addresses relative to the kernel symbol) of one code object of arch."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "k.co"
@@ -254,14 +305,14 @@ def analyse(code: bytes, kernel: str = KERNEL, arch: str = "gfx942") -> tuple:
                                check=True).stdout
         dis = subprocess.run([_tool("llvm-objdump", arch), "-d", str(path)], capture_output=True, text=True,
                              check=True).stdout
-    m = re.search(r"^([0-9a-f]+) <" + _spec().kernel(kernel).symbol + ">:", dis, re.M)
+    m = re.search(r"^([0-9a-f]+) <" + _spec(op).kernel(kernel).symbol + ">:", dis, re.M)
     start = int(m.group(1), 16) if m else 0
-    return parse_notes(notes), [(a - start, op, args) for a, op, args in _instructions(dis)]
+    return parse_notes(notes), [(a - start, mn, args) for a, mn, args in _instructions(dis)]
 
 
-def _spec():
+def _spec(op: str = OP):
     from ..runtime import manifest
-    return manifest.load().op(OP)
+    return manifest.load().op(op)
 
 
 def axis_values(axis: str) -> list:
@@ -269,22 +320,27 @@ def axis_values(axis: str) -> list:
 
 
 def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128, dtype: str = "bf16",
-          kernel: str = KERNEL, kv_dtype: str = "same"):
+          kernel: str = KERNEL, kv_dtype: str = "same", op: str = OP):
     """The product's build of one variant (manifest request, runtime cache, compiler order): the very
-    code object a call would load."""
+    code object a call would load. An op without a kv_dtype axis (attention_bwd) ignores kv_dtype."""
     from ..runtime import dispatch, manifest
-    v = manifest.load().variant_for(OP, kernel, arch, {"round_mode": mode, "mask": mask, "kv": kv,
-                                                        "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype})
+    v = manifest.load().variant_for(op, kernel, arch, {"round_mode": mode, "mask": mask, "kv": kv,
+                                                       "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype})
     return dispatch.build(v)
 
 
 def report(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim: int = 128,
-           dtype: str = "bf16", kernel: str = KERNEL, kv_dtype: str = "same") -> Report:
-    res = build(arch, mode, mask, kv, head_dim, dtype, kernel, kv_dtype)
-    notes, insts = analyse(res.code(), kernel, arch)
+           dtype: str = "bf16", kernel: str = KERNEL, kv_dtype: str = "same", op: str = OP) -> Report:
+    res = build(arch, mode, mask, kv, head_dim, dtype, kernel, kv_dtype, op)
+    notes, insts = analyse(res.code(), kernel, arch, op)
     r = Report(arch, mode, res.compiler_id, notes, mask=mask, kv=kv, head_dim=head_dim, dtype=dtype, kernel=kernel,
-               kv_dtype=kv_dtype)
+               kv_dtype=kv_dtype, op=op)
     rare = rare_blocks(insts)
+    if op != OP:  # a kernel of stages (the backward): every MFMA loop, counted per iteration
+        r.loops = [_hot_count(iteration_path(insts, b), rare) for b in mfma_loops(insts)]
+        r.loop = dict(max(r.loops, key=lambda c: c["mfma"]))
+        r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
+        return r
     loops = [_hot_count(b, rare) for b in kv_loops(insts)]
     if mask != "none":
         r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"]))
@@ -333,6 +389,9 @@ def add_parser(sub) -> None:
                         "MI300X's 5.3 TB/s")
     p.add_argument("--prefill-model", action="store_true",
                    help="the static model of the gfx942 prefill kernel over FP8 and FP4 paged caches beside bf16")
+    p.add_argument("--backward-model", action="store_true",
+                   help="the static model of the gfx942 backward kernel (attention_bwd) on MI300X against AITER v3's "
+                        "published backward figures")
     add_variant_arguments(p)
     p.set_defaults(func=cmd_isa)
 
@@ -396,6 +455,11 @@ def cmd_isa(args) -> int:
         from . import prefill_model
         prefill_model.print_models(prefill_model.models(
             lambda mask, kv_dtype: report(args.arch, "rtne", mask, "paged", 128, "bf16", kv_dtype=kv_dtype)), table)
+        return 0
+    if getattr(args, "backward_model", False):
+        from . import backward_model as bm
+        bm.print_models(bm.models(lambda mask: report(args.arch, "rtne", mask, "dense", bm.HEAD_DIM, "bf16",
+                                                      kernel=bm.KERNEL, op=bm.OP)), table)
         return 0
     kernel = getattr(args, "kernel", KERNEL)
     print_reports(variant_reports(args.arch, args.kv, parse_head_dims(args.head_dim, kernel), args.dtype, kernel))
