@@ -51,24 +51,51 @@ RTC_DEVICE rtc_f32x4 zero4() {
   return z;
 }
 
-// One LDS tile: 16 rows of kD elements, and (row tiles) their LSE times log2(e) and delta.
+// One LDS tile: 16 rows of kD elements, and (row tiles) their LSE times log2(e) and delta; at, bt: the same rows
+// transposed (kD columns of 16 elements), for the operands that run down a column (col_frag: 4 rows of one column
+// in one 8-byte read instead of four 2-byte ones).
 struct Tile {
   rtc_smem<rtc_elem_t, kTile * kD> a, b;  // q and dO, or k and v
+  rtc_smem<rtc_elem_t, kD * kTile> at, bt;
   rtc_smem<float, kTile> lse, delta;
 };
 
-// `rows` (>= 1) rows of d elements from base (row stride ss) into a tile; the rest of the tile reads as zeros. Every
-// lane loads (an element outside reads the tile's first one instead) and selects: no branch a load.
-RTC_DEVICE void stage_rows(rtc_smem<rtc_elem_t, kTile * kD>& dst, const rtc_elem_t* base, rtc_i64 ss, int rows, int d) {
+// `rows` (>= 1) rows of d elements from base (row stride ss) into a tile, and transposed into dst_t when asked; the
+// rest of the tile reads as zeros. A lane takes 8 consecutive columns of one row (d is a multiple of 8: all inside or
+// all past it), one address for the 8 loads; every lane loads (a chunk outside reads the tile's first one instead)
+// and selects: no branch a load.
+template <bool kTransposed>
+RTC_DEVICE void stage_rows(rtc_smem<rtc_elem_t, kTile * kD>& dst, rtc_smem<rtc_elem_t, kD * kTile>& dst_t,
+                           const rtc_elem_t* base, rtc_i64 ss, int rows, int d) {
   // The stride, opaque at each call: its products with the unrolled rows are not hoisted out of the tile loops and
   // held there (SGPRs past the budget: clang kept scratch for their spills).
   sreg_fence(ss);
+  if constexpr (kD > 128) {
+    // Past 128, an element a lane at a time (the chunked loads' addresses, held, cost the SGPRs whose spills left
+    // clang a private segment at 192).
 #pragma unroll
-  for (int n = 0; n < kTile * kD / kThreads; ++n) {
-    const int i = n * kThreads + threadIdx.x, r = i / kD, c = i - r * kD;
-    const bool in = r < rows && c < d;
-    const rtc_elem_t x = rtc_gld(base + (in ? (rtc_i64)r * ss + c : 0));
-    dst.st(i, in ? x : (rtc_elem_t)0);
+    for (int n = 0; n < kTile * kD / kThreads; ++n) {
+      const int i = n * kThreads + threadIdx.x, r = i / kD, c = i - r * kD;
+      const bool in = r < rows && c < d;
+      const rtc_elem_t x = rtc_gld(base + (in ? (rtc_i64)r * ss + c : 0)), v = in ? x : (rtc_elem_t)0;
+      dst.st(i, v);
+      if (kTransposed) dst_t.st(c * kTile + r, v);
+    }
+    return;
+  }
+  constexpr int kChunks = kTile * kD / 8;
+#pragma unroll
+  for (int n = 0; n < (kChunks + kThreads - 1) / kThreads; ++n) {
+    const int ch = n * kThreads + threadIdx.x, r = ch / (kD / 8), c0 = (ch - r * (kD / 8)) * 8;
+    if (kChunks % kThreads != 0 && ch >= kChunks) break;
+    const bool in = r < rows && c0 < d;
+    const rtc_elem_t* src = base + (in ? (rtc_i64)r * ss + c0 : 0);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const rtc_elem_t x = rtc_gld(src + j), v = in ? x : (rtc_elem_t)0;
+      dst.st(r * kD + c0 + j, v);
+      if (kTransposed) dst_t.st((c0 + j) * kTile + r, v);
+    }
   }
 }
 
@@ -80,10 +107,14 @@ RTC_DEVICE Frag row_frag(const rtc_smem<rtc_elem_t, kTile * kD>& t, int r, int c
   for (int i = 0; i < 4; ++i) f[i] = (FragElem)t.ld(r * kD + c0 + i);
   return f;
 }
-RTC_DEVICE Frag col_frag(const rtc_smem<rtc_elem_t, kTile * kD>& t, int r0, int c) {
+// Up to head dim 128 the column operands come from the transposed copy (kColTiles); past it from the row-major tile,
+// 2 bytes a read (the copy's stores and the chunked loads left clang a private segment at 192 on gfx950).
+constexpr bool kColTiles = kD <= 128;
+RTC_DEVICE Frag col_frag(const rtc_smem<rtc_elem_t, kTile * kD>& t, const rtc_smem<rtc_elem_t, kD * kTile>& tt, int r0,
+                         int c) {
   Frag f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = (FragElem)t.ld((r0 + i) * kD + c);
+  for (int i = 0; i < 4; ++i) f[i] = (FragElem)(kColTiles ? tt.ld(c * kTile + r0 + i) : t.ld((r0 + i) * kD + c));
   return f;
 }
 
@@ -153,9 +184,10 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
       // starts after them, sees none of them.
       if (RTC_MASK && (key_range(view, i0 + rows - 1).hi < j0 || key_range(view, i0).lo > j_last)) continue;
       __syncthreads();  // the previous row tile is no longer read
-      stage_rows(sm.a, a.q + row_at(a.q_sb, a.q_ss, b, seq.q_row, i0) + (rtc_i64)h * a.q_sh, a.q_ss, rows, d);
-      stage_rows(sm.b, bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i0) + (rtc_i64)h * bp.do_sh, bp.do_ss, rows,
-                 d);
+      stage_rows<kColTiles>(sm.a, sm.at, a.q + row_at(a.q_sb, a.q_ss, b, seq.q_row, i0) + (rtc_i64)h * a.q_sh, a.q_ss,
+                            rows, d);
+      stage_rows<kColTiles>(sm.b, sm.bt, bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i0) + (rtc_i64)h * bp.do_sh,
+                            bp.do_ss, rows, d);
       if ((int)threadIdx.x < kTile) {
         const int r = threadIdx.x;
         const rtc_i64 at = seq.lse_off + (rtc_i64)h * seq.lse_head_stride + i0 + r;
@@ -179,8 +211,8 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
       const Frag pf = to_frag(p), dsf = to_frag(ds);
 #pragma unroll
       for (int t = 0; t < kSteps; ++t) {
-        dv[t] = mma(col_frag(sm.b, 4 * quad, 16 * t + col), pf, dv[t]);
-        dk[t] = mma(col_frag(sm.a, 4 * quad, 16 * t + col), dsf, dk[t]);
+        dv[t] = mma(col_frag(sm.b, sm.bt, 4 * quad, 16 * t + col), pf, dv[t]);
+        dk[t] = mma(col_frag(sm.a, sm.at, 4 * quad, 16 * t + col), dsf, dk[t]);
       }
     }
   if (!key_in) return;
@@ -218,8 +250,10 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
   for (int j0 = kv_begin; j0 < kv_end; j0 += kTile) {
     const int keys = view.seq_k - j0 < kTile ? view.seq_k - j0 : kTile;
     __syncthreads();  // the previous key tile is no longer read
-    stage_rows(sm.a, a.k + row_at(a.k_sb, a.k_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.k_sh, a.k_ss, keys, d);
-    stage_rows(sm.b, a.v + row_at(a.v_sb, a.v_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.v_sh, a.v_ss, keys, d);
+    stage_rows<kColTiles>(sm.a, sm.at, a.k + row_at(a.k_sb, a.k_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.k_sh, a.k_ss,
+                          keys, d);
+    stage_rows<false>(sm.b, sm.bt, a.v + row_at(a.v_sb, a.v_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.v_sh, a.v_ss, keys,
+                      d);
     __syncthreads();
     rtc_f32x4 st = zero4(), dpt = zero4();
 #pragma unroll
@@ -235,7 +269,7 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
       pair_p_ds(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), view.scale_log2, p[r], ds[r]);
     const Frag dsf = to_frag(ds);
 #pragma unroll
-    for (int t = 0; t < kSteps; ++t) dq[t] = mma(col_frag(sm.a, 4 * quad, 16 * t + col), dsf, dq[t]);
+    for (int t = 0; t < kSteps; ++t) dq[t] = mma(col_frag(sm.a, sm.at, 4 * quad, 16 * t + col), dsf, dq[t]);
   }
   if (!row_in) return;
   store_columns(bp.dq + row_at(bp.dq_sb, bp.dq_ss, b, seq.q_row, row) + (rtc_i64)h * bp.dq_sh, dq, view.scale, quad, d);
@@ -243,7 +277,16 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
 
 }  // namespace
 
-RTC_KERNEL(256) attention_bwd_gfx942(BwdParams bp) {
+// Up to head dim 128, at least two waves a SIMD (blocks a CU): the bound keeps a wave's registers to 256 (no AGPR
+// copies of the accumulators either), and another wave issues while one waits (the static model: one wave alone is
+// bound by its own instruction issue, python -m rtcattn isa --backward-model). At 192 the bound left clang a 36-byte
+// private segment (gfx942, gfx950): one wave there.
+#if defined(RTC_EMU) || RTC_HEAD_DIM_MAX > 128
+#define BWD_OCCUPANCY
+#else
+#define BWD_OCCUPANCY __attribute__((amdgpu_waves_per_eu(2)))
+#endif
+RTC_KERNEL(256) BWD_OCCUPANCY attention_bwd_gfx942(BwdParams bp) {
   RTC_SHARED(Tile, sm);
   if (bp.stage == BWD_STAGE_DELTA)
     delta_stage(bp, kThreads);

@@ -113,14 +113,15 @@ def test_loop_finder_of_a_kernel_of_stages():
 @pytest.mark.parametrize("mask", ["none", "window"])
 def test_the_stages_loops_in_the_code_object(mask):
     """D 128: two loops with MFMAs, dK / dV's 4 x 8 (S and dP over 8 k-steps, dV and dK over 8 column tiles) and
-    dQ's 3 x 8 (S^T and dP^T, dQ); four exponentials a lane (4 pairs); one wave a SIMD (VGPRs + AGPRs above 256)."""
+    dQ's 3 x 8 (S^T and dP^T, dQ); four exponentials a lane (4 pairs); at least two waves a SIMD (the kernel asks for
+    them up to D 128: registers within 256, no AGPRs)."""
     r = coreport.report("gfx942", "rtne", mask, "dense", bm.HEAD_DIM, "bf16", kernel=bm.KERNEL, op=bm.OP)
     steps = bm.HEAD_DIM // 16
     assert sorted(c["mfma"] for c in r.loops) == [3 * steps, 4 * steps]
     kv, q = bm.stage_loops(r)
     assert (kv["mfma"], q["mfma"], kv["trans"], q["trans"]) == (32, 24, 4, 4)
     assert r.loop["mfma_total"] >= kv["mfma"] + q["mfma"]
-    assert r.notes["vgpr_count"] + r.notes["agpr_count"] > 256 and r.waves_per_simd == 1
+    assert r.notes["vgpr_count"] <= 256 and r.notes["agpr_count"] == 0 and r.waves_per_simd >= 2
     # The iteration's instructions: fewer than the loop's code (the head step and the LSE rows' block drop out).
     assert 0 < kv["total"] < 2000 and kv["s_barrier"] == q["s_barrier"] == 2
 
@@ -133,9 +134,10 @@ def test_the_models_rows():
     for m in rows:
         b, hq, hk, s, causal = m["case"]
         assert m["dkdv_its"] == hq // hk * s // 16 and m["dq_its"] == s // 16  # the longest blocks: all tiles
-        assert m["total"] == pytest.approx(m["delta"] + m["dkdv"] + m["dq"]) and m["delta"] < 0.01 * m["total"]
+        # delta: a small part (0.1-1.4% of the model's time on the present kernel)
+        assert m["total"] == pytest.approx(m["delta"] + m["dkdv"] + m["dq"]) and m["delta"] < 0.03 * m["total"]
         assert math.isclose(m["vs_a32"], m["tflops"] / bm.AITER[m["case"]][1])
-        assert 0 < m["tflops"] < m["pipes_tflops"]
+        assert 0 < m["tflops"] <= m["pipes_tflops"]  # the issue term can only lower the bound
     full = {m["case"][:4]: m for m in rows if not m["case"][4]}
     for m in rows:  # causal: about half the work, never more time than the full call
         if m["case"][4]:

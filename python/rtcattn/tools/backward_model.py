@@ -13,7 +13,8 @@ An iteration costs its loop's bound (iteration_cycles): the largest of the busy 
 is an assumption: a CU's issue turns over its 4 SIMDs, one a cycle, and takes at most one instruction of a wave a
 turn (GCN's, which CDNA3 keeps), so a wave issues at most one instruction every 4 cycles, however many pipes are
 free; with one wave a SIMD nothing else fills those turns. The pipes' cycles count the waves a SIMD holds, from the
-code object's registers and LDS (coreport.Report.waves_per_simd: one at D 128, 280 VGPRs and AGPRs a wave), each
+code object's registers and LDS (coreport.Report.waves_per_simd: three at D 128 since the kernel asks for two waves a
+SIMD there, 158 VGPRs a wave and 16.6 KiB of LDS a block; one before, at 280 VGPRs and AGPRs), each
 wave a block's (four waves a block, one a SIMD). The instructions counted are those every iteration runs
 (coreport.iteration_path: not the step to the next query head, nor the LSE rows the first 16 threads stage). The
 blocks go to the CUs' slots (as many blocks a CU as waves a SIMD) in launch order, each to the first slot free:
