@@ -1,15 +1,15 @@
 // The global-memory ranges a launch may touch (given by the launcher) and the check of every global access.
 #pragma once
 #include <stdint.h>
-#include <vector>
 #include "workgroup.h"
 
 namespace rtc_emu {
 
-inline void add_range(std::vector<Range>& out, const void* base, unsigned long long bytes) {
+// Appends [base, base + bytes) to out[*n] (room for one more is the caller's); an empty range is dropped.
+inline void add_range(Range* out, int* n, const void* base, unsigned long long bytes) {
   if (!base || bytes == 0) return;
   const uintptr_t lo = (uintptr_t)base;
-  out.push_back(Range{lo, lo + (uintptr_t)bytes});
+  out[(*n)++] = Range{lo, lo + (uintptr_t)bytes};
 }
 
 // Every global access of a kernel (rtc_gld/rtc_gst, global_load/global_store, and each in-range

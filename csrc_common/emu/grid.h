@@ -1,13 +1,13 @@
 // Runs an emulated grid: workgroups on host threads, each workgroup's fibers until all return.
+// Plain pthreads and C headers, no C++ library header: every emulated kernel is one translation unit that includes
+// this file, and the <thread> / <mutex> / <vector> / <memory> family took a quarter of each kernel's host compile.
 #pragma once
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <atomic>
-#include <memory>
-#include <mutex>
+#include <unistd.h>
 #include <new>
-#include <thread>
-#include <vector>
 #include "launch_abi.h"
 #include "global_ranges.h"
 #include "sanitizer.h"
@@ -74,24 +74,33 @@ struct GridJob {
   void (*body)(const void*);
   const void* params;
   Dim3 grid, block;
-  std::vector<Range> ranges;
-  std::atomic<long> next{0};
-  std::atomic<bool> stop{false};
-  std::mutex mu;
+  Range* ranges = nullptr;  // the launch's, malloc'd by run_grid
+  int n_ranges = 0;
+  long next = 0;       // the next workgroup to run (atomic fetch-add)
+  bool stop = false;   // atomic: a workgroup failed, or the emulator ran out of memory
+  pthread_mutex_t mu;  // error_wg, error
   long error_wg = -1;
-  std::string error;
-  std::atomic<unsigned long long> switches{0}, barriers{0}, collectives{0};
+  char error[sizeof(Workgroup::error)] = {0};
+  unsigned long long switches = 0, barriers = 0, collectives = 0;  // atomic adds
 };
 
+inline void set_job_error(GridJob* job, long wg_index, const char* msg, bool lowest) {
+  pthread_mutex_lock(&job->mu);
+  if (!lowest || job->error_wg < 0 || wg_index < job->error_wg) {  // lowest: the lowest failing one, as sequentially
+    job->error_wg = wg_index;
+    snprintf(job->error, sizeof(job->error), "%s", msg);
+  }
+  __atomic_store_n(&job->stop, true, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&job->mu);
+}
+
 inline void run_worker(GridJob* job) {
-  std::unique_ptr<Workgroup> wg(new (std::nothrow) Workgroup());
+  Workgroup* wg = new (std::nothrow) Workgroup();
   const long nwg = (long)job->grid.x * job->grid.y * job->grid.z;
   const int nthreads = (int)(job->block.x * job->block.y * job->block.z);
   if (!wg || !wg->stacks.reserve((size_t)nthreads)) {
-    std::lock_guard<std::mutex> lock(job->mu);
-    job->error = "out of memory for the emulated workgroup (fiber stacks and LDS)";
-    job->error_wg = 0;
-    job->stop = true;
+    delete wg;
+    set_job_error(job, 0, "out of memory for the emulated workgroup (fiber stacks and LDS)", false);
     return;
   }
   wg->kernel = job->kernel;
@@ -101,22 +110,24 @@ inline void run_worker(GridJob* job) {
   wg->gdim = job->grid;
   wg->nthreads = nthreads;
   wg->nwaves = (nthreads + kWaveLanes - 1) / kWaveLanes;
-  wg->ranges = job->ranges.data();
-  wg->n_ranges = (int)job->ranges.size();
-  for (long i; !job->stop && (i = job->next.fetch_add(1)) < nwg;) {
+  wg->ranges = job->ranges;
+  wg->n_ranges = job->n_ranges;
+  for (long i; !__atomic_load_n(&job->stop, __ATOMIC_SEQ_CST) &&
+               (i = __atomic_fetch_add(&job->next, 1, __ATOMIC_SEQ_CST)) < nwg;) {
     wg->bid = Dim3{(unsigned)(i % job->grid.x), (unsigned)((i / job->grid.x) % job->grid.y),
                    (unsigned)(i / ((long)job->grid.x * job->grid.y))};
-    if (run_workgroup(wg.get())) continue;
-    std::lock_guard<std::mutex> lock(job->mu);
-    if (job->error_wg < 0 || i < job->error_wg) {  // the lowest failing workgroup, as a sequential run
-      job->error_wg = i;
-      job->error = wg->error;
-    }
-    job->stop = true;
+    if (run_workgroup(wg)) continue;
+    set_job_error(job, i, wg->error, true);
   }
-  job->switches += wg->switches;
-  job->barriers += wg->barriers;
-  job->collectives += wg->collectives;
+  __atomic_fetch_add(&job->switches, wg->switches, __ATOMIC_SEQ_CST);
+  __atomic_fetch_add(&job->barriers, wg->barriers, __ATOMIC_SEQ_CST);
+  __atomic_fetch_add(&job->collectives, wg->collectives, __ATOMIC_SEQ_CST);
+  delete wg;
+}
+
+inline void* run_worker_thread(void* job) {
+  run_worker(static_cast<GridJob*>(job));
+  return nullptr;
 }
 
 inline int launch_error(char* err, size_t errn, const char* kernel, const char* msg) {
@@ -149,27 +160,31 @@ int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, c
   job.params = params;
   job.grid = Dim3{l->grid[0], l->grid[1], l->grid[2]};
   job.block = Dim3{l->block[0], l->block[1], l->block[2]};
+  pthread_mutex_init(&job.mu, nullptr);
+  job.ranges = static_cast<Range*>(malloc(sizeof(Range) * (l->n_ranges > 0 ? l->n_ranges : 1)));
+  if (!job.ranges) return launch_error(err, errn, kernel, "out of memory for the launch's global ranges");
   for (int i = 0; i < l->n_ranges; ++i)
-    add_range(job.ranges, l->ranges[i].base, (unsigned long long)l->ranges[i].bytes);
-  long workers = l->host_threads > 0 ? l->host_threads : (long)std::thread::hardware_concurrency();
+    add_range(job.ranges, &job.n_ranges, l->ranges[i].base, (unsigned long long)l->ranges[i].bytes);
+  long workers = l->host_threads > 0 ? l->host_threads : sysconf(_SC_NPROCESSORS_ONLN);
   if (workers < 1) workers = 1;
   if ((unsigned long long)workers > groups) workers = (long)groups;
-  std::vector<std::thread> pool;
-  for (long t = 1; t < workers; ++t) {
-    try {
-      pool.emplace_back(run_worker, &job);
-    } catch (...) {
-      break;  // fewer host threads is still a correct run
-    }
+  pthread_t* pool = static_cast<pthread_t*>(malloc(sizeof(pthread_t) * workers));
+  long started = 0;
+  for (long t = 1; pool && t < workers; ++t) {
+    if (pthread_create(&pool[started], nullptr, run_worker_thread, &job) != 0) break;  // fewer threads: still correct
+    ++started;
   }
   run_worker(&job);
-  for (std::thread& t : pool) t.join();
+  for (long t = 0; t < started; ++t) pthread_join(pool[t], nullptr);
+  free(pool);
+  free(job.ranges);
+  pthread_mutex_destroy(&job.mu);
   l->stats[0] = job.switches;
   l->stats[1] = job.barriers;
   l->stats[2] = job.collectives;
   l->stats[3] = groups;
   if (job.error_wg < 0) return 0;
-  if (err && errn) snprintf(err, errn, "%s", job.error.c_str());
+  if (err && errn) snprintf(err, errn, "%s", job.error);
   return 1;
 }
 
