@@ -117,15 +117,18 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   sm90::wgmma_commit();
   issue_ss<kRows>(dp, v_rows, block_stride(kKvKeys), sl.dout, block_stride(kRows));
   sm90::wgmma_commit();
+  float cols[16];
+  kv_cols(cols, sl.lse);
   sm90::wgmma_wait<1>();
   sm90::fence_regs(s);
-  kv_p(s, pp, sl.lse, scale_log2, cut, kc);
+  kv_p(s, pp, cols, scale_log2, cut, kc);
   sm90::wgmma_fence();
   issue_rs<kCols, kRows>(acc.dv, pp, sl.dout + col_blk * block_stride(kRows), block_stride(kRows));
   sm90::wgmma_commit();
+  kv_cols(cols, sl.delta);
   sm90::wgmma_wait<1>();
   sm90::fence_regs(dp);
-  kv_ds(s, dp, pd, sl.delta);
+  kv_ds(s, dp, pd, cols);
   if constexpr (bwd_sm90_dq_fused(kPlan)) {
     if (ds.ring_on) ds.ring.acquire(ds.step);  // else: the slot's last reader was this warpgroup's dK GEMM, done
     store_ds(ds.slot, pd, ds.key0, ds.keys);

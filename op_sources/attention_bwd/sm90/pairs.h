@@ -45,13 +45,24 @@ struct KvCut {
   }
 };
 
-// s (S^T) becomes P^T, unrounded; pp its elements packed. lse: the step's LSE vector (natural log).
-RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse, float scale_log2, bool cut, const KvCut& kc) {
+// The step's vector of one per-row value (LSE or delta) at this thread's 16 columns, read from shared memory before the
+// GEMM it applies to is waited for (the load's latency under the GEMM's, not after it).
+RTC_DEVICE void kv_cols(float (&v)[16], rtc_u32 vec) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    rtc_u32 l0, l1;
-    sm90::ld_shared_v2_u32(l0, l1, lse + acc_col(j, 0) * 4);
-    const float lse2[2] = {lse_log2(rtc_bits_f32(l0)), lse_log2(rtc_bits_f32(l1))};
+    rtc_u32 x0, x1;
+    sm90::ld_shared_v2_u32(x0, x1, vec + acc_col(j, 0) * 4);
+    v[2 * j] = rtc_bits_f32(x0);
+    v[2 * j + 1] = rtc_bits_f32(x1);
+  }
+}
+
+// s (S^T) becomes P^T, unrounded; pp its elements packed. lse: kv_cols of the step's LSE vector (natural log).
+RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], const float (&lse)[16], float scale_log2, bool cut,
+                     const KvCut& kc) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float lse2[2] = {lse_log2(lse[2 * j]), lse_log2(lse[2 * j + 1])};
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -64,18 +75,15 @@ RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse, float scale
   pack_acc(s, pp);
 }
 
-// dp (dP^T) becomes dS^T = P^T (dP^T - delta), packed into pd.
-RTC_DEVICE void kv_ds(const float (&p)[32], float (&dp)[32], rtc_u32 (&pd)[16], rtc_u32 delta) {
+// dp (dP^T) becomes dS^T = P^T (dP^T - delta), packed into pd. delta: kv_cols of the step's delta vector.
+RTC_DEVICE void kv_ds(const float (&p)[32], float (&dp)[32], rtc_u32 (&pd)[16], const float (&delta)[16]) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    rtc_u32 d0, d1;
-    sm90::ld_shared_v2_u32(d0, d1, delta + acc_col(j, 0) * 4);
-    const float dl[2] = {rtc_bits_f32(d0), rtc_bits_f32(d1)};
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) dp[4 * j + 2 * i + c] = p[4 * j + 2 * i + c] * (dp[4 * j + 2 * i + c] - dl[c]);
-  }
+      for (int c = 0; c < 2; ++c)
+        dp[4 * j + 2 * i + c] = p[4 * j + 2 * i + c] * (dp[4 * j + 2 * i + c] - delta[2 * j + c]);
   pack_acc(dp, pd);
 }
 
