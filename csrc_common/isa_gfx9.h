@@ -50,6 +50,13 @@ RTC_ISA rtc_buffer_rsrc make_buffer_rsrc(rtc_u32 base_lo, rtc_u32 base_hi, rtc_u
   return r;
 }
 
+// An MFMA operand of four 16-bit elements (F: rtc_bf16x4 or rtc_f16x4) from two dwords, element 0 in lo's low half (no
+// instruction: the registers as they are).
+template <class F> RTC_ISA F frag_of_words(rtc_u32 lo, rtc_u32 hi) {
+  const rtc_u32x2 w = {lo, hi};
+  return __builtin_bit_cast(F, w);
+}
+
 #if defined(RTC_EMU)
 #include "emu/isa_emu.h"
 #else

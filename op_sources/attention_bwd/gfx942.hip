@@ -9,7 +9,7 @@
 //             dV^T += dO^T P, dK^T += Q^T dS  A: dO, q columns from LDS   B: P, dS as computed
 //   dQ:       S^T = K Q^T, dP^T = V dO^T      A: k, v rows from LDS       B: the wave's q, dO in registers
 //             dQ^T += K^T dS^T                A: k columns from LDS       B: dS^T as computed
-// Each pair's P and dS are bwd_common.h's (pair_p_ds): rounded to the element type for the products, fp32
+// Each pair's P and dS are bwd_common.h's (pair_p_ds_bits): rounded to the element type for the products, fp32
 // accumulation; dK / dV sum the query heads of the group in order, as the baseline; no atomics (deterministic).
 #include "platform.h"
 #include "isa_gfx9.h"
@@ -52,70 +52,128 @@ RTC_DEVICE rtc_f32x4 zero4() {
 }
 
 // One LDS tile: 16 rows of kD elements, and (row tiles) their LSE times log2(e) and delta; at, bt: the same rows
-// transposed (kD columns of 16 elements), for the operands that run down a column (col_frag: 4 rows of one column
-// in one 8-byte read instead of four 2-byte ones).
+// transposed, for the operands that run down a column (col_frag: 4 rows of one column in one 8-byte read). Up to 128 a
+// cell is a dword of two elements (row-major: element (r, c) in cell (r kD + c) / 2, the low half for an even c;
+// transposed: element (r, c) in cell (c kTile + r) / 2, the low half for an even r), staged and read 4 or 8 bytes at
+// a time; past it a cell is one element, row-major only (dword cells there, staged a dword a lane, left clang a
+// private segment at 192).
+constexpr int kCellElems = kD <= 128 ? 2 : 1;
+#if RTC_HEAD_DIM_MAX <= 128
+typedef rtc_u32 Cell;
+#else
+typedef rtc_elem_t Cell;
+#endif
+typedef rtc_smem<Cell, kTile * kD / kCellElems> RowTile;
+typedef rtc_smem<Cell, kD * kTile / kCellElems> ColTile;
 struct Tile {
-  rtc_smem<rtc_elem_t, kTile * kD> a, b;  // q and dO, or k and v
-  rtc_smem<rtc_elem_t, kD * kTile> at, bt;
+  RowTile a, b;  // q and dO, or k and v
+  ColTile at, bt;
   rtc_smem<float, kTile> lse, delta;
 };
-
-// `rows` (>= 1) rows of d elements from base (row stride ss) into a tile, and transposed into dst_t when asked; the
-// rest of the tile reads as zeros. A lane takes 8 consecutive columns of one row (d is a multiple of 8: all inside or
-// all past it), one address for the 8 loads; every lane loads (a chunk outside reads the tile's first one instead)
-// and selects: no branch a load.
-template <bool kTransposed>
-RTC_DEVICE void stage_rows(rtc_smem<rtc_elem_t, kTile * kD>& dst, rtc_smem<rtc_elem_t, kD * kTile>& dst_t,
-                           const rtc_elem_t* base, rtc_i64 ss, int rows, int d) {
-  // The stride, opaque at each call: its products with the unrolled rows are not hoisted out of the tile loops and
-  // held there (SGPRs past the budget: clang kept scratch for their spills).
-  sreg_fence(ss);
-  if constexpr (kD > 128) {
-    // Past 128, an element a lane at a time (the chunked loads' addresses, held, cost the SGPRs whose spills left
-    // clang a private segment at 192).
-#pragma unroll
-    for (int n = 0; n < kTile * kD / kThreads; ++n) {
-      const int i = n * kThreads + threadIdx.x, r = i / kD, c = i - r * kD;
-      const bool in = r < rows && c < d;
-      const rtc_elem_t x = rtc_gld(base + (in ? (rtc_i64)r * ss + c : 0)), v = in ? x : (rtc_elem_t)0;
-      dst.st(i, v);
-      if (kTransposed) dst_t.st(c * kTile + r, v);
-    }
-    return;
-  }
-  constexpr int kChunks = kTile * kD / 8;
-#pragma unroll
-  for (int n = 0; n < (kChunks + kThreads - 1) / kThreads; ++n) {
-    const int ch = n * kThreads + threadIdx.x, r = ch / (kD / 8), c0 = (ch - r * (kD / 8)) * 8;
-    if (kChunks % kThreads != 0 && ch >= kChunks) break;
-    const bool in = r < rows && c0 < d;
-    const rtc_elem_t* src = base + (in ? (rtc_i64)r * ss + c0 : 0);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const rtc_elem_t x = rtc_gld(src + j), v = in ? x : (rtc_elem_t)0;
-      dst.st(r * kD + c0 + j, v);
-      if (kTransposed) dst_t.st((c0 + j) * kTile + r, v);
-    }
-  }
-}
-
-// Operands from a tile: 4 elements along a row (columns c0 .. c0 + 3 of row r: an A operand's k-run of a row-major
-// product), or along a column (rows r0 .. r0 + 3 of column c: a transposed one).
-RTC_DEVICE Frag row_frag(const rtc_smem<rtc_elem_t, kTile * kD>& t, int r, int c0) {
-  Frag f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = (FragElem)t.ld(r * kD + c0 + i);
-  return f;
-}
 // Up to head dim 128 the column operands come from the transposed copy (kColTiles); past it from the row-major tile,
 // 2 bytes a read (the copy's stores and the chunked loads left clang a private segment at 192 on gfx950).
 constexpr bool kColTiles = kD <= 128;
-RTC_DEVICE Frag col_frag(const rtc_smem<rtc_elem_t, kTile * kD>& t, const rtc_smem<rtc_elem_t, kD * kTile>& tt, int r0,
-                         int c) {
-  Frag f;
+
+// Four elements of one row, columns c .. c + 3 (c even), as the dwords w[0], w[1], or zeros when !in (`row` then points
+// at any element of the tensor: read and dropped, so that no load is under a branch). Selected a dword at a time.
+RTC_DEVICE void row_words(rtc_u32 (&w)[2], const rtc_elem_t* row, bool in) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = (FragElem)(kColTiles ? tt.ld(c * kTile + r0 + i) : t.ld((r0 + i) * kD + c));
-  return f;
+  for (int j = 0; j < 2; ++j) {
+    const rtc_u32 lo = rtc_gld(row + 2 * j), hi = rtc_gld(row + 2 * j + 1);
+    w[j] = in ? lo | hi << 16 : 0u;
+  }
+}
+
+// Past 128: `rows` (>= 1) rows of d elements from base (row stride ss) into a tile, an element a lane at a time, no
+// transposed copy (the chunked loads' addresses, held, cost the SGPRs whose spills left clang a private segment at
+// 192); the rest of the tile reads as zeros.
+RTC_DEVICE void stage_elems(RowTile& dst, const rtc_elem_t* base, rtc_i64 ss, int rows, int d) {
+  sreg_fence(ss);
+#pragma unroll
+  for (int n = 0; n < kTile * kD / kThreads; ++n) {
+    const int i = n * kThreads + threadIdx.x, r = i / kD, c = i - r * kD;
+    const bool in = r < rows && c < d;
+    const rtc_elem_t x = rtc_gld(base + (in ? (rtc_i64)r * ss + c : 0));
+    dst.st(i, (Cell)(in ? x : (rtc_elem_t)0));
+  }
+}
+
+// The block stages two tiles of `rows` (>= 1) rows of d elements at once: tile 0 (sm.a, and transposed into sm.at
+// when kT0) from base0 (row stride ss0), tile 1 (sm.b, sm.bt when kT1) from base1; the rest of each tile reads as
+// zeros. Up to 128 a lane takes two rows (a pair) x 8 columns of one tile (d is a multiple of 8: all inside or all
+// past it): two 16-byte loads, the row-major words as loaded, and each column's pair of rows one dword of the
+// transposed tile (a v_perm_b32 each), where single 16-bit stores took a shift, a mask and a store an element.
+template <bool kT0, bool kT1>
+RTC_DEVICE void stage_tiles(Tile& sm, const rtc_elem_t* base0, rtc_i64 ss0, const rtc_elem_t* base1, rtc_i64 ss1,
+                            int rows, int d) {
+  if constexpr (kD > 128) {
+    stage_elems(sm.a, base0, ss0, rows, d);
+    stage_elems(sm.b, base1, ss1, rows, d);
+  } else {
+    // The strides, opaque at each call: their products with the unrolled rows are not hoisted out of the tile loops
+    // and held there (SGPRs past the budget: clang kept scratch for their spills).
+    sreg_fence(ss0);
+    sreg_fence(ss1);
+    constexpr int kUnits = kTile / 2 * (kD / 8);  // a tile's (row pair, 8 columns) units: kD of them
+    static_assert(kD > 128 || 2 * kUnits <= kThreads, "a unit a lane");
+    const int t = threadIdx.x;
+    if (2 * kUnits < kThreads && t >= 2 * kUnits) return;  // below 128: lanes without a unit (whole waves past 64)
+    const bool second = t >= kUnits;
+    const int u = second ? t - kUnits : t, rp = u / (kD / 8), c0 = (u - rp * (kD / 8)) * 8;
+    const rtc_elem_t* base = second ? base1 : base0;
+    const rtc_i64 ss = second ? ss1 : ss0;
+    rtc_u32 w[2][4];  // rows 2 rp and 2 rp + 1, columns c0 .. c0 + 7
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int r = 2 * rp + rr;
+      const bool in = r < rows && c0 < d;
+      const rtc_elem_t* src = base + (in ? (rtc_i64)r * ss + c0 : 0);
+      rtc_u32 lo[2], hi[2];
+      row_words(lo, src, in);
+      row_words(hi, src + 4, in);
+      w[rr][0] = lo[0], w[rr][1] = lo[1], w[rr][2] = hi[0], w[rr][3] = hi[1];
+    }
+    RowTile& dst = second ? sm.b : sm.a;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) dst.st(((2 * rp + rr) * kD + c0) / 2 + j, w[rr][j]);
+    if (second ? kT1 : kT0) {
+      ColTile& dst_t = second ? sm.bt : sm.at;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // columns c0 + 2 j (the words' low halves) and c0 + 2 j + 1 (their high halves), row 2 rp in the low half
+        dst_t.st((c0 + 2 * j) * (kTile / 2) + rp, perm_b32(w[1][j], w[0][j], 0x05040100u));
+        dst_t.st((c0 + 2 * j + 1) * (kTile / 2) + rp, perm_b32(w[1][j], w[0][j], 0x07060302u));
+      }
+    }
+  }
+}
+
+// Operands from a tile: 4 elements along a row (columns c0 .. c0 + 3 of row r, c0 a multiple of 4: an A operand's
+// k-run of a row-major product), or along a column (rows r0 .. r0 + 3 of column c, r0 a multiple of 4: a transposed
+// one).
+RTC_DEVICE Frag row_frag(const RowTile& t, int r, int c0) {
+  if constexpr (kCellElems == 2) {
+    const int w = (r * kD + c0) / 2;
+    return frag_of_words<Frag>(t.ld(w), t.ld(w + 1));
+  } else {
+    Frag f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = (FragElem)t.ld(r * kD + c0 + i);
+    return f;
+  }
+}
+RTC_DEVICE Frag col_frag(const RowTile& t, const ColTile& tt, int r0, int c) {
+  if constexpr (kColTiles) {
+    const int w = (c * kTile + r0) / 2;
+    return frag_of_words<Frag>(tt.ld(w), tt.ld(w + 1));
+  } else {
+    Frag f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = (FragElem)t.ld((r0 + i) * kD + c);
+    return f;
+  }
 }
 
 // A row's B-operand fragments from global memory: columns 16 s + 4 quad .. + 3 of step s (zeros past d, or for a row
@@ -135,11 +193,11 @@ RTC_DEVICE void row_operands(Frag (&f)[kSteps], const rtc_elem_t* row, bool in, 
   }
 }
 
-// The four values of an accumulator rounded to the element type, as an operand (P or dS).
-RTC_DEVICE Frag to_frag(const float (&x)[4]) {
+// Four elements' bits as an operand (P or dS).
+RTC_DEVICE Frag to_frag(const rtc_elem_t (&x)[4]) {
   Frag f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = (FragElem)to_elem(x[i]);
+  for (int i = 0; i < 4; ++i) f[i] = (FragElem)x[i];
   return f;
 }
 
@@ -184,10 +242,9 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
       // starts after them, sees none of them.
       if (RTC_MASK && (key_range(view, i0 + rows - 1).hi < j0 || key_range(view, i0).lo > j_last)) continue;
       __syncthreads();  // the previous row tile is no longer read
-      stage_rows<kColTiles>(sm.a, sm.at, a.q + row_at(a.q_sb, a.q_ss, b, seq.q_row, i0) + (rtc_i64)h * a.q_sh, a.q_ss,
-                            rows, d);
-      stage_rows<kColTiles>(sm.b, sm.bt, bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i0) + (rtc_i64)h * bp.do_sh,
-                            bp.do_ss, rows, d);
+      stage_tiles<kColTiles, kColTiles>(
+          sm, a.q + row_at(a.q_sb, a.q_ss, b, seq.q_row, i0) + (rtc_i64)h * a.q_sh, a.q_ss,
+          bp.dout + row_at(bp.do_sb, bp.do_ss, b, seq.q_row, i0) + (rtc_i64)h * bp.do_sh, bp.do_ss, rows, d);
       if ((int)threadIdx.x < kTile) {
         const int r = threadIdx.x;
         const rtc_i64 at = seq.lse_off + (rtc_i64)h * seq.lse_head_stride + i0 + r;
@@ -203,11 +260,11 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
       }
       // Lane l holds rows 4 quad + r of its key's column.
       const Pairs pairs{window_of(view), i0, wj0};
-      float p[4], ds[4];
+      rtc_elem_t p[4], ds[4];
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        pair_p_ds(s[r], dp[r], sm.lse.ld(4 * quad + r), sm.delta.ld(4 * quad + r), pairs.seen(4 * quad + r, col),
-                  view.scale_log2, p[r], ds[r]);
+        pair_p_ds_bits(s[r], dp[r], sm.lse.ld(4 * quad + r), sm.delta.ld(4 * quad + r), pairs.seen(4 * quad + r, col),
+                       view.scale_log2, p[r], ds[r]);
       const Frag pf = to_frag(p), dsf = to_frag(ds);
 #pragma unroll
       for (int t = 0; t < kSteps; ++t) {
@@ -250,10 +307,11 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
   for (int j0 = kv_begin; j0 < kv_end; j0 += kTile) {
     const int keys = view.seq_k - j0 < kTile ? view.seq_k - j0 : kTile;
     __syncthreads();  // the previous key tile is no longer read
-    stage_rows<kColTiles>(sm.a, sm.at, a.k + row_at(a.k_sb, a.k_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.k_sh, a.k_ss,
-                          keys, d);
-    stage_rows<false>(sm.b, sm.bt, a.v + row_at(a.v_sb, a.v_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.v_sh, a.v_ss, keys,
-                      d);
+    // V's transposed copy is not read: written all the same, so that no wave's path branches on its tile (the waves
+    // staging K write K's, as many stores).
+    stage_tiles<kColTiles, kColTiles>(sm, a.k + row_at(a.k_sb, a.k_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.k_sh, a.k_ss,
+                                      a.v + row_at(a.v_sb, a.v_ss, b, seq.k_row, j0) + (rtc_i64)hk * a.v_sh, a.v_ss,
+                                      keys, d);
     __syncthreads();
     rtc_f32x4 st = zero4(), dpt = zero4();
 #pragma unroll
@@ -263,10 +321,10 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
     }
     // Lane l holds keys 4 quad + r of its row's column.
     const Pairs pairs{window_of(view), wi0, j0};
-    float p[4], ds[4];
+    rtc_elem_t p[4], ds[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      pair_p_ds(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), view.scale_log2, p[r], ds[r]);
+      pair_p_ds_bits(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), view.scale_log2, p[r], ds[r]);
     const Frag dsf = to_frag(ds);
 #pragma unroll
     for (int t = 0; t < kSteps; ++t) dq[t] = mma(col_frag(sm.a, sm.at, 4 * quad, 16 * t + col), dsf, dq[t]);

@@ -105,10 +105,7 @@ RTC_DEVICE int item_q0(const Gfx942Params& p, int item) {
   return (RTC_MASK ? p.nqb - 1 - qb : qb) * kQRows;
 }
 
-RTC_DEVICE Frag as_frag(rtc_u32 lo, rtc_u32 hi) {
-  const rtc_u32x2 w = {lo, hi};
-  return __builtin_bit_cast(Frag, w);
-}
+RTC_DEVICE Frag as_frag(rtc_u32 lo, rtc_u32 hi) { return frag_of_words<Frag>(lo, hi); }
 
 // The first MFMA of a chain (C = 0) and the accumulating one, of the element type.
 RTC_DEVICE rtc_f32x4 mfma_zc(Frag a, Frag b) {
