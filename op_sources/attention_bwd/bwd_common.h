@@ -50,20 +50,23 @@ struct Pairs {
 };
 
 // One pair's P (for dV) and dS (for dK and dQ), each rounded to the element type (as its bits), from its score
-// s = q.k and dP = dO.v (fp32), its row's LSE times log2(e) and delta. A row whose LSE is -inf sees no key (P = 0, not
-// exp2(+inf)); a NaN LSE or score makes P and dS NaN.
+// s = q.k and dP = dO.v (fp32), its row's LSE times log2(e) and delta, exp2 the kernel's (fast_exp2, or the
+// hardware's instruction). A row whose LSE is -inf sees no key (P = 0, not exp2(+inf)); a NaN LSE or score makes P
+// and dS NaN.
+template <class Exp2>
 RTC_DEVICE void pair_p_ds_bits(float s, float dp, float lse2, float delta, bool seen, float scale_log2, rtc_elem_t& p,
-                               rtc_elem_t& ds) {
+                               rtc_elem_t& ds, Exp2 exp2) {
   const bool on = seen && lse2 != neg_inf();
-  const float pe = on ? fast_exp2(s * scale_log2 - lse2) : 0.0f;
+  const float e = exp2(s * scale_log2 - lse2);  // every pair's (no branch around the instruction), kept where on
+  const float pe = on ? e : 0.0f;
   p = to_elem(pe);
   ds = to_elem(on ? pe * (dp - delta) : 0.0f);
 }
-// The same as fp32 values (exact: the elements' own).
+// The same as fp32 values (exact: the elements' own), exp2 fast_exp2's.
 RTC_DEVICE void pair_p_ds(float s, float dp, float lse2, float delta, bool seen, float scale_log2, float& p,
                           float& ds) {
   rtc_elem_t pb, db;
-  pair_p_ds_bits(s, dp, lse2, delta, seen, scale_log2, pb, db);
+  pair_p_ds_bits(s, dp, lse2, delta, seen, scale_log2, pb, db, fast_exp2);
   p = elem_f32(pb);
   ds = elem_f32(db);
 }

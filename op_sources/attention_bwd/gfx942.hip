@@ -9,7 +9,7 @@
 //             dV^T += dO^T P, dK^T += Q^T dS  A: dO, q columns from LDS   B: P, dS as computed
 //   dQ:       S^T = K Q^T, dP^T = V dO^T      A: k, v rows from LDS       B: the wave's q, dO in registers
 //             dQ^T += K^T dS^T                A: k columns from LDS       B: dS^T as computed
-// Each pair's P and dS are bwd_common.h's (pair_p_ds_bits): rounded to the element type for the products, fp32
+// Each pair's P and dS are bwd_common.h's (pair_p_ds_bits, exp2 on v_exp_f32 as the forward's): rounded to the element type for the products, fp32
 // accumulation; dK / dV sum the query heads of the group in order, as the baseline; no atomics (deterministic).
 #include "platform.h"
 #include "isa_gfx9.h"
@@ -31,10 +31,10 @@ namespace {
 using namespace bwd;
 
 constexpr int kThreads = 256;
-constexpr int kTile = 16;                 // rows or keys of the shared LDS tile; a wave's own rows or keys
-constexpr int kBlock = 4 * kTile;         // a block's keys (dK / dV) or query rows (dQ)
-constexpr int kD = RTC_HEAD_DIM_MAX;      // the bucket: columns of the tiles, zeros past the call's D
-constexpr int kSteps = kD / 16;           // k-steps of the score products, d tiles of the gradient products
+constexpr int kTile = 16;  // rows or keys of the shared LDS tile; a wave's own rows or keys
+constexpr int kBlock = 4 * kTile;  // a block's keys (dK / dV) or query rows (dQ)
+constexpr int kD = RTC_HEAD_DIM_MAX;  // the bucket: columns of the tiles, zeros past the call's D
+constexpr int kSteps = kD / 16;  // k-steps of the score products, d tiles of the gradient products
 
 #if RTC_DTYPE == RTC_DTYPE_FP16
 typedef rtc_f16x4 Frag;
@@ -264,7 +264,7 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         pair_p_ds_bits(s[r], dp[r], sm.lse.ld(4 * quad + r), sm.delta.ld(4 * quad + r), pairs.seen(4 * quad + r, col),
-                       view.scale_log2, p[r], ds[r]);
+                       view.scale_log2, p[r], ds[r], exp2_f32);
       const Frag pf = to_frag(p), dsf = to_frag(ds);
 #pragma unroll
       for (int t = 0; t < kSteps; ++t) {
@@ -324,7 +324,7 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
     rtc_elem_t p[4], ds[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      pair_p_ds_bits(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), view.scale_log2, p[r], ds[r]);
+      pair_p_ds_bits(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), view.scale_log2, p[r], ds[r], exp2_f32);
     const Frag dsf = to_frag(ds);
 #pragma unroll
     for (int t = 0; t < kSteps; ++t) dq[t] = mma(col_frag(sm.a, sm.at, 4 * quad, 16 * t + col), dsf, dq[t]);
