@@ -7,7 +7,7 @@
 //   RTC_DEVICE                     device function qualifier (RTC_HD: host and device)
 //   threadIdx / blockIdx / blockDim / gridDim   .x .y .z as usual
 //   __syncthreads()                workgroup barrier with LDS/shared-memory fence
-//   rtc_smem<T, N>                 a shared-memory array; access only through .ld(i) / .st(i, v)
+//   rtc_smem<T, N>                 a shared-memory array; access only through .ld(i) / .st(i, v) / .ld2(i, a, b)
 //                                  so the emulator can bounds- and race-check every access
 //   RTC_SHARED(Type, name)         declares the block's shared storage `Type& name`
 //   rtc_gld(ptr) / rtc_gst(ptr, v) global-memory load / store of one value; plain on GPUs, checked
@@ -101,6 +101,14 @@ struct rtc_smem {
   T data[N];
   RTC_DEVICE T ld(int i) const { return data[i]; }
   RTC_DEVICE void st(int i, T v) { data[i] = v; }
+  // Elements i and i + 1 as one access: i even and the array aligned to 2 sizeof(T) (the caller's promise).
+  RTC_DEVICE void ld2(int i, T& a, T& b) const {
+    struct alignas(2 * sizeof(T)) Pair {
+      T x, y;
+    } p;
+    __builtin_memcpy(&p, __builtin_assume_aligned(&data[i], 2 * sizeof(T)), sizeof(p));
+    a = p.x, b = p.y;
+  }
   static constexpr int size = N;
 };
 #define RTC_SHARED(Type, name)    \

@@ -107,6 +107,14 @@ struct rtc_smem {
     ::rtc_emu::lds_access(&data[i], sizeof(T), true, "rtc_smem::st");
     data[i] = v;
   }
+  void ld2(int i, T& a, T& b) const {
+    if ((unsigned)i >= (unsigned)(N - 1)) ::rtc_emu::smem_index_error("ld2", i, N, sizeof(T));
+    if (i % 2 != 0 || reinterpret_cast<uintptr_t>(&data[i]) % (2 * sizeof(T)) != 0)
+      ::rtc_emu::fail("rtc_smem<%zu-byte element, %d>::ld2 index %d: the pair is not %zu-byte aligned", sizeof(T), N, i,
+                      2 * sizeof(T));
+    ::rtc_emu::lds_access(&data[i], 2 * sizeof(T), false, "rtc_smem::ld2");
+    a = data[i], b = data[i + 1];
+  }
   static constexpr int size = N;
 };
 

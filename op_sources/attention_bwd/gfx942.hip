@@ -66,8 +66,8 @@ typedef rtc_elem_t Cell;
 typedef rtc_smem<Cell, kTile * kD / kCellElems> RowTile;
 typedef rtc_smem<Cell, kD * kTile / kCellElems> ColTile;
 struct Tile {
-  RowTile a, b;  // q and dO, or k and v
-  ColTile at, bt;
+  alignas(8) RowTile a, b;  // q and dO, or k and v (8-byte aligned: an operand's two cells one read)
+  alignas(8) ColTile at, bt;
   rtc_smem<float, kTile> lse, delta;
 };
 // Up to head dim 128 the column operands come from the transposed copy (kColTiles); past it from the row-major tile,
@@ -155,8 +155,9 @@ RTC_DEVICE void stage_tiles(Tile& sm, const rtc_elem_t* base0, rtc_i64 ss0, cons
 // one).
 RTC_DEVICE Frag row_frag(const RowTile& t, int r, int c0) {
   if constexpr (kCellElems == 2) {
-    const int w = (r * kD + c0) / 2;
-    return frag_of_words<Frag>(t.ld(w), t.ld(w + 1));
+    Cell lo, hi;  // (dwords here)
+    t.ld2((r * kD + c0) / 2, lo, hi);
+    return frag_of_words<Frag>(lo, hi);
   } else {
     Frag f;
 #pragma unroll
@@ -166,8 +167,9 @@ RTC_DEVICE Frag row_frag(const RowTile& t, int r, int c0) {
 }
 RTC_DEVICE Frag col_frag(const RowTile& t, const ColTile& tt, int r0, int c) {
   if constexpr (kColTiles) {
-    const int w = (c * kTile + r0) / 2;
-    return frag_of_words<Frag>(tt.ld(w), tt.ld(w + 1));
+    Cell lo, hi;  // (dwords here)
+    tt.ld2((c * kTile + r0) / 2, lo, hi);
+    return frag_of_words<Frag>(lo, hi);
   } else {
     Frag f;
 #pragma unroll

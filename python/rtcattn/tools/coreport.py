@@ -31,8 +31,9 @@ TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
 # Bytes a lane loads with one VMEM load, by the op's width suffix.
 LOAD_BYTES = {"ubyte": 1, "sbyte": 1, "ushort": 2, "sshort": 2, "dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16}
 LDS_BYTES = {"ds_read_b32": 256, "ds_write_b32": 256, "ds_read_b64": 512, "ds_write_b64": 512,
-             "ds_read2_b64": 1024, "ds_read_b128": 1024, "ds_write_b128": 1024, "ds_swizzle_b32": 256,
-             "ds_bpermute_b32": 256}
+             "ds_read2_b32": 512, "ds_write2_b32": 512, "ds_read2st64_b32": 512, "ds_write2st64_b32": 512,
+             "ds_read2_b64": 1024, "ds_write2_b64": 1024, "ds_read2st64_b64": 1024, "ds_write2st64_b64": 1024,
+             "ds_read_b128": 1024, "ds_write_b128": 1024, "ds_swizzle_b32": 256, "ds_bpermute_b32": 256}
 
 
 @dataclass
