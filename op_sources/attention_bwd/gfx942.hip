@@ -65,9 +65,17 @@ typedef rtc_elem_t Cell;
 #endif
 typedef rtc_smem<Cell, kTile * kD / kCellElems> RowTile;
 typedef rtc_smem<Cell, kD * kTile / kCellElems> ColTile;
-struct Tile {
-  alignas(8) RowTile a, b;  // q and dO, or k and v (8-byte aligned: an operand's two cells one read)
-  alignas(8) ColTile at, bt;
+// 8-byte aligned (every member's size is a multiple of 8): an operand's two dword cells are one 8-byte read
+// (cell_pair), except on gfx950, where clang-22 with 8-byte LDS reads reserved a 36-byte private segment (the window
+// dense D 128 variant: no scratch instruction, the frame reserved; docs/NOTES.md).
+#if defined(__gfx950__)
+#define BWD_TILE_ALIGN
+#else
+#define BWD_TILE_ALIGN alignas(8)
+#endif
+struct BWD_TILE_ALIGN Tile {
+  RowTile a, b;  // q and dO, or k and v
+  ColTile at, bt;
   rtc_smem<float, kTile> lse, delta;
 };
 // Up to head dim 128 the column operands come from the transposed copy (kColTiles); past it from the row-major tile,
@@ -150,13 +158,23 @@ RTC_DEVICE void stage_tiles(Tile& sm, const rtc_elem_t* base0, rtc_i64 ss0, cons
   }
 }
 
+// An operand's two dword cells i, i + 1 (i even): one 8-byte read (`ds_read_b64`, whose 16-bit offset reaches the
+// whole tile), but two dword reads on gfx950 (Tile's alignment above).
+template <class Cells> RTC_DEVICE void cell_pair(const Cells& t, int i, Cell& lo, Cell& hi) {
+#if defined(__gfx950__)
+  lo = t.ld(i), hi = t.ld(i + 1);
+#else
+  t.ld2(i, lo, hi);
+#endif
+}
+
 // Operands from a tile: 4 elements along a row (columns c0 .. c0 + 3 of row r, c0 a multiple of 4: an A operand's
 // k-run of a row-major product), or along a column (rows r0 .. r0 + 3 of column c, r0 a multiple of 4: a transposed
 // one).
 RTC_DEVICE Frag row_frag(const RowTile& t, int r, int c0) {
   if constexpr (kCellElems == 2) {
     Cell lo, hi;  // (dwords here)
-    t.ld2((r * kD + c0) / 2, lo, hi);
+    cell_pair(t, (r * kD + c0) / 2, lo, hi);
     return frag_of_words<Frag>(lo, hi);
   } else {
     Frag f;
@@ -168,7 +186,7 @@ RTC_DEVICE Frag row_frag(const RowTile& t, int r, int c0) {
 RTC_DEVICE Frag col_frag(const RowTile& t, const ColTile& tt, int r0, int c) {
   if constexpr (kColTiles) {
     Cell lo, hi;  // (dwords here)
-    tt.ld2((c * kTile + r0) / 2, lo, hi);
+    cell_pair(tt, (c * kTile + r0) / 2, lo, hi);
     return frag_of_words<Frag>(lo, hi);
   } else {
     Frag f;
