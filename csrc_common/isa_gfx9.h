@@ -202,6 +202,11 @@ RTC_ISA void buffer_load_dword_lds(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, vo
 }
 
 template <class T> RTC_ISA T global_load(const T* p) { return *p; }
+// s_load: a load at a uniform address, once for the wave, through the scalar cache into SGPRs. Its counter is lgkmcnt,
+// so waiting for it never waits for the vector loads in flight (vmcnt counts those in order: a vector load of a page
+// id would make its wait wait for every earlier data load). The constant address space tells the compiler the
+// memory does not change during the kernel; a divergent address still compiles, to a vector load.
+template <class T> RTC_ISA T scalar_load(const T* p) { return *(const __attribute__((address_space(4))) T*)p; }
 template <class T> RTC_ISA void global_store(T* p, T v) { *p = v; }
 template <class T> RTC_ISA T ds_read(const void* lds_ptr) {
   return *(const __attribute__((address_space(3))) T*)lds_ptr;

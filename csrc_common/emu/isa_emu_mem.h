@@ -91,6 +91,14 @@ RTC_ISA T global_load(const T* p) {
   memcpy(&v, p, sizeof(T));
   return v;
 }
+// s_load (isa_gfx9.h): a global load as far as the emulator can tell, range-checked the same way.
+template <class T>
+RTC_ISA T scalar_load(const T* p) {
+  ::rtc_emu::check_global(p, sizeof(T), "scalar load");
+  T v;
+  memcpy(&v, p, sizeof(T));
+  return v;
+}
 template <class T>
 RTC_ISA void global_store(T* p, T v) {
   ::rtc_emu::check_global(p, sizeof(T), "global store");

@@ -51,11 +51,14 @@ typedef rtc_u32 KvUnit;
 RTC_DEVICE rtc_u32 col_byte(int col) { return (rtc_u32)(col >> 1); }
 #endif
 
-// One lane's share of a 16-key sub-tile: its key's units and (FP4) the key's E8M0 scale as fp32 (1 elsewhere).
+// One lane's share of a 16-key sub-tile: its key's units and (FP4) the key's E8M0 scale code as loaded (127, 1.0,
+// elsewhere). The code is decoded where it is used (key_scale), not at the load: a value used right after its load
+// would make the wave wait for that load, and with it for every vector load issued before it.
 struct KvRegs {
   KvUnit u[kLoads];
-  float scale;
+  rtc_u32 scale;
 };
+RTC_DEVICE float key_scale(const KvRegs& r) { return rtc_e8m0_decode(r.scale); }
 
 #if RTC_KV_DTYPE == RTC_KV_DTYPE_SAME
 // Where a work item's K and V rows come from: one resource over the sequence's rows of its K/V head, or (paged)
@@ -97,7 +100,7 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
   const rtc_buffer_rsrc r = kv.r;
   const rtc_u32 row = (rtc_u32)((rtc_i64)key * kv.row_stride * 2);
 #endif
-  out.scale = 1.0f;
+  out.scale = 127u;
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
@@ -176,7 +179,8 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
   rtc_buffer_rsrc r = kv.r;
   if (RTC_KV == RTC_KV_PAGED) {
     const int shift = __builtin_ctz((unsigned)kv.page_size);
-    const int id = j0 < kv.len ? kv.table[j0 >> shift] : -1;  // uniform: a sub-tile is inside one page
+    // uniform (a sub-tile is inside one page), so a scalar load: its wait is not the data loads' (scalar_load)
+    const int id = j0 < kv.len ? scalar_load(kv.table + (j0 >> shift)) : -1;
     const bool in_pool = id >= 0 && id < kv.num_pages;
     ok = ok && in_pool;
     const rtc_i64 page = in_pool ? id : 0;
@@ -198,10 +202,10 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
     out.u[u] = buffer_load_dword(r, at + col_byte(8 * u), 0u);
 #endif
   }
-  out.scale = 1.0f;
+  out.scale = 127u;  // 1.0
 #if RTC_KV_FP4
   const unsigned char* sc = kv.scale + page_off + row0 * kv.scale_row_stride;  // uniform
-  if (ok) out.scale = rtc_e8m0_decode(rtc_gld(sc + kv.lane_scale));
+  if (ok) out.scale = rtc_gld(sc + kv.lane_scale);
 #else
   (void)page_off;
 #endif

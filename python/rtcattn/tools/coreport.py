@@ -53,6 +53,9 @@ class Report:
     # Other ops than the forward's: every loop holding MFMAs (mfma_loops), in address order, counted over the
     # instructions each of its iterations runs (iteration_path); `loop` is then the one with the most MFMAs.
     loops: list = field(default_factory=list)
+    # The forward's `loop` as instructions (address, opcode, operands), its rare blocks left out: the order of its
+    # loads and waits, which the decode model replays (decode_model.wave_seconds).
+    loop_body: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -341,11 +344,15 @@ def report(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim
         r.loop = dict(max(r.loops, key=lambda c: c["mfma"]))
         r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
         return r
-    loops = [_hot_count(b, rare) for b in kv_loops(insts)]
+    bodies = kv_loops(insts)
+    loops = [_hot_count(b, rare) for b in bodies]
     if mask != "none":
-        r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"]))
+        steady = min(range(len(loops)), key=lambda i: (loops[i]["cndmask"], -loops[i]["total"]))
+        r.loop, body = loops[steady], bodies[steady]
     else:
-        r.loop = _hot_count(kv_loop(insts), rare)
+        body = kv_loop(insts)
+        r.loop = _hot_count(body, rare)
+    r.loop_body = [x for x in body if x[0] not in rare]
     if mask != "none":
         r.masked_loop = max(loops, key=lambda c: (c["cndmask"], c["total"]))
     r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
