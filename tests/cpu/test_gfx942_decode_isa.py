@@ -27,7 +27,7 @@ ARCH_MODE_IDS = [f"{a}-{m}-{t}" for a, m, t in ARCH_MODES]
 SUBS = {64: 4, 96: 2, 128: 2, 192: 2, 256: 1}
 VT_PITCH = 20
 # Steps in flight per cache format (params.h decode_ahead): the KV loop holds that many steps.
-AHEAD = {"fp4_e2m1": 2}
+AHEAD = {"fp4_e2m1": 2, "fp4_e2m1_native": 2}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -130,13 +130,15 @@ def test_native_fp4_code_object(d, dtype, kv, mask):
     """gfx950's native FP4 path: the budgets of the other variants (no scratch or spills, the V^T tile's LDS, one wave
     a workgroup, at least 2 waves a SIMD as every FP4 variant), and in the KV loop S^T by the scaled MFMA (one per
     sub-tile and 128 of the bucket's columns: a lane's 32 columns of its row an MFMA, kernel's kScaledMfmas) where
-    the LUT path takes d / 16 element MFMAs per sub-tile; P V unchanged (the element type's MFMAs)."""
+    the LUT path takes d / 16 element MFMAs per sub-tile; P V unchanged (the element type's MFMAs).
+    The loop holds AHEAD steps (FP4 read natively too)."""
     r = coreport.report("gfx950", "rtne", mask, kv, d, dtype, kernel="gfx950_decode", kv_dtype="fp4_e2m1_native")
     n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 and n["max_flat_workgroup_size"] == 64, tag
     assert r.waves_per_simd >= 2, tag
-    scaled = SUBS[d] * -(-d // 128)
-    assert r.loop["mfma_scale"] == scaled and r.loop["mfma"] == scaled + SUBS[d] * d // 16, tag
+    subs = SUBS[d] * AHEAD["fp4_e2m1_native"]  # sub-tiles of the loop's steps
+    scaled = subs * -(-d // 128)
+    assert r.loop["mfma_scale"] == scaled and r.loop["mfma"] == scaled + subs * d // 16, tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
     assert r.loop[mine] and not r.loop[other], tag
