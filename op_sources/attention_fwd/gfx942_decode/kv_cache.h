@@ -89,14 +89,16 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
 }
 
 // This lane's share of key row j0 + lane % 16 (j0 uniform, a multiple of 16): columns [quad kQuadCols, +kQuadCols),
-// 8 per load. Keys past the sequence, columns past the call's head dim d and (paged) pages outside the pool read 0,
-// and nothing outside the row is touched.
-RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
+// 8 per load; paged, from page `id` (step_pages: the block table's entry for row j0, read earlier). Keys past the
+// sequence, columns past the call's head dim d and (paged) pages outside the pool read 0, and nothing outside the
+// row is touched.
+RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id, int lane, int d, KvRegs& out) {
   const int key = j0 + (lane & 15), col0 = (lane >> 4) * kQuadCols;
 #if RTC_KV == RTC_KV_PAGED
-  const rtc_buffer_rsrc r = g942::page_rsrc(kv, j0, d);
+  const rtc_buffer_rsrc r = g942::page_rsrc_at(kv, j0 < kv.len ? id : -1, d);
   const rtc_u32 row = g942::page_row_byte(kv, key);
 #else
+  (void)id;
   const rtc_buffer_rsrc r = kv.r;
   const rtc_u32 row = (rtc_u32)((rtc_i64)key * kv.row_stride * 2);
 #endif
@@ -172,15 +174,13 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
 // reads zeros; past the sequence's rows a varlen resource reads zeros too), and what a lane reads past d or past the
 // sequence (a paged row of the last page) is finite, E2M1 having no NaN or Inf, and meets a zero: Q's columns past
 // d are zeros, a key past the sequence is masked (its score replaced, its weight 0) and its scale is 1.
-RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
+RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id_read, int lane, int d, KvRegs& out) {
   const int col0 = (lane >> 4) * kQuadCols;
   rtc_i64 page_off = 0, row0 = j0;
   bool ok = (lane & 15) < kv.len - j0;  // key j0 + lane % 16 is one of the sequence's
   rtc_buffer_rsrc r = kv.r;
   if (RTC_KV == RTC_KV_PAGED) {
-    const int shift = __builtin_ctz((unsigned)kv.page_size);
-    // uniform (a sub-tile is inside one page), so a scalar load: its wait is not the data loads' (scalar_load)
-    const int id = j0 < kv.len ? scalar_load(kv.table + (j0 >> shift)) : -1;
+    const int id = j0 < kv.len ? id_read : -1;  // step_pages: the table's entry for row j0
     const bool in_pool = id >= 0 && id < kv.num_pages;
     ok = ok && in_pool;
     const rtc_i64 page = in_pool ? id : 0;
@@ -211,6 +211,41 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
 #endif
 }
 
+// The same with the page's table entry read here, by s_load (the prefill kernel's loads: gfx942/kv_cache.h).
+RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
+  const int shift = __builtin_ctz((unsigned)kv.page_size);
+  load_rows(kv, j0, RTC_KV == RTC_KV_PAGED && j0 < kv.len ? scalar_load(kv.table + (j0 >> shift)) : -1, lane, d, out);
+}
+#endif  // the cache's format
+
+// The block-table entries of a step's kSub sub-tiles starting at key key0 (uniform; paged: one page per 16-key
+// sub-tile), for K's loads and V's alike (one table). Each is an s_load (its wait is lgkmcnt's, not the data loads'
+// vmcnt) at an entry clamped into the sequence's part of the table, so it has no branch and reads no entry past it;
+// load_rows takes page -1 for a sub-tile past the sequence. The loop reads them a step before the loads that use
+// them, so that nothing waits for them.
+struct StepPages {
+  int id[kSub];
+};
+RTC_DEVICE StepPages step_pages(const KvRows& kv, int key0) {
+  StepPages pg;
+#if RTC_KV == RTC_KV_PAGED
+  const int shift = __builtin_ctz((unsigned)kv.page_size);
+  const int last = kv.len > 0 ? (kv.len - 1) >> shift : 0;
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) {
+    const int e = (key0 + 16 * s) >> shift;
+    pg.id[s] = scalar_load(kv.table + (e < last ? e : last));
+  }
+#else
+  (void)kv;
+  (void)key0;
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) pg.id[s] = -1;
+#endif
+  return pg;
+}
+
+#if RTC_KV_DTYPE != RTC_KV_DTYPE_SAME
 // An element pair from fp16 bits h of two placed codes (as described at the top): each half times 2^s in fp16
 // (exact: every result is an fp16 normal or zero), then, for bf16, through fp32 (its top half).
 RTC_DEVICE float half_f32(rtc_u32 bits) {

@@ -160,9 +160,9 @@ RTC_DEVICE void load_q(QOperand& q, rtc_buffer_rsrc qr, rtc_u32 row_byte, bool r
 // keys), then read V^T's A fragments, 4 keys of one column per lane. Wave-private LDS: a wave sync orders the
 // writes before the reads, and the MFMAs, which every lane reaches after its reads, order them before the next
 // sub-tile's writes. Once written, the V registers are free: the V rows of this sub-tile of the step kAhead on
-// (j_next) are requested into them, to arrive by the time that step comes.
+// (j_next, page id_next) are requested into them, to arrive by the time that step comes.
 RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane, const KvRows& vr, int j_next,
-                       int d) {
+                       int id_next, int d) {
   const int key = lane & 15, col0 = (lane >> 4) * kQuadCols;
   rtc_u32x4 x[kLoads];
   rtc_u32 nans = 0u;
@@ -186,7 +186,7 @@ RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], i
                            (rtc_elem_t)((e & 1) ? w >> 16 : w & 0xFFFFu));
     }
   }
-  load_rows(vr, j_next, lane, d, v);
+  load_rows(vr, j_next, id_next, lane, d, v);
   wave_barrier();
 #pragma unroll
   for (int t = 0; t < kHdTiles; ++t) {
@@ -243,11 +243,12 @@ struct LoopState {
 
 // One KV step kb of the item from its registers r: S^T from the K registers, the softmax, then PV sub-tile by
 // sub-tile from the V registers. Each register set is refilled as soon as it is consumed (K after the S^T MFMAs, V
-// after its LDS write) with the rows of step `refill`, kAhead steps on, so those loads fly during the math of the
-// steps in between. Unconditionally (no branch around the loads): a refill past the item's steps names a step of no
-// key, whose loads read zeros and move nothing.
+// after its LDS write) with the rows of step `refill`, kAhead steps on (its pages pg, read a step earlier), so those
+// loads fly during the math of the steps in between. Unconditionally (no branch around the loads): a refill past the
+// item's steps names a step of no key, whose loads read zeros and move nothing.
 RTC_DEVICE void kv_step(Smem& sm, const KvRows& kr, const KvRows& vr, const QOperand& q, LoopState& st, StepRegs& r,
-                        int kb, int refill, int d, float c, float k_descale, int lo, int hi, int lane) {
+                        int kb, int refill, const StepPages& pg, int d, float c, float k_descale, int lo, int hi,
+                        int lane) {
   const int quad = lane >> 4, xaddr = (lane ^ 32) << 2;
   const int key0 = (int)readfirstlane((rtc_u32)(kb * kStepKeys));
   const int next = (int)readfirstlane((rtc_u32)(refill * kStepKeys));
@@ -272,39 +273,45 @@ RTC_DEVICE void kv_step(Smem& sm, const KvRows& kr, const KvRows& vr, const QOpe
 #endif
   }
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) load_rows(kr, next + 16 * s, lane, d, r.k[s]);
+  for (int s = 0; s < kSub; ++s) load_rows(kr, next + 16 * s, pg.id[s], lane, d, r.k[s]);
   Frag pf[kSub];
   softmax_step(sc, st.o, pf, st.m, st.l, c, quad, key0, lo, hi, xaddr);
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) pv_sub(sm, r.v[s], pf[s], st.o, lane, vr, next + 16 * s, d);
+  for (int s = 0; s < kSub; ++s) pv_sub(sm, r.v[s], pf[s], st.o, lane, vr, next + 16 * s, pg.id[s], d);
 }
 
 // Steps [kb0, kb1) of the item, kAhead register sets in a ring: set a holds the steps kb0 + a + n kAhead. The loop
 // goes round the ring once an iteration (so that each set is named statically: registers), each step refilling its
-// set with the step kAhead on. kAhead 1: one set, each refilled with the next step's rows. clang-19 waits for every
-// load in flight at the loop's head (s_waitcnt vmcnt(0)), not only for the first step's: a wave stalls once an
-// iteration, for the loads the iteration's last step issued, so kAhead steps share a round trip (the static model
-// replays the loop's own waits: decode_model.py).
+// set with the step kAhead on. kAhead 1: one set, each refilled with the next step's rows. The refills' page ids are
+// read one step before the refill (pg, carried in SGPRs), so a step never waits for its table reads. clang-19 waits
+// for every load in flight at the loop's head (s_waitcnt vmcnt(0)), not only for the first step's: a wave stalls
+// once an iteration, for the loads the iteration's last step issued, so kAhead steps share a round trip (the static
+// model replays the loop's own waits: decode_model.py).
 RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const QOperand& q, LoopState& st, int kb0,
                         int kb1, int d, float c, float k_descale, int lo, int hi, int lane) {
   if (kb0 >= kb1) return;
   const int past = (kr.len + kStepKeys - 1) / kStepKeys;  // a step of no key: its loads read zeros
+  // the step whose rows refill step kb's registers
+  auto refill_of = [&](int kb) { return (int)readfirstlane((rtc_u32)(kb + kAhead < kb1 ? kb + kAhead : past)); };
   StepRegs ring[kAhead];
 #pragma unroll
   for (int a = 0; a < kAhead; ++a) {
     if (a > 0 && kb0 + a >= kb1) break;
     const int first = (int)readfirstlane((rtc_u32)((kb0 + a) * kStepKeys));
+    const StepPages pg = step_pages(kr, first);
 #pragma unroll
-    for (int s = 0; s < kSub; ++s) load_rows(kr, first + 16 * s, lane, d, ring[a].k[s]);
+    for (int s = 0; s < kSub; ++s) load_rows(kr, first + 16 * s, pg.id[s], lane, d, ring[a].k[s]);
 #pragma unroll
-    for (int s = 0; s < kSub; ++s) load_rows(vr, first + 16 * s, lane, d, ring[a].v[s]);
+    for (int s = 0; s < kSub; ++s) load_rows(vr, first + 16 * s, pg.id[s], lane, d, ring[a].v[s]);
   }
+  StepPages pg = step_pages(kr, refill_of(kb0) * kStepKeys);
   for (int kb = kb0; kb < kb1; kb += kAhead) {
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
       if (a > 0 && kb + a >= kb1) break;
-      const int refill = kb + a + kAhead < kb1 ? kb + a + kAhead : past;
-      kv_step(sm, kr, vr, q, st, ring[a], kb + a, refill, d, c, k_descale, lo, hi, lane);
+      const StepPages pg_next = step_pages(kr, refill_of(kb + a + 1) * kStepKeys);  // the next step's refill
+      kv_step(sm, kr, vr, q, st, ring[a], kb + a, refill_of(kb + a), pg, d, c, k_descale, lo, hi, lane);
+      pg = pg_next;
     }
   }
 }
