@@ -203,3 +203,15 @@ def test_a_quantized_cache_spans_its_bytes(kv_dtype, row):
         why = _lib.op_supports(OP, KERNEL, packed_quant(kv_dtype, 2 * big), "hip")
         span = 15 * 2 * big + (64 if kv_dtype == 3 else 128)
         assert why.startswith(f"k_strides[1]={2 * big} over 16 rows spans {span} bytes"), why
+
+
+def test_a_kv_span_leaves_room_for_the_no_row_offset():
+    """A lane the call has no row or column for loads from offset 2^32 - 16 (params.h decode_no_row), past every K / V
+    resource: a span up to it is accepted, one that reaches past it (yet below 4 GiB) is refused by name."""
+    no_row = (1 << 32) - 16
+    rs = (no_row - 128) // 15  # FP8 at d 128: 15 row strides and a row of 128 bytes over a page of 16
+    assert 15 * rs + 128 <= no_row < 15 * (rs + 1) + 128 < 1 << 32
+    assert _lib.op_supports(OP, KERNEL, packed_quant(1, rs), "hip") is None
+    why = _lib.op_supports(OP, KERNEL, packed_quant(1, rs + 1), "hip")
+    assert why.startswith(f"k_strides[1]={rs + 1} over 16 rows spans {15 * (rs + 1) + 128} bytes") and \
+        f"at most {no_row} bytes" in why, why

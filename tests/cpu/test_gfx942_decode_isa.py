@@ -30,6 +30,12 @@ VT_PITCH = 20
 AHEAD = {"fp4_e2m1": 2, "fp4_e2m1_native": 2}
 
 
+def waits_for_every_load(r):
+    """The KV loop's s_waitcnt vmcnt(0): a wait for every load in flight (params.h decode_no_row says what keeps clang
+    from them). hipRTC 5.2's older waitcnt pass (gfx90a) still puts one in most loops; the clang builds have none."""
+    return [a for a, op, args in r.loop_body if op == "s_waitcnt" and "vmcnt(0)" in args] if r.arch != "gfx90a" else []
+
+
 @pytest.fixture(scope="module", autouse=True)
 def prebuilt():
     """Every variant, compiled up front two at a time (the archs interleaved) into the user cache."""
@@ -74,6 +80,7 @@ def test_code_object(arch, d, kv, mode, dtype, mask):
     # Paged: one block-table read per sub-tile for K and V together, by s_load (its wait is not the data loads').
     assert r.loop["vmem"] == r.loop["vmem16"], tag
     assert sum(op.startswith("s_load") for _, op, _ in r.loop_body) == (SUBS[d] if kv == "paged" else 0), tag
+    assert not waits_for_every_load(r), tag
 
 
 # Quantized caches (kv_dtype): a few variants per arch spread over the formats, dtypes, buckets, masks and kv forms.
@@ -112,6 +119,7 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     per_sub = d // 32 + fp4
     assert r.loop["vmem"] == 2 * subs * per_sub if not fp4 else r.loop["vmem"] <= 2 * subs * per_sub, tag
     assert sum(op.startswith("s_load") for _, op, _ in r.loop_body) == (subs if paged else 0), tag
+    assert not waits_for_every_load(r), tag
     assert r.loop["vmem16"] == 0 or fp4, tag
     # FP8's NaN fix-ups are rare blocks (coreport.rare_blocks), out of the counts above; FP4 has none, nor FNUZ on
     # gfx942 (its v_cvt_pk_f32_fp8 makes 0x80 a NaN: no test, no fix-up), which the other archs place.

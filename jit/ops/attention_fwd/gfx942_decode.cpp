@@ -131,11 +131,11 @@ std::string why_not(const void* p, const char* vendor) {
   } kv[] = {{"k", a.k_strides[1]}, {"v", a.v_strides[1]}};
   for (const auto& t : kv) {
     const int64_t span = kv_rows <= 0 ? 0 : ((kv_rows - 1) * t.stride + kv_row_units(a)) * kv_unit_bytes(a);
-    if (t.stride < 0 || span >= (int64_t(1) << 32))
+    if (t.stride < 0 || span > int64_t(decode_no_row()))
       return std::string(t.name) + "_strides[1]=" + std::to_string(t.stride) + " over " + std::to_string(kv_rows) +
              " rows spans " + std::to_string(span) +
-             " bytes; the gfx942_decode kernel accepts a non-negative row stride with a span below 4 GiB per "
-             "(sequence, K/V head) or page";
+             " bytes; the gfx942_decode kernel accepts a non-negative row stride with a span of at most " +
+             std::to_string(decode_no_row()) + " bytes (4 GiB - 16) per (sequence, K/V head) or page";
   }
   const Plan pl = make_plan(a);
   if (attn_grid(pl) >= (int64_t(1) << 31))

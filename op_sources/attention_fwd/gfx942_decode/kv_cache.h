@@ -51,12 +51,13 @@ typedef rtc_u32 KvUnit;
 RTC_DEVICE rtc_u32 col_byte(int col) { return (rtc_u32)(col >> 1); }
 #endif
 
-// One lane's share of a 16-key sub-tile: its key's units and (FP4) the key's E8M0 scale code as loaded (127, 1.0,
-// elsewhere). The code is decoded where it is used (key_scale), not at the load: a value used right after its load
-// would make the wave wait for that load, and with it for every vector load issued before it.
+// One lane's share of a 16-key sub-tile: its key's units and (FP4) the key's E8M0 scale code as loaded (0, 2^-127,
+// for a key that reads zeros; 127, 1.0, for a 16-bit cache). The code is decoded where it is used (key_scale), not
+// at the load: a value used right after its load would make the wave wait for that load, and with it for every
+// vector load issued before it.
 struct KvRegs {
   KvUnit u[kLoads];
-  rtc_u32 scale;
+  unsigned char scale;  // as loaded: widened where it is used (a widening at the load would wait for it there)
 };
 RTC_DEVICE float key_scale(const KvRegs& r) { return rtc_e8m0_decode(r.scale); }
 
@@ -106,8 +107,7 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id, int lane, int d, KvR
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
-    out.u[u] = rtc_u32x4{0u, 0u, 0u, 0u};
-    if (key < kv.len && col < d) out.u[u] = buffer_load_dwordx4(r, row + col_byte(col), 0u);
+    out.u[u] = buffer_load_dwordx4(r, key < kv.len && col < d ? row + col_byte(col) : decode_no_row(), 0u);
   }
 }
 
@@ -179,9 +179,10 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id_read, int lane, int d
   rtc_i64 page_off = 0, row0 = j0;
   bool ok = (lane & 15) < kv.len - j0;  // key j0 + lane % 16 is one of the sequence's
   rtc_buffer_rsrc r = kv.r;
+  bool in_pool = true;
   if (RTC_KV == RTC_KV_PAGED) {
     const int id = j0 < kv.len ? id_read : -1;  // step_pages: the table's entry for row j0
-    const bool in_pool = id >= 0 && id < kv.num_pages;
+    in_pool = id >= 0 && id < kv.num_pages;
     ok = ok && in_pool;
     const rtc_i64 page = in_pool ? id : 0;
     page_off = page * kv.scale_page_stride;
@@ -194,19 +195,22 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id_read, int lane, int d
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
 #if RTC_KV_FP8
-    out.u[u] = rtc_u32x2{0u, 0u};
-    if (ok && col < d) out.u[u] = buffer_load_dwordx2(r, at + col_byte(8 * u), 0u);
+    out.u[u] = buffer_load_dwordx2(r, ok && col < d ? at + col_byte(8 * u) : decode_no_row(), 0u);
 #else
     // unpredicated: see below
     (void)col;
     out.u[u] = buffer_load_dword(r, at + col_byte(8 * u), 0u);
 #endif
   }
-  out.scale = 127u;  // 1.0
 #if RTC_KV_FP4
+  // The scale bytes of the sub-tile's keys of the sequence (none outside the pool): a key past them reads 0, with no
+  // branch around the load (params.h decode_no_row says why).
   const unsigned char* sc = kv.scale + page_off + row0 * kv.scale_row_stride;  // uniform
-  if (ok) out.scale = rtc_gld(sc + kv.lane_scale);
+  const rtc_i64 keys = kv.len - j0 < 16 ? kv.len - j0 : 16;
+  const rtc_i64 span = in_pool && keys > 0 ? (keys - 1) * kv.scale_row_stride + 1 : 0;
+  out.scale = buffer_load_ubyte(g942::uniform_rsrc(sc, span), (rtc_u32)kv.lane_scale, 0u);
 #else
+  out.scale = 127u;  // 1.0
   (void)page_off;
 #endif
 }

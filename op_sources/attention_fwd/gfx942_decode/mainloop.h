@@ -125,7 +125,7 @@ RTC_DEVICE void load_q(QOperand& q, rtc_buffer_rsrc qr, rtc_u32 row_byte, bool r
 // S^T of one 16-key sub-tile: K's units (one dword each, 8 FP4 codes) as the A operands, their key's scale.
 RTC_DEVICE rtc_f32x4 native_scores(const KvRegs& k, const QOperand& q) {
   rtc_f32x4 s = {0.0f, 0.0f, 0.0f, 0.0f};
-  const rtc_u32 ks = k.scale;  // the key's E8M0 code as load_rows loaded it (127, 1.0, for a key that reads zeros)
+  const rtc_u32 ks = k.scale;  // the key's E8M0 code as load_rows loaded it (0, 2^-127, for a key that reads zeros)
 #pragma unroll
   for (int j = 0; j < kScaledMfmas; ++j) {
     rtc_u32 a[4];
@@ -283,10 +283,10 @@ RTC_DEVICE void kv_step(Smem& sm, const KvRows& kr, const KvRows& vr, const QOpe
 // Steps [kb0, kb1) of the item, kAhead register sets in a ring: set a holds the steps kb0 + a + n kAhead. The loop
 // goes round the ring once an iteration (so that each set is named statically: registers), each step refilling its
 // set with the step kAhead on. kAhead 1: one set, each refilled with the next step's rows. The refills' page ids are
-// read one step before the refill (pg, carried in SGPRs), so a step never waits for its table reads. clang-19 waits
-// for every load in flight at the loop's head (s_waitcnt vmcnt(0)), not only for the first step's: a wave stalls
-// once an iteration, for the loads the iteration's last step issued, so kAhead steps share a round trip (the static
-// model replays the loop's own waits: decode_model.py).
+// read one step before the refill (pg, carried in SGPRs), so a step never waits for its table reads. The loads have
+// no branch around them (params.h decode_no_row), so clang waits for each step's own loads where they are used, not
+// for every load in flight: a step waits for loads issued kAhead steps before (the static model replays the loop's
+// own waits: decode_model.py).
 RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const QOperand& q, LoopState& st, int kb0,
                         int kb1, int d, float c, float k_descale, int lo, int hi, int lane) {
   if (kb0 >= kb1) return;
@@ -305,6 +305,9 @@ RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const QOpe
     for (int s = 0; s < kSub; ++s) load_rows(vr, first + 16 * s, pg.id[s], lane, d, ring[a].v[s]);
   }
   StepPages pg = step_pages(kr, refill_of(kb0) * kStepKeys);
+  // Once an item, for the loads so far (q's and the ring's): left in flight into the loop, clang would merge them
+  // into its wait at the loop's head and wait there for every load, each iteration (vmcnt(0)).
+  s_waitcnt_vmcnt<0>();
   for (int kb = kb0; kb < kb1; kb += kAhead) {
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {

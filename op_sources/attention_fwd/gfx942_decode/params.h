@@ -18,6 +18,12 @@ RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(buck
 // others 1. The split planner prices a part's steps with the same figure.
 RTC_HD constexpr int decode_ahead(int kv_dtype) { return rtc_kv_fp4(kv_dtype) ? 2 : 1; }
 
+// A load offset past every K / V buffer resource of the kernel (the host refuses a span above it): a lane whose key
+// or columns the call does not have loads from here and reads zeros, with no branch around its load. A load under a
+// branch may be skipped, so clang's wait counting takes it for possibly the last load issued and waits for every
+// load at the next use of an older one (vmcnt(0)), where an unconditional load lets it wait for just that one.
+RTC_HD constexpr unsigned decode_no_row() { return 0xFFFFFFF0u; }
+
 // The V^T tile's row pitch in elements (16 keys + 4: 8-byte aligned reads), and the LDS a workgroup takes: one
 // 16-key V^T tile of the bucket's columns, 16-bit elements (mainloop.h's Smem).
 #define DECODE_VT_PITCH 20

@@ -6,10 +6,10 @@ measurement: no AMD GPU was available.
 The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later
 chunks of one finding them in L2, the block table, q and o, the partials written), the waves' steps (a part's time on
 one wave, in rounds of the resident workgroups: the code object's KV loop replayed with its own loads and waits,
-wave_seconds), and the SIMDs' issue (every wave-step's instructions spread over the CUs' SIMDs). The loop holds the
-plan's steps_ahead steps (params.h decode_ahead: that many steps' loads in flight), so its counts are that many
-steps'. The merge stage, when
-the call is split, adds its round trips (16 parts' partials a trip) and the partials read back.
+wave_seconds; the planner's price of a part, part_seconds, is printed beside it), and the SIMDs' issue (every
+wave-step's instructions spread over the CUs' SIMDs). The loop holds the plan's steps_ahead steps (params.h
+decode_ahead: that many steps' loads in flight), so its counts are that many steps'. The merge stage, when the call
+is split, adds its round trips (16 parts' partials a trip) and the partials read back.
 """
 from __future__ import annotations
 
@@ -136,9 +136,9 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
           body: list = None) -> dict:
     """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy (a CU's
     resident waves over its 4 SIMDs: 1.5 where LDS lets a CU hold 6 one-wave workgroups); kv_bytes (and the ideal
-    time) are the bytes the cache's format takes, scales included. The bound's waves take a part as the planner does
-    (part_seconds); "replayed" is the same part with the loop body's own loads and waits (wave_seconds, given a body),
-    which the bound does not take yet (docs/NOTES.md, issue 23's FP4 steps ahead)."""
+    time) are the bytes the cache's format takes, scales included. The bound's waves are a part replayed with the loop
+    body's own loads and waits (wave_seconds), given a body; "planned" is the part as the planner prices it
+    (part_seconds), which the waves fall back on without a body."""
     b, ctx, hq, hk, page, sq, d = case
     p = plan(case, cus, kv_dtype)
     bucket, splits, items, steps = p["bucket"], p["splits"], p["items"], p["steps"]
@@ -154,10 +154,10 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
     out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
            "ideal": kv / HBM_BYTES_PER_S,
            "hbm": attn_bytes / HBM_BYTES_PER_S,
-           "waves": rounds * part_seconds(loop, math.ceil(steps / splits), ahead),
-           "replayed": rounds * wave_seconds(body, math.ceil(steps / splits), ahead) if body else None,
+           "planned": rounds * part_seconds(loop, math.ceil(steps / splits), ahead),
            "issue": items * steps * step / (cus * 4),
            "merge": (math.ceil(splits / MERGE_BATCH) * LATENCY_S + partials / HBM_BYTES_PER_S) if splits > 1 else 0.0}
+    out["waves"] = rounds * wave_seconds(body, math.ceil(steps / splits), ahead) if body else out["planned"]
     out["bound"] = max(out["hbm"], out["waves"], out["issue"]) + out["merge"]
     out["ratio"] = out["bound"] / out["ideal"]
     return out
@@ -197,15 +197,12 @@ def print_model(rows: list, table) -> None:
     """The models of case_models as a table (table(rows, cols): coreport's)."""
     us = lambda s: f"{s * 1e6:.1f}"  # noqa: E731
     table([(" ".join(map(str, m["case"])), m["splits"], m["grid_attn"], f"{m['kv_bytes'] / 1e6:.0f}", us(m["ideal"]),
-            us(m["hbm"]), us(m["waves"]), us(m["issue"]), us(m["merge"]), us(m["bound"]), f"{m['ratio']:.2f}",
-            us(m["replayed"]) if m.get("replayed") is not None else "-")
+            us(m["hbm"]), us(m["waves"]), us(m["planned"]), us(m["issue"]), us(m["merge"]), us(m["bound"]),
+            f"{m['ratio']:.2f}")
            for m in rows],
-          ("B ctx Hq Hk page Sq D", "splits", "grid", "KV MB", "ideal us", "hbm us", "waves us", "issue us",
-           "merge us", "bound us", "bound/ideal", "replayed waves us"))
-    if all(m.get("replayed") is not None for m in rows):
-        alt = sum(max(m["hbm"], m["replayed"], m["issue"]) + m["merge"] for m in rows)
-        print(f"\nwith the replayed waves (the loop's own waits): the set's bound {alt * 1e6:.1f} us, "
-              f"{alt / sum(m['ideal'] for m in rows):.2f} of ideal")
+          ("B ctx Hq Hk page Sq D", "splits", "grid", "KV MB", "ideal us", "hbm us", "waves us", "planned us",
+           "issue us", "merge us", "bound us", "bound/ideal"))
     total = sum(m["bound"] for m in rows) / sum(m["ideal"] for m in rows)
-    print(f"\nideal = KV bytes / 5.3 TB/s; bound = max(hbm, waves, issue) + merge (a {LATENCY_S * 1e6:.0f} us round "
-          f"trip assumed);\nthe set: sum of bounds / sum of ideals = {total:.2f} (target {TARGET})")
+    print(f"\nideal = KV bytes / 5.3 TB/s; bound = max(hbm, waves, issue) + merge; waves: the KV loop's loads and "
+          f"waits replayed (a {LATENCY_S * 1e6:.0f} us round trip assumed), planned: the split planner's price;"
+          f"\nthe set: sum of bounds / sum of ideals = {total:.2f} (target {TARGET})")
