@@ -117,14 +117,14 @@ def test_the_replay_waits_as_the_loop_says():
 
 def test_the_bound_takes_the_replayed_waves():
     """Given the loop's body, a case's waves are its part replayed (wave_seconds, in rounds of resident waves) and
-    the bound takes them; the planner's price of the same part (part_seconds) is kept beside them as "planned", and
-    without a body the waves are that price."""
+    the bound takes them; the price of the same part from the loop's counts (part_seconds) is kept beside them as
+    "priced", and without a body the waves are that price."""
     case = (1, 131072, 32, 8, 64, 1, 128)  # split: the waves and the merge decide
     trip = [(0, "buffer_load_dwordx4", ""), (4, "s_waitcnt", "vmcnt(0)")]
     slow = trip + trip + [(8, "v_mfma_f32_16x16x16_bf16", "")]  # two round trips a step, where the planner prices one
     m, bare = dm.model(case, LOOP, 2, body=slow), dm.model(case, LOOP, 2)
     steps = math.ceil(dm.plan(case, dm.CUS)["steps"] / m["splits"])
     rounds = math.ceil(m["grid_attn"] / round(dm.CUS * 4 * 2))
-    assert m["waves"] == pytest.approx(rounds * dm.wave_seconds(slow, steps)) and m["planned"] == bare["waves"]
-    assert bare["waves"] == bare["planned"] and m["waves"] > m["planned"], (m, bare)
+    assert m["waves"] == pytest.approx(rounds * dm.wave_seconds(slow, steps)) and m["priced"] == bare["waves"]
+    assert bare["waves"] == bare["priced"] and m["waves"] > m["priced"], (m, bare)
     assert m["bound"] == pytest.approx(max(m["hbm"], m["waves"], m["issue"]) + m["merge"]), m

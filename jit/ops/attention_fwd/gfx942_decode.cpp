@@ -20,15 +20,16 @@ static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams siz
 // (MI300X: 5.3 TB/s over 304 CUs; an MI250X GCD, 1.6 TB/s over 110, is about the same per CU), the time of a round
 // trip to memory under load, and the part of a step's instructions its loads do not overlap (a wave requests the
 // K of the step decode_ahead steps on after a step's S^T MFMAs and its V after the LDS write: decode_ahead steps
-// share a round trip, each adding its S^T MFMAs, after a first round trip that fills the pipeline). Assumptions,
-// not measurements: docs/design-gfx942-decode.md.
+// share a round trip, each adding that part, after a first round trip that fills the pipeline): the S^T MFMAs for a
+// 16-bit cache; a quantized step also expands its K and V, about 0.8 us a step at d128 as the static model replays
+// the loops (docs/NOTES.md). Assumptions, not measurements: docs/design-gfx942-decode.md.
 constexpr int kLdsPerCu = 64 * 1024;
 int waves_per_cu(int bucket, int kv_dtype) {
   return std::min(4 * decode_min_waves(bucket, kv_dtype), kLdsPerCu / decode_lds_bytes(bucket));
 }
 constexpr double kBytesPerNsPerCu = 17.4;
 constexpr double kRoundTripNs = 2000.0;
-constexpr double kStepMathNs = 200.0;
+double step_math_ns(int kv_dtype) { return kv_dtype == RTC_KV_DTYPE_SAME ? 200.0 : 800.0; }
 constexpr int kMinStepsPerPart = 4;
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
@@ -55,7 +56,7 @@ struct Plan {
 // first round trip (the pipeline filling); decode_ahead 1: n x (round trip + math).
 double part_ns(int64_t n, int kv_dtype) {
   const double ahead = decode_ahead(kv_dtype);
-  return double(n) * (kRoundTripNs / ahead + kStepMathNs) + kRoundTripNs * (ahead - 1.0) / ahead;
+  return double(n) * (kRoundTripNs / ahead + step_math_ns(kv_dtype)) + kRoundTripNs * (ahead - 1.0) / ahead;
 }
 
 double split_ns(const Plan& pl, int cus, int64_t g) {

@@ -6,7 +6,7 @@ measurement: no AMD GPU was available.
 The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later
 chunks of one finding them in L2, the block table, q and o, the partials written), the waves' steps (a part's time on
 one wave, in rounds of the resident workgroups: the code object's KV loop replayed with its own loads and waits,
-wave_seconds; the planner's price of a part, part_seconds, is printed beside it), and the SIMDs' issue (every
+wave_seconds; a price from the loop's counts, part_seconds, is printed beside it), and the SIMDs' issue (every
 wave-step's instructions spread over the CUs' SIMDs). The loop holds the plan's steps_ahead steps (params.h
 decode_ahead: that many steps' loads in flight), so its counts are that many steps'. The merge stage, when the call
 is split, adds its round trips (16 parts' partials a trip) and the partials read back.
@@ -89,7 +89,8 @@ def wave_step_seconds(loop: dict, ahead: int = 1) -> float:
 
 
 def part_seconds(loop: dict, steps: int, ahead: int = 1) -> float:
-    """A wave's time for a part of `steps` steps as the planner prices it (gfx942_decode.cpp part_ns): a step each
+    """A wave's time for a part of `steps` steps priced from the loop's counts, in the form of the planner's part_ns
+    (gfx942_decode.cpp; its step's math is step_math_ns, by format, not from a loop): a step each
     wave_step_seconds, and the rest of the first round trip (the pipeline filling; none at ahead 1)."""
     return steps * wave_step_seconds(loop, ahead) + LATENCY_S * (ahead - 1) / ahead
 
@@ -137,8 +138,9 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
     """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy (a CU's
     resident waves over its 4 SIMDs: 1.5 where LDS lets a CU hold 6 one-wave workgroups); kv_bytes (and the ideal
     time) are the bytes the cache's format takes, scales included. The bound's waves are a part replayed with the loop
-    body's own loads and waits (wave_seconds), given a body; "planned" is the part as the planner prices it
-    (part_seconds), which the waves fall back on without a body."""
+    body's own loads and waits (wave_seconds), given a body; "priced" is the part priced from the loop's counts
+    (part_seconds: a round trip over the steps in flight plus the S^T MFMAs a step, or the step's instructions),
+    which the waves fall back on without a body."""
     b, ctx, hq, hk, page, sq, d = case
     p = plan(case, cus, kv_dtype)
     bucket, splits, items, steps = p["bucket"], p["splits"], p["items"], p["steps"]
@@ -154,10 +156,10 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
     out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
            "ideal": kv / HBM_BYTES_PER_S,
            "hbm": attn_bytes / HBM_BYTES_PER_S,
-           "planned": rounds * part_seconds(loop, math.ceil(steps / splits), ahead),
+           "priced": rounds * part_seconds(loop, math.ceil(steps / splits), ahead),
            "issue": items * steps * step / (cus * 4),
            "merge": (math.ceil(splits / MERGE_BATCH) * LATENCY_S + partials / HBM_BYTES_PER_S) if splits > 1 else 0.0}
-    out["waves"] = rounds * wave_seconds(body, math.ceil(steps / splits), ahead) if body else out["planned"]
+    out["waves"] = rounds * wave_seconds(body, math.ceil(steps / splits), ahead) if body else out["priced"]
     out["bound"] = max(out["hbm"], out["waves"], out["issue"]) + out["merge"]
     out["ratio"] = out["bound"] / out["ideal"]
     return out
@@ -197,12 +199,12 @@ def print_model(rows: list, table) -> None:
     """The models of case_models as a table (table(rows, cols): coreport's)."""
     us = lambda s: f"{s * 1e6:.1f}"  # noqa: E731
     table([(" ".join(map(str, m["case"])), m["splits"], m["grid_attn"], f"{m['kv_bytes'] / 1e6:.0f}", us(m["ideal"]),
-            us(m["hbm"]), us(m["waves"]), us(m["planned"]), us(m["issue"]), us(m["merge"]), us(m["bound"]),
+            us(m["hbm"]), us(m["waves"]), us(m["priced"]), us(m["issue"]), us(m["merge"]), us(m["bound"]),
             f"{m['ratio']:.2f}")
            for m in rows],
-          ("B ctx Hq Hk page Sq D", "splits", "grid", "KV MB", "ideal us", "hbm us", "waves us", "planned us",
+          ("B ctx Hq Hk page Sq D", "splits", "grid", "KV MB", "ideal us", "hbm us", "waves us", "priced us",
            "issue us", "merge us", "bound us", "bound/ideal"))
     total = sum(m["bound"] for m in rows) / sum(m["ideal"] for m in rows)
     print(f"\nideal = KV bytes / 5.3 TB/s; bound = max(hbm, waves, issue) + merge; waves: the KV loop's loads and "
-          f"waits replayed (a {LATENCY_S * 1e6:.0f} us round trip assumed), planned: the split planner's price;"
+          f"waits replayed (a {LATENCY_S * 1e6:.0f} us round trip assumed), priced: from the loop's counts;"
           f"\nthe set: sum of bounds / sum of ideals = {total:.2f} (target {TARGET})")
