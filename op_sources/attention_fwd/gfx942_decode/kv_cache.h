@@ -167,13 +167,14 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
 }
 
 // This lane's share of key row j0 + lane % 16 (j0 uniform, a multiple of 16), as load_rows above with the cache's
-// bytes, and (FP4) the key's scale: 1 for a key that reads zeros. Pages hold a power of two rows, at least 16 (the
-// op checks it), so the sub-tile's first row in its page and the page are scalar work, and the lane's row is that
-// row plus lane % 16: its byte offsets are a uniform part and the lane's part (lane % 16 rows), the same every step.
+// bytes, and (FP4) the key's scale code: 0 (2^-127) for a key past the sequence or its page. Pages hold a power of
+// two rows, at least 16 (the op checks it), so the sub-tile's first row in its page and the page are scalar work, and
+// the lane's row is that row plus lane % 16: its byte offsets are a uniform part and the lane's part (lane % 16
+// rows), the same every step.
 // FP4's units load unpredicated: every byte read is inside the resource (a page outside the pool has none, so it
 // reads zeros; past the sequence's rows a varlen resource reads zeros too), and what a lane reads past d or past the
 // sequence (a paged row of the last page) is finite, E2M1 having no NaN or Inf, and meets a zero: Q's columns past
-// d are zeros, a key past the sequence is masked (its score replaced, its weight 0) and its scale is 1.
+// d are zeros, a key past the sequence is masked (its score replaced, its weight 0) and its scale finite.
 RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id_read, int lane, int d, KvRegs& out) {
   const int col0 = (lane >> 4) * kQuadCols;
   rtc_i64 page_off = 0, row0 = j0;

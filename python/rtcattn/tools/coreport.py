@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..ops.attention_fwd import OP
+from .isa_classes import TRANSCENDENTAL
 
 KERNEL = "gfx942"  # the default kernel of the report
 KERNELS = ("gfx942", "gfx942_decode")
@@ -26,7 +27,6 @@ LDS_PER_CU = {"gfx942": 64 * 1024, "gfx90a": 64 * 1024, "gfx950": 160 * 1024}
 # The LLVM whose llvm-readelf / llvm-objdump read an arch's code objects: llvm-19's objdump stops at "Disassembly not
 # yet supported for subtarget" on a gfx950 object.
 LLVM_MAJOR = {"gfx942": 19, "gfx90a": 19, "gfx950": 22}
-TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
 # Bytes one wave64 instruction moves through the LDS (reads, writes, cross-lane traffic, DMA fill).
 # Bytes a lane loads with one VMEM load, by the op's width suffix.
 LOAD_BYTES = {"ubyte": 1, "sbyte": 1, "ushort": 2, "sshort": 2, "dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16}

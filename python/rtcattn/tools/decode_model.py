@@ -20,7 +20,7 @@ from collections import deque
 from ..ops.attention_fwd import OP
 from ..ops.attention_fwd.bench_decode import DECODE_CASES
 from ..runtime.dispatch import EMULATED_CUS
-from . import coreport
+from .isa_classes import TRANSCENDENTAL
 
 KERNEL = "gfx942_decode"
 CUS = EMULATED_CUS["gfx942-emu"]  # MI300X's compute units, as the runtime plans the emulated part
@@ -123,7 +123,7 @@ def wave_seconds(body: list, steps: int, ahead: int = 1) -> float:
             elif op.startswith(("s_load", "s_buffer_load")):
                 sm.append(t)
             elif op.startswith("v_"):
-                kind = "mfma" if op.startswith("v_mfma") else "trans" if coreport.TRANSCENDENTAL.match(op) else "valu"
+                kind = "mfma" if op.startswith("v_mfma") else "trans" if TRANSCENDENTAL.match(op) else "valu"
                 t += cycles[kind] / CLOCK_HZ
     return t
 
