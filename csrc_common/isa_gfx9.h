@@ -171,6 +171,8 @@ template <int mask, int size, int group> RTC_ISA void sched_group_barrier() {
 
 // ---- memory: the LLVM buffer intrinsics bound by name (no clang builtin in every version) -------
 typedef __attribute__((address_space(3))) void* rtc_lds_ptr;
+__device__ unsigned char rtc_llvm_buffer_load_b8(rtc_buffer_rsrc, int, int,
+                                                 int) __asm("llvm.amdgcn.raw.buffer.load.i8");
 __device__ rtc_u32 rtc_llvm_buffer_load_b32(rtc_buffer_rsrc, int, int, int) __asm("llvm.amdgcn.raw.buffer.load.i32");
 __device__ rtc_u32x2 rtc_llvm_buffer_load_b64(rtc_buffer_rsrc, int, int,
                                               int) __asm("llvm.amdgcn.raw.buffer.load.v2i32");
@@ -185,6 +187,10 @@ __device__ void rtc_llvm_buffer_store_b128(rtc_u32x4, rtc_buffer_rsrc, int, int,
 __device__ void rtc_llvm_buffer_load_lds(rtc_buffer_rsrc, rtc_lds_ptr, int, int, int, int,
                                          int) __asm("llvm.amdgcn.raw.buffer.load.lds");
 
+// One byte, zero-extended (buffer_load_ubyte); 0 past num_records, as the wider loads' dwords.
+RTC_ISA unsigned char buffer_load_ubyte(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) {
+  return rtc_llvm_buffer_load_b8(r, (int)vo, (int)so, 0);
+}
 RTC_ISA rtc_u32 buffer_load_dword(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so) {
   return rtc_llvm_buffer_load_b32(r, (int)vo, (int)so, 0);
 }
@@ -209,6 +215,11 @@ RTC_ISA void buffer_load_dword_lds(rtc_buffer_rsrc r, rtc_u32 vo, rtc_u32 so, vo
 }
 
 template <class T> RTC_ISA T global_load(const T* p) { return *p; }
+// s_load: a load at a uniform address, once for the wave, through the scalar cache into SGPRs. Its counter is lgkmcnt,
+// so waiting for it never waits for the vector loads in flight (vmcnt counts those in order: a vector load of a page
+// id would make its wait wait for every earlier data load). The constant address space tells the compiler the
+// memory does not change during the kernel; a divergent address still compiles, to a vector load.
+template <class T> RTC_ISA T scalar_load(const T* p) { return *(const __attribute__((address_space(4))) T*)p; }
 template <class T> RTC_ISA void global_store(T* p, T v) { *p = v; }
 template <class T> RTC_ISA T ds_read(const void* lds_ptr) {
   return *(const __attribute__((address_space(3))) T*)lds_ptr;

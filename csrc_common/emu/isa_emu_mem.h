@@ -45,6 +45,14 @@ inline void buffer_write(rtc_buffer_rsrc r, rtc_u32 voffset, rtc_u32 soffset, co
 
 }  // namespace rtc_emu
 
+RTC_ISA unsigned char buffer_load_ubyte(rtc_buffer_rsrc r, rtc_u32 voffset, rtc_u32 soffset) {
+  const ::rtc_emu::isa::BufferDesc d = ::rtc_emu::buffer_desc(r, "buffer_load_ubyte");
+  const uint64_t off = (uint64_t)voffset + soffset;
+  if (off + 1 > (uint64_t)d.num_records) return 0;  // past num_records: 0, as a dword load's dwords
+  const unsigned char* p = (const unsigned char*)(d.base + off);
+  ::rtc_emu::check_global(p, 1, "buffer_load_ubyte");
+  return *p;
+}
 RTC_ISA rtc_u32 buffer_load_dword(rtc_buffer_rsrc r, rtc_u32 voffset, rtc_u32 soffset) {
   rtc_u32 v;
   ::rtc_emu::buffer_read(r, voffset, soffset, &v, 1, "buffer_load_dword");
@@ -87,6 +95,14 @@ RTC_ISA void buffer_load_dword_lds(rtc_buffer_rsrc r, rtc_u32 voffset, rtc_u32 s
 template <class T>
 RTC_ISA T global_load(const T* p) {
   ::rtc_emu::check_global(p, sizeof(T), "global load");
+  T v;
+  memcpy(&v, p, sizeof(T));
+  return v;
+}
+// s_load (isa_gfx9.h): a global load as far as the emulator can tell, range-checked the same way.
+template <class T>
+RTC_ISA T scalar_load(const T* p) {
+  ::rtc_emu::check_global(p, sizeof(T), "scalar load");
   T v;
   memcpy(&v, p, sizeof(T));
   return v;

@@ -1,6 +1,7 @@
 """The gfx942 decode kernel's host side (jit/ops/attention_fwd/gfx942_decode.cpp): the plan (packed rows per K/V head,
 KV steps, the split planner and a forced split, the partials' workspace, grids) and what the kernel refuses, by name,
 before anything is launched. No device: fake addresses, the runtime's plan and check only."""
+import functools
 import math
 
 import pytest
@@ -48,14 +49,22 @@ def test_plan_follows_the_bucket_and_the_group(d):
     assert _lib.op_plan(OP, KERNEL, args(3, 32, 1, 3, 100, d, tail_split=3))["grid_attn"] == 16 * 6
 
 
-def planned_ns(items, steps, g, d=128, chunks=1):
+def planned_ns(items, steps, g, d=128, chunks=1, kv_dtype=0):
     """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (17.4 B/ns per CU)
-    or the waves' steps (2 us round trip + 0.2 us of S^T MFMAs each, rounds of 8 or 4 resident waves per CU),
-    whichever is longer, + the merge's round trips (16 parts a trip)."""
-    step_keys, waves = STEP_KEYS[d], 8 if d <= 128 else 4
+    or the waves' parts, whichever is longer, + the merge's round trips (16 parts a trip). A 16-bit cache: each step
+    a 2 us round trip + 0.2 us of S^T MFMAs, in rounds of 8 or 4 resident waves per CU. FP8 (d bytes a row): each
+    step a round trip + 0.8 us (the expansion too), the waves as the 16-bit cache's. FP4 (d/2 + 1 bytes a row, its
+    scale; 8 waves per CU, 6 at 256 where LDS holds no more): two steps in flight share a round trip, so a part of n
+    steps takes n x (1 us + 0.8 us) + the first round trip's other half (part_ns)."""
+    fp4 = kv_dtype == 3
+    step_keys = STEP_KEYS[d]
+    waves = (8 if d <= 192 else 6) if fp4 else 8 if d <= 128 else 4
+    row_bytes = d / 2 + 1 if fp4 else d if kv_dtype else 2 * d
     partials = 2 * items * g * 16 * (d + 2) * 4 if g > 1 else 0
-    hbm = (items // chunks * steps * 4 * step_keys * d + partials) / (17.4 * CUS)
-    steps_ns = math.ceil(items * g / (CUS * waves)) * math.ceil(steps / g) * 2200.0
+    hbm = (items // chunks * steps * 2 * step_keys * row_bytes + partials) / (17.4 * CUS)
+    n = math.ceil(steps / g)
+    part = n * (1000.0 + 800.0) + 1000.0 if fp4 else n * 2800.0 if kv_dtype else n * 2200.0
+    steps_ns = math.ceil(items * g / (CUS * waves)) * part
     return max(hbm, steps_ns) + (math.ceil(g / 16) * 2000.0 if g > 1 else 0.0)
 
 
@@ -68,6 +77,38 @@ def test_the_planner_takes_the_fewest_parts_of_least_estimated_time(b, hk, sk, d
     best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (planned_ns(items, steps, g, d), g))
     assert p["splits"] == best, (b, hk, sk, d, p)
     assert abs(p["planned_ns"] - planned_ns(items, steps, best, d)) <= 1, p
+
+
+def paged_quant(kv_dtype, b, hk, sk, d, page=16):
+    """A paged decode call over an FP8 (kv_dtype 1) or FP4 E2M1 + E8M0 (3) cache (fake addresses): b sequences of sk
+    keys, one query row."""
+    pages, row = math.ceil(sk / page), d // 2 if kv_dtype == 3 else d  # a row's bytes
+    kv = (row * hk * page, row * hk, row)
+    scales = dict(k_scale=1 << 47, v_scale=1 << 48, k_scale_strides=(page * hk, hk, 1),
+                  v_scale_strides=(page * hk, hk, 1)) if kv_dtype == 3 else {}
+    return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=(32 * d, 32 * d, d), k_strides=kv,
+                        v_strides=kv, o_strides=(32 * d, 32 * d, d), batch=b, heads=32, seq_q=1, seq_k=sk, head_dim=d,
+                        heads_k=hk, window_left=-1, window_right=-1, softmax_scale=0.1, tail_split=-1, num_cus=CUS,
+                        cu_seqlens_q=1 << 44, cu_seqlens_k=1 << 45, block_table=1 << 46, total_q=b, total_k=0,
+                        page_size=page, num_pages=b * pages, pages_per_seq=pages, table_stride=pages,
+                        kv_dtype=kv_dtype, **scales)
+
+
+@pytest.mark.parametrize("kv_dtype", [1, 3], ids=["fp8", "fp4"])
+@pytest.mark.parametrize("b,hk,sk,d", [(32, 8, 4096, 128), (1, 8, 131072, 128), (8, 8, 32768, 64),
+                                       (1, 8, 9000, 256)])
+def test_the_planner_prices_a_quantized_step(b, hk, sk, d, kv_dtype):
+    """A quantized step's math is its expansion's too (0.8 us), and an FP4 cache keeps two steps' loads in flight
+    (params.h decode_ahead, the plan's steps_ahead): the planner prices a part of n steps as n x (a round trip over the
+    steps in flight + the step's math) + the rest of the first round trip, with the format's row bytes and
+    occupancy, and picks the fewest parts of least estimated time by that."""
+    p = _lib.op_plan(OP, KERNEL, paged_quant(kv_dtype, b, hk, sk, d))
+    assert p["steps_ahead"] == (2 if kv_dtype == 3 else 1) and p["step_keys"] == STEP_KEYS[d], p
+    items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
+    price = functools.partial(planned_ns, items, steps, d=d, kv_dtype=kv_dtype)
+    best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (price(g), g))
+    assert p["splits"] == best, (b, hk, sk, d, p)
+    assert abs(p["planned_ns"] - price(best)) <= 1, p
 
 
 def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
@@ -170,3 +211,15 @@ def test_a_quantized_cache_spans_its_bytes(kv_dtype, row):
         why = _lib.op_supports(OP, KERNEL, packed_quant(kv_dtype, 2 * big), "hip")
         span = 15 * 2 * big + (64 if kv_dtype == 3 else 128)
         assert why.startswith(f"k_strides[1]={2 * big} over 16 rows spans {span} bytes"), why
+
+
+def test_a_kv_span_leaves_room_for_the_no_row_offset():
+    """A lane the call has no row or column for loads from offset 2^32 - 16 (params.h decode_no_row), past every K / V
+    resource: a span up to it is accepted, one that reaches past it (yet below 4 GiB) is refused by name."""
+    no_row = (1 << 32) - 16
+    rs = (no_row - 128) // 15  # FP8 at d 128: 15 row strides and a row of 128 bytes over a page of 16
+    assert 15 * rs + 128 <= no_row < 15 * (rs + 1) + 128 < 1 << 32
+    assert _lib.op_supports(OP, KERNEL, packed_quant(1, rs), "hip") is None
+    why = _lib.op_supports(OP, KERNEL, packed_quant(1, rs + 1), "hip")
+    assert why.startswith(f"k_strides[1]={rs + 1} over 16 rows spans {15 * (rs + 1) + 128} bytes") and \
+        f"at most {no_row} bytes" in why, why

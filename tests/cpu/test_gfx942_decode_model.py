@@ -55,8 +55,8 @@ def test_quantized_caches_read_their_bytes_and_scales():
 
 
 def test_print_models_sets_the_formats_side_by_side(capsys):
-    class Fake:  # a code object's report: the loop's counts and occupancy
-        loop, waves_per_cu = LOOP, 8
+    class Fake:  # a code object's report: the loop's counts and occupancy (no instructions: nothing replayed)
+        loop, waves_per_cu, loop_body = LOOP, 8, []
     by = {t: dm.case_models(lambda d, kv_dtype: Fake(), t) for t in ("same", "fp8_e4m3", "fp4_e2m1")}
     dm.print_models(by, lambda rows, cols: print(cols, *rows, sep="\n"))
     out = capsys.readouterr().out
@@ -98,3 +98,33 @@ def test_fp4_reads_at_most_0_55_of_fp8s_cache_bytes_on_the_decode_set():
     kv = {t: sum(m["kv_bytes"] for m in rows) for t, rows in by.items()}
     assert kv["fp4_e2m1"] <= dm.FP4_OVER_FP8 * kv["fp8_e4m3"], kv
     assert all(m["ideal"] == m["kv_bytes"] / dm.HBM_BYTES_PER_S for rows in by.values() for m in rows)
+
+
+def test_the_replay_waits_as_the_loop_says():
+    """wave_seconds: a vector load waited for at once costs its round trip every iteration; one waited for two
+    iterations later (vmcnt(1): the newer load stays in flight) a round trip every two iterations; a scalar load's
+    lgkmcnt(0) waits SCALAR_LATENCY_S and never for the vector loads; two steps an iteration halve the iterations."""
+    mfma = (0, "v_mfma_f32_16x16x16_bf16", "")
+    at_once = [(0, "buffer_load_dwordx4", ""), (4, "s_waitcnt", "vmcnt(0)"), mfma]
+    ahead = [(0, "s_waitcnt", "vmcnt(1)"), (4, "buffer_load_dwordx4", ""), mfma]
+    one = 16 / 2.1e9
+    assert dm.wave_seconds(at_once, 3) == pytest.approx(3 * (dm.LATENCY_S + one))
+    assert dm.wave_seconds(ahead, 12) - dm.wave_seconds(ahead, 10) == pytest.approx(dm.LATENCY_S)  # 2 a trip
+    assert dm.wave_seconds(at_once, 4, ahead=2) == pytest.approx(dm.wave_seconds(at_once, 2))
+    scalar = [(0, "buffer_load_dwordx4", ""), (4, "s_load_dword", ""), (8, "s_waitcnt", "lgkmcnt(0)"), mfma]
+    assert dm.wave_seconds(scalar, 1) == pytest.approx(dm.SCALAR_LATENCY_S + one)
+
+
+def test_the_bound_takes_the_replayed_waves():
+    """Given the loop's body, a case's waves are its part replayed (wave_seconds, in rounds of resident waves) and
+    the bound takes them; the price of the same part from the loop's counts (part_seconds) is kept beside them as
+    "priced", and without a body the waves are that price."""
+    case = (1, 131072, 32, 8, 64, 1, 128)  # split: the waves and the merge decide
+    trip = [(0, "buffer_load_dwordx4", ""), (4, "s_waitcnt", "vmcnt(0)")]
+    slow = trip + trip + [(8, "v_mfma_f32_16x16x16_bf16", "")]  # two round trips a step, where the planner prices one
+    m, bare = dm.model(case, LOOP, 2, body=slow), dm.model(case, LOOP, 2)
+    steps = math.ceil(dm.plan(case, dm.CUS)["steps"] / m["splits"])
+    rounds = math.ceil(m["grid_attn"] / round(dm.CUS * 4 * 2))
+    assert m["waves"] == pytest.approx(rounds * dm.wave_seconds(slow, steps)) and m["priced"] == bare["waves"]
+    assert bare["waves"] == bare["priced"] and m["waves"] > m["priced"], (m, bare)
+    assert m["bound"] == pytest.approx(max(m["hbm"], m["waves"], m["issue"]) + m["merge"]), m

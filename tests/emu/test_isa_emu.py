@@ -8,7 +8,7 @@ pytestmark = pytest.mark.emu
 
 (MFMA16, MFMA32, EXP2, ROW_SHR, ROW_ROR, QUAD_PERM, ROW_MIRROR, BCAST15, PERM, READFIRST, BPERMUTE,
  SWIZZLE_XOR, SWIZZLE_QUAD, VOTE, BUF_LOAD, BUF_LDS, BUF_STORE, MFMA16_F16, MFMA32_F16, CVT_F16,
- CVT_PK_FNUZ, CVT_PKRTZ) = range(22)
+ CVT_PK_FNUZ, CVT_PKRTZ, BUF_UBYTE) = range(23)
 LANES = np.arange(64)
 
 
@@ -288,6 +288,16 @@ def test_buffer_load_past_num_records_reads_zero(probe):
     out = probe(BUF_LOAD, inp, arg=402)[:256]
     # dword j at byte 4j is in range when 4j + 4 <= 402: j <= 99 (the 2-byte tail is not enough).
     want = np.where(np.arange(256) <= 99, inp[:256], 0)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_buffer_load_ubyte(probe):
+    """One byte zero-extended, at odd offsets: byte 7l in range when 7l + 1 <= num_records, else 0."""
+    inp = (np.arange(1024, dtype=np.uint32) * 0x01020304 + 0x8081F0FF).astype(np.uint32)
+    out = probe(BUF_UBYTE, inp, arg=300)[:64]
+    raw = inp.view(np.uint8)
+    want = np.where(7 * LANES + 1 <= 300, raw[7 * LANES], 0)
+    assert (want[:43] != 0).any() and want[43:].sum() == 0  # lanes 0..42 in range (7 * 42 + 1 = 295)
     np.testing.assert_array_equal(out, want)
 
 

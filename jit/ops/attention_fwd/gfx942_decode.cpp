@@ -19,15 +19,17 @@ static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams siz
 // of LDS per CU holds), HBM bytes per ns
 // (MI300X: 5.3 TB/s over 304 CUs; an MI250X GCD, 1.6 TB/s over 110, is about the same per CU), the time of a round
 // trip to memory under load, and the part of a step's instructions its loads do not overlap (a wave requests the
-// next step's K after the step's S^T MFMAs and its V after the LDS write: a step costs a round trip plus the S^T
-// MFMAs). Assumptions, not measurements: docs/design-gfx942-decode.md.
+// K of the step decode_ahead steps on after a step's S^T MFMAs and its V after the LDS write: decode_ahead steps
+// share a round trip, each adding that part, after a first round trip that fills the pipeline): the S^T MFMAs for a
+// 16-bit cache; a quantized step also expands its K and V, about 0.8 us a step at d128 as the static model replays
+// the loops (docs/NOTES.md). Assumptions, not measurements: docs/design-gfx942-decode.md.
 constexpr int kLdsPerCu = 64 * 1024;
 int waves_per_cu(int bucket, int kv_dtype) {
   return std::min(4 * decode_min_waves(bucket, kv_dtype), kLdsPerCu / decode_lds_bytes(bucket));
 }
 constexpr double kBytesPerNsPerCu = 17.4;
 constexpr double kRoundTripNs = 2000.0;
-constexpr double kStepMathNs = 200.0;
+double step_math_ns(int kv_dtype) { return kv_dtype == RTC_KV_DTYPE_SAME ? 200.0 : 800.0; }
 constexpr int kMinStepsPerPart = 4;
 
 const AttentionFwdArgs& args_of(const void* p) { return *static_cast<const AttentionFwdArgs*>(p); }
@@ -46,16 +48,23 @@ struct Plan {
 
 // splits: a planned split (tail_split -1) takes the fewest parts of the least estimated time: the attention stage
 // is bound by HBM (every (sequence, K/V head)'s K and V once, the later chunks of one finding them in L2, plus the
-// partials written and read back) or by its waves' steps (rounds of resident workgroups x a part's steps x a step's
-// round trip and math), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH parts. Each
+// partials written and read back) or by its waves' steps (rounds of resident workgroups x a part's time:
+// part_ns), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH parts. Each
 // part keeps kMinStepsPerPart steps. The forced, capped (max_splits) and refused (tail_split 0, NO_TAIL) splits are
 // every decode host's: decode_splits (op.cpp).
+// A wave's time for n steps: a round trip shared by decode_ahead steps plus each step's math, and the rest of the
+// first round trip (the pipeline filling); decode_ahead 1: n x (round trip + math).
+double part_ns(int64_t n, int kv_dtype) {
+  const double ahead = decode_ahead(kv_dtype);
+  return double(n) * (kRoundTripNs / ahead + step_math_ns(kv_dtype)) + kRoundTripNs * (ahead - 1.0) / ahead;
+}
+
 double split_ns(const Plan& pl, int cus, int64_t g) {
   const double step_bytes = 2.0 * decode_step_keys(pl.bucket) * pl.row_bytes;  // K and V
   const double partials = g > 1 ? 2.0 * pl.items * g * decode_part_bytes(pl.bucket) : 0.0;
   const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
   const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket, pl.kv_dtype)));
-  const double waves = rounds * double(ceil_div(pl.steps, g)) * (kRoundTripNs + kStepMathNs);
+  const double waves = rounds * part_ns(ceil_div(pl.steps, g), pl.kv_dtype);
   const double merge = g > 1 ? double(ceil_div(g, DECODE_MERGE_BATCH)) * kRoundTripNs : 0.0;
   return std::max(hbm, waves) + merge;
 }
@@ -123,11 +132,11 @@ std::string why_not(const void* p, const char* vendor) {
   } kv[] = {{"k", a.k_strides[1]}, {"v", a.v_strides[1]}};
   for (const auto& t : kv) {
     const int64_t span = kv_rows <= 0 ? 0 : ((kv_rows - 1) * t.stride + kv_row_units(a)) * kv_unit_bytes(a);
-    if (t.stride < 0 || span >= (int64_t(1) << 32))
+    if (t.stride < 0 || span > int64_t(decode_no_row()))
       return std::string(t.name) + "_strides[1]=" + std::to_string(t.stride) + " over " + std::to_string(kv_rows) +
              " rows spans " + std::to_string(span) +
-             " bytes; the gfx942_decode kernel accepts a non-negative row stride with a span below 4 GiB per "
-             "(sequence, K/V head) or page";
+             " bytes; the gfx942_decode kernel accepts a non-negative row stride with a span of at most " +
+             std::to_string(decode_no_row()) + " bytes (4 GiB - 16) per (sequence, K/V head) or page";
   }
   const Plan pl = make_plan(a);
   if (attn_grid(pl) >= (int64_t(1) << 31))
@@ -151,13 +160,18 @@ std::string plan_json(const void* p) {
   const AttentionFwdArgs& a = args_of(p);
   const Plan pl = make_plan(a);
   const int64_t planned_ns = a.num_cus > 0 ? int64_t(split_ns(pl, a.num_cus, pl.splits)) : 0;
-  std::vector<std::pair<std::string, int64_t>> f = {
-      {"bucket", pl.bucket},      {"group", pl.group},
-      {"chunks", pl.chunks},      {"items", pl.items},
-      {"steps", pl.steps},        {"step_keys", decode_step_keys(pl.bucket)},
-      {"splits", pl.splits},      {"merge_tiles", pl.merge_tiles},
-      {"planned_ns", planned_ns}, {"workspace_bytes", pl.workspace_bytes},
-      {"block", DECODE_THREADS}};
+  std::vector<std::pair<std::string, int64_t>> f = {{"bucket", pl.bucket},
+                                                    {"group", pl.group},
+                                                    {"chunks", pl.chunks},
+                                                    {"items", pl.items},
+                                                    {"steps", pl.steps},
+                                                    {"step_keys", decode_step_keys(pl.bucket)},
+                                                    {"steps_ahead", decode_ahead(pl.kv_dtype)},
+                                                    {"splits", pl.splits},
+                                                    {"merge_tiles", pl.merge_tiles},
+                                                    {"planned_ns", planned_ns},
+                                                    {"workspace_bytes", pl.workspace_bytes},
+                                                    {"block", DECODE_THREADS}};
   const char* names[] = {"grid_attn", "grid_merge"};
   for (const auto& s : stages(pl)) f.push_back({names[s.first], s.second});
   return json_object(f);

@@ -58,7 +58,7 @@ RTC_DEVICE DecodeParams as_decode_params(const Gfx942Params& p) {
 // Sub-tile sub (16 rows) of block n of sequence s, K/V head h, from the cache (kV: V, into the V^T stage's LDS rows,
 // row-major, kBucket / 2 dwords a row; else K, into the K workspace's block out_block, and FP4's key factors into
 // theirs). Rows past the sequence, columns past the call's head dim and (paged) pages outside the pool load as zeros
-// (scale 1): zeros in V^T and K, as the stage's rows in q's dtype. One tensor per call: the loaders' pools, strides
+// (their FP4 scale code 0, 2^-127, or 1: finite either way): zeros in V^T and K, as the stage's rows in q's dtype. One tensor per call: the loaders' pools, strides
 // and scales are loop constants of the paged stage, and K's beside V's (selected per wave) took 106 SGPRs.
 template <bool kV>
 RTC_DEVICE void expand_rows(const Gfx942Params& p, rtc_u32* vt_rows, const Seq& s, int b, int h, int n, int sub,
@@ -71,7 +71,7 @@ RTC_DEVICE void expand_rows(const Gfx942Params& p, rtc_u32* vt_rows, const Seq& 
   const rtc_buffer_rsrc kx = uniform_rsrc((const char*)p.workspace + kx_block_offset(p, out_block), kVtBlockBytes);
 #pragma unroll
   for (int u = 0; u < gdec::kLoads; ++u) {
-    rtc_u32x4 e = gdec::unit_elems(r.u[u], kV ? r.scale : 1.0f);
+    rtc_u32x4 e = gdec::unit_elems(r.u[u], kV ? gdec::key_scale(r) : 1.0f);
     if (gdec::unit_nan_codes(r.u[u]) != 0u) gdec::fix_nan_elems(e);
     const int col = col0 + 8 * u;
     if (kV)
@@ -82,7 +82,8 @@ RTC_DEVICE void expand_rows(const Gfx942Params& p, rtc_u32* vt_rows, const Seq& 
 #if RTC_KV_FP4
   // The key's score factor: its scale times the softmax scale (scale_log2), exact (a power of two times it).
   if (!kV && lane < 16)
-    global_store((float*)((char*)p.workspace + key_scale_offset(p, out_block)) + row, r.scale * p.scale_log2);
+    global_store((float*)((char*)p.workspace + key_scale_offset(p, out_block)) + row,
+                 gdec::key_scale(r) * p.scale_log2);
 #endif
 }
 

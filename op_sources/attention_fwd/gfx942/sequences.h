@@ -64,14 +64,17 @@ RTC_DEVICE PagedRows paged_rows(const AttnParams& p, const rtc_bf16_t* pool, rtc
                    len};
 }
 
-// The buffer resource of the page holding row j (j uniform), for rows of d columns: based at the page's row 0 of
-// this head, records over its page_size rows only. A row past the sequence, or a block-table id outside
-// [0, num_pages) (page_of's rule), gets 0 records: its loads return zeros and never leave the pool.
-RTC_DEVICE rtc_buffer_rsrc page_rsrc(const PagedRows& r, int j, int d) {
-  const int id = j < r.len ? r.table[j / r.page_size] : -1;
+// The buffer resource of page `id` (uniform; -1 for a row past the sequence), for rows of d columns: based at the
+// page's row 0 of this head, records over its page_size rows only. A row past the sequence, or a block-table id
+// outside [0, num_pages) (page_of's rule), gets 0 records: its loads return zeros and never leave the pool.
+RTC_DEVICE rtc_buffer_rsrc page_rsrc_at(const PagedRows& r, int id, int d) {
   const bool ok = id >= 0 && id < r.num_pages;
   return uniform_rsrc(r.head + (ok ? (rtc_i64)id * r.page_stride : 0),
                       ok ? rows_span_bytes(r.page_size, r.row_stride, d) : 0);
+}
+// The same for the page holding row j (j uniform), its id read from the block table here.
+RTC_DEVICE rtc_buffer_rsrc page_rsrc(const PagedRows& r, int j, int d) {
+  return page_rsrc_at(r, j < r.len ? r.table[j / r.page_size] : -1, d);
 }
 
 // Byte offset of row j inside page_rsrc(r, j, d).

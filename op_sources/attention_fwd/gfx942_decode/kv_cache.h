@@ -51,11 +51,15 @@ typedef rtc_u32 KvUnit;
 RTC_DEVICE rtc_u32 col_byte(int col) { return (rtc_u32)(col >> 1); }
 #endif
 
-// One lane's share of a 16-key sub-tile: its key's units and (FP4) the key's E8M0 scale as fp32 (1 elsewhere).
+// One lane's share of a 16-key sub-tile: its key's units and (FP4) the key's E8M0 scale code as loaded (0, 2^-127,
+// for a key that reads zeros; 127, 1.0, for a 16-bit cache). The code is decoded where it is used (key_scale), not
+// at the load: a value used right after its load would make the wave wait for that load, and with it for every
+// vector load issued before it.
 struct KvRegs {
   KvUnit u[kLoads];
-  float scale;
+  unsigned char scale;  // as loaded: widened where it is used (a widening at the load would wait for it there)
 };
+RTC_DEVICE float key_scale(const KvRegs& r) { return rtc_e8m0_decode(r.scale); }
 
 #if RTC_KV_DTYPE == RTC_KV_DTYPE_SAME
 // Where a work item's K and V rows come from: one resource over the sequence's rows of its K/V head, or (paged)
@@ -86,23 +90,24 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
 }
 
 // This lane's share of key row j0 + lane % 16 (j0 uniform, a multiple of 16): columns [quad kQuadCols, +kQuadCols),
-// 8 per load. Keys past the sequence, columns past the call's head dim d and (paged) pages outside the pool read 0,
-// and nothing outside the row is touched.
-RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
+// 8 per load; paged, from page `id` (step_pages: the block table's entry for row j0, read earlier). Keys past the
+// sequence, columns past the call's head dim d and (paged) pages outside the pool read 0, and nothing outside the
+// row is touched.
+RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id, int lane, int d, KvRegs& out) {
   const int key = j0 + (lane & 15), col0 = (lane >> 4) * kQuadCols;
 #if RTC_KV == RTC_KV_PAGED
-  const rtc_buffer_rsrc r = g942::page_rsrc(kv, j0, d);
+  const rtc_buffer_rsrc r = g942::page_rsrc_at(kv, j0 < kv.len ? id : -1, d);
   const rtc_u32 row = g942::page_row_byte(kv, key);
 #else
+  (void)id;
   const rtc_buffer_rsrc r = kv.r;
   const rtc_u32 row = (rtc_u32)((rtc_i64)key * kv.row_stride * 2);
 #endif
-  out.scale = 1.0f;
+  out.scale = 127u;
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
-    out.u[u] = rtc_u32x4{0u, 0u, 0u, 0u};
-    if (key < kv.len && col < d) out.u[u] = buffer_load_dwordx4(r, row + col_byte(col), 0u);
+    out.u[u] = buffer_load_dwordx4(r, key < kv.len && col < d ? row + col_byte(col) : decode_no_row(), 0u);
   }
 }
 
@@ -162,22 +167,23 @@ RTC_DEVICE KvRows kv_rows(const DecodeParams& p, bool is_v, const Seq& s, int b,
 }
 
 // This lane's share of key row j0 + lane % 16 (j0 uniform, a multiple of 16), as load_rows above with the cache's
-// bytes, and (FP4) the key's scale: 1 for a key that reads zeros. Pages hold a power of two rows, at least 16 (the
-// op checks it), so the sub-tile's first row in its page and the page are scalar work, and the lane's row is that
-// row plus lane % 16: its byte offsets are a uniform part and the lane's part (lane % 16 rows), the same every step.
+// bytes, and (FP4) the key's scale code: 0 (2^-127) for a key past the sequence or its page. Pages hold a power of
+// two rows, at least 16 (the op checks it), so the sub-tile's first row in its page and the page are scalar work, and
+// the lane's row is that row plus lane % 16: its byte offsets are a uniform part and the lane's part (lane % 16
+// rows), the same every step.
 // FP4's units load unpredicated: every byte read is inside the resource (a page outside the pool has none, so it
 // reads zeros; past the sequence's rows a varlen resource reads zeros too), and what a lane reads past d or past the
 // sequence (a paged row of the last page) is finite, E2M1 having no NaN or Inf, and meets a zero: Q's columns past
-// d are zeros, a key past the sequence is masked (its score replaced, its weight 0) and its scale is 1.
-RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
+// d are zeros, a key past the sequence is masked (its score replaced, its weight 0) and its scale finite.
+RTC_DEVICE void load_rows(const KvRows& kv, int j0, int id_read, int lane, int d, KvRegs& out) {
   const int col0 = (lane >> 4) * kQuadCols;
   rtc_i64 page_off = 0, row0 = j0;
   bool ok = (lane & 15) < kv.len - j0;  // key j0 + lane % 16 is one of the sequence's
   rtc_buffer_rsrc r = kv.r;
+  bool in_pool = true;
   if (RTC_KV == RTC_KV_PAGED) {
-    const int shift = __builtin_ctz((unsigned)kv.page_size);
-    const int id = j0 < kv.len ? kv.table[j0 >> shift] : -1;  // uniform: a sub-tile is inside one page
-    const bool in_pool = id >= 0 && id < kv.num_pages;
+    const int id = j0 < kv.len ? id_read : -1;  // step_pages: the table's entry for row j0
+    in_pool = id >= 0 && id < kv.num_pages;
     ok = ok && in_pool;
     const rtc_i64 page = in_pool ? id : 0;
     page_off = page * kv.scale_page_stride;
@@ -190,23 +196,61 @@ RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out
   for (int u = 0; u < kLoads; ++u) {
     const int col = col0 + 8 * u;
 #if RTC_KV_FP8
-    out.u[u] = rtc_u32x2{0u, 0u};
-    if (ok && col < d) out.u[u] = buffer_load_dwordx2(r, at + col_byte(8 * u), 0u);
+    out.u[u] = buffer_load_dwordx2(r, ok && col < d ? at + col_byte(8 * u) : decode_no_row(), 0u);
 #else
     // unpredicated: see below
     (void)col;
     out.u[u] = buffer_load_dword(r, at + col_byte(8 * u), 0u);
 #endif
   }
-  out.scale = 1.0f;
 #if RTC_KV_FP4
+  // The scale bytes of the sub-tile's keys of the sequence (none outside the pool): a key past them reads 0, with no
+  // branch around the load (params.h decode_no_row says why).
   const unsigned char* sc = kv.scale + page_off + row0 * kv.scale_row_stride;  // uniform
-  if (ok) out.scale = rtc_e8m0_decode(rtc_gld(sc + kv.lane_scale));
+  const rtc_i64 keys = kv.len - j0 < 16 ? kv.len - j0 : 16;
+  const rtc_i64 span = in_pool && keys > 0 ? (keys - 1) * kv.scale_row_stride + 1 : 0;
+  out.scale = buffer_load_ubyte(g942::uniform_rsrc(sc, span), (rtc_u32)kv.lane_scale, 0u);
 #else
+  out.scale = 127u;  // 1.0
   (void)page_off;
 #endif
 }
 
+// The same with the page's table entry read here, by s_load (the prefill kernel's loads: gfx942/kv_cache.h).
+RTC_DEVICE void load_rows(const KvRows& kv, int j0, int lane, int d, KvRegs& out) {
+  const int shift = __builtin_ctz((unsigned)kv.page_size);
+  load_rows(kv, j0, RTC_KV == RTC_KV_PAGED && j0 < kv.len ? scalar_load(kv.table + (j0 >> shift)) : -1, lane, d, out);
+}
+#endif  // the cache's format
+
+// The block-table entries of a step's kSub sub-tiles starting at key key0 (uniform; paged: one page per 16-key
+// sub-tile), for K's loads and V's alike (one table). Each is an s_load (its wait is lgkmcnt's, not the data loads'
+// vmcnt) at an entry clamped into the sequence's part of the table, so it has no branch and reads no entry past it;
+// load_rows takes page -1 for a sub-tile past the sequence. The loop reads them a step before the loads that use
+// them, so that nothing waits for them.
+struct StepPages {
+  int id[kSub];
+};
+RTC_DEVICE StepPages step_pages(const KvRows& kv, int key0) {
+  StepPages pg;
+#if RTC_KV == RTC_KV_PAGED
+  const int shift = __builtin_ctz((unsigned)kv.page_size);
+  const int last = kv.len > 0 ? (kv.len - 1) >> shift : 0;
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) {
+    const int e = (key0 + 16 * s) >> shift;
+    pg.id[s] = scalar_load(kv.table + (e < last ? e : last));
+  }
+#else
+  (void)kv;
+  (void)key0;
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) pg.id[s] = -1;
+#endif
+  return pg;
+}
+
+#if RTC_KV_DTYPE != RTC_KV_DTYPE_SAME
 // An element pair from fp16 bits h of two placed codes (as described at the top): each half times 2^s in fp16
 // (exact: every result is an fp16 normal or zero), then, for bf16, through fp32 (its top half).
 RTC_DEVICE float half_f32(rtc_u32 bits) {

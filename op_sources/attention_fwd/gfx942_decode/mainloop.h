@@ -125,7 +125,7 @@ RTC_DEVICE void load_q(QOperand& q, rtc_buffer_rsrc qr, rtc_u32 row_byte, bool r
 // S^T of one 16-key sub-tile: K's units (one dword each, 8 FP4 codes) as the A operands, their key's scale.
 RTC_DEVICE rtc_f32x4 native_scores(const KvRegs& k, const QOperand& q) {
   rtc_f32x4 s = {0.0f, 0.0f, 0.0f, 0.0f};
-  const rtc_u32 ks = rtc_e8m0_encode(k.scale);  // the code load_rows decoded (1.0: 127 for a key that reads zeros)
+  const rtc_u32 ks = k.scale;  // the key's E8M0 code as load_rows loaded it (0, 2^-127, for a key that reads zeros)
 #pragma unroll
   for (int j = 0; j < kScaledMfmas; ++j) {
     rtc_u32 a[4];
@@ -159,14 +159,14 @@ RTC_DEVICE void load_q(QOperand& q, rtc_buffer_rsrc qr, rtc_u32 row_byte, bool r
 // O^T += V^T P^T for one 16-key sub-tile: the lanes write their V columns into the LDS tile transposed (column-major
 // keys), then read V^T's A fragments, 4 keys of one column per lane. Wave-private LDS: a wave sync orders the
 // writes before the reads, and the MFMAs, which every lane reaches after its reads, order them before the next
-// sub-tile's writes. Once written, the V registers are free: the next step's V rows of this sub-tile (j_next, when
-// `more`) are requested into them, to arrive while this step ends and the next one starts.
-RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane, const KvRows& vr, bool more,
-                       int j_next, int d) {
+// sub-tile's writes. Once written, the V registers are free: the V rows of this sub-tile of the step kAhead on
+// (j_next, page id_next) are requested into them, to arrive by the time that step comes.
+RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], int lane, const KvRows& vr, int j_next,
+                       int id_next, int d) {
   const int key = lane & 15, col0 = (lane >> 4) * kQuadCols;
   rtc_u32x4 x[kLoads];
   rtc_u32 nans = 0u;
-  const auto map = v_map(v.scale);
+  const auto map = v_map(key_scale(v));
 #pragma unroll
   for (int u = 0; u < kLoads; ++u) {
     x[u] = unit_elems(v.u[u], map);
@@ -186,7 +186,7 @@ RTC_DEVICE void pv_sub(Smem& sm, KvRegs& v, Frag pf, rtc_f32x4 (&o)[kHdTiles], i
                            (rtc_elem_t)((e & 1) ? w >> 16 : w & 0xFFFFu));
     }
   }
-  if (more) load_rows(vr, j_next, lane, d, v);
+  load_rows(vr, j_next, id_next, lane, d, v);
   wave_barrier();
 #pragma unroll
   for (int t = 0; t < kHdTiles; ++t) {
@@ -230,56 +230,92 @@ RTC_DEVICE void key_nans(rtc_f32x4& s, bool nan_row, int quad) {
   }
 }
 
+// One step's K and V registers, kSub sub-tiles each.
+struct StepRegs {
+  KvRegs k[kSub], v[kSub];
+};
+constexpr int kAhead = decode_ahead(RTC_KV_DTYPE);  // steps in flight (params.h)
+
 struct LoopState {
   rtc_f32x4 o[kHdTiles];  // O^T[column 16 t + 4 quad + i][row lane % 16], unnormalised
   float m, l;             // running max (log2 units, scale folded in) and this lane's share of the row's sum
 };
 
-// Steps [kb0, kb1) of the item: per step, S^T from the step's K registers, the softmax, then PV sub-tile by sub-tile
-// from its V registers. Each register set is refilled with the next step's rows as soon as it is consumed (K after
-// the S^T MFMAs, V after its LDS write), so a step's loads fly during the previous step's math: a wave's step costs
-// about one round trip to memory instead of a round trip plus its math, with no more registers.
+// One KV step kb of the item from its registers r: S^T from the K registers, the softmax, then PV sub-tile by
+// sub-tile from the V registers. Each register set is refilled as soon as it is consumed (K after the S^T MFMAs, V
+// after its LDS write) with the rows of step `refill`, kAhead steps on (its pages pg, read a step earlier), so those
+// loads fly during the math of the steps in between. Unconditionally (no branch around the loads): a refill past the
+// item's steps names a step of no key, whose loads read zeros and move nothing.
+RTC_DEVICE void kv_step(Smem& sm, const KvRows& kr, const KvRows& vr, const QOperand& q, LoopState& st, StepRegs& r,
+                        int kb, int refill, const StepPages& pg, int d, float c, float k_descale, int lo, int hi,
+                        int lane) {
+  const int quad = lane >> 4, xaddr = (lane ^ 32) << 2;
+  const int key0 = (int)readfirstlane((rtc_u32)(kb * kStepKeys));
+  const int next = (int)readfirstlane((rtc_u32)(refill * kStepKeys));
+  rtc_f32x4 sc[kSub];
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) {
+#if RTC_KV_FP4_NATIVE
+    sc[s] = native_scores(r.k[s], q);  // the key scales are the MFMA's
+    (void)k_descale;
+#else
+    sc[s] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
+    rtc_u32 nans = 0u;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const rtc_u32x4 w = unit_elems(r.k[s].u[u], k_map());
+      nans |= unit_nan_codes(r.k[s].u[u]);
+      sc[s] = mma(g942::as_frag(w[0], w[1]), q.f[2 * u], sc[s]);
+      sc[s] = mma(g942::as_frag(w[2], w[3]), q.f[2 * u + 1], sc[s]);
+    }
+    key_scales(sc[s], key_scale(r.k[s]), k_descale, quad);
+    if (RTC_KV_NAN_CODES) key_nans(sc[s], nans != 0u, quad);
+#endif
+  }
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) load_rows(kr, next + 16 * s, pg.id[s], lane, d, r.k[s]);
+  Frag pf[kSub];
+  softmax_step(sc, st.o, pf, st.m, st.l, c, quad, key0, lo, hi, xaddr);
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) pv_sub(sm, r.v[s], pf[s], st.o, lane, vr, next + 16 * s, pg.id[s], d);
+}
+
+// Steps [kb0, kb1) of the item, kAhead register sets in a ring: set a holds the steps kb0 + a + n kAhead. The loop
+// goes round the ring once an iteration (so that each set is named statically: registers), each step refilling its
+// set with the step kAhead on. kAhead 1: one set, each refilled with the next step's rows. The refills' page ids are
+// read one step before the refill (pg, carried in SGPRs), so a step never waits for its table reads. The loads have
+// no branch around them (params.h decode_no_row), so clang waits for each step's own loads where they are used, not
+// for every load in flight: a step waits for loads issued kAhead steps before (the static model replays the loop's
+// own waits: decode_model.py).
 RTC_DEVICE void kv_loop(Smem& sm, const KvRows& kr, const KvRows& vr, const QOperand& q, LoopState& st, int kb0,
                         int kb1, int d, float c, float k_descale, int lo, int hi, int lane) {
-  const int quad = lane >> 4, xaddr = (lane ^ 32) << 2;
   if (kb0 >= kb1) return;
-  KvRegs kv[kSub], vv[kSub];
-  const int first = (int)readfirstlane((rtc_u32)(kb0 * kStepKeys));
+  const int past = (kr.len + kStepKeys - 1) / kStepKeys;  // a step of no key: its loads read zeros
+  // the step whose rows refill step kb's registers
+  auto refill_of = [&](int kb) { return (int)readfirstlane((rtc_u32)(kb + kAhead < kb1 ? kb + kAhead : past)); };
+  StepRegs ring[kAhead];
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) load_rows(kr, first + 16 * s, lane, d, kv[s]);
+  for (int a = 0; a < kAhead; ++a) {
+    if (a > 0 && kb0 + a >= kb1) break;
+    const int first = (int)readfirstlane((rtc_u32)((kb0 + a) * kStepKeys));
+    const StepPages pg = step_pages(kr, first);
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) load_rows(vr, first + 16 * s, lane, d, vv[s]);
-  for (int kb = kb0; kb < kb1; ++kb) {
-    const int key0 = (int)readfirstlane((rtc_u32)(kb * kStepKeys)), next = key0 + kStepKeys;
-    const bool more = kb + 1 < kb1;
-    rtc_f32x4 sc[kSub];
+    for (int s = 0; s < kSub; ++s) load_rows(kr, first + 16 * s, pg.id[s], lane, d, ring[a].k[s]);
 #pragma unroll
-    for (int s = 0; s < kSub; ++s) {
-#if RTC_KV_FP4_NATIVE
-      sc[s] = native_scores(kv[s], q);  // the key scales are the MFMA's
-      (void)k_descale;
-#else
-      sc[s] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
-      rtc_u32 nans = 0u;
+    for (int s = 0; s < kSub; ++s) load_rows(vr, first + 16 * s, pg.id[s], lane, d, ring[a].v[s]);
+  }
+  StepPages pg = step_pages(kr, refill_of(kb0) * kStepKeys);
+  // Once an item, for the loads so far (q's and the ring's): left in flight into the loop, clang would merge them
+  // into its wait at the loop's head and wait there for every load, each iteration (vmcnt(0)).
+  s_waitcnt_vmcnt<0>();
+  for (int kb = kb0; kb < kb1; kb += kAhead) {
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        const rtc_u32x4 w = unit_elems(kv[s].u[u], k_map());
-        nans |= unit_nan_codes(kv[s].u[u]);
-        sc[s] = mma(g942::as_frag(w[0], w[1]), q.f[2 * u], sc[s]);
-        sc[s] = mma(g942::as_frag(w[2], w[3]), q.f[2 * u + 1], sc[s]);
-      }
-      key_scales(sc[s], kv[s].scale, k_descale, quad);
-      if (RTC_KV_NAN_CODES) key_nans(sc[s], nans != 0u, quad);
-#endif
+    for (int a = 0; a < kAhead; ++a) {
+      if (a > 0 && kb + a >= kb1) break;
+      const StepPages pg_next = step_pages(kr, refill_of(kb + a + 1) * kStepKeys);  // the next step's refill
+      kv_step(sm, kr, vr, q, st, ring[a], kb + a, refill_of(kb + a), pg, d, c, k_descale, lo, hi, lane);
+      pg = pg_next;
     }
-    if (more) {
-#pragma unroll
-      for (int s = 0; s < kSub; ++s) load_rows(kr, next + 16 * s, lane, d, kv[s]);
-    }
-    Frag pf[kSub];
-    softmax_step(sc, st.o, pf, st.m, st.l, c, quad, key0, lo, hi, xaddr);
-#pragma unroll
-    for (int s = 0; s < kSub; ++s) pv_sub(sm, vv[s], pf[s], st.o, lane, vr, more, next + 16 * s, d);
   }
 }
 

@@ -11,6 +11,18 @@
 // 4 sub-tiles took 260 VGPRs + AGPRs: one wave per SIMD).
 RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 64 ? 4 : bucket <= 192 ? 2 : 1; }
 RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(bucket); }
+// KV steps whose K and V loads a wave keeps in flight, by cache format: the loop holds that many steps'
+// registers (a ring) and refills a step's as soon as it is consumed with the rows of the step that many ahead, so a
+// step waits for loads issued that many steps earlier. FP4's rows take a quarter of a 16-bit row's registers, so it
+// keeps 2 steps in flight (the softmax still runs per step: the same steps and bits as the 16-bit variant); the
+// others 1. The split planner prices a part's steps with the same figure.
+RTC_HD constexpr int decode_ahead(int kv_dtype) { return rtc_kv_fp4(kv_dtype) ? 2 : 1; }
+
+// A load offset past every K / V buffer resource of the kernel (the host refuses a span above it): a lane whose key
+// or columns the call does not have loads from here and reads zeros, with no branch around its load. A load under a
+// branch may be skipped, so clang's wait counting takes it for possibly the last load issued and waits for every
+// load at the next use of an older one (vmcnt(0)), where an unconditional load lets it wait for just that one.
+RTC_HD constexpr unsigned decode_no_row() { return 0xFFFFFFF0u; }
 
 // The V^T tile's row pitch in elements (16 keys + 4: 8-byte aligned reads), and the LDS a workgroup takes: one
 // 16-key V^T tile of the bucket's columns, 16-bit elements (mainloop.h's Smem).

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..ops.attention_fwd import OP
+from .isa_classes import TRANSCENDENTAL
 
 KERNEL = "gfx942"  # the default kernel of the report
 KERNELS = ("gfx942", "gfx942_decode")
@@ -26,7 +27,6 @@ LDS_PER_CU = {"gfx942": 64 * 1024, "gfx90a": 64 * 1024, "gfx950": 160 * 1024}
 # The LLVM whose llvm-readelf / llvm-objdump read an arch's code objects: llvm-19's objdump stops at "Disassembly not
 # yet supported for subtarget" on a gfx950 object.
 LLVM_MAJOR = {"gfx942": 19, "gfx90a": 19, "gfx950": 22}
-TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_f32")
 # Bytes one wave64 instruction moves through the LDS (reads, writes, cross-lane traffic, DMA fill).
 # Bytes a lane loads with one VMEM load, by the op's width suffix.
 LOAD_BYTES = {"ubyte": 1, "sbyte": 1, "ushort": 2, "sshort": 2, "dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16}
@@ -54,6 +54,9 @@ class Report:
     # Other ops than the forward's: every loop holding MFMAs (mfma_loops), in address order, counted over the
     # instructions each of its iterations runs (iteration_path); `loop` is then the one with the most MFMAs.
     loops: list = field(default_factory=list)
+    # The forward's `loop` as instructions (address, opcode, operands), its rare blocks left out: the order of its
+    # loads and waits, which the decode model replays (decode_model.wave_seconds).
+    loop_body: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -342,11 +345,15 @@ def report(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim
         r.loop = dict(max(r.loops, key=lambda c: c["mfma"]))
         r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))
         return r
-    loops = [_hot_count(b, rare) for b in kv_loops(insts)]
+    bodies = kv_loops(insts)
+    loops = [_hot_count(b, rare) for b in bodies]
     if mask != "none":
-        r.loop = min(loops, key=lambda c: (c["cndmask"], -c["total"]))
+        steady = min(range(len(loops)), key=lambda i: (loops[i]["cndmask"], -loops[i]["total"]))
+        r.loop, body = loops[steady], bodies[steady]
     else:
-        r.loop = _hot_count(kv_loop(insts), rare)
+        body = kv_loop(insts)
+        r.loop = _hot_count(body, rare)
+    r.loop_body = [x for x in body if x[0] not in rare]
     if mask != "none":
         r.masked_loop = max(loops, key=lambda c: (c["cndmask"], c["total"]))
     r.loop["mfma_total"] = sum(1 for x in insts if x[1].startswith("v_mfma"))

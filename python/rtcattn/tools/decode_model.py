@@ -4,25 +4,30 @@ the code object's KV loop (coreport), set against the case's KV bytes at MI300X'
 measurement: no AMD GPU was available.
 
 The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later
-chunks of one finding them in L2, the block table, q and o, the partials written), the waves' steps (a wave requests
-the next step's K right after a step's S^T MFMAs and its V after the LDS write: a step costs the longer of one loaded
-round trip to memory, LATENCY_S, plus the S^T MFMAs, and the step's instructions; in rounds of the resident
-workgroups), and the SIMDs' issue (every wave-step's instructions spread over the CUs' SIMDs). The merge stage, when
-the call is split, adds its round trips (16 parts' partials a trip) and the partials read back.
+chunks of one finding them in L2, the block table, q and o, the partials written), the waves' steps (a part's time on
+one wave, in rounds of the resident workgroups: the code object's KV loop replayed with its own loads and waits,
+wave_seconds; a price from the loop's counts, part_seconds, is printed beside it), and the SIMDs' issue (every
+wave-step's instructions spread over the CUs' SIMDs). The loop holds the plan's steps_ahead steps (params.h
+decode_ahead: that many steps' loads in flight), so its counts are that many steps'. The merge stage, when the call
+is split, adds its round trips (16 parts' partials a trip) and the partials read back.
 """
 from __future__ import annotations
 
 import math
+import re
+from collections import deque
 
 from ..ops.attention_fwd import OP
 from ..ops.attention_fwd.bench_decode import DECODE_CASES
 from ..runtime.dispatch import EMULATED_CUS
+from .isa_classes import TRANSCENDENTAL
 
 KERNEL = "gfx942_decode"
 CUS = EMULATED_CUS["gfx942-emu"]  # MI300X's compute units, as the runtime plans the emulated part
 HBM_BYTES_PER_S = 5.3e12          # MI300X's HBM3 peak, the issue's yardstick
 CLOCK_HZ = 2.1e9
 LATENCY_S = 2e-6                  # an assumption: one loaded round trip to HBM (the planner's figure too)
+SCALAR_LATENCY_S = 0.2e-6         # an assumption: a block-table read by s_load (16 page ids a scalar-cache line)
 VALU_CYCLES, TRANS_CYCLES, MFMA_CYCLES = 4, 16, 16  # issue cycles of a wave64 instruction, as the prefill model's
 MERGE_BATCH = 16                  # partials the merge loads per round trip (DECODE_MERGE_BATCH)
 TARGET = 1.25                     # the issue's: the bound within 1.25x of the KV bytes at 5.3 TB/s
@@ -76,19 +81,71 @@ def step_seconds(loop: dict) -> float:
     return cycles / CLOCK_HZ
 
 
-def wave_step_seconds(loop: dict) -> float:
-    """One wave's KV step in time: a round trip for the loads requested after the previous step's S^T MFMAs (half
-    the loop's MFMAs), or the step's instructions when they take longer."""
-    return max(LATENCY_S + loop["mfma"] // 2 * MFMA_CYCLES / CLOCK_HZ, step_seconds(loop))
+def wave_step_seconds(loop: dict, ahead: int = 1) -> float:
+    """One wave's KV step in time (loop: one step's counts): a round trip, shared by the `ahead` steps whose loads
+    are in flight together, for the loads requested after an earlier step's S^T MFMAs (half the step's MFMAs), or the
+    step's instructions when they take longer."""
+    return max(LATENCY_S / ahead + loop["mfma"] // 2 * MFMA_CYCLES / CLOCK_HZ, step_seconds(loop))
 
 
-def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dtype: str = "same") -> dict:
+def part_seconds(loop: dict, steps: int, ahead: int = 1) -> float:
+    """A wave's time for a part of `steps` steps priced from the loop's counts, in the form of the planner's part_ns
+    (gfx942_decode.cpp; its step's math is step_math_ns, by format, not from a loop): a step each
+    wave_step_seconds, and the rest of the first round trip (the pipeline filling; none at ahead 1)."""
+    return steps * wave_step_seconds(loop, ahead) + LATENCY_S * (ahead - 1) / ahead
+
+
+_WAIT = re.compile(r"(vmcnt|lgkmcnt)\((\d+)\)")
+
+
+def wave_seconds(body: list, steps: int, ahead: int = 1) -> float:
+    """One wave's time for `steps` KV steps: the loop body (coreport's loop_body, `ahead` steps an iteration)
+    replayed in address order ceil(steps / ahead) times on one clock. Each VALU, transcendental and MFMA takes its
+    issue cycles (step_seconds'); a vector load returns LATENCY_S after its issue and a scalar load SCALAR_LATENCY_S;
+    s_waitcnt vmcnt(n) waits until at most n vector loads are in flight (they return in order), lgkmcnt(0) for every
+    scalar load (LDS's waits are not modelled). The loads of the loop's first iteration are issued before it, at time
+    0, as many as an iteration issues."""
+    vmem = sum(1 for _, op, _ in body if op.startswith(("buffer_load", "global_load")))
+    vm, sm, t = deque([0.0] * vmem), [], 0.0
+    cycles = {"mfma": MFMA_CYCLES, "trans": TRANS_CYCLES, "valu": VALU_CYCLES}
+    for _ in range(math.ceil(steps / ahead)):
+        for _, op, args in body:
+            if op.startswith("s_waitcnt"):
+                for counter, n in _WAIT.findall(args):
+                    if counter == "vmcnt":
+                        while len(vm) > int(n):
+                            t = max(t, vm.popleft() + LATENCY_S)
+                    elif int(n) == 0 and sm:
+                        t = max([t] + [x + SCALAR_LATENCY_S for x in sm])
+                        sm = []
+            elif op.startswith(("buffer_load", "global_load")):
+                vm.append(t)
+            elif op.startswith(("s_load", "s_buffer_load")):
+                sm.append(t)
+            elif op.startswith("v_"):
+                kind = "mfma" if op.startswith("v_mfma") else "trans" if TRANSCENDENTAL.match(op) else "valu"
+                t += cycles[kind] / CLOCK_HZ
+    return t
+
+
+def per_step(loop: dict, ahead: int) -> dict:
+    """The loop's counts per KV step: the loop holds `ahead` steps."""
+    return {k: v / ahead for k, v in loop.items() if k in ("valu", "trans", "mfma")}
+
+
+def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dtype: str = "same",
+          body: list = None) -> dict:
     """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy (a CU's
     resident waves over its 4 SIMDs: 1.5 where LDS lets a CU hold 6 one-wave workgroups); kv_bytes (and the ideal
-    time) are the bytes the cache's format takes, scales included."""
+    time) are the bytes the cache's format takes, scales included. The bound's waves are a part replayed with the loop
+    body's own loads and waits (wave_seconds), given a body; "priced" is the part priced from the loop's counts
+    (part_seconds: a round trip over the steps in flight plus the S^T MFMAs a step, or the step's instructions),
+    which the waves fall back on without a body."""
     b, ctx, hq, hk, page, sq, d = case
     p = plan(case, cus, kv_dtype)
     bucket, splits, items, steps = p["bucket"], p["splits"], p["items"], p["steps"]
+    ahead = p["steps_ahead"]
+    loop = per_step(loop, ahead)
     kv = b * ctx * hk * row_bytes(d, kv_dtype) * 2
     part = 16 * (bucket + 2) * 4
     partials = items * splits * part if splits > 1 else 0
@@ -99,9 +156,10 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
     out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
            "ideal": kv / HBM_BYTES_PER_S,
            "hbm": attn_bytes / HBM_BYTES_PER_S,
-           "waves": rounds * math.ceil(steps / splits) * wave_step_seconds(loop),
+           "priced": rounds * part_seconds(loop, math.ceil(steps / splits), ahead),
            "issue": items * steps * step / (cus * 4),
            "merge": (math.ceil(splits / MERGE_BATCH) * LATENCY_S + partials / HBM_BYTES_PER_S) if splits > 1 else 0.0}
+    out["waves"] = rounds * wave_seconds(body, math.ceil(steps / splits), ahead) if body else out["priced"]
     out["bound"] = max(out["hbm"], out["waves"], out["issue"]) + out["merge"]
     out["ratio"] = out["bound"] / out["ideal"]
     return out
@@ -113,7 +171,7 @@ def case_models(report_of, kv_dtype: str = "same") -> list:
     out = []
     for case in CASES:
         r = report_of(bucket_of(case[6]), kv_dtype)
-        out.append(model(case, r.loop, r.waves_per_cu / 4, kv_dtype=kv_dtype))  # a CU's waves over its SIMDs
+        out.append(model(case, r.loop, r.waves_per_cu / 4, kv_dtype=kv_dtype, body=r.loop_body))  # CU waves / 4
     return out
 
 
@@ -141,10 +199,12 @@ def print_model(rows: list, table) -> None:
     """The models of case_models as a table (table(rows, cols): coreport's)."""
     us = lambda s: f"{s * 1e6:.1f}"  # noqa: E731
     table([(" ".join(map(str, m["case"])), m["splits"], m["grid_attn"], f"{m['kv_bytes'] / 1e6:.0f}", us(m["ideal"]),
-            us(m["hbm"]), us(m["waves"]), us(m["issue"]), us(m["merge"]), us(m["bound"]), f"{m['ratio']:.2f}")
+            us(m["hbm"]), us(m["waves"]), us(m["priced"]), us(m["issue"]), us(m["merge"]), us(m["bound"]),
+            f"{m['ratio']:.2f}")
            for m in rows],
-          ("B ctx Hq Hk page Sq D", "splits", "grid", "KV MB", "ideal us", "hbm us", "waves us", "issue us",
-           "merge us", "bound us", "bound/ideal"))
+          ("B ctx Hq Hk page Sq D", "splits", "grid", "KV MB", "ideal us", "hbm us", "waves us", "priced us",
+           "issue us", "merge us", "bound us", "bound/ideal"))
     total = sum(m["bound"] for m in rows) / sum(m["ideal"] for m in rows)
-    print(f"\nideal = KV bytes / 5.3 TB/s; bound = max(hbm, waves, issue) + merge (a {LATENCY_S * 1e6:.0f} us round "
-          f"trip assumed);\nthe set: sum of bounds / sum of ideals = {total:.2f} (target {TARGET})")
+    print(f"\nideal = KV bytes / 5.3 TB/s; bound = max(hbm, waves, issue) + merge; waves: the KV loop's loads and "
+          f"waits replayed (a {LATENCY_S * 1e6:.0f} us round trip assumed), priced: from the loop's counts;"
+          f"\nthe set: sum of bounds / sum of ideals = {total:.2f} (target {TARGET})")

@@ -4,7 +4,7 @@
 #include "isa_gfx942.h"
 
 // in: 64 words for kExp2, kCvtF16, kReadFirst, kVote, kBufStore; 192 for the DPP ops, kPerm and kBpermute
-// (x, y, z below); 1536 for the MFMA ops; num_records (arg) bytes for kBufLoad/kBufLds.
+// (x, y, z below); 1536 for the MFMA ops; num_records (arg) bytes for kBufLoad/kBufLds/kBufUbyte.
 // out: 1024 words. Every global access goes through rtc_gld/rtc_gst, so the launch's ranges check it.
 struct ProbeParams {
   const rtc_u32* in;
@@ -35,7 +35,8 @@ enum {
   kMfma32F16,
   kCvtF16,
   kCvtPkFnuz,  // arg: hi; out[l], out[64 + l]: v_cvt_pk_f32_fp8 (gfx942's FNUZ) of in[l]; gfx90a has none: nothing
-  kCvtPkrtz    // v_cvt_pkrtz_f16_f32 of in[l] (low half) and in[64 + l]
+  kCvtPkrtz,   // v_cvt_pkrtz_f16_f32 of in[l] (low half) and in[64 + l]
+  kBufUbyte    // out[l]: buffer_load_ubyte of in's byte 7 l, num_records arg bytes
 };
 
 struct ProbeLds {
@@ -88,7 +89,9 @@ RTC_DEVICE void probe_mfma32(const ProbeParams& p, int l) {
 
 RTC_DEVICE void probe_buffers(const ProbeParams& p, int l) {
   const rtc_buffer_rsrc r = make_buffer_rsrc(p.in, (rtc_u32)p.arg);
-  if (p.op == kBufLoad) {
+  if (p.op == kBufUbyte) {
+    rtc_gst(p.out + l, (rtc_u32)buffer_load_ubyte(r, (rtc_u32)l * 7u, 0u));
+  } else if (p.op == kBufLoad) {
     const rtc_u32x4 v = buffer_load_dwordx4(r, (rtc_u32)l * 16u, 0u);
     for (int i = 0; i < 4; ++i) rtc_gst(p.out + l * 4 + i, (rtc_u32)v[i]);
   } else if (p.op == kBufStore) {
@@ -142,7 +145,8 @@ RTC_KERNEL(64) isa_probe(ProbeParams p) {
     }
     case kBufLoad:
     case kBufLds:
-    case kBufStore: probe_buffers(p, l); break;
+    case kBufStore:
+    case kBufUbyte: probe_buffers(p, l); break;
     case kCvtPkFnuz: {
 #if RTC_HAS_CVT_FP8_FNUZ
       const rtc_u32 x = rtc_gld(p.in + l);
