@@ -43,6 +43,11 @@ struct AttnParams {
   const unsigned char* v_scale;  // (varlen: the packed row r, ks_sb unused)
   rtc_i64 ks_sb, ks_ss, ks_sh;
   rtc_i64 vs_sb, vs_ss, vs_sh;
+  // Score modifications (score_mod.h; read by the variants of the score_mod axis that have them).
+  float softcap_log2;         // softcap * log2(e): the capped score's bound in the log2 domain
+  float softcap_exp2;         // 2 * scale / softcap * log2(e): exp2(s * softcap_exp2) = e^(2 scale s / softcap)
+  const float* alibi_slopes;  // fp32 slope of (sequence or batch b, query head h) at b * alibi_sb + h * alibi_sh
+  rtc_i64 alibi_sb, alibi_sh;
 };
 
 #ifndef RTC_KV

@@ -14,6 +14,8 @@
 // gradients are when stored. A pair outside its row's window (RTC_MASK), a row that sees no key (LSE -inf) or a row
 // or key past its sequence has P = dS = 0: such rows get dQ = 0, keys no row sees dK = dV = 0.
 // Packed sequences (RTC_KV varlen): batch counts sequences, blocks past their sequence's rows exit at once.
+// Score modifications (RTC_SCORE_MOD): P is recomputed from the modified score (score_mod.h), and dS takes the soft
+// cap's derivative before its rounding (bwd_common.h, pair_p_ds_mod_bits).
 #include "platform.h"
 #include "bwd_common.h"
 
@@ -76,8 +78,9 @@ RTC_DEVICE void stage_key_tile(Smem& sm, const BwdParams& bp, const Seq& seq, in
 }
 
 // P and dS of the staged tiles' pairs (row i, key j), two a thread. A row whose LSE is -inf sees no key (its P is 0,
-// not exp2(+inf)); a NaN LSE or score makes the pair's P and dS NaN.
-RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, float scale_log2) {
+// not exp2(+inf)); a NaN LSE or score makes the pair's P and dS NaN. view: the sequence's own lengths (the ALiBi
+// distance's diagonal), slope_log2 the query head's ALiBi slope (score_mod.h).
+RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, const AttnParams& view, float slope_log2) {
   for (int idx = threadIdx.x; idx < kTile * kTile; idx += kThreads) {
     const int i = idx / kTile, j = idx - i * kTile;
     float s = 0.0f, dp = 0.0f;
@@ -86,7 +89,16 @@ RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, float scale_log2)
       dp += elem_f32(sm.dout.ld(i * kD + c)) * elem_f32(sm.v.ld(j * kD + c));
     }
     float p, ds;
-    pair_p_ds(s, dp, sm.lse.ld(i), sm.delta.ld(i), pairs.seen(i, j), scale_log2, p, ds);
+    if (RTC_SCORE_MOD) {
+      const rtc_i64 diag = (rtc_i64)pairs.i0 + i + view.seq_k - view.seq_q;
+      rtc_elem_t pb, db;
+      pair_p_ds_mod_bits(modded_score(s, view, slope_log2, pairs.j0 + j, diag, FastExp2{}, IeeeRcp{}), dp, sm.lse.ld(i),
+                         sm.delta.ld(i), pairs.seen(i, j), pb, db, FastExp2{});
+      p = elem_f32(pb);
+      ds = elem_f32(db);
+    } else {
+      pair_p_ds(s, dp, sm.lse.ld(i), sm.delta.ld(i), pairs.seen(i, j), view.scale_log2, p, ds);
+    }
     sm.p.st(idx, p);
     sm.ds.st(idx, ds);
   }
@@ -124,7 +136,7 @@ RTC_DEVICE void dkdv_stage(Smem& sm, const BwdParams& bp) {
       __syncthreads();  // the previous row tile is no longer read
       stage_row_tile(sm, bp, seq, b, h, i0, rows);
       __syncthreads();
-      tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view.scale_log2);
+      tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view, head_slope_log2(view, b, h));
       __syncthreads();
       for (int i = 0; i < kTile; ++i) {
         const float p = sm.p.ld(i * kTile + j), ds = sm.ds.ld(i * kTile + j);
@@ -161,12 +173,13 @@ RTC_DEVICE void dq_stage(Smem& sm, const BwdParams& bp) {
   for (int u = 0; u < kColsPerLane; ++u) dq[u] = 0.0f;
   stage_row_tile(sm, bp, seq, b, h, i0, rows);
   const int hk = kv_head(view, h);
+  const float slope_log2 = head_slope_log2(view, b, h);
   for (int j0 = kv_begin; j0 < kv_end; j0 += kTile) {
     const int keys = view.seq_k - j0 < kTile ? view.seq_k - j0 : kTile;
     __syncthreads();  // the previous key tile is no longer read
     stage_key_tile(sm, bp, seq, b, hk, j0, keys);
     __syncthreads();
-    tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view.scale_log2);
+    tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view, slope_log2);
     __syncthreads();
     for (int j = 0; j < kTile; ++j) {
       const float ds = sm.ds.ld(i * kTile + j);

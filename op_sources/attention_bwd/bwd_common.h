@@ -7,6 +7,7 @@
 #include "bwd_params.h"
 #include "bf16_round.h"
 #include "fp16_round.h"
+#include "score_mod.h"
 
 namespace bwd {
 
@@ -62,6 +63,31 @@ RTC_DEVICE void pair_p_ds_bits(float s, float dp, float lse2, float delta, bool 
   p = to_elem(pe);
   ds = to_elem(on ? pe * (dp - delta) : 0.0f);
 }
+// The same for a variant with score modifications (score_mod.h): the pair's modified score t (log2 domain) and, with a
+// soft cap, its r: dS is taken through the cap's derivative d(capped)/d(s scale) = 4 r (1 - r) before its rounding.
+template <class Exp2>
+RTC_DEVICE void pair_p_ds_mod_bits(SoftcapScore t, float dp, float lse2, float delta, bool seen, rtc_elem_t& p,
+                                   rtc_elem_t& ds, Exp2 exp2) {
+  const bool on = seen && lse2 != neg_inf();
+  const float e = exp2(t.t - lse2);
+  const float pe = on ? e : 0.0f;
+  p = to_elem(pe);
+  float g = pe * (dp - delta);
+  if (RTC_SOFTCAP) g *= 4.0f * t.r * (1.0f - t.r);
+  ds = to_elem(on ? g : 0.0f);
+}
+// The soft cap's reciprocal on the portable path: IEEE division; exp2 fast_exp2's.
+struct IeeeRcp {
+  RTC_DEVICE float operator()(float x) const { return 1.0f / x; }
+};
+struct FastExp2 {
+  RTC_DEVICE float operator()(float x) const { return fast_exp2(x); }
+};
+// A query head's ALiBi slope (log2 domain) for sequence or batch row b; 0 for a variant without ALiBi.
+RTC_DEVICE float head_slope_log2(const AttnParams& a, int b, int h) {
+  return RTC_ALIBI ? alibi_log2(rtc_gld(a.alibi_slopes + alibi_offset(a, b, h))) : 0.0f;
+}
+
 // The same as fp32 values (exact: the elements' own), exp2 fast_exp2's.
 RTC_DEVICE void pair_p_ds(float s, float dp, float lse2, float delta, bool seen, float scale_log2, float& p,
                           float& ds) {

@@ -13,11 +13,13 @@
 // bf16 with the variant's mode (RTC_ROUND), fp16 to nearest even (docs/numerics.md).
 // A quantized cache (RTC_KV_DTYPE, packed calls): K / V rows are read as bytes and staged as their exact elements;
 // the scores take the FP8 descale or the FP4 row's scale in fp32, O the FP8 V descale, p the FP4 V row's (kv_quant.h).
+// Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi) go on each score before the mask (score_mod.h).
 #include "platform.h"
 #include "attn_params.h"
 #include "bf16_round.h"
 #include "fp16_round.h"
 #include "kv_quant.h"
+#include "score_mod.h"
 
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (head-dim bucket: 32, 64, 96, 128, 192 or 256) must be defined"
@@ -91,6 +93,14 @@ RTC_DEVICE float fast_exp2(float x) {
   return __builtin_exp2f(x);
 #endif
 }
+
+// The reciprocal the soft cap takes: IEEE division, the portable one.
+struct IeeeRcp {
+  RTC_DEVICE float operator()(float x) const { return 1.0f / x; }
+};
+struct FastExp2 {
+  RTC_DEVICE float operator()(float x) const { return fast_exp2(x); }
+};
 
 RTC_DEVICE float fast_log2(float x) {
 #if defined(RTC_NVIDIA)
@@ -322,6 +332,9 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
 #endif
 
   stage_rows(sm.q, kPad, kRows, StridedRows{qb, p.q_ss}, q_rows, nch, rows_aligned(qb, p.q_ss));
+  // This row's position among the keys, and its ALiBi slope (score_mod.h).
+  const rtc_i64 diag = (rtc_i64)q0 + r + p.seq_k - p.seq_q;
+  const float slope_log2 = RTC_ALIBI ? alibi_log2(rtc_gld(p.alibi_slopes + alibi_offset(p, b, h))) : 0.0f;
   RowState st;
   st.m = kNegMax;
   st.l = 0.0f;
@@ -359,7 +372,8 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
 #elif RTC_KV_FP4
       if (j < valid) acc[t] *= sm.k_scale.ld(j);  // a power of two: exact
 #endif
-      if (j < valid) sm.s.st(r * kTile + j, seen ? acc[t] * p.scale_log2 : rtc_bits_f32(0xFF800000u));
+      const float t2 = modded_score(acc[t], p, slope_log2, kv0 + j, diag, FastExp2{}, IeeeRcp{}).t;
+      if (j < valid) sm.s.st(r * kTile + j, seen ? t2 : rtc_bits_f32(0xFF800000u));
     }
     __syncthreads();
     tile_softmax_pv(sm, r, c, nch, valid, st);

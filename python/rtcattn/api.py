@@ -33,7 +33,8 @@ def _wants_lse(return_lse: bool, *tensors) -> bool:
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             round_mode: str = "rtne", softmax_scale: float | None = None,
             out: torch.Tensor | None = None, return_lse: bool = False, causal: bool = False,
-            window_size: tuple[int, int] = (-1, -1), deterministic: bool = False):
+            window_size: tuple[int, int] = (-1, -1), deterministic: bool = False, softcap: float = 0.0,
+            alibi_slopes: torch.Tensor | None = None):
     """O = softmax(scale * Q K^T) V for bf16 or fp16 q, k, v (one dtype for all, and out's) in layout "bshd"
     ([B,S,H,D]) or "bhsd" ([B,H,S,D]); out has q's dtype.
 
@@ -48,17 +49,21 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     own gradient included when the caller uses it (docs/numerics.md, the backward). deterministic (the backward's, as
     flash-attn's): True gives the same gradient bits every run; False (the default) lets a kernel add dQ up with
     atomics in any order (the sm90 kernel up to head dim 128), faster, its bits free to differ run to run.
+    softcap > 0 caps each scaled score s at softcap * tanh(s / softcap) (Gemma 2, Grok; 0: off); alibi_slopes (fp32
+    [H] or [B, H]) adds ALiBi's -slope * |j - (i + Sk - Sq)| to it, as FlashAttention does (docs/numerics.md, "Soft
+    cap and ALiBi"); both apply to the gradients too.
     """
     _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
     checks.check_bool("deterministic", deterministic)
     left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
+    score = _score_args(softcap, alibi_slopes)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, _wants_lse(return_lse, q, k, v), left,
-                                         right, deterministic)
+                                         right, deterministic, **score)
     else:
-        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse, left, right)
+        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse, left, right, **score)
     return (out, lse) if return_lse else out
 
 
@@ -69,7 +74,7 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
                    block_table: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
                    v_descale: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
                    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-                   deterministic: bool = False):
+                   deterministic: bool = False, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None):
     """forward() over a batch of sequences packed along one token dimension (the serving layout).
 
     q [total_q, Hq, D] bf16 or fp16 (k, v and out of the same dtype); sequence b owns rows
@@ -89,7 +94,8 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     on gfx950 only; elsewhere the call is refused by name.
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
     Differentiable (without out=, a block table or a quantized cache) as forward() is (torch.ops.rtcattn.bwd_varlen),
-    deterministic as forward()'s.
+    deterministic as forward()'s. softcap and alibi_slopes (fp32 [Hq] or [B, Hq], B sequences) as forward()'s, the
+    ALiBi distance within each sequence.
     """
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
@@ -100,13 +106,14 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
         checks.check_type(name, t, optional=name == "block_table")
     quant = _quant_args(k_descale, v_descale, kv_cache_dtype, k_scale, v_scale)
     lens = (validate.check_max("max_seqlen_q", max_seqlen_q), validate.check_max("max_seqlen_k", max_seqlen_k))
+    score = _score_args(softcap, alibi_slopes)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                 _wants_lse(return_lse, q, k, v), left, right, block_table, None,
-                                                **quant, deterministic=deterministic)
+                                                **quant, deterministic=deterministic, **score)
     else:
         lse = torch.ops.rtcattn.fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
-                                               return_lse, left, right, block_table, None, **quant)
+                                               return_lse, left, right, block_table, None, **quant, **score)
     return (out, lse) if return_lse else out
 
 
@@ -120,6 +127,21 @@ def _quant_args(k_descale, v_descale, kv_cache_dtype, k_scale, v_scale) -> dict:
                 kv_cache_dtype=kv_cache_dtype)
 
 
+def _score_args(softcap, alibi_slopes) -> dict:
+    """The soft cap and ALiBi slopes as the ops take them, type-checked (their values are the op's)."""
+    checks.check_type("alibi_slopes", alibi_slopes, optional=True)
+    return dict(softcap=validate.check_softcap(softcap), alibi_slopes=alibi_slopes)
+
+
+def _one_softcap(logits_soft_cap, softcap) -> float:
+    """AITER's logits_soft_cap and flash-attn's softcap name one value: either may be given, or both alike."""
+    cap, other = validate.check_softcap(logits_soft_cap, "logits_soft_cap"), validate.check_softcap(softcap)
+    if cap and other and cap != other:
+        raise ValueError(f"logits_soft_cap={logits_soft_cap!r} and softcap={softcap!r} differ; accepted: one of them "
+                         "(AITER's and flash-attn's names of the same cap), or both equal")
+    return cap or other
+
+
 def _unsupported(name: str, value, accepted: str) -> None:
     raise NotImplementedError(f"{name}={value!r} is not supported; accepted: {accepted}")
 
@@ -131,8 +153,7 @@ def check_scalars(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(
     round mode; max_seqlen_* None: a dense call."""
     if dropout_p != 0.0:
         _unsupported("dropout_p", dropout_p, "0.0 (forward without dropout)")
-    if logits_soft_cap != 0.0:
-        _unsupported("logits_soft_cap", logits_soft_cap, "0.0 (no soft cap)")
+    validate.check_softcap(logits_soft_cap, "logits_soft_cap")
     if softmax_scale is not None:
         checks.check_scale(softmax_scale, 1)
     checks.check_window(window_size, causal)
@@ -151,18 +172,20 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                     window_size: tuple[int, int] = (-1, -1), bias: torch.Tensor | None = None,
                     alibi_slopes: torch.Tensor | None = None, deterministic: bool = True, return_lse: bool = False,
                     return_attn_probs: bool = False, how_v3_bf16_cvt: int = 1,
-                    cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_kv: torch.Tensor | None = None):
-    """AITER's flash_attn_func (amd-aiter 0.1.7's signature and order) on BSHD tensors.
+                    cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_kv: torch.Tensor | None = None, *,
+                    softcap: float = 0.0):
+    """AITER's flash_attn_func (amd-aiter 0.1.7's signature and order) on BSHD tensors, and flash-attn's softcap
+    (keyword only, after AITER's parameters).
 
     q, k, v: bf16 or fp16, one dtype. how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ, for bf16
     conversions only (as its name says): fp16 rounds to nearest even. Returns out, or (out, softmax_lse) when
     return_lse, as AITER does. Differentiable as forward() is; `deterministic` is the backward's (forward()'s; True
-    by default here, as AITER's): the forward gives the same bits run to run either way.
+    by default here, as AITER's): the forward gives the same bits run to run either way. alibi_slopes (fp32 [H] or
+    [B, H]) and softcap as forward()'s.
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
-    for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes)):
-        if value is not None:
-            _unsupported(name, type(value).__name__, "None")
+    if bias is not None:
+        _unsupported("bias", type(bias).__name__, "None")
     if return_attn_probs:
         _unsupported("return_attn_probs", return_attn_probs, "False")
     for name, value in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv)):
@@ -170,7 +193,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
             _unsupported(name, type(value).__name__, "None (packed sequences go to flash_attn_varlen_func)")
     checks.check_bool("deterministic", deterministic)
     return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale, return_lse=return_lse,
-                   causal=causal, window_size=window_size, deterministic=deterministic)
+                   causal=causal, window_size=window_size, deterministic=deterministic, softcap=softcap,
+                   alibi_slopes=alibi_slopes)
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -183,13 +207,15 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            out: torch.Tensor | None = None, cu_seqlens_q_padded: torch.Tensor | None = None,
                            cu_seqlens_k_padded: torch.Tensor | None = None, *, k_descale: torch.Tensor | None = None,
                            v_descale: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
-                           k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None):
+                           k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                           softcap: float = 0.0):
     """AITER's flash_attn_varlen_func (amd-aiter 0.1.7's signature and order): packed q [total_q, Hq, D],
     k / v [total_k, Hk, D] or, with block_table, pages [num_pages, page_size, Hk, D]; bf16 or fp16, one dtype.
     how_v3_bf16_cvt applies to bf16 conversions only: fp16 rounds to nearest even.
 
     Quantized KV caches (keyword only, after AITER's parameters): k_descale / v_descale (FP8 caches), kv_cache_dtype /
-    k_scale / v_scale (FP4, paged), as forward_varlen takes them.
+    k_scale / v_scale (FP4, paged), as forward_varlen takes them; softcap (flash-attn's name of AITER's
+    logits_soft_cap: either, or both equal). alibi_slopes (fp32 [Hq] or [B, Hq]) as forward_varlen's.
     Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
     kernels may use; it does not change the result, so it is accepted and ignored.
     Differentiable as forward_varlen() is; `deterministic` is the backward's (forward()'s; False by default here, as
@@ -197,7 +223,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt, logits_soft_cap, max_seqlen_q,
                          max_seqlen_k, min_seqlen_q)
-    for name, value in (("bias", bias), ("alibi_slopes", alibi_slopes), ("cu_seqlens_q_padded", cu_seqlens_q_padded),
+    cap = _one_softcap(logits_soft_cap, softcap)
+    for name, value in (("bias", bias), ("cu_seqlens_q_padded", cu_seqlens_q_padded),
                         ("cu_seqlens_k_padded", cu_seqlens_k_padded)):
         if value is not None:
             _unsupported(name, type(value).__name__, "None")
@@ -208,7 +235,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                           softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
                           window_size=window_size, block_table=block_table, k_descale=k_descale,
                           v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale,
-                          deterministic=deterministic)
+                          deterministic=deterministic, softcap=cap, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -242,12 +269,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     [num_blocks, Hk, page_size, D / 2] and k_scale / v_scale uint8 [num_blocks, page_size, Hk] (E8M0), k / v appended
     with each row's scale from its amax (rtcattn.quantize_kv's bytes, scales written in place); "fp4_e2m1_native":
     the same cache and append, attended by gfx950's native path (as forward_varlen says).
+    softcap and alibi_slopes (fp32 [Hq] or [B, Hq]) as forward()'s, the ALiBi distance within each sequence's keys.
     """
     mode = check_scalars(0.0, softmax_scale, causal, window_size, how_v3_bf16_cvt)
-    if softcap != 0.0:
-        _unsupported("softcap", softcap, "0.0 (no soft cap)")
-    if alibi_slopes is not None:
-        _unsupported("alibi_slopes", type(alibi_slopes).__name__, "None")
+    score = _score_args(softcap, alibi_slopes)
     validate.check_num_splits(num_splits)
     for name, value in (("rotary_interleaved", rotary_interleaved), ("return_softmax_lse", return_softmax_lse)):
         checks.check_bool(name, value)
@@ -264,9 +289,9 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     args = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, mode, scale,
             return_softmax_lse, left, right, rotary_interleaved, num_splits)
     if out is None:
-        out, lse = torch.ops.rtcattn.fwd_kvcache(q, k_cache, v_cache, *args, **quant)
+        out, lse = torch.ops.rtcattn.fwd_kvcache(q, k_cache, v_cache, *args, **quant, **score)
     else:
-        lse = torch.ops.rtcattn.fwd_kvcache_out(q, k_cache, v_cache, out, *args, **quant)
+        lse = torch.ops.rtcattn.fwd_kvcache_out(q, k_cache, v_cache, out, *args, **quant, **score)
     return (out, lse) if return_softmax_lse else out
 
 

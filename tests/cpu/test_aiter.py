@@ -106,5 +106,8 @@ def test_registered_varlen_op_runs_the_varlen_path(standin, monkeypatch, tmp_pat
     out = torch.zeros_like(q)
     assert standin.rtcattn_varlen_fwd(q, k, v, cu, cu, 5, 5, causal=True, how_v3_bf16_cvt=2, out=out) is out
     assert torch.equal(out.view(torch.int16), want.view(torch.int16))
-    with pytest.raises(NotImplementedError, match="logits_soft_cap=30.0"):
-        standin.rtcattn_varlen_fwd(q, k, v, cu, cu, 5, 5, logits_soft_cap=30.0)
+    capped = rtcattn.forward_varlen(q, k, v, cu, cu, 5, 5, causal=True, softcap=3.0)  # AITER's name of the soft cap
+    got = standin.rtcattn_varlen_fwd(q, k, v, cu, cu, 5, 5, causal=True, logits_soft_cap=3.0, how_v3_bf16_cvt=0)
+    assert torch.equal(got.view(torch.int16), capped.view(torch.int16))
+    with pytest.raises(ValueError, match="logits_soft_cap=-1.0 is not supported"):
+        standin.rtcattn_varlen_fwd(q, k, v, cu, cu, 5, 5, logits_soft_cap=-1.0)

@@ -30,7 +30,8 @@ AMD = [("gfx942", "clang"), ("gfx90a", "hiprtc"), ("gfx950", "clang22")]
 
 
 def _build(arch, compiler, tmp_path, kernel="baseline", **call):
-    full = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16", **call}
+    full = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16", "score_mod": "plain",
+            **call}
     m = manifest.load()
     req = m.request(m.variant_for(OP, kernel, arch, full), dispatch.package_version())
     try:

@@ -45,8 +45,8 @@ def test_warm_then_no_compile_then_clear(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "[2/2]" in first.stdout and "2 ready (2 compiled), 0 failed" in first.stdout
     rows = table_rows(first.stdout)
-    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-rtne-none-dense-d64-bf16-same",
-                                          "attention_fwd/baseline-rtz-none-dense-d64-bf16-same"]
+    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-rtne-none-dense-d64-bf16-same-plain",
+                                          "attention_fwd/baseline-rtz-none-dense-d64-bf16-same-plain"]
     assert all(r[4] == "compile" and int(r[2]) > 0 and Path(r[5]).is_file() for r in rows)
     assert all(Path(r[5]).parent == cache for r in rows)
 
@@ -195,7 +195,8 @@ def test_warm_builds_the_default_set_and_all_with_the_flag():
     m = manifest.load()
 
     def first_choice(arch, d, dtype, supports):  # the variant dispatch picks first for a dense unmasked rtne call
-        call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": d, "dtype": dtype, "kv_dtype": "same"}
+        call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": d, "dtype": dtype,
+                "kv_dtype": "same", "score_mod": "plain"}
         return dispatch.select("attention_fwd", arch, call, m=m, supports=supports).variant
 
     # Decode calls and prefill ones: a kernel that declines whole classes of calls at run time declines the latter.
@@ -206,7 +207,7 @@ def test_warm_builds_the_default_set_and_all_with_the_flag():
         assert default == sorted({f"{a} {v.name}" for a, v in picks if v["head_dim"] == d}), (d, default)
         every = _names("warm", "--all", *one, "--head-dim", str(d))
         assert set(default) < set(every) and {n for n in every if "-rtz-" in n}, every
-    assert "sm_90a sm90-rtne-none-dense-d64-fp16-same" in _names("warm", *one, "--head-dim", "64")
+    assert "sm_90a sm90-rtne-none-dense-d64-fp16-same-plain" in _names("warm", *one, "--head-dim", "64")
     every = _names("warm", "--all", "--arch", "gfx942,gfx90a,sm_90a")
     default = _names("warm", "--arch", "gfx942,gfx90a,sm_90a")
     assert set(default) < set(every) and not [n for n in default if "-rtna-" in n or "-rtz-" in n]

@@ -42,7 +42,7 @@ def prebuilt():
     from rtcattn.runtime import dispatch, manifest
     m = manifest.load()
     by_arch = [[m.variant_for(coreport.OP, KERNEL, a, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": d,
-                                                       "dtype": dtype, "kv_dtype": "same"})
+                                                       "dtype": dtype, "kv_dtype": "same", "score_mod": "plain"})
                 for mode, mask, kv, d, dtype in coreport.variants("all", None, "all", KERNEL)
                 if (a, mode, dtype) in ARCH_MODES] for a in ARCHS]
     order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]

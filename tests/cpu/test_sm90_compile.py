@@ -31,7 +31,8 @@ def _sm90():
 def _build(mode, cache_dir, mask="none", kv="dense", head_dim=128, dtype="bf16", kv_dtype="same"):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
     v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv,
-                                                           "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype})
+                                                           "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype,
+         "score_mod": "plain"})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -53,7 +54,7 @@ def test_manifest_entry_precedes_baseline():
     assert k.axes["dtype"] == ("bf16", "fp16")
     v = m.variant_for(OP, "sm90", "sm_90a",
                       {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
-                       "kv_dtype": "same"})
+                       "kv_dtype": "same", "score_mod": "plain"})
     headers = {n for n, _ in m.request(v, "0").headers}
     assert {"sm90/params.h", "ptx_sm90.h", "wgmma_sm90.h", "sm90/softmax.h", "attn_params.h"} <= headers, headers
     assert all(hd.accepts(d) for d in range(8, 257, 8)) and not hd.accepts(264) and not hd.accepts(60)
@@ -75,7 +76,7 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, head_dim, dtype, mode,
     assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
     assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
     assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
-    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d{head_dim}-{dtype}-same-sm_90a-")
+    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d{head_dim}-{dtype}-same-plain-sm_90a-")
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     frame = re.search(r"\b(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
@@ -121,7 +122,8 @@ def test_warm_lists_and_compiles_sm90(tmp_path):
         pytest.skip("NVRTC unavailable for sm_90a")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 ready (1 compiled), 0 failed" in run.stdout, run.stdout
-    assert list(tmp_path.glob("attention_fwd-sm90-rtz-none-dense-d128-bf16-same-sm_90a-*.co")), list(tmp_path.iterdir())
+    assert list(tmp_path.glob("attention_fwd-sm90-rtz-none-dense-d128-bf16-same-plain-sm_90a-*.co")), \
+        list(tmp_path.iterdir())
 
 
 # ---- selection: the sm90 kernel when its conditions hold, else the baseline with the reason logged ----
@@ -134,7 +136,7 @@ def _args(q, k, v, out, layout):
 
 def _call(p):
     return {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": p.head_dim, "dtype": "bf16",
-            "kv_dtype": "same"}
+            "kv_dtype": "same", "score_mod": "plain"}
 
 
 def _choose(q, layout, capfd, monkeypatch, view=None):
@@ -153,8 +155,9 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     q = torch.zeros(2, 200, 200, 128, dtype=torch.bfloat16)
     sel, err = _choose(q, layout, capfd, monkeypatch)
     assert sel.kernel.name == "sm90" and sel.why.startswith("fallback; sm90_decode: seq_q=200 is not accepted")
-    assert sel.variant.name == "sm90-rtne-none-dense-d128-bf16-same"
-    assert "rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16-same, sm_90a): fallback" in err, err
+    assert sel.variant.name == "sm90-rtne-none-dense-d128-bf16-same-plain"
+    assert ("rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16-same-plain, sm_90a): fallback"
+            in err), err
 
 
 @pytest.mark.parametrize("d,bucket", [(8, 32), (40, 64), (64, 64), (72, 96), (96, 96), (104, 128), (136, 160),
@@ -167,7 +170,7 @@ def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
     q = torch.zeros(1, 200, 2, d, dtype=dtype)
     name = "fp16" if dtype == torch.float16 else "bf16"
-    assert attention_fwd.selection(q, q, q).variant.name == f"sm90-rtne-none-dense-d{bucket}-{name}-same"
+    assert attention_fwd.selection(q, q, q).variant.name == f"sm90-rtne-none-dense-d{bucket}-{name}-same-plain"
     p, args = _args(q, q, q, torch.empty_like(q), "bshd")
     plan = _lib.op_plan(OP, "sm90", args)
     assert plan["head_dim_bucket"] == bucket and plan["shared_bytes"] <= 227 * 1024, plan
@@ -192,7 +195,7 @@ def test_select_sm90_for_seqused_k(kv, mask, window, monkeypatch):
                                          block_table=b.block_table, seqused_k=used)
     # 40 query rows: the decode kernel ahead of sm90 leaves the call to it.
     assert sel.kernel.name == "sm90" and sel.why.startswith("fallback; sm90_decode: max_seqlen_q=40"), sel.why
-    assert sel.variant.name == f"sm90-rtne-{mask}-{kv}-d128-bf16-same", sel.variant.name
+    assert sel.variant.name == f"sm90-rtne-{mask}-{kv}-d128-bf16-same-plain", sel.variant.name
     p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, block_table=b.block_table,
                                      seqused_k=used)
     args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, 132, used)

@@ -19,7 +19,8 @@ SMS = 132
 def _build(tmp_path, mode="rtne", mask="none", kv="paged", head_dim=128, dtype="bf16", kv_dtype="same"):
     m = manifest.load()
     v = m.variant_for(OP, KERNEL, "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": head_dim,
-                                              "dtype": dtype, "kv_dtype": kv_dtype})
+                                              "dtype": dtype, "kv_dtype": kv_dtype,
+         "score_mod": "plain"})
     req = m.request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include "attn_params.h"
+#include "score_mod.h"
 #include "op_registry.h"
 
 // X(name, C type, ArgKind, count). Strides are in elements, in (batch, seq, head) order whatever the
@@ -63,7 +64,13 @@
   X(k_scale, const void*, Ptr, 1)                                                              \
   X(v_scale, const void*, Ptr, 1)                                                              \
   X(k_scale_strides, int64_t, I64, 3)                                                          \
-  X(v_scale_strides, int64_t, I64, 3)
+  X(v_scale_strides, int64_t, I64, 3)                                                          \
+  /* Score modifications (the score_mod axis, RTC_SCORE_MOD: score_mod.h): softcap > 0 caps each scaled score s   */ \
+  /* at softcap * tanh(s / softcap) (0: off); alibi_slopes (null: off) adds -slope * |j - (i + Sk - Sq)|, the      */ \
+  /* fp32 slope of (sequence or batch b, query head h) at b * strides[0] + h * strides[1] ([Hq]: strides[0] 0).    */ \
+  X(softcap, float, F32, 1)                                                                    \
+  X(alibi_slopes, const float*, Ptr, 1)                                                        \
+  X(alibi_strides, int64_t, I64, 2)
 // clang-format on
 
 struct AttentionFwdArgs {
@@ -77,6 +84,11 @@ inline int kv_mode(const AttentionFwdArgs& a) {
 
 // Whether the call has a window (the mask-axis value RTC_MASK 1: a causal or sliding window).
 inline bool masked(const AttentionFwdArgs& a) { return a.window_left != -1 || a.window_right != -1; }
+
+// The score_mod-axis value (RTC_SCORE_MOD, score_mod.h) the call needs: a soft cap, ALiBi, both or neither.
+inline int score_mod(const AttentionFwdArgs& a) {
+  return (a.softcap > 0 ? RTC_SCORE_SOFTCAP : 0) | (a.alibi_slopes ? RTC_SCORE_ALIBI : 0);
+}
 
 // Bytes of one K / V storage unit (a 16-bit element, or a byte of a quantized cache) and the units of a row of D.
 inline int64_t kv_unit_bytes(const AttentionFwdArgs& a) { return a.kv_dtype == RTC_KV_DTYPE_SAME ? 2 : 1; }

@@ -189,6 +189,19 @@ void validate_args(const AttentionFwdArgs& args) {
                   " span more than 2^63 bytes; accepted: a view of addressable size");
   RTC_CHECK(std::isfinite(a->softmax_scale) && a->softmax_scale > 0, RTC_ERR_ARG,
             "softmax_scale=" + std::to_string(a->softmax_scale) + " is not accepted; accepted: a finite float > 0");
+  RTC_CHECK(std::isfinite(a->softcap) && a->softcap >= 0, RTC_ERR_ARG,
+            "softcap=" + std::to_string(a->softcap) + " is not accepted; accepted: 0 (off) or a finite float > 0");
+  // The kernels take 2 scale / softcap log2(e) and softcap log2(e) as float32 (fill_params): both must be finite.
+  RTC_CHECK(a->softcap == 0 || (std::isfinite(float(2.0 * a->softmax_scale / a->softcap * 1.4426950408889634)) &&
+                                std::isfinite(float(double(a->softcap) * 1.4426950408889634))),
+            RTC_ERR_ARG,
+            "softcap=" + std::to_string(a->softcap) + " with softmax_scale=" + std::to_string(a->softmax_scale) +
+                " is not accepted; accepted: 2 * softmax_scale / softcap * log2(e) and softcap * log2(e) finite in "
+                "float32");
+  for (int i = 0; i < 2; ++i)
+    RTC_CHECK(a->alibi_strides[i] >= 0 && a->alibi_strides[i] <= kMaxSize, RTC_ERR_ARG,
+              "alibi_strides[" + std::to_string(i) + "]=" + std::to_string(a->alibi_strides[i]) +
+                  " is not accepted; accepted: 0.." + std::to_string(kMaxSize));
   RTC_CHECK(a->tail_split >= -1, RTC_ERR_ARG,
             "tail_split=" + std::to_string(a->tail_split) + " is not accepted; accepted: -1 (plan), 0 (off), >1");
   RTC_CHECK(a->max_splits >= 0, RTC_ERR_ARG,
@@ -251,6 +264,13 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
   p.heads_k = int(a.heads_k);
   p.window_left = int(a.window_left);
   p.window_right = int(a.window_right);
+  if (a.softcap > 0) {
+    p.softcap_log2 = float(double(a.softcap) * 1.4426950408889634);
+    p.softcap_exp2 = float(2.0 * double(a.softmax_scale) / double(a.softcap) * 1.4426950408889634);
+  }
+  p.alibi_slopes = a.alibi_slopes;
+  p.alibi_sb = a.alibi_strides[0];
+  p.alibi_sh = a.alibi_strides[1];
   if (kv_mode(a) != RTC_KV_DENSE) {  // validate() bounded these by INT32_MAX
     p.cu_q = static_cast<const int*>(a.cu_seqlens_q);
     p.cu_k = static_cast<const int*>(a.cu_seqlens_k);
@@ -289,6 +309,10 @@ std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
       const int64_t st[3] = {d.second[0], d.second[1], 0};
       add_view(r, d.first, sizeof(float), a.batch, a.heads_k, 1, 1, st);
     }
+  if (a.alibi_slopes) {  // fp32 [batch, heads] at its (sequence, head) strides; strides[0] 0: one row for all
+    const int64_t st[3] = {a.alibi_strides[0], a.alibi_strides[1], 0};
+    add_view(r, a.alibi_slopes, sizeof(float), a.batch, a.heads, 1, 1, st);
+  }
   const int mode = kv_mode(a);
   const uint64_t lse_rows = mode == RTC_KV_DENSE ? uint64_t(a.batch) * a.seq_q : uint64_t(a.total_q);
   if (a.lse) r.push_back(rtc_mem_range{a.lse, lse_rows * a.heads * sizeof(float)});

@@ -329,7 +329,8 @@ def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim:
     code object a call would load. An op without a kv_dtype axis (attention_bwd) ignores kv_dtype."""
     from ..runtime import dispatch, manifest
     v = manifest.load().variant_for(op, kernel, arch, {"round_mode": mode, "mask": mask, "kv": kv,
-                                                       "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype})
+                                                       "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype,
+         "score_mod": "plain"})
     return dispatch.build(v)
 
 
@@ -441,7 +442,8 @@ def variants(kv: str = "dense", head_dims=None, dtype: str = "bf16", kernel: str
             for k in kvs:
                 for mask in axis_values("mask"):
                     for mode in axis_values("round_mode"):
-                        combo = {"round_mode": mode, "mask": mask, "kv": k, "dtype": t, "kv_dtype": "same"}
+                        combo = {"round_mode": mode, "mask": mask, "kv": k, "dtype": t, "kv_dtype": "same",
+                                 "score_mod": "plain"}
                         if spec.exclusion(combo) is None:
                             out.append((mode, mask, k, d, t))
     return out

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ..attention_fwd.reference import _kv_heads, default_scale, from_bhsd, round_to, to_bhsd, visible
+from ..attention_fwd.reference import _kv_heads, default_scale, from_bhsd, round_to, score_mod, to_bhsd, visible
 
 
 def _group_sum(g: torch.Tensor, heads_k: int) -> torch.Tensor:
@@ -23,13 +23,16 @@ def _group_sum(g: torch.Tensor, heads_k: int) -> torch.Tensor:
     return g.view(b, heads_k, h // heads_k, s, d).sum(dim=2)
 
 
-def grads_fp64(q, k, v, dout, layout: str = "bshd", softmax_scale: float | None = None, window=(-1, -1), dlse=None):
+def grads_fp64(q, k, v, dout, layout: str = "bshd", softmax_scale: float | None = None, window=(-1, -1), dlse=None,
+               softcap: float = 0.0, alibi_slopes=None):
     """(dq, dk, dv) in float64 (in `layout`) of O = softmax(scale Q K^T) V for the gradient dout of O, and dlse
-    ([B, H, Sq]) of the LSE when given; rows that see no key have O = 0, LSE -inf and no gradient."""
+    ([B, H, Sq]) of the LSE when given; rows that see no key have O = 0, LSE -inf and no gradient. softcap /
+    alibi_slopes: the forward's score modifications (score_mod)."""
     qd, kd, vd = (to_bhsd(t, layout).detach().to(torch.float64).requires_grad_() for t in (q, k, v))
     kk, vv = (_kv_heads(t, qd.shape[1]) for t in (kd, vd))
     keep = visible(qd.shape[2], kd.shape[2], window, qd.device)
-    s = (qd @ kk.transpose(-1, -2) * default_scale(q.shape[-1], softmax_scale)).masked_fill(~keep, -math.inf)
+    s = score_mod(qd @ kk.transpose(-1, -2) * default_scale(q.shape[-1], softmax_scale), softcap,
+                  alibi_slopes).masked_fill(~keep, -math.inf)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that sees no key: 0
     loss = (p @ vv * to_bhsd(dout, layout).to(torch.float64)).sum()
     if dlse is not None:
@@ -41,9 +44,10 @@ def grads_fp64(q, k, v, dout, layout: str = "bshd", softmax_scale: float | None 
 
 
 def grads_r(q, k, v, out, lse, dout, layout: str, round_mode: str, softmax_scale: float | None = None,
-            window=(-1, -1), dlse=None):
+            window=(-1, -1), dlse=None, softcap: float = 0.0, alibi_slopes=None):
     """(dq, dk, dv) in q's dtype (in `layout`) by the kernels' algorithm in fp32 (the module's docstring); out and
-    lse are the forward's (lse [B, H, Sq], natural log)."""
+    lse are the forward's (lse [B, H, Sq], natural log). With a soft cap, dS is taken through its derivative
+    1 - tanh^2 before its rounding."""
     f32 = torch.float32
     qf, dof, of = (to_bhsd(t, layout).to(f32) for t in (q, dout, out))
     kf, vf = (to_bhsd(t, layout).to(f32) for t in (k, v))
@@ -54,12 +58,15 @@ def grads_r(q, k, v, out, lse, dout, layout: str, round_mode: str, softmax_scale
     lse2 = lse.to(f32)[..., None] * 1.4426950408889634
     s = qf @ kk.transpose(-1, -2)
     seen = keep & (lse2 != -math.inf)
-    p = torch.where(seen, torch.exp2(s * (scale * 1.4426950408889634) - lse2), torch.zeros((), dtype=f32))
+    t = score_mod(s * scale, softcap, alibi_slopes) * 1.4426950408889634
+    p = torch.where(seen, torch.exp2(t - lse2), torch.zeros((), dtype=f32))
     delta = (dof * of).sum(-1, keepdim=True)
     if dlse is not None:
         delta = delta - dlse.to(f32)[..., None]
     dp = dof @ vv.transpose(-1, -2)
     ds = torch.where(seen, p * (dp - delta), torch.zeros((), dtype=f32))
+    if softcap:
+        ds = ds * (1 - torch.tanh(s * scale / softcap) ** 2)
 
     def rounded(x):
         return round_to(x, q.dtype, round_mode).to(f32)

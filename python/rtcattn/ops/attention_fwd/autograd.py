@@ -30,7 +30,8 @@ def _dlse(grad_lse, return_lse: bool):
     return grad_lse.contiguous() if return_lse and grad_lse is not None and grad_lse.numel() else None
 
 
-_FWD_ARGS = ("layout", "round_mode", "softmax_scale", "return_lse", "window_left", "window_right", "deterministic")
+_FWD_ARGS = ("layout", "round_mode", "softmax_scale", "return_lse", "window_left", "window_right", "deterministic",
+             "softcap", "alibi_slopes")
 
 
 def fwd_setup(ctx, inputs, output):
@@ -42,17 +43,18 @@ def fwd_backward(ctx, grad_out, grad_lse):
     a = ctx.args
     call = (a["layout"], a["round_mode"], a["softmax_scale"])
     window = (a["window_left"], a["window_right"])
+    score = dict(softcap=a["softcap"], alibi_slopes=a["alibi_slopes"])
     if not a["return_lse"]:
         with torch.no_grad():
-            out, lse = torch.ops.rtcattn.fwd(q, k, v, *call, True, *window)
+            out, lse = torch.ops.rtcattn.fwd(q, k, v, *call, True, *window, **score)
     grads = torch.ops.rtcattn.bwd(_dout(grad_out, out), q, k, v, out, lse, *call, *window, a["deterministic"],
-                                  _dlse(grad_lse, a["return_lse"]))
+                                  _dlse(grad_lse, a["return_lse"]), **score)
     return (*grads, *(None,) * len(_FWD_ARGS))
 
 
 _VARLEN_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "round_mode", "softmax_scale",
                 "return_lse", "window_left", "window_right", "block_table", "seqused_k", "k_descale", "v_descale",
-                "k_scale", "v_scale", "kv_cache_dtype", "deterministic")
+                "k_scale", "v_scale", "kv_cache_dtype", "deterministic", "softcap", "alibi_slopes")
 # The packed call's arguments that take no gradients, and what the backward accepts instead.
 _NO_GRAD = {"block_table": "None (a paged cache takes no gradients)",
             "seqused_k": "None (each sequence's keys from cu_seqlens_k)",
@@ -80,11 +82,12 @@ def fwd_varlen_backward(ctx, grad_out, grad_lse):
     call = (a["cu_seqlens_q"], a["cu_seqlens_k"], a["max_seqlen_q"], a["max_seqlen_k"], a["round_mode"],
             a["softmax_scale"])
     window = (a["window_left"], a["window_right"])
+    score = dict(softcap=a["softcap"], alibi_slopes=a["alibi_slopes"])
     if not a["return_lse"]:
         with torch.no_grad():
-            out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, *call, True, *window)
+            out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, *call, True, *window, **score)
     grads = torch.ops.rtcattn.bwd_varlen(_dout(grad_out, out), q, k, v, out, lse, *call, *window,
-                                         a["deterministic"], _dlse(grad_lse, a["return_lse"]))
+                                         a["deterministic"], _dlse(grad_lse, a["return_lse"]), **score)
     return (*grads, *(None,) * len(_VARLEN_ARGS))
 
 

@@ -126,19 +126,44 @@ def visible(sq: int, sk: int, window=(-1, -1), device=None) -> torch.Tensor:
     return keep
 
 
+def score_mod(s: torch.Tensor, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
+    """Scaled scores [B, H, Sq, Sk] (any float dtype, computed in it) with FlashAttention's modifications
+    (docs/numerics.md, "Soft cap and ALiBi"): softcap > 0 caps each at softcap * tanh(s / softcap), then ALiBi adds
+    -slope * |j - (i + Sk - Sq)| with alibi_slopes fp32 [H] or [B, H] (row b of the batch; one row: every b)."""
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    if alibi_slopes is not None:
+        sq, sk = s.shape[-2], s.shape[-1]
+        i = torch.arange(sq, device=s.device)[:, None] + (sk - sq)
+        dist = (torch.arange(sk, device=s.device)[None, :] - i).abs().to(s.dtype)
+        slopes = alibi_slopes.to(device=s.device, dtype=s.dtype)
+        slopes = slopes[None] if slopes.dim() == 1 else slopes
+        s = s - slopes[:, :, None, None] * dist
+    return s
+
+
+def sequence_slopes(alibi_slopes: torch.Tensor | None, b: int) -> torch.Tensor | None:
+    """Sequence (or batch row) b's slopes [1, H] of alibi_slopes [H] or [B, H], for a reference run on it alone."""
+    if alibi_slopes is None:
+        return None
+    return alibi_slopes[None] if alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
+
+
 def _kv_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     """[B, Hk, S, D] -> [B, H, S, D]: query head h reads K/V head h // (H / Hk) (GQA/MQA)."""
     return t.repeat_interleave(heads // t.shape[1], dim=1)
 
 
-def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, window=(-1, -1)):
+def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, window=(-1, -1), softcap: float = 0.0,
+                   alibi_slopes: torch.Tensor | None = None):
     """O64 (float64, in `layout`) and lse64 ([B, H, Sq] float64) with the special-value table applied,
-    for K/V with as many heads as q or fewer (GQA/MQA) and the key window of docs/numerics.md."""
+    for K/V with as many heads as q or fewer (GQA/MQA), the key window of docs/numerics.md and the score
+    modifications (score_mod)."""
     qd = to_bhsd(q, layout).to(torch.float64)
     kd, vd = (_kv_heads(to_bhsd(t, layout).to(torch.float64), qd.shape[1]) for t in (k, v))
     scale = default_scale(q.shape[-1], softmax_scale)
     keep = visible(qd.shape[2], kd.shape[2], window, qd.device)               # [Sq,Sk]
-    s = (torch.matmul(qd, kd.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
+    s = score_mod(torch.matmul(qd, kd.transpose(-1, -2)) * scale, softcap, alibi_slopes).masked_fill(~keep, -math.inf)
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m)
     row_sum = p.sum(dim=-1, keepdim=True)
@@ -162,14 +187,15 @@ def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, win
     return from_bhsd(o, layout), lse
 
 
-def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | None = None, window=(-1, -1)):
+def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | None = None, window=(-1, -1),
+                softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None):
     """The "R" reference: the kernels' algorithm in the same precision, plainly in torch; P and O rounded to q's
     dtype (bf16 with round_mode, fp16 to nearest even), O returned in it."""
     qf = to_bhsd(q, layout).to(torch.float32)
     kf, vf = (_kv_heads(to_bhsd(t, layout).to(torch.float32), qf.shape[1]) for t in (k, v))
     scale = default_scale(q.shape[-1], softmax_scale)
     keep = visible(qf.shape[2], kf.shape[2], window, qf.device)
-    s = (torch.matmul(qf, kf.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
+    s = score_mod(torch.matmul(qf, kf.transpose(-1, -2)) * scale, softcap, alibi_slopes).masked_fill(~keep, -math.inf)
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m.masked_fill(m == -math.inf, 0.0))                     # a row that sees nothing: p = 0
     pb = round_to(p, q.dtype, round_mode).to(torch.float32)
@@ -244,7 +270,7 @@ def paged_rows(pages: torch.Tensor, block_table: torch.Tensor, b: int, length: i
 
 def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None = None,
                      softmax_scale: float | None = None, window=(-1, -1), block_table=None, k_descale=None,
-                     v_descale=None):
+                     v_descale=None, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None):
     """Per sequence: the dense reference on [1, S, H, D] slices (masks aligned to each sequence's own
     lengths). Returns (O64 [total_q, H, D] float64, lse64 [H, total_q] float64), or with round_mode the
     "R" output [total_q, H, D] in q's dtype. k, v are packed [total_k, Hk, D] or, with block_table, pages; a
@@ -265,11 +291,12 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None
         if kb.shape[0] == 0:  # no key: every row of the sequence is 0, its LSE -Inf (already so)
             continue
         args = (q[None, q0:q1], kb[None], vb[None], "bshd")
+        score = dict(softcap=softcap, alibi_slopes=sequence_slopes(alibi_slopes, b))
         if round_mode is None:
-            ob, lb = reference_fp64(*args, softmax_scale, window)
+            ob, lb = reference_fp64(*args, softmax_scale, window, **score)
             o[q0:q1], lse[:, q0:q1] = ob[0], lb[0]
         else:
-            o[q0:q1] = reference_r(*args, round_mode, softmax_scale, window)[0]
+            o[q0:q1] = reference_r(*args, round_mode, softmax_scale, window, **score)[0]
     return o if round_mode is not None else (o, lse)
 
 
@@ -289,7 +316,8 @@ def rotary_fp64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions
 
 def reference_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                       cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, window=(-1, -1),
-                      rotary_interleaved=True, round_mode: str | None = None, k_descale=None, v_descale=None):
+                      rotary_interleaved=True, round_mode: str | None = None, k_descale=None, v_descale=None,
+                      softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None):
     """flash-attn 2.x's flash_attn_with_kvcache on the host, sequence by sequence, from its documented semantics:
     new rows k / v written at cache rows cache_seqlens[b] + i (k rotated at those positions), q rotated at
     cache_seqlens[b] + i when the call is causal or local (a window side in [0, capacity)) else all at
@@ -336,9 +364,10 @@ def reference_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
         if kb.shape[0] == 0 or seq_q == 0:
             continue
         args = (qb[None], kb[None], vb[None], "bshd")
+        score = dict(softcap=softcap, alibi_slopes=sequence_slopes(alibi_slopes, b))
         if round_mode is None:
-            ob, lb = reference_fp64(*args, softmax_scale, window)
+            ob, lb = reference_fp64(*args, softmax_scale, window, **score)
             o[b], lse[b] = ob[0], lb[0]
         else:
-            o[b] = reference_r(*args, round_mode, softmax_scale, window)[0]
+            o[b] = reference_r(*args, round_mode, softmax_scale, window, **score)[0]
     return (kc, vc), (o if round_mode is not None else (o, lse))

@@ -60,7 +60,16 @@ def _fields(problem, num_cus: int, num_splits: int = 0) -> dict:
     flash_attn_with_kvcache's)."""
     return dict(heads=problem.heads, head_dim=problem.head_dim, heads_k=problem.heads_k or problem.heads,
                 window_left=problem.window[0], window_right=problem.window[1], softmax_scale=problem.scale,
-                num_cus=num_cus, **split_fields(num_splits))
+                num_cus=num_cus, **split_fields(num_splits), **score_fields(problem.score))
+
+
+def score_fields(score: validate.ScoreMod) -> dict:
+    """The argument block's score-modification fields: the soft cap, and the ALiBi slopes with their (batch, head)
+    strides."""
+    fields = dict(softcap=score.softcap)
+    if score.alibi_slopes is not None:
+        fields.update(alibi_slopes=score.alibi_slopes.data_ptr(), alibi_strides=score.strides())
+    return fields
 
 
 def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
@@ -127,7 +136,8 @@ def _call(q: torch.Tensor, round_mode: str, problem, kv: str) -> dict:
     cache's element type (a dense call's is always "same")."""
     dtype = validate.DTYPE_AXIS[q.dtype]
     return {"round_mode": round_mode if dtype == "bf16" else "rtne", "mask": "window" if problem.masked else "none",
-            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype, "kv_dtype": problem.kv_dtype}
+            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype, "kv_dtype": problem.kv_dtype,
+            "score_mod": problem.score.axis}
 
 
 class _Copy:
@@ -177,34 +187,36 @@ def _pad(t: torch.Tensor | None, d: int) -> torch.Tensor | None:
     return out
 
 
-def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1)):
+def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1),
+              score: validate.ScoreMod = validate.NO_SCORE_MOD):
     """The kernel and variant a dense call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
-    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window)
+    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window, score=score)
     cus = dispatch.device_facts(q.device)[1]
     d = _padded_head_dim(problem, round_mode, "dense",
                          lambda p, copy: args_block(copy(q), copy(k), copy(v), None, None, layout, p, cus), (q, k, v),
                          q.device)
     if d is not None:  # the padded call's selection, as the call runs it
-        return selection(_pad(q, d), _pad(k, d), _pad(v, d), layout, round_mode, problem.scale, window)
+        return selection(_pad(q, d), _pad(k, d), _pad(v, d), layout, round_mode, problem.scale, window, score)
     args = args_block(q, k, v, None, None, layout, problem, cus)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
 
 
 def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
                      softmax_scale=None, window=(-1, -1), block_table=None, seqused_k=None, num_splits=0,
-                     quant: validate.KvQuant = validate.NO_QUANT):
+                     quant: validate.KvQuant = validate.NO_QUANT, score: validate.ScoreMod = validate.NO_SCORE_MOD):
     """The kernel and variant a packed call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
     p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                                     softmax_scale, None, window, block_table, seqused_k, quant)
+                                     softmax_scale, None, window, block_table, seqused_k, quant, score)
     cus = dispatch.device_facts(q.device)[1]
     d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
         copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus, seqused_k, num_splits),
         (q, k, v), q.device)
     if d is not None:  # the padded call's selection, as the call runs it
         return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k, num_splits)
+                                max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k, num_splits,
+                                score=score)
     args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k, num_splits,
                              quant)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
@@ -232,11 +244,13 @@ def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem
     return out, lse
 
 
-def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, fake: bool):
+def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, fake: bool,
+           score: validate.ScoreMod = validate.NO_SCORE_MOD):
     """A dense call: (out, lse) as launch returns them."""
     # The one validation of an eager call (the Python API checks only what the schema needs); it also
     # runs while tracing, so a bad call fails at compile time with the same message.
-    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out, checks.check_window(window))
+    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out, checks.check_window(window),
+                                    score)
     if fake or q.numel() == 0:  # Sq = 0 (or B = 0 / H = 0): nothing to compute, nothing launched
         lse = q.new_empty(_dense_lse_shape(q, layout, return_lse), dtype=torch.float32)
         return (q.new_empty(q.shape) if out is None else out), lse
@@ -246,17 +260,18 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
         return launch(q, k, v, out, return_lse, layout, round_mode, problem)
     # Every output row is written: the padded call's output needs no values of out's. Contiguous, as the fake's.
     o, lse = _dense(_pad(q, d), _pad(k, d), _pad(v, d), None, layout, round_mode, problem.scale, return_lse, window,
-                    False)
+                    False, score)
     o = o[..., :problem.head_dim]
     return (o.contiguous() if out is None else out.copy_(o)), lse
 
 
 def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
-            fake: bool, seqused_k=None, num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT):
+            fake: bool, seqused_k=None, num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT,
+            score: validate.ScoreMod = validate.NO_SCORE_MOD):
     """A packed call: (out, lse); lse is [Hq, total_q] fp32 when return_lse, else an empty [0] tensor. quant: a
-    quantized cache's arguments (validate.KvQuant)."""
+    quantized cache's arguments (validate.KvQuant); score: the soft cap and ALiBi slopes (validate.ScoreMod)."""
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
-                                     checks.check_window(window), block_table, seqused_k, quant)
+                                     checks.check_window(window), block_table, seqused_k, quant, score)
     if fake:
         return (q.new_empty(q.shape) if out is None else out), q.new_empty(_packed_lse_shape(q, return_lse),
                                                                            dtype=torch.float32)
@@ -271,7 +286,8 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
         if d is not None:
             # A paged pool is copied whole. A given out is copied too, so rows no sequence owns keep its values.
             o, lse = _packed(_pad(q, d), _pad(k, d), _pad(v, d), _pad(out, d), cu_q, cu_k, max_q, max_k,
-                             round_mode, p.scale, return_lse, window, block_table, False, seqused_k, num_splits)
+                             round_mode, p.scale, return_lse, window, block_table, False, seqused_k, num_splits,
+                             score=score)
             o = o[..., :p.head_dim]
             return (o.contiguous() if out is None else out.copy_(o)), lse
         sel = dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
@@ -295,12 +311,13 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
 
 def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
              block_table, out, round_mode, softmax_scale, return_lse, window, rotary_interleaved, fake: bool,
-             num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT):
+             num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT,
+             score: validate.ScoreMod = validate.NO_SCORE_MOD):
     """flash_attn_with_kvcache: (out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32 or an empty [0] tensor). Appends k / v into
     the caches in place, rotates, then runs the packed form with seqused_k (kvcache.py says how, without a sync) and
     num_splits's split fields (split_fields)."""
     p = validate.check_kvcache_inputs(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                                      cache_batch_idx, cache_leftpad, block_table, softmax_scale, out, quant)
+                                      cache_batch_idx, cache_leftpad, block_table, softmax_scale, out, quant, score)
     window = checks.check_window(window)
     validate.check_num_splits(num_splits)
     checks.check_bool("rotary_interleaved", rotary_interleaved)
@@ -314,7 +331,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     args = (packed.cu_q, packed.cu_k, p.seq_q, packed.max_seqlen_k, round_mode, p.scale)
     if q.numel():  # the runtime's checks of the attention, before the append writes anything
         selection_varlen(packed.q, packed.k, packed.v, *args, window, block_table, packed.seqused_k, num_splits,
-                         quant)
+                         quant, score)
     # flash-attn's rule: q's rows take their own rotary positions when the call is causal or local, a window side
     # at or past the capacity counting as unbounded.
     per_row = any(0 <= w < p.capacity for w in window)
@@ -327,7 +344,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     direct = out is not None and (out.stride(0) == p.seq_q * out.stride(1) or p.batch <= 1)
     target = out.view(rows) if direct else torch.empty(rows, dtype=q.dtype, device=q.device)
     o, lse = _packed(packed.q, packed.k, packed.v, target, *args, return_lse, window, block_table, False,
-                     packed.seqused_k, num_splits, quant)
+                     packed.seqused_k, num_splits, quant, score)
     lse = lse.view(p.heads, p.batch, p.seq_q).permute(1, 0, 2).contiguous() if return_lse else lse
     if out is None:
         return o.view(q.shape), lse
@@ -340,17 +357,19 @@ def _ops(fake: bool) -> tuple:
     """The ops, written once: their signatures are the schemas; fake=True gives their fakes."""
     def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, round_mode: str,
             softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
-            deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+            deterministic: bool = False, softcap: float = 0.0,
+            alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) for dense q, k, v. deterministic: the backward's (ops/attention_fwd/autograd.py), not the
-        forward's (which is deterministic either way)."""
-        return _dense(q, k, v, None, layout, round_mode, softmax_scale, return_lse, (window_left, window_right), fake)
+        forward's (which is deterministic either way). softcap / alibi_slopes: validate.ScoreMod."""
+        return _dense(q, k, v, None, layout, round_mode, softmax_scale, return_lse, (window_left, window_right), fake,
+                      validate.ScoreMod(softcap, alibi_slopes))
 
     def fwd_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, layout: str, round_mode: str,
-                softmax_scale: float | None, return_lse: bool, window_left: int = -1,
-                window_right: int = -1) -> torch.Tensor:
+                softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
+                softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
         """Writes the output into out; returns lse as fwd does."""
         return _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, (window_left, window_right),
-                      fake)[1]
+                      fake, validate.ScoreMod(softcap, alibi_slopes))[1]
 
     def fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, round_mode: str,
@@ -358,7 +377,8 @@ def _ops(fake: bool) -> tuple:
                    block_table: torch.Tensor | None = None, seqused_k: torch.Tensor | None = None,
                    k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
                    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-                   kv_cache_dtype: str = "auto", deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                   kv_cache_dtype: str = "auto", deterministic: bool = False, softcap: float = 0.0,
+                   alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) for packed q, k, v; seqused_k (int32 [B], optional): sequence b uses seqused_k[b] keys
         from its first key row (flash_attn_with_kvcache's contiguous and paged caches). A quantized cache: an FP8 k / v
         with its descales, or kv_cache_dtype "fp4_e2m1" with its scales (validate.KvQuant). deterministic: the
@@ -366,7 +386,7 @@ def _ops(fake: bool) -> tuple:
         quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _packed(q, k, v, None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                        softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k,
-                       quant=quant)
+                       quant=quant, score=validate.ScoreMod(softcap, alibi_slopes))
 
     def fwd_varlen_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -374,12 +394,13 @@ def _ops(fake: bool) -> tuple:
                        window_right: int = -1, block_table: torch.Tensor | None = None,
                        seqused_k: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
                        v_descale: torch.Tensor | None = None, k_scale: torch.Tensor | None = None,
-                       v_scale: torch.Tensor | None = None, kv_cache_dtype: str = "auto") -> torch.Tensor:
+                       v_scale: torch.Tensor | None = None, kv_cache_dtype: str = "auto", softcap: float = 0.0,
+                       alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
         """Writes the output into out; returns lse as fwd_varlen does."""
         quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _packed(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                        softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k,
-                       quant=quant)[1]
+                       quant=quant, score=validate.ScoreMod(softcap, alibi_slopes))[1]
 
     def fwd_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
                     v: torch.Tensor | None, rotary_cos: torch.Tensor | None, rotary_sin: torch.Tensor | None,
@@ -388,14 +409,15 @@ def _ops(fake: bool) -> tuple:
                     softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
                     rotary_interleaved: bool = True, num_splits: int = 0, k_descale: torch.Tensor | None = None,
                     v_descale: torch.Tensor | None = None, k_scale: torch.Tensor | None = None,
-                    v_scale: torch.Tensor | None = None,
-                    kv_cache_dtype: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+                    v_scale: torch.Tensor | None = None, kv_cache_dtype: str = "auto", softcap: float = 0.0,
+                    alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) of flash_attn_with_kvcache; k_cache / v_cache (and an FP4 cache's k_scale / v_scale) get k / v
         appended in place."""
         quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                         cache_leftpad, block_table, None, round_mode, softmax_scale, return_lse,
-                        (window_left, window_right), rotary_interleaved, fake, num_splits, quant)
+                        (window_left, window_right), rotary_interleaved, fake, num_splits, quant,
+                        validate.ScoreMod(softcap, alibi_slopes))
 
     def fwd_kvcache_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
                         k: torch.Tensor | None, v: torch.Tensor | None, rotary_cos: torch.Tensor | None,
@@ -406,12 +428,14 @@ def _ops(fake: bool) -> tuple:
                         rotary_interleaved: bool = True, num_splits: int = 0,
                         k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
                         k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-                        kv_cache_dtype: str = "auto") -> torch.Tensor:
+                        kv_cache_dtype: str = "auto", softcap: float = 0.0,
+                        alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
         """Writes the output into out; returns lse as fwd_kvcache does."""
         quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                         cache_leftpad, block_table, out, round_mode, softmax_scale, return_lse,
-                        (window_left, window_right), rotary_interleaved, fake, num_splits, quant)[1]
+                        (window_left, window_right), rotary_interleaved, fake, num_splits, quant,
+                        validate.ScoreMod(softcap, alibi_slopes))[1]
 
     return fwd, fwd_out, fwd_varlen, fwd_varlen_out, fwd_kvcache, fwd_kvcache_out
 

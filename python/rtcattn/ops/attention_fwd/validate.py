@@ -36,6 +36,56 @@ def axis_define(axis: str, value) -> int:
 
 
 @dataclass(frozen=True)
+class ScoreMod:
+    """A call's score modifications (docs/numerics.md, "Soft cap and ALiBi"): softcap > 0 caps each scaled score s at
+    softcap * tanh(s / softcap) (0: off); alibi_slopes (fp32 [Hq] or [B, Hq]) adds -slope * |j - (i + Sk - Sq)|."""
+    softcap: float = 0.0
+    alibi_slopes: torch.Tensor | None = None
+
+    @property
+    def axis(self) -> str:
+        """The value of the manifest's score_mod axis this call needs."""
+        cap, alibi = self.softcap > 0, self.alibi_slopes is not None
+        return "softcap_alibi" if cap and alibi else "softcap" if cap else "alibi" if alibi else "plain"
+
+    def strides(self) -> tuple:
+        """(batch, head) element strides of the slopes: [Hq] shares one row across the batch (stride 0)."""
+        t = self.alibi_slopes
+        return (0, t.stride(0)) if t.dim() == 1 else (t.stride(0), t.stride(1))
+
+    def tensors(self) -> tuple:
+        return (("alibi_slopes", self.alibi_slopes),) if self.alibi_slopes is not None else ()
+
+
+NO_SCORE_MOD = ScoreMod()
+
+
+def check_softcap(softcap, name: str = "softcap") -> float:
+    """softcap as the kernels take it: 0 (off) or a finite float > 0 (FlashAttention's; a negative cap is refused).
+    name: the argument's name in the caller's signature (AITER's logits_soft_cap)."""
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"{name}={softcap!r} ({type(softcap).__name__}) is not supported; accepted: 0.0 (off) or a "
+                        "finite float > 0")
+    if not (softcap == 0 or checks.FLOAT32_TINY <= softcap <= checks.SCALE_MAX):
+        raise ValueError(f"{name}={softcap!r} is not supported; accepted: 0.0 (off) or a finite float > 0 in "
+                         f"[{checks.FLOAT32_TINY:.7g}, {checks.SCALE_MAX:.7g}] (a normal float32 whose product with "
+                         "log2(e) is finite in float32)")
+    return float(softcap)
+
+
+def check_score_mod(score: ScoreMod, batch: int, heads: int, device: torch.device) -> ScoreMod:
+    """softcap checked (check_softcap); alibi_slopes fp32 [heads] or [batch, heads] on q's device."""
+    check_softcap(score.softcap)
+    t = score.alibi_slopes
+    if t is not None:
+        checks.check_type("alibi_slopes", t)
+        if t.dtype != torch.float32 or tuple(t.shape) not in ((heads,), (batch, heads)) or t.device != device:
+            raise ValueError(f"alibi_slopes (shape {tuple(t.shape)}, {t.dtype}, {t.device}) is not supported; "
+                             f"accepted: float32 [Hq] = [{heads}] or [B, Hq] = [{batch}, {heads}] on {device}")
+    return score
+
+
+@dataclass(frozen=True)
 class Problem:
     """A dense call's sizes."""
     batch: int
@@ -47,6 +97,7 @@ class Problem:
     heads_k: int = 0          # K/V heads (GQA/MQA: heads is a multiple of it); 0 = heads
     window: tuple = (-1, -1)  # (left, right) keys around the diagonal; -1 unbounded; causal: right 0
     kv_dtype: str = "same"    # the manifest's kv_dtype axis: a dense call's K / V are always q's dtype
+    score: ScoreMod = NO_SCORE_MOD  # the soft cap and ALiBi slopes (the manifest's score_mod axis)
 
     @property
     def masked(self) -> bool:
@@ -70,6 +121,7 @@ class VarlenProblem:
     num_pages: int = 0
     pages_per_seq: int = 0
     kv_dtype: str = "same"  # the manifest's kv_dtype axis: "same" (q's dtype) or a quantized cache's format
+    score: ScoreMod = NO_SCORE_MOD  # the soft cap and ALiBi slopes (the manifest's score_mod axis)
 
     @property
     def masked(self) -> bool:
@@ -146,7 +198,7 @@ def _heads_error(hq: int, hk: int, where: str = "") -> ValueError:
 
 
 def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
-                 out: torch.Tensor | None = None, window: tuple = (-1, -1)) -> Problem:
+                 out: torch.Tensor | None = None, window: tuple = (-1, -1), score: ScoreMod = NO_SCORE_MOD) -> Problem:
     """A dense call: every check that needs no device. Returns the problem sizes."""
     checks.check_choice("layout", layout, LAYOUTS)
     checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
@@ -165,10 +217,11 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
         raise ValueError(f"k sequence length Sk=0 (k.shape={tuple(k.shape)}, layout {layout!r}) is not "
                          "supported; accepted: Sk >= 1")
     _check_head_dim(dq, q)
+    check_score_mod(score, bq, hq, q.device)
     if out is not None:
-        checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)))
+        checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + score.tensors())
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
-    return Problem(bq, hq, sq, sk, dq, checks.check_scale(softmax_scale, dq), hk, tuple(window))
+    return Problem(bq, hq, sq, sk, dq, checks.check_scale(softmax_scale, dq), hk, tuple(window), score=score)
 
 
 # ---- quantized K / V caches (docs/numerics.md §10): the manifest's kv_dtype axis ---------------------------------
@@ -297,7 +350,8 @@ def check_num_splits(value) -> int:
 def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode: str = "rtne",
                         softmax_scale=None, out: torch.Tensor | None = None, window: tuple = (-1, -1),
                         block_table: torch.Tensor | None = None,
-                        seqused_k: torch.Tensor | None = None, quant: KvQuant = NO_QUANT) -> VarlenProblem:
+                        seqused_k: torch.Tensor | None = None, quant: KvQuant = NO_QUANT,
+                        score: ScoreMod = NO_SCORE_MOD) -> VarlenProblem:
     """A packed call: every check that needs no device memory. q [total_q, Hq, D]; k, v [total_k, Hk, D], or
     with block_table [num_pages, page_size, Hk, D]; cu_seqlens_* int32 [B + 1]; block_table int32 [B, pages];
     seqused_k int32 [B] (sequence b's KV length; cu_seqlens_k[b] is then only its first key row when not paged).
@@ -358,14 +412,16 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         if total_k == 0 and total_q > 0:
             raise ValueError(f"k.shape={tuple(k.shape)} (total_k=0) is not supported; accepted: total_k >= 1")
     check_kv_quant(kv_dtype, quant, batch, hk, d, device, (num_pages, page_size, hk) if fp4 else None)
+    check_score_mod(score, batch, hq, device)
     if out is not None:  # the metadata too: the kernels read cu_seqlens and the block table all along
         metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
             (("block_table", block_table),) if paged else ()) + (
-            (("seqused_k", seqused_k),) if seqused_k is not None else ()) + quant.tensors()
+            (("seqused_k", seqused_k),) if seqused_k is not None else ()) + quant.tensors() + score.tensors()
         checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + metadata)
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
-                         checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages, kv_dtype)
+                         checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages, kv_dtype,
+                         score)
 
 
 def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: VarlenProblem, seqused_k=None) -> None:
@@ -440,6 +496,7 @@ class KvcacheProblem:
     rotary_dim: int     # 0: no rotary embedding
     scale: float
     kv_dtype: str = "same"  # the manifest's kv_dtype axis: the cache's format
+    score: ScoreMod = NO_SCORE_MOD  # the soft cap and ALiBi slopes (the manifest's score_mod axis)
 
     @property
     def paged(self) -> bool:
@@ -528,7 +585,8 @@ def _check_rotary(cos, sin, q, k, d: int, capacity: int) -> int:
 
 def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                          cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None,
-                         out: torch.Tensor | None = None, quant: KvQuant = NO_QUANT) -> KvcacheProblem:
+                         out: torch.Tensor | None = None, quant: KvQuant = NO_QUANT,
+                         score: ScoreMod = NO_SCORE_MOD) -> KvcacheProblem:
     """flash_attn_with_kvcache: every check that needs no device memory (cache_seqlens as int32 [B] or None). quant:
     an FP8 cache's descales, or an FP4 cache (paged, HND) and its scales."""
     kv_dtype = kv_dtype_of(k_cache, v_cache, quant.kv_cache_dtype, ("k_cache", "v_cache"))
@@ -588,11 +646,12 @@ def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, r
     new = _check_new_kv(k, v, q, batch, hk, d, capacity, cache_seqlens)
     rotary_dim = _check_rotary(rotary_cos, rotary_sin, q, k, d, capacity)
     check_kv_quant(kv_dtype, quant, batch, hk, d, device, (cache_batch, page_size, hk) if fp4 else None)
+    check_score_mod(score, batch, hq, device)
     inputs = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + [
         (n, t) for n, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                             ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                             ("cache_leftpad", cache_leftpad), ("block_table", block_table)) if t is not None]
-    inputs += list(quant.tensors())
+    inputs += list(quant.tensors()) + list(score.tensors())
     written = [("k_cache", k_cache), ("v_cache", v_cache)] + [(n, t) for n, t in quant.tensors()
                                                              if n in ("k_scale", "v_scale")]
     if new and checks._has_storage(k):  # the append reads k / v while it writes the cache (and an FP4 cache's scales)
@@ -605,4 +664,4 @@ def check_kvcache_inputs(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, r
         checks.check_out(out, q, DTYPES, inputs)
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return KvcacheProblem(batch, seq_q, hq, hk, d, new, capacity, rows_per_batch, cache_batch, page_size, rotary_dim,
-                          checks.check_scale(softmax_scale, d), kv_dtype)
+                          checks.check_scale(softmax_scale, d), kv_dtype, score)
