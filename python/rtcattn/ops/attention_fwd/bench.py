@@ -17,7 +17,9 @@ FlashAttention-4 when it is installed, timed by tools/timing.py (interleaved rou
   FLOPs are 4 D H per (query, key) pair a row sees (causal: bottom-right), so Sq = Sk causal is half of
   the full count, as FlashAttention reports it;
 - decode (also `--shapes decode`): one query row per sequence over shuffled pages, against FA4 and a 4 GiB copy
-  in the same rounds (bench_decode.py).
+  in the same rounds (bench_decode.py);
+- scoremod (also `--shapes scoremod`): the soft cap and ALiBi on against off, forward and backward
+  (bench_score_mod.py).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import sys
 from dataclasses import dataclass
 
 from ...tools import bench as driver, timing
-from . import bench_decode, peers
+from . import bench_decode, bench_score_mod, peers
 from .validate import LAYOUTS, axis_values
 
 # The seed's shapes (B, H, S) with Sq = Sk = S, D = 128 (shared anchors).
@@ -595,7 +597,8 @@ def serving(args) -> dict:
 
 # `--shapes NAME` runs another suite: its run and its plan.
 OTHER_SUITES = {"serving": (serving, serving_plan), "headdim": (headdim, headdim_plan),
-                "decode": (bench_decode.decode, bench_decode.decode_plan)}
+                "decode": (bench_decode.decode, bench_decode.decode_plan),
+                "scoremod": (bench_score_mod.score_mod, bench_score_mod.score_mod_plan)}
 driver.register("dense", dense, "seed shapes, --shapes, --shapes masks (default)", add_arguments, plot,
                 default=True, plan=dense_plan)
 driver.register("headdim", headdim, "D 32..256, causal or not, bf16 and fp16 against cuDNN and FA4 (--shapes headdim)",
