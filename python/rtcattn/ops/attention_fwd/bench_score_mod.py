@@ -35,6 +35,7 @@ def case_rows(d: int, causal: bool, reps: int, budget_s: float) -> list:
     import torch
 
     import rtcattn
+
     from .stub import selection
     from .validate import ScoreMod
     h = WIDTH // d
