@@ -48,6 +48,10 @@ struct AttnParams {
   float softcap_exp2;         // 2 * scale / softcap * log2(e): exp2(s * softcap_exp2) = e^(2 scale s / softcap)
   const float* alibi_slopes;  // fp32 slope of (sequence or batch b, query head h) at b * alibi_sb + h * alibi_sh
   rtc_i64 alibi_sb, alibi_sh;
+  // Dropout (dropout.h; read by the dropout variants).
+  const rtc_i64* rng_state;   // int64 [2]: the call's Philox key (seed) and counter offset
+  rtc_u32 drop_threshold;     // round(p * 65536): a 16-bit draw below it drops its element
+  float drop_scale;           // 1 / (1 - p): a kept element's factor
 };
 
 #ifndef RTC_KV

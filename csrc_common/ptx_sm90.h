@@ -212,6 +212,13 @@ RTC_DEVICE float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// 1 / x on the SFU (MUFU.RCP): relative error within 1 ulp; rcp(+-inf) = +-0, rcp(+-0) = +-inf, NaN stays NaN; a
+// subnormal input or result flushes to zero.
+RTC_DEVICE float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 // A value every lane of the warp holds alike, made visibly so to ptxas (a broadcast from lane 0):
 // what is computed from it stays in uniform registers (wgmma descriptors: no R2UR per issue).
 RTC_DEVICE int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }

@@ -41,7 +41,9 @@ RTC_HD SoftcapScore softcap_score(float s, const AttnParams& p, Exp2 exp2, Rcp r
 
 // The slope of (sequence or batch b, query head h) is read at this offset of p.alibi_slopes; the kernels take it to
 // the log2 domain with alibi_log2.
-RTC_HD rtc_i64 alibi_offset(const AttnParams& p, int b, int h) { return (rtc_i64)b * p.alibi_sb + (rtc_i64)h * p.alibi_sh; }
+RTC_HD rtc_i64 alibi_offset(const AttnParams& p, int b, int h) {
+  return (rtc_i64)b * p.alibi_sb + (rtc_i64)h * p.alibi_sh;
+}
 RTC_HD float alibi_log2(float slope) { return slope * RTC_LOG2E_F; }
 
 // ALiBi's term added to t: -slope log2(e) |key - diag|, diag = the row's position among the keys (i + Sk - Sq of

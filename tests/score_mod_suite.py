@@ -53,13 +53,20 @@ def _assert_forward(out, lse, o64, lse64, r, dtype, tag):
     return err
 
 
+# A model's cap (Gemma 2's 50 on its attention logits) with scores as large as it: q and k scaled so that the scores
+# spread over about +-40, where the cap bends them and an approximate tanh's error would show (numerics §12).
+LARGE_CAP = ("softcap_large", 50.0, None, (-1, 0))
+LARGE_CAP_QK = 5.0
+
+
 def check_dense(kernel: str, device, case, d=64, b=2, hq=4, hk=2, sq=37, sk=53, dtype=torch.bfloat16, mode="rtne",
-                layout="bshd", seed=0):
-    """rtcattn.forward with the case's soft cap / slopes on `kernel`, against reference_fp64 / reference_r."""
+                layout="bshd", seed=0, qk=1.5):
+    """rtcattn.forward with the case's soft cap / slopes on `kernel`, against reference_fp64 / reference_r. qk: the
+    inputs' scale (the scores' spread grows with its square)."""
     name, cap, kind, window = case
     shape = (lambda s, h: (b, s, h, d)) if layout == "bshd" else (lambda s, h: (b, h, s, d))
-    q, _, _ = _qkv(shape(sq, hq), shape(sk, hk), device, dtype, seed, 1.5)
-    _, k, v = _qkv(shape(sq, hq), shape(sk, hk), device, dtype, seed + 1, 1.5)
+    q, _, _ = _qkv(shape(sq, hq), shape(sk, hk), device, dtype, seed, qk)
+    _, k, v = _qkv(shape(sq, hq), shape(sk, hk), device, dtype, seed + 1, qk)
     al = slopes(kind, b, hq, device, seed)
     with dispatch.pinned(kernel=kernel):
         out, lse = rtcattn.forward(q, k, v, layout=layout, round_mode=mode, window_size=window, softcap=cap,

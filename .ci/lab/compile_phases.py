@@ -40,7 +40,7 @@ DEFAULT = ("sm_90a:sm90,sm_90a:baseline:128:bf16,sm_90a:baseline:128:fp16,gfx942
 def request(arch: str, kernel: str, head_dim: int, dtype: str):
     m = manifest.load()
     call = {"round_mode": "rtne", "mask": "window", "kv": "paged", "head_dim": head_dim, "dtype": dtype,
-            "kv_dtype": "same", "score_mod": "plain"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
     v = m.variant_for("attention_fwd", kernel, arch, call)
     return v, m.request(v, "lab")
 

@@ -80,7 +80,9 @@ RTC_DEVICE void stage_key_tile(Smem& sm, const BwdParams& bp, const Seq& seq, in
 // P and dS of the staged tiles' pairs (row i, key j), two a thread. A row whose LSE is -inf sees no key (its P is 0,
 // not exp2(+inf)); a NaN LSE or score makes the pair's P and dS NaN. view: the sequence's own lengths (the ALiBi
 // distance's diagonal), slope_log2 the query head's ALiBi slope (score_mod.h).
-RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, const AttnParams& view, float slope_log2) {
+// With dropout, each pair's keep bit is drawn again (dropout.h: the forward's, a function of (b, h, row, key)).
+RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, const AttnParams& view, float slope_log2, int b, int h) {
+  const DropoutState drop = dropout_state(view);
   for (int idx = threadIdx.x; idx < kTile * kTile; idx += kThreads) {
     const int i = idx / kTile, j = idx - i * kTile;
     float s = 0.0f, dp = 0.0f;
@@ -89,7 +91,15 @@ RTC_DEVICE void tile_p_ds(Smem& sm, const Pairs& pairs, int d, const AttnParams&
       dp += elem_f32(sm.dout.ld(i * kD + c)) * elem_f32(sm.v.ld(j * kD + c));
     }
     float p, ds;
-    if (RTC_SCORE_MOD) {
+    if (RTC_DROPOUT) {
+      const rtc_i64 diag = (rtc_i64)pairs.i0 + i + view.seq_k - view.seq_q;
+      const bool keep = dropout_keep(drop, view.drop_threshold, view.heads, b, h, pairs.i0 + i, pairs.j0 + j);
+      rtc_elem_t pb, db;
+      pair_p_ds_drop_bits(modded_score(s, view, slope_log2, pairs.j0 + j, diag, FastExp2{}, IeeeRcp{}), dp,
+                          sm.lse.ld(i), sm.delta.ld(i), pairs.seen(i, j), keep, view.drop_scale, pb, db, FastExp2{});
+      p = elem_f32(pb);
+      ds = elem_f32(db);
+    } else if (RTC_SCORE_MOD) {
       const rtc_i64 diag = (rtc_i64)pairs.i0 + i + view.seq_k - view.seq_q;
       rtc_elem_t pb, db;
       pair_p_ds_mod_bits(modded_score(s, view, slope_log2, pairs.j0 + j, diag, FastExp2{}, IeeeRcp{}), dp, sm.lse.ld(i),
@@ -136,7 +146,7 @@ RTC_DEVICE void dkdv_stage(Smem& sm, const BwdParams& bp) {
       __syncthreads();  // the previous row tile is no longer read
       stage_row_tile(sm, bp, seq, b, h, i0, rows);
       __syncthreads();
-      tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view, head_slope_log2(view, b, h));
+      tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view, head_slope_log2(view, b, h), b, h);
       __syncthreads();
       for (int i = 0; i < kTile; ++i) {
         const float p = sm.p.ld(i * kTile + j), ds = sm.ds.ld(i * kTile + j);
@@ -179,7 +189,7 @@ RTC_DEVICE void dq_stage(Smem& sm, const BwdParams& bp) {
     __syncthreads();  // the previous key tile is no longer read
     stage_key_tile(sm, bp, seq, b, hk, j0, keys);
     __syncthreads();
-    tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view, slope_log2);
+    tile_p_ds(sm, Pairs{window_of(view), i0, j0}, d, view, slope_log2, b, h);
     __syncthreads();
     for (int j = 0; j < kTile; ++j) {
       const float ds = sm.ds.ld(i * kTile + j);

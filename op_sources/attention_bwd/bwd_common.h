@@ -8,6 +8,7 @@
 #include "bf16_round.h"
 #include "fp16_round.h"
 #include "score_mod.h"
+#include "dropout.h"
 
 namespace bwd {
 
@@ -76,6 +77,26 @@ RTC_DEVICE void pair_p_ds_mod_bits(SoftcapScore t, float dp, float lse2, float d
   if (RTC_SOFTCAP) g *= 4.0f * t.r * (1.0f - t.r);
   ds = to_elem(on ? g : 0.0f);
 }
+// The same with dropout (dropout.h): the forward's O is (P Z) V with Z = keep / (1 - p), so dV takes P Z (the kept p
+// times drop_scale, rounded once; 0 when dropped) and dS = P (dP Z - delta) (delta = rowsum(dO O) is unchanged: O is
+// the dropped output), times the cap's derivative with a soft cap.
+template <class Exp2>
+RTC_DEVICE void pair_p_ds_drop_bits(SoftcapScore t, float dp, float lse2, float delta, bool seen, bool keep,
+                                    float drop_scale, rtc_elem_t& p, rtc_elem_t& ds, Exp2 exp2) {
+  const bool on = seen && lse2 != neg_inf();
+  const float e = exp2(t.t - lse2);
+  const float pe = on ? e : 0.0f;
+  p = to_elem(keep ? pe * drop_scale : 0.0f);
+  float g = pe * ((keep ? dp * drop_scale : 0.0f) - delta);
+  if (RTC_SOFTCAP) g *= 4.0f * t.r * (1.0f - t.r);
+  ds = to_elem(on ? g : 0.0f);
+}
+// The call's dropout generator state (dropout.h), read once.
+RTC_DEVICE DropoutState dropout_state(const AttnParams& a) {
+  return RTC_DROPOUT ? DropoutState{(rtc_u64)rtc_gld(a.rng_state), (rtc_u64)rtc_gld(a.rng_state + 1)}
+                     : DropoutState{0, 0};
+}
+
 // The soft cap's reciprocal on the portable path: IEEE division; exp2 fast_exp2's.
 struct IeeeRcp {
   RTC_DEVICE float operator()(float x) const { return 1.0f / x; }

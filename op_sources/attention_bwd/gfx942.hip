@@ -11,6 +11,8 @@
 //             dQ^T += K^T dS^T                A: k columns from LDS       B: dS^T as computed
 // Each pair's P and dS are bwd_common.h's (pair_p_ds_bits, exp2 on v_exp_f32 as the forward's): rounded to the element type for the products, fp32
 // accumulation; dK / dV sum the query heads of the group in order, as the baseline; no atomics (deterministic).
+// Score modifications (RTC_SCORE_MOD): P from the modified score, dS through the soft cap's derivative
+// (pair_p_ds_mod_bits), the cap's reciprocal on v_rcp_f32.
 #include "platform.h"
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"
@@ -213,6 +215,68 @@ RTC_DEVICE void row_operands(Frag (&f)[kSteps], const rtc_elem_t* row, bool in, 
   }
 }
 
+// Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi; score_mod.h) on the hardware's exp2 and reciprocal, as the
+// forward's (op_sources/attention_fwd/gfx942/score_mods.h).
+struct HwExp2 {
+  RTC_DEVICE float operator()(float x) const { return exp2_f32(x); }
+};
+struct HwRcp {
+  RTC_DEVICE float operator()(float x) const { return rcp_f32(x); }
+};
+// A stage's score-modification constants, pinned in VGPRs: the stages have VGPRs to spare and, on gfx950, no SGPR
+// (held there, clang-22 kept a private segment in window and 192 variants). modded_score's parameter block (the scale
+// and the soft cap's constants; the other fields zero, never read); Sq - Sk of the sequence, for a pair's ALiBi
+// distance key - (row + Sk - Sq) in 32 bits (exact for a pair of the sequence; unsigned arithmetic, defined for the
+// pairs past it, whose P and dS are 0), converted from 32 bits, not 64; the ALiBi slopes of query heads h0, h0 + 1, ..
+// (their address and head stride).
+struct PairMods {
+  AttnParams p;
+  int sq_minus_sk;
+  const float* slopes;
+  rtc_i64 slope_stride;
+  RTC_DEVICE int distance(int key, int row) const { return (int)((rtc_u32)key - (rtc_u32)row + (rtc_u32)sq_minus_sk); }
+  // Query head h0 + i's slope, log2 domain (0 without ALiBi).
+  RTC_DEVICE float slope_log2(int i) const {
+    return RTC_ALIBI ? alibi_log2(rtc_gld(slopes + (rtc_i64)i * slope_stride)) : 0.0f;
+  }
+};
+RTC_DEVICE PairMods pair_mods(const AttnParams& view, int b, int h0) {
+  PairMods m = {};
+  m.p.scale_log2 = view.scale_log2;
+  m.p.softcap_exp2 = view.softcap_exp2;
+  m.p.softcap_log2 = view.softcap_log2;
+  m.sq_minus_sk = view.seq_q - view.seq_k;
+  reg_fence(m.p.scale_log2);
+  reg_fence(m.p.softcap_exp2);
+  reg_fence(m.p.softcap_log2);
+  reg_fence(m.sq_minus_sk);
+  if (RTC_ALIBI) {
+    m.slopes = view.alibi_slopes + alibi_offset(view, b, h0);
+    m.slope_stride = view.alibi_sh;
+    reg_fence(m.slopes);
+    reg_fence(m.slope_stride);
+  }
+  return m;
+}
+// The call's parameter block with its tensors' base addresses in VGPRs (the modified variants'): the kernel arguments
+// q, k, v and o are one 8-SGPR load, which under the modifications' pressure clang rematerialised rather than kept,
+// leaving its spill slot behind, a private segment no instruction uses (gfx950's 128 window variants, 192).
+RTC_DEVICE AttnParams pinned_bases(const AttnParams& call) {
+  AttnParams a = call;
+  reg_fence(a.q);
+  reg_fence(a.k);
+  reg_fence(a.v);
+  reg_fence(a.o);
+  return a;
+}
+// One pair's P and dS bits (pair_p_ds_mod_bits) from its raw score s, key - diag = dist: the modified score, then the
+// cap's derivative.
+RTC_DEVICE void pair_mod_bits(float s, float dp, float lse2, float delta, bool seen, const PairMods& mods,
+                              float slope_log2, int dist, rtc_elem_t& p, rtc_elem_t& ds) {
+  pair_p_ds_mod_bits(modded_score(s, mods.p, slope_log2, (rtc_i64)dist, 0, HwExp2{}, HwRcp{}), dp, lse2, delta, seen, p,
+                     ds, HwExp2{});
+}
+
 // Four elements' bits as an operand (P or dS).
 RTC_DEVICE Frag to_frag(const rtc_elem_t (&x)[4]) {
   Frag f;
@@ -239,7 +303,11 @@ RTC_DEVICE void store_columns(rtc_elem_t* dst, const rtc_f32x4 (&acc)[kSteps], f
 
 // 64 keys of K/V head hk, 16 a wave: every row tile of every query head of the group that reaches them.
 RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
+#if RTC_SCORE_MOD
+  const AttnParams a = pinned_bases(bp.a);
+#else
   const AttnParams& a = bp.a;
+#endif
   const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kBlock;
   const Seq seq = seq_of(a, b);
   if (j0 >= seq.len_k) return;  // the block's, uniform
@@ -255,7 +323,13 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
 #pragma unroll
   for (int t = 0; t < kSteps; ++t) dk[t] = dv[t] = zero4();
   const int group = view.heads / view.heads_k, j_last = (view.seq_k < j0 + kBlock ? view.seq_k : j0 + kBlock) - 1;
-  for (int gi = 0; gi < group; ++gi)
+#if RTC_SCORE_MOD
+  const PairMods mods = pair_mods(view, b, hk * group);
+#endif
+  for (int gi = 0; gi < group; ++gi) {
+#if RTC_SCORE_MOD
+    const float slope_log2 = mods.slope_log2(gi);  // query head hk group + gi's
+#endif
     for (int i0 = 0; i0 < view.seq_q; i0 += kTile) {
       const int h = hk * group + gi, rows = view.seq_q - i0 < kTile ? view.seq_q - i0 : kTile;
       // Windows move right with the row: a tile whose last row ends before the block's keys, or whose first row
@@ -281,10 +355,17 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
       // Lane l holds rows 4 quad + r of its key's column.
       const Pairs pairs{window_of(view), i0, wj0};
       rtc_elem_t p[4], ds[4];
+#if RTC_SCORE_MOD
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        pair_mod_bits(s[r], dp[r], sm.lse.ld(4 * quad + r), sm.delta.ld(4 * quad + r), pairs.seen(4 * quad + r, col),
+                      mods, slope_log2, mods.distance(key, i0 + 4 * quad + r), p[r], ds[r]);
+#else
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         pair_p_ds_bits(s[r], dp[r], sm.lse.ld(4 * quad + r), sm.delta.ld(4 * quad + r), pairs.seen(4 * quad + r, col),
                        view.scale_log2, p[r], ds[r], exp2_f32);
+#endif
       const Frag pf = to_frag(p), dsf = to_frag(ds);
 #pragma unroll
       for (int t = 0; t < kSteps; ++t) {
@@ -292,6 +373,7 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
         dk[t] = mma(col_frag(sm.a, sm.at, 4 * quad, 16 * t + col), dsf, dk[t]);
       }
     }
+  }
   if (!key_in) return;
   store_columns(bp.dk + row_at(bp.dk_sb, bp.dk_ss, b, seq.k_row, key) + (rtc_i64)hk * bp.dk_sh, dk, view.scale, quad,
                 d);
@@ -300,7 +382,11 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
 
 // 64 query rows of head h, 16 a wave: every key tile their windows reach.
 RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
+#if RTC_SCORE_MOD
+  const AttnParams a = pinned_bases(bp.a);
+#else
   const AttnParams& a = bp.a;
+#endif
   const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * kBlock;
   const Seq seq = seq_of(a, b);
   if (i0 >= seq.len_q) return;  // the block's, uniform
@@ -318,6 +404,10 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
 #pragma unroll
   for (int t = 0; t < kSteps; ++t) dq[t] = zero4();
   const int rows = view.seq_q - i0 < kBlock ? view.seq_q - i0 : kBlock, hk = kv_head(view, h);
+#if RTC_SCORE_MOD
+  const PairMods mods = pair_mods(view, b, h);
+  const float slope_log2 = mods.slope_log2(0);
+#endif
   int kv_begin = 0, kv_end = view.seq_k;
   if (RTC_MASK) {
     const KeyRange first = key_range(view, i0), last = key_range(view, i0 + rows - 1);
@@ -342,9 +432,16 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
     // Lane l holds keys 4 quad + r of its row's column.
     const Pairs pairs{window_of(view), wi0, j0};
     rtc_elem_t p[4], ds[4];
+#if RTC_SCORE_MOD
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      pair_mod_bits(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), mods, slope_log2,
+                    mods.distance(j0 + 4 * quad + r, row), p[r], ds[r]);
+#else
 #pragma unroll
     for (int r = 0; r < 4; ++r)
       pair_p_ds_bits(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), view.scale_log2, p[r], ds[r], exp2_f32);
+#endif
     const Frag dsf = to_frag(ds);
 #pragma unroll
     for (int t = 0; t < kSteps; ++t) dq[t] = mma(col_frag(sm.a, sm.at, 4 * quad, 16 * t + col), dsf, dq[t]);

@@ -4,7 +4,8 @@
 //   not: delta (and the fp32 dQ sums zeroed), dK and dV with dQ added into the sums (five GEMMs a block, fp32 vector
 //     reductions), DQ_STORE (the sums rounded into dq).
 // Numerics are the baseline's (docs/numerics.md, the backward), the sums' order aside: fp32 accumulators over the
-// tensor cores' sums.
+// tensor cores' sums. Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi): P of the modified score, dS through the
+// cap's derivative (sm90/pairs.h, csrc_common/score_mod_sm90.h).
 // This file is the kernel's top level; the roles are in sm90/: plan.h (per-bucket tiles, host and kernel), tiles.h
 // (shared-memory tiles, copies, GEMM issue), pairs.h (P, dS, packing, stores), dkdv.h and dq.h (the two stages),
 // dq_accum.h (the fused dQ: its GEMMs, reductions, zeroing and store).

@@ -14,12 +14,15 @@
 // A quantized cache (RTC_KV_DTYPE, packed calls): K / V rows are read as bytes and staged as their exact elements;
 // the scores take the FP8 descale or the FP4 row's scale in fp32, O the FP8 V descale, p the FP4 V row's (kv_quant.h).
 // Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi) go on each score before the mask (score_mod.h).
+// Dropout (RTC_DROPOUT): each score's keep bit is drawn with it (dropout.h); l sums every p, P V takes the kept ones
+// times 1 / (1 - p), scaled in fp32 before their rounding.
 #include "platform.h"
 #include "attn_params.h"
 #include "bf16_round.h"
 #include "fp16_round.h"
 #include "kv_quant.h"
 #include "score_mod.h"
+#include "dropout.h"
 
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (head-dim bucket: 32, 64, 96, 128, 192 or 256) must be defined"
@@ -76,6 +79,9 @@ struct Smem {
 #if RTC_KV_FP4
   rtc_smem<float, kTile> k_scale;  // the tile's key rows' E8M0 scales, as fp32
   rtc_smem<float, kTile> v_scale;
+#endif
+#if RTC_DROPOUT
+  rtc_smem<unsigned char, kRows * kTile> keep;  // the tile's keep bits (dropout.h)
 #endif
 };
 
@@ -230,7 +236,7 @@ struct RowState {
 // The online-softmax step for one tile: new max, rescale, p = exp2(s - m), O += p·V with p rounded to the element
 // type (an FP4 cache: then times its V row's scale, exactly).
 // A NaN score leaves m alone (comparisons are false) and makes p, hence l and O, NaN.
-RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid, RowState& st) {
+RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid, float drop_scale, RowState& st) {
   float mx = st.m;
   for (int j = 0; j < valid; ++j) {
     const float s = sm.s.ld(r * kTile + j);
@@ -244,10 +250,16 @@ RTC_DEVICE void tile_softmax_pv(const Smem& sm, int r, int c, int nch, int valid
   for (int j = 0; j < valid; ++j) {
     const float p = fast_exp2(sm.s.ld(r * kTile + j) - mx);
     st.l += p;
-#if RTC_DTYPE == RTC_DTYPE_FP16
-    const float pb = rtc_fp16_to_f32(rtc_f32_to_fp16_rtne(p));  // nearest even; below 2^-25 it is 0
+#if RTC_DROPOUT
+    const float pd = sm.keep.ld(r * kTile + j) ? p * drop_scale : 0.0f;  // a dropped p adds to l, not to O
 #else
-    const float pb = rtc_bf16_to_f32(rtc_f32_to_bf16(p));  // with the variant's mode
+    const float pd = p;
+    (void)drop_scale;
+#endif
+#if RTC_DTYPE == RTC_DTYPE_FP16
+    const float pb = rtc_fp16_to_f32(rtc_f32_to_fp16_rtne(pd));  // nearest even; below 2^-25 it is 0
+#else
+    const float pb = rtc_bf16_to_f32(rtc_f32_to_bf16(pd));  // with the variant's mode
 #endif
 #if RTC_KV_FP4
     const float pv = pb * sm.v_scale.ld(j);
@@ -335,6 +347,9 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
   // This row's position among the keys, and its ALiBi slope (score_mod.h).
   const rtc_i64 diag = (rtc_i64)q0 + r + p.seq_k - p.seq_q;
   const float slope_log2 = RTC_ALIBI ? alibi_log2(rtc_gld(p.alibi_slopes + alibi_offset(p, b, h))) : 0.0f;
+#if RTC_DROPOUT
+  const DropoutState drop = {(rtc_u64)rtc_gld(p.rng_state), (rtc_u64)rtc_gld(p.rng_state + 1)};
+#endif
   RowState st;
   st.m = kNegMax;
   st.l = 0.0f;
@@ -374,9 +389,12 @@ RTC_KERNEL(128) attention_fwd_baseline(AttnParams whole) {
 #endif
       const float t2 = modded_score(acc[t], p, slope_log2, kv0 + j, diag, FastExp2{}, IeeeRcp{}).t;
       if (j < valid) sm.s.st(r * kTile + j, seen ? t2 : rtc_bits_f32(0xFF800000u));
+#if RTC_DROPOUT
+      if (j < valid) sm.keep.st(r * kTile + j, dropout_keep(drop, p.drop_threshold, p.heads, b, h, q0 + r, kv0 + j));
+#endif
     }
     __syncthreads();
-    tile_softmax_pv(sm, r, c, nch, valid, st);
+    tile_softmax_pv(sm, r, c, nch, valid, p.drop_scale, st);
   }
 
   if (r >= q_rows) return;

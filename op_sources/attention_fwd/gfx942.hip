@@ -15,13 +15,15 @@
 // One stage per launch (params.stage): V^T, attention (whole items and tail-split parts), merge.
 // Packed sequences (RTC_KV, gfx942/sequences.h): an item is a q block of one (sequence, head), the
 // grid covers max_seqlen_q, and paged K/V rows come through per-page buffer resources.
+// Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi; gfx942/score_mods.h) go on each tile's scores before its
+// softmax, which masks them as a plain variant's.
 // The call's head dim d (a multiple of 8) may be below the bucket: its columns past d are zeros in registers and
 // LDS, never read from or written to q, k, v or o.
 //
 // This file is the attention stage's top level and the stage switch. The roles' pieces are in gfx942/:
 // scheduler.h (work items), mainloop.h (loads, the MFMA and softmax steps, the walk over KV blocks),
-// softmax.h, mask.h, epilogue.h, companions.h (the V^T and merge stages), tiles.h (data placement) and
-// sequences.h (packed sequences).
+// softmax.h, mask.h, epilogue.h, companions.h (the V^T and merge stages), tiles.h (data placement),
+// sequences.h (packed sequences) and score_mods.h (the soft cap, ALiBi).
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (the head-dim bucket: one of gfx942/params.h's GFX942_BUCKETS) must be defined"
 #endif
@@ -40,6 +42,7 @@
 #include "gfx942/mainloop.h"
 #include "gfx942/mask.h"
 #include "gfx942/epilogue.h"
+#include "gfx942/score_mods.h"
 
 static_assert(gfx942_bucket(RTC_HEAD_DIM_MAX) == RTC_HEAD_DIM_MAX,
               "attention_fwd_gfx942: RTC_HEAD_DIM_MAX must be one of gfx942/params.h's GFX942_BUCKETS");
@@ -70,6 +73,17 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   const rtc_buffer_rsrc qr = uniform_rsrc(p.q + seq.q_off + (rtc_i64)w.h * p.q_sh + (rtc_i64)w.q0 * p.q_ss,
                                           rows_span_bytes(w.rows, p.q_ss, p.head_dim));
   const int hk = kv_head(p, w.h);  // GQA/MQA: the K/V head of this q head
+#if RTC_SCORE_MOD
+  // The item's ALiBi slope, loaded here: loaded where KvWalk is built, its address's kernel arguments were held
+  // longer, and the SGPRs past the budget left clang a private segment (the 192 FP4 window paged variants). At 64
+  // and 256 it and the modifications' constants move to VGPRs (kModsInVgprs).
+  float slope_log2 = uniform_slope_log2(p, w.b, w.h);
+  ModParams mods = mod_params(p);
+  if (kModsInVgprs) {
+    hold<true>(slope_log2);
+    hold<true>(mods);
+  }
+#endif
   const KRows kr = k_rows(p, seq, w.b, hk);
   const rtc_u32 dbytes = (rtc_u32)p.head_dim * 2;
   // Every V^T access stays inside this item's padded blocks by construction, so the record count
@@ -85,9 +99,16 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   sreg_fence(k_ss);
 #endif
   const int seq_k = seq.len_k;
-#if RTC_KV_FP8
+#if RTC_KV_FP8 && RTC_SCORE_MOD
+  // FP8's K descale on the score, which the modifications then take (numerics §10, score_mod.h); in a VGPR where the
+  // modifications' constants are (kModsInVgprs).
+  float c = uniform_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, hk);
+  if (kModsInVgprs) hold<true>(c);
+#elif RTC_KV_FP8
   // FP8's K descale with the softmax scale: (q . k) * (k_descale * scale_log2) per score (numerics §10).
   const float c = p.scale_log2 * uniform_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, hk);
+#elif RTC_SCORE_MOD
+  const float c = 1.0f;  // the modifications scale the scores (gfx942/score_mods.h)
 #else
   const float c = p.scale_log2;
 #endif
@@ -132,6 +153,11 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
 #if RTC_KV_FP4
                      ,
                      key_factors(p, seq, w.b, hk)
+#endif
+#if RTC_SCORE_MOD
+                         ,
+                     mods,
+                     slope_log2
 #endif
   };
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an

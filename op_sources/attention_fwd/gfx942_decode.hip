@@ -14,8 +14,9 @@
 // params.h (the parameter block and the shapes), scheduler.h (work items), mask.h (a row's keys), kv_cache.h (K / V
 // rows into registers; a quantized cache's bytes and their exact expansion), mainloop.h (MFMAs, the KV loop),
 // softmax.h, epilogue.h (O, LSE, partials and the merge). Shared with the prefill kernel:
-// gfx942/tiles.h (buffer resources, fragments), gfx942/softmax.h (row reductions, P and O rounding, ZeroSumRow) and
-// gfx942/sequences.h (paged rows through per-page resources).
+// gfx942/tiles.h (buffer resources, fragments), gfx942/softmax.h (row reductions, P and O rounding, ZeroSumRow),
+// gfx942/sequences.h (paged rows through per-page resources) and gfx942/score_mods.h (the soft cap and ALiBi, on the
+// scores before the softmax: RTC_SCORE_MOD).
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (the head-dim bucket: one of gfx942/params.h's GFX942_BUCKETS) must be defined"
 #endif
@@ -29,6 +30,7 @@
 #include "gfx942/tiles.h"
 #include "gfx942/softmax.h"
 #include "gfx942/sequences.h"
+#include "gfx942/score_mods.h"
 #include "gfx942_decode/params.h"
 #include "gfx942_decode/scheduler.h"
 #include "gfx942_decode/mask.h"
@@ -68,6 +70,11 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
   for (int t = 0; t < kHdTiles; ++t) st.o[t] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
   st.m = g942::kNegMax;
   st.l = 0.0f;
+#if RTC_SCORE_MOD
+  st.mods = g942::mod_params(p);
+  st.slope_log2 = g942::row_slope_log2(p, w.b, w.hk * p.group + rk.g);
+  st.diag = g942::key_distance(rk.i, seq.len_q - seq.len_k);  // (a row of no query: anything, its keys masked)
+#endif
 #if RTC_KV_FP8
   const float k_descale = kv_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, w.hk);
 #else

@@ -6,6 +6,8 @@
 // With RTC_MASK (a causal or sliding window) a tile visits only the K/V blocks its rows' windows
 // reach; blocks cut by the window edge are masked, blocks fully inside run the unmasked path, and
 // tiles are taken longest-first. Query head h reads K/V head kv_head(h) (GQA/MQA).
+// Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi) go on each block's scores before its mask
+// (sm90/mask.h, csrc_common/score_mod_sm90.h); the softmax then takes them at scale 1 where they are t.
 // Packed sequences (RTC_KV): Q/O rows and (varlen) K/V rows sit at each sequence's offset in the
 // packed tensors; paged K/V come page by page through the block table (TMA boxes of
 // gcd(page_size, 128) rows); the tiles are handed out from a table every CTA builds (sm90/schedule.h).
@@ -54,9 +56,10 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
              turn_bar(wg),
              n_blocks,
              last_valid,
-             a.scale_log2,
+             softmax_scale_log2(a),
              p.a.seq_k < 0,
-             wm};
+             wm,
+             TileMods::of(p.a, a, t.batch, t.head, t.row0)};
   r.st.init();
 #pragma unroll
   for (int i = 0; i < kAccO; ++i) r.o[i] = 0.f;
@@ -75,7 +78,7 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
     wgmma_wait<0>();
   }
   qs.advance();
-  scores_done(sm, r, ps, L.q_slot, n_blocks == 1, L.last_valid, L.c, a, L.wm, n0);
+  scores_done(sm, r, ps, L.q_slot, n_blocks == 1, L.last_valid, L.c, a, L.wm, L.md, n0);
   pack_p(r.s, r.pk);
   ps.advance();
   // 2. steady state.

@@ -17,6 +17,8 @@
 // mainloop.h (MMAs, scales, softmax, the KV loop) and epilogue.h (the warps' combine, O, LSE, partials and the
 // merge). K/V in q's dtype, FP8 E4M3 or FP4 E2M1 + E8M0 (RTC_KV_DTYPE; docs/numerics.md §10). Shared with the prefill kernel: sm90/softmax.h (scaled max, exponentials, packing, ZeroSumRow) and
 // csrc_common/ptx_sm90.h; with every decode kernel: decode_params.h.
+// The soft cap and ALiBi (RTC_SCORE_MOD) go on the dequantized scores before the mask (sm90_decode/mask.h,
+// csrc_common/score_mod_sm90.h).
 #ifndef RTC_HEAD_DIM_MAX
 #error "RTC_HEAD_DIM_MAX (the head-dim bucket: one of sm90_decode/params.h's plans) must be defined"
 #endif
@@ -70,7 +72,7 @@ RTC_DEVICE void attn_stage(const Sm90DecodeParams& p, const Smem& sm) {
   __syncthreads();
   for (int t = 0; t < p.row_tiles; ++t) {
     RowSum acc;
-    combine_tile(sm, t, role.groups, acc, p.scale_log2, tid);
+    combine_tile(sm, t, role.groups, acc, softmax_scale_log2(p), tid);
     if (p.splits > 1)
       write_part(part_of(p, w.item, w.part, t), acc, tid);
     else

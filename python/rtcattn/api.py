@@ -34,7 +34,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
             round_mode: str = "rtne", softmax_scale: float | None = None,
             out: torch.Tensor | None = None, return_lse: bool = False, causal: bool = False,
             window_size: tuple[int, int] = (-1, -1), deterministic: bool = False, softcap: float = 0.0,
-            alibi_slopes: torch.Tensor | None = None):
+            alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0):
     """O = softmax(scale * Q K^T) V for bf16 or fp16 q, k, v (one dtype for all, and out's) in layout "bshd"
     ([B,S,H,D]) or "bhsd" ([B,H,S,D]); out has q's dtype.
 
@@ -51,20 +51,33 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     atomics in any order (the sm90 kernel up to head dim 128), faster, its bits free to differ run to run.
     softcap > 0 caps each scaled score s at softcap * tanh(s / softcap) (Gemma 2, Grok; 0: off); alibi_slopes (fp32
     [H] or [B, H]) adds ALiBi's -slope * |j - (i + Sk - Sq)| to it, as FlashAttention does (docs/numerics.md, "Soft
-    cap and ALiBi"); both apply to the gradients too.
+    cap and ALiBi"); both apply to the gradients too. dropout_p in [0, 1) drops each element of P with that
+    probability and scales the kept ones by 1 / (1 - p), the mask a function of a generator state drawn from
+    torch's generator per call (docs/numerics.md, "Dropout"; torch.manual_seed repeats it); the backward regenerates
+    it.
     """
+    out, lse, _ = _dense_call(q, k, v, layout, round_mode, softmax_scale, out, return_lse, causal, window_size,
+                              deterministic, softcap, alibi_slopes, dropout_p)
+    return (out, lse) if return_lse else out
+
+
+def _dense_call(q, k, v, layout, round_mode, softmax_scale, out, return_lse, causal, window_size, deterministic,
+                softcap, alibi_slopes, dropout_p):
+    """forward()'s call of the op: (out, lse, the dropout arguments it drew)."""
     _schema_types(q, k, v, layout, round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
     checks.check_bool("deterministic", deterministic)
     left, right = checks.check_window(window_size, causal)
     scale = None if softmax_scale is None else float(softmax_scale)
     score = _score_args(softcap, alibi_slopes)
+    drop = _dropout_args(dropout_p, q)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd(q, k, v, layout, round_mode, scale, _wants_lse(return_lse, q, k, v), left,
-                                         right, deterministic, **score)
+                                         right, deterministic, **score, **drop)
     else:
-        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse, left, right, **score)
-    return (out, lse) if return_lse else out
+        lse = torch.ops.rtcattn.fwd_out(q, k, v, out, layout, round_mode, scale, return_lse, left, right, **score,
+                                        **drop)
+    return out, lse, drop
 
 
 def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -74,7 +87,8 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
                    block_table: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
                    v_descale: torch.Tensor | None = None, kv_cache_dtype: str = "auto",
                    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-                   deterministic: bool = False, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None):
+                   deterministic: bool = False, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
+                   dropout_p: float = 0.0):
     """forward() over a batch of sequences packed along one token dimension (the serving layout).
 
     q [total_q, Hq, D] bf16 or fp16 (k, v and out of the same dtype); sequence b owns rows
@@ -95,8 +109,18 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     Returns out [total_q, Hq, D], or (out, lse) with lse fp32 [Hq, total_q] when return_lse.
     Differentiable (without out=, a block table or a quantized cache) as forward() is (torch.ops.rtcattn.bwd_varlen),
     deterministic as forward()'s. softcap and alibi_slopes (fp32 [Hq] or [B, Hq], B sequences) as forward()'s, the
-    ALiBi distance within each sequence.
+    ALiBi distance within each sequence. dropout_p as forward()'s (b of the mask: the sequence).
     """
+    out, lse, _ = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
+                               softmax_scale, out, return_lse, causal, window_size, block_table, k_descale, v_descale,
+                               kv_cache_dtype, k_scale, v_scale, deterministic, softcap, alibi_slopes, dropout_p)
+    return (out, lse) if return_lse else out
+
+
+def _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode, softmax_scale, out,
+                 return_lse, causal, window_size, block_table, k_descale, v_descale, kv_cache_dtype, k_scale, v_scale,
+                 deterministic, softcap, alibi_slopes, dropout_p):
+    """forward_varlen()'s call of the op: (out, lse, the dropout arguments it drew)."""
     _schema_types(q, k, v, "bshd", round_mode, softmax_scale, out)
     checks.check_bool("return_lse", return_lse)
     checks.check_bool("deterministic", deterministic)
@@ -107,14 +131,15 @@ def forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     quant = _quant_args(k_descale, v_descale, kv_cache_dtype, k_scale, v_scale)
     lens = (validate.check_max("max_seqlen_q", max_seqlen_q), validate.check_max("max_seqlen_k", max_seqlen_k))
     score = _score_args(softcap, alibi_slopes)
+    drop = _dropout_args(dropout_p, q)
     if out is None:
         out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
                                                 _wants_lse(return_lse, q, k, v), left, right, block_table, None,
-                                                **quant, deterministic=deterministic, **score)
+                                                **quant, deterministic=deterministic, **score, **drop)
     else:
         lse = torch.ops.rtcattn.fwd_varlen_out(q, k, v, out, cu_seqlens_q, cu_seqlens_k, *lens, round_mode, scale,
-                                               return_lse, left, right, block_table, None, **quant, **score)
-    return (out, lse) if return_lse else out
+                                               return_lse, left, right, block_table, None, **quant, **score, **drop)
+    return out, lse, drop
 
 
 def _quant_args(k_descale, v_descale, kv_cache_dtype, k_scale, v_scale) -> dict:
@@ -131,6 +156,20 @@ def _score_args(softcap, alibi_slopes) -> dict:
     """The soft cap and ALiBi slopes as the ops take them, type-checked (their values are the op's)."""
     checks.check_type("alibi_slopes", alibi_slopes, optional=True)
     return dict(softcap=validate.check_softcap(softcap), alibi_slopes=alibi_slopes)
+
+
+def _dropout_args(dropout_p, q) -> dict:
+    """dropout_p checked, and the generator state the call's mask is drawn from (dropout.draw_rng_state)."""
+    from .ops.attention_fwd import dropout
+    p = validate.check_dropout_p(dropout_p)
+    return dict(dropout_p=p, rng_state=dropout.draw_rng_state(p, q.device)) if p else {}
+
+
+def _with_probs(result, return_lse: bool, return_attn_probs: bool, probs):
+    """AITER's return: out, then the LSE when asked, then S_dmask when asked."""
+    out, lse = result if isinstance(result, tuple) else (result, None)
+    parts = [out] + ([lse] if return_lse else []) + ([probs(lse)] if return_attn_probs else [])
+    return parts[0] if len(parts) == 1 else tuple(parts)
 
 
 def _one_softcap(logits_soft_cap, softcap) -> float:
@@ -151,8 +190,7 @@ def check_scalars(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(
     """AITER's scalar arguments (those its ops' schemas type as int or float), checked before any op sees
     them: torch's dispatcher refuses an int past 64 bits without naming the accepted range. Returns the
     round mode; max_seqlen_* None: a dense call."""
-    if dropout_p != 0.0:
-        _unsupported("dropout_p", dropout_p, "0.0 (forward without dropout)")
+    validate.check_dropout_p(dropout_p)
     validate.check_softcap(logits_soft_cap, "logits_soft_cap")
     if softmax_scale is not None:
         checks.check_scale(softmax_scale, 1)
@@ -179,22 +217,29 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 
     q, k, v: bf16 or fp16, one dtype. how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ, for bf16
     conversions only (as its name says): fp16 rounds to nearest even. Returns out, or (out, softmax_lse) when
-    return_lse, as AITER does. Differentiable as forward() is; `deterministic` is the backward's (forward()'s; True
-    by default here, as AITER's): the forward gives the same bits run to run either way. alibi_slopes (fp32 [H] or
-    [B, H]) and softcap as forward()'s.
+    return_lse, and S_dmask last when return_attn_probs (AITER's order: the probabilities [B, H, Sq, Sk] fp32, each
+    negated where dropout dropped it; formed in torch for tests, dropout.s_dmask). Differentiable as forward() is;
+    `deterministic` is the backward's (forward()'s; True by default here, as AITER's): the forward gives the same bits
+    run to run either way. dropout_p, alibi_slopes (fp32 [H] or [B, H]) and softcap as forward()'s.
     """
     mode = check_scalars(dropout_p, softmax_scale, causal, window_size, how_v3_bf16_cvt)
     if bias is not None:
         _unsupported("bias", type(bias).__name__, "None")
-    if return_attn_probs:
-        _unsupported("return_attn_probs", return_attn_probs, "False")
+    checks.check_bool("return_attn_probs", return_attn_probs)
     for name, value in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv)):
         if value is not None:
             _unsupported(name, type(value).__name__, "None (packed sequences go to flash_attn_varlen_func)")
     checks.check_bool("deterministic", deterministic)
-    return forward(q, k, v, layout="bshd", round_mode=mode, softmax_scale=softmax_scale, return_lse=return_lse,
-                   causal=causal, window_size=window_size, deterministic=deterministic, softcap=softcap,
-                   alibi_slopes=alibi_slopes)
+    res = _dense_call(q, k, v, "bshd", mode, softmax_scale, None, return_lse or return_attn_probs, causal,
+                      window_size, deterministic, softcap, alibi_slopes, dropout_p)
+
+    def probs(lse):
+        from .ops.attention_fwd import dropout
+        p = res[2].get("dropout_p", 0.0)
+        return dropout.s_dmask(q, k, lse, "bshd", validate.checks.check_scale(softmax_scale, q.shape[-1]),
+                               checks.check_window(window_size, causal), softcap, alibi_slopes, p,
+                               res[2].get("rng_state"))
+    return _with_probs(res[:2], return_lse, return_attn_probs, probs)
 
 
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -216,7 +261,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     Quantized KV caches (keyword only, after AITER's parameters): k_descale / v_descale (FP8 caches), kv_cache_dtype /
     k_scale / v_scale (FP4, paged), as forward_varlen takes them; softcap (flash-attn's name of AITER's
     logits_soft_cap: either, or both equal). alibi_slopes (fp32 [Hq] or [B, Hq]) as forward_varlen's.
-    Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse. min_seqlen_q is a hint AITER's
+    Returns out, or (out, softmax_lse [Hq, total_q]) when return_lse, and S_dmask [B, Hq, max_seqlen_q, max_seqlen_k]
+    last when return_attn_probs (k / v packed; as flash_attn_func's). min_seqlen_q is a hint AITER's
     kernels may use; it does not change the result, so it is accepted and ignored.
     Differentiable as forward_varlen() is; `deterministic` is the backward's (forward()'s; False by default here, as
     AITER's): the forward gives the same bits run to run either way.
@@ -228,14 +274,22 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                         ("cu_seqlens_k_padded", cu_seqlens_k_padded)):
         if value is not None:
             _unsupported(name, type(value).__name__, "None")
-    if return_attn_probs:
-        _unsupported("return_attn_probs", return_attn_probs, "False")
+    checks.check_bool("return_attn_probs", return_attn_probs)
+    if return_attn_probs and (block_table is not None or kv_cache_dtype != "auto" or k.dtype != q.dtype):
+        raise ValueError("return_attn_probs=True with a paged or quantized cache is not supported; accepted: "
+                         "return_attn_probs=True with k / v packed in q's dtype (S_dmask is for tests)")
     checks.check_bool("deterministic", deterministic)
-    return forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode=mode,
-                          softmax_scale=softmax_scale, out=out, return_lse=return_lse, causal=causal,
-                          window_size=window_size, block_table=block_table, k_descale=k_descale,
-                          v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale,
-                          deterministic=deterministic, softcap=cap, alibi_slopes=alibi_slopes)
+    res = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mode, softmax_scale, out,
+                       return_lse or return_attn_probs, causal, window_size, block_table, k_descale, v_descale,
+                       kv_cache_dtype, k_scale, v_scale, deterministic, cap, alibi_slopes, dropout_p)
+
+    def probs(lse):
+        from .ops.attention_fwd import dropout
+        return dropout.s_dmask_varlen(q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                      validate.checks.check_scale(softmax_scale, q.shape[-1]),
+                                      checks.check_window(window_size, causal), cap, alibi_slopes,
+                                      res[2].get("dropout_p", 0.0), res[2].get("rng_state"))
+    return _with_probs(res[:2], return_lse, return_attn_probs, probs)
 
 
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

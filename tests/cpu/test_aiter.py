@@ -69,8 +69,8 @@ def test_registered_op_runs_with_aiter_semantics(standin, fake_launch):
     assert lse.shape == (1, 2, 4) and bool((lse == 3.0).all()) and fake_launch[-1] == ("bshd", "rtna", 0.5, (-1, -1))
     out = standin.rtcattn_fwd(q, q, v, 0.0, None, True, (5, -1))  # AITER's positional order: causal, window_size
     assert fake_launch[-1][:2] == ("bshd", "rtna") and fake_launch[-1][3] == (5, 0)
-    with pytest.raises(NotImplementedError, match="dropout_p=0.5"):
-        standin.rtcattn_fwd(q, q, v, 0.5)
+    with pytest.raises(ValueError, match=r"dropout_p=1.5 is not supported; accepted: a float in \[0, 1\)"):
+        standin.rtcattn_fwd(q, q, v, 1.5)
 
 
 def test_registered_op_traces(standin, fake_launch):

@@ -30,7 +30,8 @@ AMD = [("gfx942", "clang"), ("gfx90a", "hiprtc"), ("gfx950", "clang22")]
 
 
 def _build(arch, compiler, tmp_path, kernel="baseline", **call):
-    full = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16", "score_mod": "plain",
+    full = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
+            "score_mod": "plain", "dropout": "nodrop",
             **call}
     m = manifest.load()
     req = m.request(m.variant_for(OP, kernel, arch, full), dispatch.package_version())
@@ -119,6 +120,20 @@ def test_gfx942_kernel_other_modes_compile_clean(mode, tmp_path):
            mfma=True)
 
 
+# Score modifications (the soft cap and ALiBi: the score_mod axis) on the gfx942 kernel: both at once with a window over
+# packed sequences at 64, 128 and 192 on every AMD arch, each alone at 128, both in fp16 dense at 192: the same rules.
+GFX942_SCORE_MOD_BUILDS = ([(a, c, dict(score_mod="softcap_alibi", head_dim=d, mask="window", kv="varlen"))
+                            for a, c in AMD for d in (64, 128, 192)]
+                           + [(*AMD[0], dict(score_mod=s, mask="window")) for s in ("softcap", "alibi")]
+                           + [(*AMD[2], dict(score_mod="softcap_alibi", head_dim=192, dtype="fp16"))])
+
+
+@pytest.mark.parametrize("arch,compiler,call", GFX942_SCORE_MOD_BUILDS,
+                         ids=[f"{a}-" + "-".join(str(v) for v in c.values()) for a, _, c in GFX942_SCORE_MOD_BUILDS])
+def test_gfx942_kernel_score_mods_compile_clean(arch, compiler, call, tmp_path):
+    _check(arch, _build(arch, compiler, tmp_path, "gfx942", **call), mfma=True)
+
+
 # The sm_90a kernel (sm90.cu): every bucket in bf16 with a window over packed sequences (the most state), fp16 dense
 # without one at the smallest bucket, 128 and 256, every other form and the other bf16 modes at 128: no stack frame,
 # no spills, and ptxas kept the wgmma pipeline (any C75xx "Potential Performance Loss": it serialized it, waiting
@@ -143,6 +158,44 @@ def test_sm90_kernel_compiles_clean(call, tmp_path):
     key = (call.get("head_dim", 128), call.get("mask", "none"), call.get("kv", "dense"))
     serialized = re.findall(r"C75\d\d", log)
     assert serialized == (["C7510"] if key in KNOWN_SERIALIZED else []), log
+
+
+# Score modifications (the soft cap and ALiBi, csrc_common/score_mod_sm90.h; sm90/pairs.h): both at once at every
+# bucket with a window over packed sequences (the most state), every other form at 128, each alone at 128 with a
+# window, fp16 at 64 and 256: the same rules (the 256 packed window variant's DKDV call is the known C7510), except for
+# the spills below.
+SM90_SCORE_MOD_BUILDS = ([dict(score_mod="softcap_alibi", head_dim=d, mask="window", kv="varlen") for d in SM90_BUCKETS]
+                         + [dict(score_mod="softcap_alibi", mask=m, kv=kv) for m, kv in FORMS
+                            if (m, kv) != ("window", "varlen")]
+                         + [dict(score_mod=s, mask="window") for s in ("softcap", "alibi")]
+                         + [dict(score_mod="softcap_alibi", head_dim=d, dtype="fp16") for d in (64, 256)])
+
+# Known, asserted as they stand so that they do not grow (issue 25: to be removed): with a soft cap, ptxas spills a few
+# words of a stage's setup values at 255 registers (in the 128 bucket one, reloaded once per step of the DKDV stage)
+# beside the cap's SFU chains; the plain variants have no register to spare there. Bytes of spill stores + loads, over
+# every function of the code object.
+SM90_SCORE_MOD_SPILLS = {"softcap_alibi-96-window-varlen": 16, "softcap_alibi-128-window-varlen": 8,
+                         "softcap_alibi-256-window-varlen": 84, "softcap_alibi-none-dense": 44,
+                         "softcap_alibi-none-varlen": 24, "softcap_alibi-window-dense": 24, "softcap-window": 8}
+
+
+def _call_id(call):
+    return "-".join(str(v) for v in call.values())
+
+
+@pytest.mark.parametrize("call", SM90_SCORE_MOD_BUILDS, ids=_call_id)
+def test_sm90_kernel_score_mods_compile_clean(call, tmp_path):
+    res = _build("sm_90a", "nvrtc", tmp_path, "sm90", **call)
+    log = res.log()
+    assert "Compiling entry function 'attention_bwd_sm90' for 'sm_90a'" in log, log
+    frames = [tuple(int(n) for n in f) for f in
+              re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)]
+    known = SM90_SCORE_MOD_SPILLS.get(_call_id(call), 0)
+    assert frames and sum(st + ld for _, st, ld in frames) <= known, log
+    if known == 0:
+        _check("sm_90a", res)
+    key = (call.get("head_dim", 128), call.get("mask", "none"), call.get("kv", "dense"))
+    assert re.findall(r"C75\d\d", log) == (["C7510"] if key in KNOWN_SERIALIZED else []), log
 
 
 def test_sm90_kernel_precedes_the_others_on_sm90a():

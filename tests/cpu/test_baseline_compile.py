@@ -37,7 +37,7 @@ def _product_build(arch, compiler, variant, cache_dir, **axes):
     axis values than a dense bf16 call's."""
     mode, d = variant
     call = {"round_mode": mode, "mask": "none", "kv": "dense", "head_dim": d, "dtype": "bf16", "kv_dtype": "same",
-            "score_mod": "plain", **axes}
+            "score_mod": "plain", "dropout": "nodrop", **axes}
     v = manifest.load().variant_for("attention_fwd", "baseline", arch, call)
     req = manifest.load().request(v, dispatch.package_version())
     try:

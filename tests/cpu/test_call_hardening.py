@@ -227,7 +227,7 @@ def _warm(cache, *extra):
     env["PYTHONPATH"] = str(ROOT / "python")
     return subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--all", "--arch", "gfx942-emu",
                            "--kernels", "baseline", "--round-mode", "rtz", "--mask", "none", "--head-dim", "64",
-                           "--cache-dir", str(cache), *extra],
+                           "--score-mod", "plain", "--dropout", "nodrop", "--cache-dir", str(cache), *extra],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
 
 

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # gfx90a through hipRTC (Debian's ROCm 5.2), a reduced set: the baseline's 2 round modes x 1 bucket (rtz: outside
 # the default set).
 WARM = ["warm", "--op", "attention_fwd", "--all", "--arch", "gfx90a", "--round-mode", "rtne,rtz", "--mask", "none",
-        "--kv", "dense", "--dtype", "bf16", "--kernels", "baseline", "--head-dim", "64", "--jobs", "2"]
+        "--kv", "dense", "--dtype", "bf16", "--kernels", "baseline", "--head-dim", "64", "--score-mod", "plain",
+        "--dropout", "nodrop", "--jobs", "2"]
 
 
 def cli(*args, env_extra=None, timeout=300):
@@ -45,8 +46,8 @@ def test_warm_then_no_compile_then_clear(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "[2/2]" in first.stdout and "2 ready (2 compiled), 0 failed" in first.stdout
     rows = table_rows(first.stdout)
-    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-rtne-none-dense-d64-bf16-same-plain",
-                                          "attention_fwd/baseline-rtz-none-dense-d64-bf16-same-plain"]
+    assert sorted(r[1] for r in rows) == ["attention_fwd/baseline-rtne-none-dense-d64-bf16-same-plain-nodrop",
+                                          "attention_fwd/baseline-rtz-none-dense-d64-bf16-same-plain-nodrop"]
     assert all(r[4] == "compile" and int(r[2]) > 0 and Path(r[5]).is_file() for r in rows)
     assert all(Path(r[5]).parent == cache for r in rows)
 
@@ -196,7 +197,7 @@ def test_warm_builds_the_default_set_and_all_with_the_flag():
 
     def first_choice(arch, d, dtype, supports):  # the variant dispatch picks first for a dense unmasked rtne call
         call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": d, "dtype": dtype,
-                "kv_dtype": "same", "score_mod": "plain"}
+                "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
         return dispatch.select("attention_fwd", arch, call, m=m, supports=supports).variant
 
     # Decode calls and prefill ones: a kernel that declines whole classes of calls at run time declines the latter.
@@ -207,7 +208,7 @@ def test_warm_builds_the_default_set_and_all_with_the_flag():
         assert default == sorted({f"{a} {v.name}" for a, v in picks if v["head_dim"] == d}), (d, default)
         every = _names("warm", "--all", *one, "--head-dim", str(d))
         assert set(default) < set(every) and {n for n in every if "-rtz-" in n}, every
-    assert "sm_90a sm90-rtne-none-dense-d64-fp16-same-plain" in _names("warm", *one, "--head-dim", "64")
+    assert "sm_90a sm90-rtne-none-dense-d64-fp16-same-plain-nodrop" in _names("warm", *one, "--head-dim", "64")
     every = _names("warm", "--all", "--arch", "gfx942,gfx90a,sm_90a")
     default = _names("warm", "--arch", "gfx942,gfx90a,sm_90a")
     assert set(default) < set(every) and not [n for n in default if "-rtna-" in n or "-rtz-" in n]
@@ -217,8 +218,8 @@ def test_warm_says_when_only_all_has_the_variants():
     res = cli("warm", "--arch", "gfx942", "--round-mode", "rtz", timeout=120)
     assert res.returncode != 0 and "[1/" not in res.stdout
     assert "no variant of the default set matches" in res.stderr and "add --all" in res.stderr, res.stderr
-    assert ("attention_fwd: round_mode in ['rtne'], kv_dtype in ['same'], "
-            "not (mask in ['none'], kv in ['paged', 'varlen']), each kernel where it is the first choice"
+    assert ("attention_fwd: round_mode in ['rtne'], kv_dtype in ['same'], score_mod in ['plain'], dropout in "
+            "['nodrop'], not (mask in ['none'], kv in ['paged', 'varlen']), each kernel where it is the first choice"
             in res.stderr)
 
 

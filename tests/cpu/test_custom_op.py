@@ -32,8 +32,8 @@ def test_ops_registered_with_schema():
     schema = str(torch.ops.rtcattn.fwd.default._schema)
     assert schema.startswith("rtcattn::fwd(Tensor q, Tensor k, Tensor v, str layout, str round_mode, "
                              "float? softmax_scale, bool return_lse, int window_left=-1, int window_right=-1, "
-                             "bool deterministic=False, float softcap=0., Tensor? alibi_slopes=None) -> "
-                             "(Tensor, Tensor)")
+                             "bool deterministic=False, float softcap=0., Tensor? alibi_slopes=None, "
+                             "float dropout_p=0., Tensor? rng_state=None) -> (Tensor, Tensor)")
     out_schema = str(torch.ops.rtcattn.fwd_out.default._schema)
     assert "Tensor(a" in out_schema and "!) out" in out_schema   # declares the mutation of out
 

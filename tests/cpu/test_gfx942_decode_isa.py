@@ -1,14 +1,16 @@
 """Code-object checks of the gfx942 decode kernel, per head-dim bucket, on gfx942 (clang 19), gfx90a (hipRTC 5.2, or
 clang) and gfx950 (clang 22), every variant (the three bf16 modes and fp16, both masks, every kv form; gfx950: rtne):
 no scratch and no VGPR spills, the design's LDS (one 16-key V^T tile per wave), one wave per workgroup, the element
-type's MFMA, and the KV loop's MFMAs, loads and (no) barriers. The VGPR, AGPR and LDS figures are in docs/NOTES.md
-("gfx942 decode kernel")."""
+type's MFMA, and the KV loop's MFMAs, loads and (no) barriers; a sample of the score modifications' variants (the soft
+cap, ALiBi; the native FP4 path's too) against the same budgets and their plain variants' loops. The VGPR, AGPR and
+LDS figures are in docs/NOTES.md ("gfx942 decode kernel")."""
 import functools
 import itertools
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from test_gfx942_isa import _build_score_mod, score_mod_report
 
 from rtcattn.tools import coreport
 
@@ -42,7 +44,8 @@ def prebuilt():
     from rtcattn.runtime import dispatch, manifest
     m = manifest.load()
     by_arch = [[m.variant_for(coreport.OP, KERNEL, a, {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": d,
-                                                       "dtype": dtype, "kv_dtype": "same", "score_mod": "plain"})
+                                                       "dtype": dtype, "kv_dtype": "same", "score_mod": "plain",
+                                                       "dropout": "nodrop"})
                 for mode, mask, kv, d, dtype in coreport.variants("all", None, "all", KERNEL)
                 if (a, mode, dtype) in ARCH_MODES] for a in ARCHS]
     order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]
@@ -151,3 +154,48 @@ def test_native_fp4_code_object(d, dtype, kv, mask):
     assert r.loop["mfma_scale"] == scaled and r.loop["mfma"] == scaled + subs * d // 16, tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
     assert r.loop[mine] and not r.loop[other], tag
+
+
+# Score modifications (the soft cap and ALiBi: the score_mod axis): (score_mod, mask, kv, head dim, dtype, kv_dtype),
+# both at once at 64, 128 and 256, each alone, a quantized cache of each kind; rtne, every arch; and gfx950's native
+# FP4 path (the gfx950_decode entry) at 128 and 256.
+SCORE_MODS = [("softcap_alibi", "window", "paged", 128, "bf16", "same"),
+              ("softcap_alibi", "none", "dense", 64, "fp16", "same"),
+              ("softcap_alibi", "window", "varlen", 256, "bf16", "same"),
+              ("alibi", "window", "paged", 192, "fp16", "fp4_e2m1"),
+              ("softcap", "window", "varlen", 256, "bf16", "fp8_e4m3")]
+NATIVE_SCORE_MODS = [("softcap_alibi", "window", "paged", 128, "bf16", "fp4_e2m1_native"),
+                     ("softcap_alibi", "none", "varlen", 256, "fp16", "fp4_e2m1_native")]
+SCORE_MOD_BUILDS = ([(KERNEL, a, s) for s in SCORE_MODS for a in ARCHS]
+                    + [("gfx950_decode", "gfx950", s) for s in NATIVE_SCORE_MODS if "gfx950" in ARCHS])
+
+
+@pytest.fixture(scope="module")
+def score_mod_builds():
+    """The sample's variants, compiled two at a time into the cache the reports read."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda v: _build_score_mod(v[2][0], v[1], "rtne", *v[2][1:5], kernel=v[0], kv_dtype=v[2][5]),
+                      SCORE_MOD_BUILDS))
+
+
+@pytest.mark.parametrize("kernel,arch,score_mod,mask,kv,d,dtype,kv_dtype", [(k, a, *s) for k, a, s in SCORE_MOD_BUILDS],
+                         ids=[f"{a}-{'-'.join(map(str, s))}" for _, a, s in SCORE_MOD_BUILDS])
+def test_score_mod_code_object(kernel, arch, score_mod, mask, kv, d, dtype, kv_dtype, score_mod_builds):
+    """The plain variants' budgets (no scratch or VGPR spills, the V^T tile's LDS, one wave a workgroup, the same
+    occupancy, no wait for every load in the loop), and the plain variant's loop but for the modifications' arithmetic:
+    its MFMAs, loads, LDS traffic and barriers; the soft cap's exp2 and reciprocal on the transcendental unit, 2 a
+    score (8 per 16-key sub-tile), and at most 6 more VALU ops a score per modification (ALiBi's distance in 32
+    bits)."""
+    r = score_mod_report(score_mod, arch, "rtne", mask, kv, d, dtype, kernel=kernel, kv_dtype=kv_dtype)
+    n, tag = r.notes, f"{r.name} {score_mod}: {r.notes} {r.loop}"
+    assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
+    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 and n["max_flat_workgroup_size"] == 64, tag
+    assert r.waves_per_simd >= (2 if d <= 128 or kv_dtype.startswith("fp4") else 1), tag
+    assert not waits_for_every_load(r), tag
+    plain = coreport.report(arch, "rtne", mask, kv, d, dtype, kernel=kernel, kv_dtype=kv_dtype).loop
+    for k in ("mfma", "mfma_scale", "vmem", "load_bytes", "lds", "s_barrier"):
+        assert r.loop[k] == plain[k], (k, tag, plain)
+    scores = 4 * SUBS[d] * AHEAD.get(kv_dtype, 1)  # a lane's scores a loop iteration
+    cap, alibi = "softcap" in score_mod, "alibi" in score_mod
+    assert r.loop["trans"] == plain["trans"] + 2 * scores * cap, (tag, plain)
+    assert r.loop["valu"] <= plain["valu"] + 6 * scores * (cap + alibi) + 16, (tag, plain)

@@ -1,11 +1,13 @@
 """Code-object checks of the gfx942 fast kernel, per head-dim bucket, on gfx942 (clang 19), gfx90a (hipRTC 5.2, or
 clang) and gfx950 (clang 22): no scratch and no VGPR spills, the bucket's LDS (at most 64 KiB), 512 threads at 2 waves
 per SIMD, and the KV loop's MFMAs, barriers and selects, for every round mode (gfx950: rtne) and both dtypes (dense),
-and for the packed variants."""
+and for the packed variants; a sample of the score modifications' variants (the soft cap, ALiBi) against the same
+budgets and their plain variants' loops."""
 import functools
 import itertools
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
 
 import pytest
 
@@ -35,7 +37,7 @@ def prebuilt():
     m = manifest.load()
     by_arch = [[m.variant_for(coreport.OP, coreport.KERNEL, a, {"round_mode": mode, "mask": mask, "kv": kv,
                                                                  "head_dim": d, "dtype": dtype, "kv_dtype": "same",
-                                                                 "score_mod": "plain"})
+                                                                 "score_mod": "plain", "dropout": "nodrop"})
                 for mode, mask, kv, d, dtype in coreport.variants("all", None, "all")
                 if (a, mode, dtype) in ARCH_MODES] for a in ARCHS]
     order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]
@@ -187,3 +189,66 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv):
     # (gfx90a's hipRTC 5.2 places a few more values in VGPRs: 515 against 511 at FP8 d128)
     assert r.loop["valu"] <= same["valu"] + 8, (tag, same)
     assert r.loop["vmem"] == same["vmem"] + (4 if kv_dtype == "fp4_e2m1" else 0), (tag, same)
+
+
+# ---- score modifications (the soft cap and ALiBi: the score_mod axis) ----------------------------------------------
+
+def _build_score_mod(score_mod, arch, mode, mask="none", kv="dense", head_dim=128, dtype="bf16", kernel=coreport.KERNEL,
+                     kv_dtype="same", op=coreport.OP):
+    """coreport.build of the variant with the score_mod axis at score_mod (coreport builds plain ones); an axis neither
+    names takes its first value (plain, off)."""
+    from rtcattn.runtime import dispatch, manifest
+    m = manifest.load()
+    spec = m.op(op)
+    call = {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype,
+            "score_mod": score_mod}
+    full = {a.name: call[a.name] if a.name in call else spec.axis_values(a.name)[0] for a in spec.axes}
+    return dispatch.build(m.variant_for(op, kernel, arch, full))
+
+
+@functools.cache
+def score_mod_report(score_mod, arch, mode, mask, kv, d, dtype, kernel=coreport.KERNEL, kv_dtype="same"):
+    """coreport.report of a score_mod variant (shared with test_gfx942_decode_isa.py)."""
+    with mock.patch.object(coreport, "build", functools.partial(_build_score_mod, score_mod)):
+        return coreport.report(arch, mode, mask, kv, d, dtype, kernel=kernel, kv_dtype=kv_dtype)
+
+
+# (score_mod, mask, kv, head dim, dtype, kv_dtype): both modifications at 64 and at the tight buckets (the 128 and 192
+# window variants sit near 256 VGPRs), each alone, and a quantized cache of each kind; rtne, every arch.
+SCORE_MODS = [("softcap_alibi", "none", "dense", 64, "bf16", "same"),
+              ("softcap_alibi", "window", "paged", 128, "bf16", "same"),
+              ("softcap_alibi", "window", "varlen", 192, "fp16", "same"),
+              ("softcap", "window", "dense", 128, "bf16", "same"),
+              ("alibi", "window", "paged", 192, "bf16", "same"),
+              ("softcap_alibi", "window", "paged", 128, "bf16", "fp4_e2m1"),
+              ("softcap_alibi", "window", "varlen", 192, "fp16", "fp8_e4m3fnuz")]
+
+
+@pytest.fixture(scope="module")
+def score_mod_builds():
+    """The sample's variants, compiled two at a time into the cache the reports read (as prebuilt; the reports
+    themselves one at a time: score_mod_report patches a module global)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda v: _build_score_mod(v[1][0], v[0], "rtne", *v[1][1:5], kv_dtype=v[1][5]),
+                      [(a, s) for s in SCORE_MODS for a in ARCHS]))
+
+
+@pytest.mark.parametrize("score_mod,mask,kv,d,dtype,kv_dtype", SCORE_MODS,
+                         ids=["-".join(map(str, s)) for s in SCORE_MODS])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_score_mod_code_object(arch, score_mod, mask, kv, d, dtype, kv_dtype, score_mod_builds):
+    """The plain variants' budgets (check_common: no scratch or VGPR spills, the bucket's LDS, 2 waves per SIMD, the
+    loop's MFMAs and barriers), and the plain variant's loop but for the modifications' arithmetic: its MFMAs, LDS
+    traffic, loads, barriers and selects; the soft cap's exp2 and reciprocal on the transcendental unit, 2 a score (32
+    per q tile and block), and at most 6 more VALU ops a score per modification (ALiBi's distance in 32 bits: no 64-bit
+    conversion)."""
+    r = score_mod_report(score_mod, arch, "rtne", mask, kv, d, dtype, kv_dtype=kv_dtype)
+    tag = f"{r.name} {score_mod}: {r.notes} {r.loop}"
+    check_common(r, tag)
+    plain = (report(arch, "rtne", mask, kv, d, dtype) if kv_dtype == "same" else
+             coreport.report(arch, "rtne", mask, kv, d, dtype, kv_dtype=kv_dtype)).loop
+    for k in ("mfma", "lds", "vmem", "s_barrier", "cndmask"):
+        assert r.loop[k] == plain[k], (k, tag, plain)
+    tiles, cap, alibi = DESIGN[d][0], "softcap" in score_mod, "alibi" in score_mod
+    assert r.loop["trans"] == plain["trans"] + 32 * tiles * cap, (tag, plain)
+    assert r.loop["valu"] <= plain["valu"] + 16 * tiles * 6 * (cap + alibi) + 16, (tag, plain)

@@ -78,7 +78,7 @@ def test_cache_dir_is_where_entries_go(tmp_path):
     code = ("from rtcattn.runtime import dispatch, manifest\n"
             "v = manifest.load().variant_for('attention_fwd', 'baseline', 'sm_90a', "
             "{'round_mode': 'rtz', 'mask': 'none', 'kv': 'dense', 'head_dim': 64, 'dtype': 'bf16', "
-            "'kv_dtype': 'same'})\n"
+            "'kv_dtype': 'same', 'score_mod': 'plain', 'dropout': 'nodrop'})\n"
             "print(dispatch.build(v).path)")
     r = _child(code, RTCATTN_CACHE_DIR=tmp_path / "here")
     assert r.returncode == 0, r.stderr
@@ -93,9 +93,9 @@ def test_log_reports_lookups_and_the_kernel_chosen(tmp_path):
     quiet = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path)
     loud = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path, RTCATTN_LOG=1)
     assert quiet.returncode == 0 and loud.returncode == 0, (quiet.stderr, loud.stderr)
-    assert "[rtcattn] lookup attention_fwd-gfx942-rtne-none-dense-d64-bf16-same-plain-gfx942-emu" not in quiet.stderr
-    assert "[rtcattn] lookup attention_fwd-gfx942-rtne-none-dense-d64-bf16-same-plain-gfx942-emu" in loud.stderr
-    assert "attention_fwd: kernel gfx942 (gfx942-rtne-none-dense-d64-bf16-same-plain, gfx942-emu)" in loud.stderr
+    lookup = "[rtcattn] lookup attention_fwd-gfx942-rtne-none-dense-d64-bf16-same-plain-nodrop-gfx942-emu"
+    assert lookup not in quiet.stderr and lookup in loud.stderr
+    assert "attention_fwd: kernel gfx942 (gfx942-rtne-none-dense-d64-bf16-same-plain-nodrop, gfx942-emu)" in loud.stderr
 
 
 def test_clang_names_the_compiler_used_for_amd(tmp_path):

@@ -77,8 +77,8 @@ BAD = [  # (change of the call, error type, message)
     (lambda a: a.update(rotary_cos=a["rotary_cos"].half()), TypeError, r"rotary_cos.dtype=torch.float16 .*q's dtype"),
     (lambda a: a.update(k=None, v=None), ValueError, r"rotary_cos / rotary_sin given without k / v"),
     (lambda a: a.update(num_splits=-1), ValueError, r"num_splits=-1 is not supported; accepted: an int >= 0"),
-    (lambda a: a.update(softcap=30.0), NotImplementedError, r"softcap=30.0 is not supported"),
-    (lambda a: a.update(alibi_slopes=torch.zeros(4)), NotImplementedError, r"alibi_slopes=.*is not supported"),
+    (lambda a: a.update(softcap=-30.0), ValueError, r"softcap=-30.0 is not supported"),
+    (lambda a: a.update(alibi_slopes=torch.zeros(5)), ValueError, r"alibi_slopes \(shape \(5,\).*is not supported"),
     (lambda a: a.update(how_v3_bf16_cvt=3), ValueError, r"how_v3_bf16_cvt=3 is not supported"),
     (lambda a: a.update(rotary_interleaved=1), TypeError, r"rotary_interleaved=1 \(int\) is not supported"),
     (lambda a: a.update(k_cache=a["k_cache"].transpose(0, 1), v_cache=a["v_cache"].transpose(0, 1),
@@ -222,9 +222,9 @@ def test_the_op_checks_num_splits():
         torch.ops.rtcattn.fwd_kvcache(*args, -2)
     assert torch.equal(kc, before)
     schema = torch.ops.rtcattn.fwd_kvcache.default._schema
-    names = [a.name for a in schema.arguments]  # num_splits, then a quantized cache's arguments
+    names = [a.name for a in schema.arguments]  # num_splits, a quantized cache's arguments, the score modifications
     assert names[names.index("num_splits"):] == ["num_splits", "k_descale", "v_descale", "k_scale", "v_scale",
-                                                 "kv_cache_dtype"]
+                                                 "kv_cache_dtype", "softcap", "alibi_slopes"]
     assert schema.arguments[names.index("num_splits")].default_value == 0
 
 

@@ -80,7 +80,7 @@ BAD = [
     ("exclude not an object", lambda d: op(d).update(exclude=[["dtype", "fp16"]]), "ops.attention_fwd.exclude[0]",
      '["dtype", "fp16"]', "two or more enumerated axes"),
     ("exclude unknown axis", lambda d: op(d)["exclude"][0].update(flavor=["x"]), "exclude[0].flavor", '["x"]',
-     "an enumerated axis of the op (round_mode, mask, kv, dtype, kv_dtype, score_mod)"),
+     "an enumerated axis of the op (round_mode, mask, kv, dtype, kv_dtype, score_mod, dropout)"),
     ("exclude bucketed axis", lambda d: op(d)["exclude"][0].update(head_dim=[64]), "exclude[0].head_dim", "[64]",
      "an enumerated axis of the op"),
     ("exclude value", lambda d: op(d)["exclude"][0].update(round_mode=["rtn"]), "exclude[0].round_mode[0]",
@@ -134,7 +134,7 @@ def test_not_json_and_not_evaluated(tmp_path):
 def _variant(m, kernel, arch, mode, head_dim):
     return m.variant_for("attention_fwd", kernel, arch, {"round_mode": mode, "mask": "none", "kv": "dense",
                                                          "head_dim": head_dim, "dtype": "bf16", "kv_dtype": "same",
-                                                         "score_mod": "plain"})
+                                                         "score_mod": "plain", "dropout": "nodrop"})
 
 
 def test_variants_and_request():
@@ -142,14 +142,14 @@ def test_variants_and_request():
     buckets = kern(REAL)["axes"]["head_dim"]["buckets"]
     variants = list(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"], dtype=["bf16"]))
     # modes x masks x (3 kv forms with the cache in q's dtype + 2 packed forms x 3 quantized caches) x buckets x
-    # score modifications (plain, softcap, alibi, both)
-    assert len(variants) == 3 * 2 * (3 + 2 * 3) * len(buckets) * 4
+    # score modifications (plain, softcap, alibi, both) x dropout (off, on)
+    assert len(variants) == 3 * 2 * (3 + 2 * 3) * len(buckets) * 4 * 2
     assert not [v for v in variants if v["kv"] == "dense" and v["kv_dtype"] != "same"]  # exclude[1]
     v = _variant(m, "baseline", "gfx942", "rtna", 128)
-    assert v.name == "baseline-rtna-none-dense-d128-bf16-same-plain"
+    assert v.name == "baseline-rtna-none-dense-d128-bf16-same-plain-nodrop"
     assert v["round_mode"] == "rtna" and v["head_dim"] == 128
     req = m.request(v, "9.9")
-    assert req.variant == "baseline-rtna-none-dense-d128-bf16-same-plain"
+    assert req.variant == "baseline-rtna-none-dense-d128-bf16-same-plain-nodrop"
     assert req.arch == "gfx942" and req.package_version == "9.9"
     assert req.options[:5] == ("-DRTC_ROUND=1", "-DRTC_MASK=0", "-DRTC_KV=0", "-DRTC_HEAD_DIM_MAX=128",
                                "-DRTC_DTYPE=0")
@@ -177,7 +177,7 @@ def test_buckets():
 
 def _call(mode, head_dim, mask="none"):
     return {"round_mode": mode, "mask": mask, "kv": "dense", "head_dim": head_dim, "dtype": "bf16",
-            "kv_dtype": "same", "score_mod": "plain"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
 
 
 def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
@@ -190,15 +190,16 @@ def test_select_prefers_listed_fast_kernel_and_falls_back(tmp_path):
     m = manifest.load(write(tmp_path, edited(only_fast_and_baseline)), root=ROOT)
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 128), m=m)
     assert sel.kernel.name == "fast" and sel.why == "first match"
-    assert sel.variant.name == "fast-rtne-none-dense-d128-bf16-same-plain"
+    assert sel.variant.name == "fast-rtne-none-dense-d128-bf16-same-plain-nodrop"
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtne", 64), m=m)
     assert sel.kernel.name == "baseline" and "fast" in sel.why and "head_dim 64" in sel.why
     sel = dispatch.select("attention_fwd", "gfx942", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "round_mode 'rtz' not in ['rtne']" in sel.why
     sel = dispatch.select("attention_fwd", "gfx90a", _call("rtz", 128), m=m)
     assert sel.kernel.name == "baseline" and "arch gfx90a" in sel.why
-    # rtne only; kv_dtype and score_mod not listed: every value (the quantized ones with the packed kv forms only)
-    assert len(list(m.variants("attention_fwd", kernels=["fast"], dtype=["bf16"]))) == 1 * 2 * (3 + 2 * 4) * 1 * 4
+    # rtne only; kv_dtype, score_mod and dropout not listed: every value (the quantized ones with the packed kv forms
+    # only)
+    assert len(list(m.variants("attention_fwd", kernels=["fast"], dtype=["bf16"]))) == 1 * 2 * (3 + 2 * 4) * 1 * 4 * 2
     with pytest.raises(ValueError, match="no kernel"):
         dispatch.select("attention_fwd", "gfx1100", _call("rtne", 128), m=m)
     with pytest.raises(ValueError, match="RTCATTN_KERNEL='nope' is not accepted.*fast, baseline"):
@@ -260,7 +261,8 @@ def test_no_fp16_variant_rounds_other_than_rtne():
             pairs = sum(1 for kv in axes.get("kv", ["dense", "varlen", "paged"])
                         for t in axes.get("kv_dtype", axis(REAL, "kv_dtype")["values"]) if kv != "dense" or t == "same")
             expected += (len(k["archs"]) * len(axes.get("mask", ["none", "window"])) * pairs
-                         * len(axes["head_dim"]["buckets"]) * len(axes.get("score_mod", range(4))))
+                         * len(axes["head_dim"]["buckets"]) * len(axes.get("score_mod", range(4)))
+                         * len(axes.get("dropout", range(2))))
     assert len(fp16) == expected and "baseline" in {v.kernel for v in fp16}
     bf16 = [v for v in m.variants("attention_fwd", kernels=["baseline"]) if v["dtype"] == "bf16"]
     assert {v["round_mode"] for v in bf16} == {"rtne", "rtna", "rtz"}
@@ -270,16 +272,21 @@ def test_no_fp16_variant_rounds_other_than_rtne():
 def test_warm_enumerates_no_excluded_variant():
     from rtcattn.tools import cli
     args = cli.parser().parse_args(["warm", "--op", "attention_fwd", "--all", "--arch", "gfx942-emu",
-                                    "--head-dim", "64", "--mask", "none", "--kv", "dense", "--score-mod", "plain"])
+                                    "--head-dim", "64", "--mask", "none", "--kv", "dense", "--score-mod", "plain",
+                                    "--dropout", "nodrop"])
     names = sorted(v.name for v in cli._warm_variants(args))
-    assert names == ["baseline-rtna-none-dense-d64-bf16-same-plain", "baseline-rtne-none-dense-d64-bf16-same-plain",
-                     "baseline-rtne-none-dense-d64-fp16-same-plain", "baseline-rtz-none-dense-d64-bf16-same-plain",
-                     "gfx942-rtna-none-dense-d64-bf16-same-plain", "gfx942-rtne-none-dense-d64-bf16-same-plain",
-                     "gfx942-rtne-none-dense-d64-fp16-same-plain", "gfx942-rtz-none-dense-d64-bf16-same-plain",
-                     "gfx942_decode-rtna-none-dense-d64-bf16-same-plain",
-                     "gfx942_decode-rtne-none-dense-d64-bf16-same-plain",
-                     "gfx942_decode-rtne-none-dense-d64-fp16-same-plain",
-                     "gfx942_decode-rtz-none-dense-d64-bf16-same-plain"]
+    assert names == ["baseline-rtna-none-dense-d64-bf16-same-plain-nodrop",
+                     "baseline-rtne-none-dense-d64-bf16-same-plain-nodrop",
+                     "baseline-rtne-none-dense-d64-fp16-same-plain-nodrop",
+                     "baseline-rtz-none-dense-d64-bf16-same-plain-nodrop",
+                     "gfx942-rtna-none-dense-d64-bf16-same-plain-nodrop",
+                     "gfx942-rtne-none-dense-d64-bf16-same-plain-nodrop",
+                     "gfx942-rtne-none-dense-d64-fp16-same-plain-nodrop",
+                     "gfx942-rtz-none-dense-d64-bf16-same-plain-nodrop",
+                     "gfx942_decode-rtna-none-dense-d64-bf16-same-plain-nodrop",
+                     "gfx942_decode-rtne-none-dense-d64-bf16-same-plain-nodrop",
+                     "gfx942_decode-rtne-none-dense-d64-fp16-same-plain-nodrop",
+                     "gfx942_decode-rtz-none-dense-d64-bf16-same-plain-nodrop"]
     only = cli.parser().parse_args(["warm", "--all", "--arch", "gfx942-emu", "--dtype", "fp16", "--round-mode",
                                     "rtna,rtz"])
     assert cli._warm_variants(only) == []
@@ -337,23 +344,24 @@ def test_default_set_keeps_rtne_and_drops_what_a_faster_kernel_serves(tmp_path):
     # decode kernel leaves longer calls to sm90 at run time, so both are first choices), no baseline; packed calls
     # masked only (warm_default's exclude).
     forms = (("none", "dense"), ("window", "dense"), ("window", "varlen"), ("window", "paged"))
-    assert sm90 == {f"{k}-rtne-{mask}-{kv}-d{b}-{dt}-same-plain" for k in ("sm90", "sm90_decode") for mask, kv in forms
+    assert sm90 == {f"{k}-rtne-{mask}-{kv}-d{b}-{dt}-same-plain-nodrop" for k in ("sm90", "sm90_decode") for mask,
+                    kv in forms
                     for b in m.op("attention_fwd").kernel(k).axes["head_dim"].buckets for dt in ("bf16", "fp16")}
     assert not [v for v in m.variants("attention_fwd", default=True) if v["mask"] == "none" and v["kv"] != "dense"]
     assert {v.name for v in m.variants("attention_fwd", archs=["sm_90a"], kernels=["sm90"], mask=["none"],
                                        kv=["varlen"], round_mode=["rtne"], kv_dtype=["same"])}  # still variants
     # Where the fast kernel does not take fp16 (gfx942 today), the baseline's fp16 variants stay in the set.
     gfx = _defaults(m, "gfx90a")
-    assert "gfx942-rtne-none-dense-d128-bf16-same-plain" in gfx
+    assert "gfx942-rtne-none-dense-d128-bf16-same-plain-nodrop" in gfx
     if "fp16" not in m.op("attention_fwd").kernel("gfx942").axes["dtype"]:
-        assert "baseline-rtne-none-dense-d128-fp16-same-plain" in gfx
+        assert "baseline-rtne-none-dense-d128-fp16-same-plain-nodrop" in gfx
     fast = manifest.load(write(tmp_path, edited(_fast_everywhere)), root=ROOT)
     assert not [n for n in _defaults(fast, "sm_90a") if n.startswith("baseline-")]
     decode = len(m.op("attention_fwd").kernel("sm90_decode").axes["head_dim"].buckets) * 2 * len(forms)
     assert len(_defaults(fast, "sm_90a")) == 4 * 2 * len(forms) + decode  # buckets x dtypes x (mask, kv) forms
     assert _defaults(fast, "sm_80") == _defaults(m, "sm_80")   # no faster kernel there: every rtne variant of a cache
     rtne_same = m.variants("attention_fwd", archs=["sm_80"], round_mode=["rtne"], kv_dtype=["same"],
-                           score_mod=["plain"])  # warm_default
+                           score_mod=["plain"], dropout=["nodrop"])  # warm_default
     assert len(_defaults(m, "sm_80")) == len([v for v in rtne_same if v["mask"] == "window" or v["kv"] == "dense"])
 
 
@@ -376,7 +384,7 @@ def test_an_excluded_combination_is_refused_by_name():
     with pytest.raises(ValueError, match=r"asks for no variant: dtype='fp16', round_mode='rtz' is no variant"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
     sel = dispatch.select("attention_fwd", "gfx942", dict(call, round_mode="rtne"), m=m, supports=PREFILL)
-    assert sel.variant.name == "gfx942-rtne-none-dense-d64-fp16-same-plain"
+    assert sel.variant.name == "gfx942-rtne-none-dense-d64-fp16-same-plain-nodrop"
 
 
 def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
@@ -388,9 +396,11 @@ def test_fp16_goes_to_a_kernel_that_takes_it_or_falls_back_saying_why():
         sel = dispatch.select("attention_fwd", arch, dict(_call("rtne", 128), dtype="fp16"), m=m, supports=PREFILL)
         dtypes = m.op("attention_fwd").kernel(fast).axes["dtype"]
         if "fp16" in dtypes:
-            assert sel.kernel.name == fast and sel.variant.name == f"{fast}-rtne-none-dense-d128-fp16-same-plain", sel
+            assert sel.kernel.name == fast, sel
+            assert sel.variant.name == f"{fast}-rtne-none-dense-d128-fp16-same-plain-nodrop", sel
         else:
-            assert sel.kernel.name == "baseline" and sel.variant.name == "baseline-rtne-none-dense-d128-fp16-same-plain"
+            assert (sel.kernel.name == "baseline" and sel.variant.name
+                    == "baseline-rtne-none-dense-d128-fp16-same-plain-nodrop")
             assert f"{fast}: dtype 'fp16' not in {list(dtypes)}" in sel.why, sel.why
     assert "fp16" in m.op("attention_fwd").kernel("gfx942").axes["dtype"]
 
@@ -422,8 +432,8 @@ def test_request_headers_are_the_include_closure(tmp_path):
     m = _tree_copy(tmp_path)
     v = next(iter(m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"])))
     names = [n for n, _ in m.request(v, "0").headers]
-    assert names == ["attn_params.h", "bf16_round.h", "fp16_round.h", "fp8_fp4.h", "kv_quant.h", "platform.h",
-                     "score_mod.h"]
+    assert names == ["attn_params.h", "bf16_round.h", "dropout.h", "fp16_round.h", "fp8_fp4.h", "kv_quant.h",
+                     "platform.h", "score_mod.h"]
     emu = next(iter(m.variants("attention_fwd", archs=["gfx942-emu"], kernels=["baseline"])))
     emu_names = [n for n, _ in m.request(emu, "0").headers]
     assert "emu/prelude_host.h" in emu_names and "emu/workgroup.h" in emu_names

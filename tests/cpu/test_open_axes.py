@@ -42,12 +42,13 @@ def test_axis_reaches_variants_names_defines_and_selection(tree):
     n_real = len(list(real.variants("attention_fwd")))
     assert len(list(m.variants("attention_fwd"))) == 2 * n_real
     names = {v.name for v in m.variants("attention_fwd", archs=["gfx942"], kernels=["baseline"], head_dim=[64])}
-    assert "baseline-rtne-none-dense-d64-bf16-same-plain-loud" in names
-    assert "baseline-rtz-window-dense-d64-bf16-same-plain-plain" in names
+    assert "baseline-rtne-none-dense-d64-bf16-same-plain-nodrop-loud" in names
+    assert "baseline-rtz-window-dense-d64-bf16-same-plain-nodrop-plain" in names
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
-            "kv_dtype": "same", "score_mod": "plain", "flavor": "loud"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop", "flavor": "loud"}
     sel = dispatch.select("attention_fwd", "gfx942", call, m=m, supports=PREFILL)
-    assert sel.variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain-loud" and sel.variant["flavor"] == "loud"
+    assert (sel.variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain-nodrop-loud" and sel.variant["flavor"]
+            == "loud")
     req = m.request(sel.variant, "0")
     assert "-DRTC_TEST_FLAVOR=1" in req.options
 
@@ -56,7 +57,7 @@ def test_axis_value_reaches_the_kernel_and_the_cache_key(tree, tmp_path_factory)
     m = manifest.load()
     cache = str(tmp_path_factory.mktemp("cache"))
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 64, "dtype": "bf16", "kv_dtype": "same",
-            "score_mod": "plain"}
+            "score_mod": "plain", "dropout": "nodrop"}
     plain = m.request(m.variant_for("attention_fwd", "baseline", "gfx942-emu", dict(call, flavor="plain")), "0")
     loud = m.request(m.variant_for("attention_fwd", "baseline", "gfx942-emu", dict(call, flavor="loud")), "0")
     built = _lib.build(plain.op, plain.variant, plain.arch, plain.kernel_symbol, plain.main, plain.headers,
@@ -75,7 +76,7 @@ def test_a_kernel_may_restrict_the_axis(tree):
     ops.write_text(json.dumps(data))
     m = manifest.load()
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
-            "kv_dtype": "same", "score_mod": "plain", "flavor": "loud"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop", "flavor": "loud"}
     sel = dispatch.select("attention_fwd", "gfx942", call, m=m, supports=PREFILL)
     assert sel.kernel.name == "baseline" and "flavor 'loud' not in ['plain']" in sel.why
     assert {v["flavor"] for v in m.variants("attention_fwd", kernels=["gfx942"])} == {"plain"}
@@ -84,9 +85,9 @@ def test_a_kernel_may_restrict_the_axis(tree):
 def test_warm_gets_a_filter_for_the_axis(tree):
     args = cli.parser().parse_args(["warm", "--op", "attention_fwd", "--all", "--arch", "gfx942-emu",
                                     "--kernels", "baseline", "--flavor", "loud", "--head-dim", "64", "--mask", "none",
-                                    "--kv", "dense", "--dtype", "bf16", "--score-mod", "plain"])
+                                    "--kv", "dense", "--dtype", "bf16", "--score-mod", "plain", "--dropout", "nodrop"])
     names = sorted(v.name for v in cli._warm_variants(args))
-    assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-plain-loud" for mode in ("rtna", "rtne", "rtz")]
+    assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-plain-nodrop-loud" for mode in ("rtna", "rtne", "rtz")]
     bad = cli.parser().parse_args(["warm", "--arch", "gfx942-emu", "--flavor", "quiet"])
     with pytest.raises(SystemExit, match="--flavor=quiet is not supported; accepted: plain, loud"):
         cli._warm_variants(bad)
@@ -108,13 +109,13 @@ def test_exclusions_of_the_axis_come_from_the_json_alone(tree):
     assert not [v for v in variants if v["flavor"] == "loud" and v["mask"] == "window"]
     args = cli.parser().parse_args(["warm", "--op", "attention_fwd", "--all", "--arch", "gfx942-emu",
                                     "--kernels", "baseline", "--flavor", "loud", "--head-dim", "64", "--kv", "dense",
-                                    "--dtype", "bf16", "--score-mod", "plain"])
+                                    "--dtype", "bf16", "--score-mod", "plain", "--dropout", "nodrop"])
     names = sorted(v.name for v in cli._warm_variants(args))
-    assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-plain-loud" for mode in ("rtna", "rtne", "rtz")]
+    assert names == [f"baseline-{mode}-none-dense-d64-bf16-same-plain-nodrop-loud" for mode in ("rtna", "rtne", "rtz")]
     call = {"round_mode": "rtne", "mask": "window", "kv": "dense", "head_dim": 128, "dtype": "bf16",
-            "kv_dtype": "same", "score_mod": "plain", "flavor": "loud"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop", "flavor": "loud"}
     n = len(data["ops"]["attention_fwd"]["exclude"]) - 1
     with pytest.raises(ValueError, match=rf"flavor='loud', mask='window' is no variant .*exclude\[{n}\]"):
         dispatch.select("attention_fwd", "gfx942", call, m=m)
     sel = dispatch.select("attention_fwd", "gfx942", dict(call, flavor="plain"), m=m, supports=PREFILL)
-    assert sel.variant.name == "gfx942-rtne-window-dense-d128-bf16-same-plain-plain"
+    assert sel.variant.name == "gfx942-rtne-window-dense-d128-bf16-same-plain-nodrop-plain"

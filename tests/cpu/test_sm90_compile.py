@@ -28,11 +28,11 @@ def _sm90():
     return manifest.load().op(OP).kernel("sm90")
 
 
-def _build(mode, cache_dir, mask="none", kv="dense", head_dim=128, dtype="bf16", kv_dtype="same"):
+def _build(mode, cache_dir, mask="none", kv="dense", head_dim=128, dtype="bf16", kv_dtype="same", score_mod="plain"):
     """Manifest -> build request -> C++ runtime -> NVRTC, into a fresh cache dir."""
     v = manifest.load().variant_for(OP, "sm90", "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv,
                                                            "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype,
-         "score_mod": "plain"})
+         "score_mod": score_mod, "dropout": "nodrop"})
     req = manifest.load().request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -54,7 +54,7 @@ def test_manifest_entry_precedes_baseline():
     assert k.axes["dtype"] == ("bf16", "fp16")
     v = m.variant_for(OP, "sm90", "sm_90a",
                       {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
-                       "kv_dtype": "same", "score_mod": "plain"})
+                       "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"})
     headers = {n for n, _ in m.request(v, "0").headers}
     assert {"sm90/params.h", "ptx_sm90.h", "wgmma_sm90.h", "sm90/softmax.h", "attn_params.h"} <= headers, headers
     assert all(hd.accepts(d) for d in range(8, 257, 8)) and not hd.accepts(264) and not hd.accepts(60)
@@ -76,7 +76,8 @@ def test_nvrtc_sm90a_no_spills_no_serialization(mask, kv, head_dim, dtype, mode,
     assert code[:4] == b"\x7fELF" and struct.unpack_from("<H", code, 18)[0] == EM_CUDA
     assert (struct.unpack_from("<I", code, 48)[0] >> 8) & 0xFF == 90, "cubin is not sm_90"
     assert SYMBOL.encode() + b"\0" in code, f"kernel {SYMBOL} missing from the cubin"
-    assert res.cache_name.startswith(f"attention_fwd-sm90-{mode}-{mask}-{kv}-d{head_dim}-{dtype}-same-plain-sm_90a-")
+    name = f"attention_fwd-sm90-{mode}-{mask}-{kv}-d{head_dim}-{dtype}-same-plain-nodrop-sm_90a-"
+    assert res.cache_name.startswith(name), res.cache_name
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     frame = re.search(r"\b(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
@@ -96,7 +97,8 @@ QUANT = ([(kvd, d, "bf16") for kvd in ("fp8_e4m3", "fp4_e2m1") for d in BUCKETS]
 @pytest.mark.parametrize("kv_dtype,head_dim,dtype", QUANT)
 def test_nvrtc_sm90a_quantized_cache_no_spills(kv_dtype, head_dim, dtype, tmp_path):
     req, res = _build("rtne", tmp_path, "window", "paged", head_dim, dtype, kv_dtype)
-    assert res.cache_name.startswith(f"attention_fwd-sm90-rtne-window-paged-d{head_dim}-{dtype}-{kv_dtype}-sm_90a-")
+    name = f"attention_fwd-sm90-rtne-window-paged-d{head_dim}-{dtype}-{kv_dtype}-plain-nodrop-sm_90a-"
+    assert res.cache_name.startswith(name), res.cache_name
     assert {"sm90/expand.h", "sm90_kv_elems.h", "kv_quant.h"} <= {n for n, _ in req.headers}
     log = res.log()
     frame = re.search(r"\b(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
@@ -104,25 +106,62 @@ def test_nvrtc_sm90a_quantized_cache_no_spills(kv_dtype, head_dim, dtype, tmp_pa
     assert not re.search(r"C75(10|14)", log), log
 
 
+# Score modifications (the soft cap and ALiBi, csrc_common/score_mod_sm90.h): both at once (the most state) at 64, 128
+# and 256 in the open form (no mask, dense: the widest block), a window over dense, varlen and paged K/V; each alone at
+# 128, fp16 once; over quantized caches FP8 with ALiBi alone (its scores go to the softmax as t: sm90/mask.h) and both
+# with each format. Every one without a stack frame or spills, and with the wgmma pipeline kept, but for one known
+# exception, asserted as it stands so that it does not grow (issue 25: to be removed): FP8 at 256 with a window, where
+# ptxas spills a few words of the tile's setup (stored at its start, loaded at its end: not in the KV loop) beside the
+# register its k_descale's cap takes (sm90/mask.h). Bytes of spill stores + loads.
+KNOWN_SPILLS = {("softcap", 256, "window", "paged", "bf16", "fp8_e4m3"): 44}
+SCORE_MOD_BUILDS = ([("softcap_alibi", d, "none", "dense", "bf16", "same") for d in (64, 128, 256)]
+                    + [("softcap_alibi", d, "window", kv, "bf16", "same") for d in (64, 128, 256)
+                       for kv in ("dense", "varlen", "paged")]
+                    + [(m, 128, mask, kv, "bf16", "same") for m in ("softcap", "alibi")
+                       for mask, kv in (("none", "dense"), ("window", "varlen"))]
+                    + [("softcap_alibi", 128, "window", "paged", "fp16", "same"),
+                       ("alibi", 128, "window", "paged", "bf16", "fp8_e4m3"),
+                       ("softcap_alibi", 192, "window", "paged", "bf16", "fp8_e4m3"),
+                       ("softcap_alibi", 256, "none", "paged", "bf16", "fp8_e4m3"),
+                       ("softcap", 256, "window", "paged", "bf16", "fp8_e4m3"),
+                       ("softcap_alibi", 256, "window", "paged", "bf16", "fp4_e2m1"),
+                       ("softcap_alibi", 128, "window", "paged", "bf16", "fp4_e2m1")])
+
+
+@pytest.mark.parametrize("score_mod,head_dim,mask,kv,dtype,kv_dtype", SCORE_MOD_BUILDS)
+def test_nvrtc_sm90a_score_mods_no_spills(score_mod, head_dim, mask, kv, dtype, kv_dtype, tmp_path):
+    req, res = _build("rtne", tmp_path, mask, kv, head_dim, dtype, kv_dtype, score_mod)
+    assert res.cache_name.startswith(f"attention_fwd-sm90-rtne-{mask}-{kv}-d{head_dim}-{dtype}-{kv_dtype}-{score_mod}-")
+    assert "score_mod_sm90.h" in {n for n, _ in req.headers}
+    log = res.log()
+    frame = re.search(r"\b(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    known = KNOWN_SPILLS.get((score_mod, head_dim, mask, kv, dtype, kv_dtype), 0)
+    assert frame and int(frame.group(2)) + int(frame.group(3)) <= known, log
+    assert known or int(frame.group(1)) == 0, log
+    assert not re.search(r"C75(10|14)", log), log
+
+
 def test_warm_lists_and_compiles_sm90(tmp_path):
     args = cli.parser().parse_args(["warm", "--all", "--arch", "sm_90a"])
     names = {v.name for v in cli._warm_variants(args) if v.op == OP and v.kernel == "sm90"}
-    # every kv_dtype sm90 lists: q's dtype in every kv form, the quantized caches packed (varlen, paged) only
-    assert names == {f"sm90-{mode}-{mask}-{kv}-d{d}-{dtype}-{kvd}" for d in BUCKETS for mask in ("none", "window")
-                     for kvd in ("same", "fp8_e4m3", "fp4_e2m1")
+    # every kv_dtype sm90 lists: q's dtype in every kv form, the quantized caches packed (varlen, paged) only; every
+    # score modification
+    assert names == {f"sm90-{mode}-{mask}-{kv}-d{d}-{dtype}-{kvd}-{sm}-nodrop" for d in BUCKETS
+                     for mask in ("none", "window") for kvd in ("same", "fp8_e4m3", "fp4_e2m1")
                      for kv in (("dense", "varlen", "paged") if kvd == "same" else ("varlen", "paged"))
-                     for mode, dtype in [(m, "bf16") for m in MODES] + [("rtne", "fp16")]}
+                     for mode, dtype in [(m, "bf16") for m in MODES] + [("rtne", "fp16")]
+                     for sm in ("plain", "softcap", "alibi", "softcap_alibi")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTCATTN_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-m", "rtcattn", "warm", "--all", "--op", OP, "--arch", "sm_90a",
                           "--kernels", "sm90", "--round-mode", "rtz", "--mask", "none", "--kv", "dense",
-                          "--head-dim", "128", "--cache-dir", str(tmp_path), "--jobs", "1"],
+                          "--head-dim", "128", "--score-mod", "plain", "--cache-dir", str(tmp_path), "--jobs", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     if "no compiler available" in run.stdout + run.stderr:
         pytest.skip("NVRTC unavailable for sm_90a")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 ready (1 compiled), 0 failed" in run.stdout, run.stdout
-    assert list(tmp_path.glob("attention_fwd-sm90-rtz-none-dense-d128-bf16-same-plain-sm_90a-*.co")), \
+    assert list(tmp_path.glob("attention_fwd-sm90-rtz-none-dense-d128-bf16-same-plain-nodrop-sm_90a-*.co")), \
         list(tmp_path.iterdir())
 
 
@@ -136,7 +175,7 @@ def _args(q, k, v, out, layout):
 
 def _call(p):
     return {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": p.head_dim, "dtype": "bf16",
-            "kv_dtype": "same", "score_mod": "plain"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
 
 
 def _choose(q, layout, capfd, monkeypatch, view=None):
@@ -155,8 +194,8 @@ def test_select_sm90_for_aligned_d128(layout, capfd, monkeypatch):
     q = torch.zeros(2, 200, 200, 128, dtype=torch.bfloat16)
     sel, err = _choose(q, layout, capfd, monkeypatch)
     assert sel.kernel.name == "sm90" and sel.why.startswith("fallback; sm90_decode: seq_q=200 is not accepted")
-    assert sel.variant.name == "sm90-rtne-none-dense-d128-bf16-same-plain"
-    assert ("rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16-same-plain, sm_90a): fallback"
+    assert sel.variant.name == "sm90-rtne-none-dense-d128-bf16-same-plain-nodrop"
+    assert ("rtcattn: attention_fwd: kernel sm90 (sm90-rtne-none-dense-d128-bf16-same-plain-nodrop, sm_90a): fallback"
             in err), err
 
 
@@ -170,7 +209,7 @@ def test_select_sm90_every_bucket(d, bucket, dtype, monkeypatch):
     monkeypatch.setattr(dispatch, "vendor_of", lambda device: "cuda")
     q = torch.zeros(1, 200, 2, d, dtype=dtype)
     name = "fp16" if dtype == torch.float16 else "bf16"
-    assert attention_fwd.selection(q, q, q).variant.name == f"sm90-rtne-none-dense-d{bucket}-{name}-same-plain"
+    assert attention_fwd.selection(q, q, q).variant.name == f"sm90-rtne-none-dense-d{bucket}-{name}-same-plain-nodrop"
     p, args = _args(q, q, q, torch.empty_like(q), "bshd")
     plan = _lib.op_plan(OP, "sm90", args)
     assert plan["head_dim_bucket"] == bucket and plan["shared_bytes"] <= 227 * 1024, plan
@@ -195,7 +234,7 @@ def test_select_sm90_for_seqused_k(kv, mask, window, monkeypatch):
                                          block_table=b.block_table, seqused_k=used)
     # 40 query rows: the decode kernel ahead of sm90 leaves the call to it.
     assert sel.kernel.name == "sm90" and sel.why.startswith("fallback; sm90_decode: max_seqlen_q=40"), sel.why
-    assert sel.variant.name == f"sm90-rtne-{mask}-{kv}-d128-bf16-same-plain", sel.variant.name
+    assert sel.variant.name == f"sm90-rtne-{mask}-{kv}-d128-bf16-same-plain-nodrop", sel.variant.name
     p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, block_table=b.block_table,
                                      seqused_k=used)
     args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, 132, used)

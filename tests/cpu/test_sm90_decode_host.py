@@ -16,11 +16,12 @@ BUCKETS = (32, 64, 96, 128, 160, 192, 256)
 SMS = 132
 
 
-def _build(tmp_path, mode="rtne", mask="none", kv="paged", head_dim=128, dtype="bf16", kv_dtype="same"):
+def _build(tmp_path, mode="rtne", mask="none", kv="paged", head_dim=128, dtype="bf16", kv_dtype="same",
+           score_mod="plain"):
     m = manifest.load()
     v = m.variant_for(OP, KERNEL, "sm_90a", {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": head_dim,
                                               "dtype": dtype, "kv_dtype": kv_dtype,
-         "score_mod": "plain"})
+         "score_mod": score_mod, "dropout": "nodrop"})
     req = m.request(v, dispatch.package_version())
     try:
         res = _lib.build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
@@ -67,6 +68,27 @@ def test_nvrtc_builds_quantized_caches_without_spills(kv_dtype, head_dim, dtype,
     no stack, no spills, and at most 255 registers, as the bf16 ones."""
     res = _build(tmp_path, mode, mask, kv, head_dim, dtype, kv_dtype)
     assert res.origin == "compile"
+    log = res.log()
+    assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log
+    assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255, log
+
+
+# Score modifications (the soft cap and ALiBi, csrc_common/score_mod_sm90.h): both at once at 64, 128 and 256 in the
+# paged, windowed packed and dense forms, each alone at 128, fp16 once, over an FP8 and an FP4 cache: no stack, no
+# spills, at most 255 registers.
+SCORE_MOD_BUILDS = ([("softcap_alibi", d, "bf16", mask, kv, "same") for d in (64, 128, 256)
+                     for mask, kv in (("none", "paged"), ("window", "varlen"), ("window", "dense"))]
+                    + [(m, 128, "bf16", "window", "paged", "same") for m in ("softcap", "alibi")]
+                    + [("softcap_alibi", 128, "fp16", "window", "paged", "same")]
+                    + [("softcap_alibi", d, "bf16", "window", "paged", f) for f in ("fp8_e4m3", "fp4_e2m1")
+                       for d in (64, 256)])
+
+
+@pytest.mark.parametrize("score_mod,head_dim,dtype,mask,kv,kv_dtype", SCORE_MOD_BUILDS)
+def test_nvrtc_builds_score_mods_without_spills(score_mod, head_dim, dtype, mask, kv, kv_dtype, tmp_path):
+    res = _build(tmp_path, "rtne", mask, kv, head_dim, dtype, kv_dtype, score_mod)
+    assert res.origin == "compile" and f"-{kv_dtype}-{score_mod}-" in res.cache_name, res.cache_name
     log = res.log()
     assert f"Compiling entry function '{SYMBOL}' for 'sm_90a'" in log, log
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), log

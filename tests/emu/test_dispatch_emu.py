@@ -51,7 +51,7 @@ def test_other_head_dims_take_the_fast_kernel_at_their_bucket(monkeypatch):
     q, k, v = _qkv(17, 17, 64)
     run(q, k, v, "bshd", "rtne", None, False)
     sel = attention_fwd.selection(q, k, v)
-    assert sel.kernel.name == "gfx942" and sel.variant.name == "gfx942-rtne-none-dense-d64-bf16-same-plain", sel
+    assert sel.kernel.name == "gfx942" and sel.variant.name == "gfx942-rtne-none-dense-d64-bf16-same-plain-nodrop", sel
     # Only the NVIDIA kernels and gfx950's native FP4 entry (other archs) and the decode kernel (17 query rows) were
     # passed over.
     assert sel.why == ("fallback; sm90_decode: arch gfx942-emu not in ['sm_90a']; sm90: arch gfx942-emu not in "

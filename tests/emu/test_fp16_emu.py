@@ -49,13 +49,13 @@ def kernel(request):
 def test_fp16_selects_the_gfx942_kernel_on_gfx942_emu():
     q, k, v = suite.make_qkv("bshd", 1, 2, 40, 70, 128, "cpu", seed=1, dtype=F16)
     sel = attention_fwd.selection(q, k, v)
-    assert sel.kernel.name == "gfx942" and sel.variant.name == "gfx942-rtne-none-dense-d128-fp16-same-plain", sel
+    assert sel.kernel.name == "gfx942" and sel.variant.name == "gfx942-rtne-none-dense-d128-fp16-same-plain-nodrop", sel
     assert attention_fwd.selection(*(t.bfloat16() for t in (q, k, v))).variant.name == \
-        "gfx942-rtne-none-dense-d128-bf16-same-plain"
+        "gfx942-rtne-none-dense-d128-bf16-same-plain-nodrop"
     lens = [40, 30]
     b = vs.make_batch(lens, lens, 4, 2, 128, "cpu", dtype=F16)
     sel = attention_fwd.selection_varlen(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, window=(-1, 0))
-    assert sel.variant.name == "gfx942-rtne-window-varlen-d128-fp16-same-plain", sel.variant.name
+    assert sel.variant.name == "gfx942-rtne-window-varlen-d128-fp16-same-plain-nodrop", sel.variant.name
 
 
 @pytest.mark.parametrize("d, bucket", [(128, 128), (40, 64), (8, 32), (200, 256)])
@@ -69,20 +69,20 @@ def test_fp16_selects_the_sm90_kernel_on_sm90a(d, bucket):
         sel = dispatch.select(OP, "sm_90a", stub._call(q, mode, p, "dense"),
                               supports=dispatch.runtime_check(OP, args, "cuda"))
         assert sel.kernel.name == "sm90", (mode, sel.why)
-        assert sel.variant.name == f"sm90-rtne-none-dense-d{bucket}-fp16-same-plain", (mode, sel.variant.name)
+        assert sel.variant.name == f"sm90-rtne-none-dense-d{bucket}-fp16-same-plain-nodrop", (mode, sel.variant.name)
     qb = q.bfloat16()
     pb = validate.check_inputs(qb, qb, qb, "bshd", "rtne")
     argsb = attention_fwd.args_block(qb, qb, qb, None, None, "bshd", pb, 132)
     assert dispatch.select(OP, "sm_90a", stub._call(qb, "rtz", pb, "dense"),
                            supports=dispatch.runtime_check(OP, argsb, "cuda")).variant.name == \
-        f"sm90-rtz-none-dense-d{bucket}-bf16-same-plain"
+        f"sm90-rtz-none-dense-d{bucket}-bf16-same-plain-nodrop"
 
 
 def test_round_mode_does_not_apply_to_fp16():
     """Every mode runs the one fp16 variant (nearest even): the same bits; the bf16 modes differ."""
     q, k, v = suite.make_qkv("bshd", 1, 2, 20, 33, 64, "cpu", seed=2, dtype=F16)
     names = {attention_fwd.selection(q, k, v, round_mode=m).variant.name for m in suite.MODES}
-    assert names == {"gfx942-rtne-none-dense-d64-fp16-same-plain"}
+    assert names == {"gfx942-rtne-none-dense-d64-fp16-same-plain-nodrop"}
     outs = [ref.bf16_bits(run(q, k, v, "bshd", m, None, False)) for m in suite.MODES]
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
 

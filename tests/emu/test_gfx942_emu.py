@@ -122,7 +122,7 @@ def test_small_workspace_is_refused():
     ws = torch.empty(need - 1, dtype=torch.uint8)
     args.workspace, args.workspace_bytes = ws.data_ptr(), need - 1
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
-            "kv_dtype": "same", "score_mod": "plain"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
     v128 = manifest.load().variant_for("attention_fwd", "gfx942", "gfx942-emu", call)
     with pytest.raises(ValueError, match="workspace_bytes"):
         _lib.op_launch(dispatch.build(v128).program, "attention_fwd", "gfx942", args, "host", 0)

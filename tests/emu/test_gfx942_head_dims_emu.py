@@ -43,16 +43,16 @@ def test_every_head_dim_selects_the_gfx942_kernel_at_its_bucket(emulate_gfx942, 
     (after the padding to a multiple of 8), dense and packed, for both dtypes."""
     for d in (8, 24, 32, 40, 59, 64, 65, 72, 96, 97, 111, 128, 129, 160, 192, 193, 200, 250, 256):
         q, k, v = suite.make_qkv("bshd", 1, 2, 20, 30, d, "cpu", dtype=DTYPES[dtype])
-        name = f"-d{bucket_of(d)}-{dtype}-same-plain"
+        name = f"-d{bucket_of(d)}-{dtype}-same-plain-nodrop"
         assert attention_fwd.selection(q, k, v).variant.name == f"gfx942-rtne-none-dense{name}", d
         assert attention_fwd.selection(q, k, v, window=CAUSAL).variant.name == f"gfx942-rtne-window-dense{name}", d
     b = vs.make_batch([10, 30], [20, 40], 2, 1, 200, "cpu", dtype=DTYPES[dtype])
     p = vs.to_paged(b, 16)
     sel = attention_fwd.selection_varlen
     assert (sel(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k).variant.name
-            == f"gfx942-rtne-none-varlen-d256-{dtype}-same-plain")
+            == f"gfx942-rtne-none-varlen-d256-{dtype}-same-plain-nodrop")
     assert sel(p.q, p.k, p.v, p.cu_q, p.cu_k, p.max_q, p.max_k, window=CAUSAL,
-               block_table=p.block_table).variant.name == f"gfx942-rtne-window-paged-d256-{dtype}-same-plain"
+               block_table=p.block_table).variant.name == f"gfx942-rtne-window-paged-d256-{dtype}-same-plain-nodrop"
 
 
 @pytest.fixture

@@ -79,18 +79,18 @@ def test_baseline_varlen_and_paged_against_fp64(d):
 @pytest.mark.parametrize("d", [121, 123, 127])
 def test_padded_to_128_selects_the_gfx942_kernel(d):
     q, k, v = suite.make_qkv("bshd", 1, 2, 20, 30, d, "cpu")
-    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain"
+    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain-nodrop"
     assert attention_fwd.selection(q, k, v,
-                                   window=CAUSAL).variant.name == "gfx942-rtne-window-dense-d128-bf16-same-plain"
+                                   window=CAUSAL).variant.name == "gfx942-rtne-window-dense-d128-bf16-same-plain-nodrop"
     b = vs.make_batch([10, 30], [20, 40], 2, 1, d, "cpu")
     p = vs.to_paged(b, 16)
     sel = attention_fwd.selection_varlen
     assert sel(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q,
-               b.max_k).variant.name == "gfx942-rtne-none-varlen-d128-bf16-same-plain"
+               b.max_k).variant.name == "gfx942-rtne-none-varlen-d128-bf16-same-plain-nodrop"
     assert sel(p.q, p.k, p.v, p.cu_q, p.cu_k, p.max_q, p.max_k, window=CAUSAL,
-               block_table=p.block_table).variant.name == "gfx942-rtne-window-paged-d128-bf16-same-plain"
+               block_table=p.block_table).variant.name == "gfx942-rtne-window-paged-d128-bf16-same-plain-nodrop"
     q, k, v = suite.make_qkv("bshd", 1, 2, 20, 30, 120, "cpu")  # a multiple of 8 runs as it is, in the same bucket
-    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain"
+    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain-nodrop"
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -95,13 +95,14 @@ def test_alignment_examples_of_the_contract(monkeypatch):
 def test_masked_and_gqa_calls_take_the_fast_kernel(monkeypatch):
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
     q, k, v = suite.make_qkv("bshd", 1, 4, 40, 40, 128, "cpu", seed=1)
-    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain"
-    assert attention_fwd.selection(q, k, v, window=(-1,
-                                                    0)).variant.name == "gfx942-rtne-window-dense-d128-bf16-same-plain"
+    assert attention_fwd.selection(q, k, v).variant.name == "gfx942-rtne-none-dense-d128-bf16-same-plain-nodrop"
+    assert (attention_fwd.selection(q, k, v, window=(-1, 0)).variant.name
+            == "gfx942-rtne-window-dense-d128-bf16-same-plain-nodrop")
     q8 = suite.make_qkv("bshd", 1, 8, 40, 40, 128, "cpu", seed=1, hk=2)
     assert attention_fwd.selection(*q8).kernel.name == "gfx942"
     q64 = suite.make_qkv("bshd", 1, 8, 40, 40, 64, "cpu", seed=1, hk=2)
-    assert attention_fwd.selection(*q64, window=(-1, 0)).variant.name == "gfx942-rtne-window-dense-d64-bf16-same-plain"
+    assert (attention_fwd.selection(*q64, window=(-1, 0)).variant.name
+            == "gfx942-rtne-window-dense-d64-bf16-same-plain-nodrop")
 
 
 # ---- the gfx942 kernel (D = 128): windows x GQA with the tail split forced off and on ----------------

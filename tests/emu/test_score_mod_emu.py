@@ -57,6 +57,11 @@ def test_backward_packed_fp16(monkeypatch, case):
     sms.check_backward_packed(KERNEL, "cpu", case, dtype=FP)
 
 
+def test_a_models_cap_over_large_scores(monkeypatch):
+    monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
+    sms.check_dense(KERNEL, "cpu", sms.LARGE_CAP, d=128, qk=sms.LARGE_CAP_QK, sq=64, sk=200)
+
+
 def _qkv(b=2, s=33, h=4, d=64, seed=3):
     gen = torch.Generator().manual_seed(seed)
     return [torch.randn(b, s, h, d, generator=gen).to(BF) for _ in range(3)]

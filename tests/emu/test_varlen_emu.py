@@ -57,12 +57,12 @@ def test_packed_calls_select_the_gfx942_kernel(monkeypatch):
     p = vs.to_paged(b, 16)
     sel = attention_fwd.selection_varlen
     assert sel(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q,
-               b.max_k).variant.name == "gfx942-rtne-none-varlen-d128-bf16-same-plain"
+               b.max_k).variant.name == "gfx942-rtne-none-varlen-d128-bf16-same-plain-nodrop"
     assert sel(p.q, p.k, p.v, p.cu_q, p.cu_k, p.max_q, p.max_k, window=(-1, 0),
-               block_table=p.block_table).variant.name == "gfx942-rtne-window-paged-d128-bf16-same-plain"
+               block_table=p.block_table).variant.name == "gfx942-rtne-window-paged-d128-bf16-same-plain-nodrop"
     b64 = vs.make_batch([10, 30], [20, 40], 4, 2, 64, "cpu")
     assert sel(b64.q, b64.k, b64.v, b64.cu_q, b64.cu_k, b64.max_q, b64.max_k).variant.name == \
-        "gfx942-rtne-none-varlen-d64-bf16-same-plain"
+        "gfx942-rtne-none-varlen-d64-bf16-same-plain-nodrop"
 
 
 @pytest.mark.parametrize("lens_q,lens_k,heads,window,mode", ACCURACY, ids=[str(c[3]) + c[4] for c in ACCURACY])

@@ -21,7 +21,8 @@ def facts(kernel: str, compiler: str, v: tuple) -> dict:
     mode, mask, kv, d, dtype = v
     var = manifest.load().variant_for(coreport.OP, kernel, "gfx942", {"round_mode": mode, "mask": mask, "kv": kv,
                                                                       "head_dim": d, "dtype": dtype,
-                                                                      "kv_dtype": "same", "score_mod": "plain"})
+                                                                      "kv_dtype": "same", "score_mod": "plain",
+                                                                      "dropout": "nodrop"})
     req = manifest.load().request(var, dispatch.package_version())
     res = dispatch.lib().build(req.op, req.variant, req.arch, req.kernel_symbol, req.main, req.headers, req.options,
                                compiler=compiler, package_version=req.package_version)

@@ -34,7 +34,7 @@ def internal_layers(q, k, v, out):
     prob = validate.check_inputs(q, k, v, "bshd", "rtne", None)
     _, cus = dispatch.device_facts(q.device)
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": prob.head_dim, "dtype": "bf16",
-            "kv_dtype": "same", "score_mod": "plain"}
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
     args = op.args_block(q, k, v, out, None, "bshd", prob, cus)
     sel = op.selection(q, k, v)
     prog = dispatch.build(sel.variant).program

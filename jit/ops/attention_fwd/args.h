@@ -4,6 +4,7 @@
 #include <cstdint>
 #include "attn_params.h"
 #include "score_mod.h"
+#include "dropout.h"
 #include "op_registry.h"
 
 // X(name, C type, ArgKind, count). Strides are in elements, in (batch, seq, head) order whatever the
@@ -70,7 +71,11 @@
   /* fp32 slope of (sequence or batch b, query head h) at b * strides[0] + h * strides[1] ([Hq]: strides[0] 0).    */ \
   X(softcap, float, F32, 1)                                                                    \
   X(alibi_slopes, const float*, Ptr, 1)                                                        \
-  X(alibi_strides, int64_t, I64, 2)
+  X(alibi_strides, int64_t, I64, 2)                                                            \
+  /* Dropout (the dropout axis, RTC_DROPOUT: dropout.h): dropout_p in [0, 1) (0: off); rng_state int64 [2], the  */ \
+  /* Philox key and counter offset the keep mask is a function of (required with dropout_p > 0).                 */ \
+  X(dropout_p, float, F32, 1)                                                                  \
+  X(rng_state, const void*, Ptr, 1)
 // clang-format on
 
 struct AttentionFwdArgs {
@@ -89,6 +94,9 @@ inline bool masked(const AttentionFwdArgs& a) { return a.window_left != -1 || a.
 inline int score_mod(const AttentionFwdArgs& a) {
   return (a.softcap > 0 ? RTC_SCORE_SOFTCAP : 0) | (a.alibi_slopes ? RTC_SCORE_ALIBI : 0);
 }
+
+// The dropout-axis value (RTC_DROPOUT, dropout.h) the call needs.
+inline int dropout(const AttentionFwdArgs& a) { return a.dropout_p > 0 ? 1 : 0; }
 
 // Bytes of one K / V storage unit (a 16-bit element, or a byte of a quantized cache) and the units of a row of D.
 inline int64_t kv_unit_bytes(const AttentionFwdArgs& a) { return a.kv_dtype == RTC_KV_DTYPE_SAME ? 2 : 1; }

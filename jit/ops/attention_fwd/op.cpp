@@ -202,6 +202,11 @@ void validate_args(const AttentionFwdArgs& args) {
     RTC_CHECK(a->alibi_strides[i] >= 0 && a->alibi_strides[i] <= kMaxSize, RTC_ERR_ARG,
               "alibi_strides[" + std::to_string(i) + "]=" + std::to_string(a->alibi_strides[i]) +
                   " is not accepted; accepted: 0.." + std::to_string(kMaxSize));
+  RTC_CHECK(std::isfinite(a->dropout_p) && a->dropout_p >= 0 && a->dropout_p < 1, RTC_ERR_ARG,
+            "dropout_p=" + std::to_string(a->dropout_p) + " is not accepted; accepted: a float in [0, 1)");
+  RTC_CHECK((a->dropout_p > 0) == (a->rng_state != nullptr), RTC_ERR_ARG,
+            std::string("rng_state is ") + (a->rng_state ? "set" : "null") + " with dropout_p=" +
+                std::to_string(a->dropout_p) + "; accepted: an int64 [2] generator state exactly when dropout_p > 0");
   RTC_CHECK(a->tail_split >= -1, RTC_ERR_ARG,
             "tail_split=" + std::to_string(a->tail_split) + " is not accepted; accepted: -1 (plan), 0 (off), >1");
   RTC_CHECK(a->max_splits >= 0, RTC_ERR_ARG,
@@ -271,6 +276,11 @@ AttnParams fill_params(const AttentionFwdArgs& a) {
   p.alibi_slopes = a.alibi_slopes;
   p.alibi_sb = a.alibi_strides[0];
   p.alibi_sh = a.alibi_strides[1];
+  if (a.dropout_p > 0) {
+    p.rng_state = static_cast<const rtc_i64*>(a.rng_state);
+    p.drop_threshold = rtc_u32(std::llround(double(a.dropout_p) * 65536.0));
+    p.drop_scale = float(1.0 / (1.0 - double(a.dropout_p)));
+  }
   if (kv_mode(a) != RTC_KV_DENSE) {  // validate() bounded these by INT32_MAX
     p.cu_q = static_cast<const int*>(a.cu_seqlens_q);
     p.cu_k = static_cast<const int*>(a.cu_seqlens_k);
@@ -313,6 +323,7 @@ std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
     const int64_t st[3] = {a.alibi_strides[0], a.alibi_strides[1], 0};
     add_view(r, a.alibi_slopes, sizeof(float), a.batch, a.heads, 1, 1, st);
   }
+  if (a.rng_state) r.push_back(rtc_mem_range{a.rng_state, 2 * sizeof(int64_t)});
   const int mode = kv_mode(a);
   const uint64_t lse_rows = mode == RTC_KV_DENSE ? uint64_t(a.batch) * a.seq_q : uint64_t(a.total_q);
   if (a.lse) r.push_back(rtc_mem_range{a.lse, lse_rows * a.heads * sizeof(float)});

@@ -34,6 +34,9 @@ RTC_DEVICE DqRows dq_rows(const BwdParams& bp, const Seq& seq, const Window& w, 
     rw.lo[i] = (int)kr.lo;
     rw.hi[i] = kr.hi < kr.lo ? -1 : (int)kr.hi;
   }
+#if RTC_SCORE_MOD
+  rw.d0 = (float)(acc_col(0, 0) - ((rtc_i64)row0 + acc_row(0) + w.seq_k - w.seq_q));
+#endif
   return rw;
 }
 
@@ -49,7 +52,7 @@ RTC_DEVICE void load_keys(const BwdParams& bp, const Seq& seq, int b, int hk, in
 
 // One step of one warpgroup: its 64 rows (q_rows, do_rows) against the slot's keys.
 RTC_DEVICE void dq_step(float (&dq)[kD / 2], rtc_u32 q_rows, rtc_u32 do_rows, rtc_u32 slot, const DqRows& rw,
-                        float scale_log2, bool cut, int n0) {
+                        float scale_log2, bool cut, int n0, const PairMods& md) {
   float s[kDqKeys / 2], dp[kDqKeys / 2];
   rtc_u32 pd[kDqKeys / 4];
   sm90::wgmma_fence();
@@ -59,7 +62,10 @@ RTC_DEVICE void dq_step(float (&dq)[kD / 2], rtc_u32 q_rows, rtc_u32 do_rows, rt
   sm90::wgmma_wait<0>();
   sm90::fence_regs(s);
   sm90::fence_regs(dp);
-  dq_ds<kDqKeys>(s, dp, pd, rw, scale_log2, cut, n0);
+  if constexpr (RTC_SCORE_MOD != 0)
+    dq_ds_mod<kDqKeys>(s, dp, pd, rw, scale_log2, cut, n0, md);
+  else
+    dq_ds<kDqKeys>(s, dp, pd, rw, scale_log2, cut, n0);
   sm90::wgmma_fence();
   issue_rs<kD, kDqKeys>(dq, pd, slot, block_stride(kDqKeys));
   sm90::wgmma_commit();
@@ -90,6 +96,7 @@ RTC_DEVICE void dq_stage(const BwdParams& bp, rtc_u32 base) {
   if (sp.begin < sp.end) load_keys(bp, seq, b, hk, sp.begin, slots);
   ring.filled(0);  // Q and dO land with the first key block
   const DqRows rw = dq_rows(bp, seq, w, h, m0 + 64 * wg);
+  const PairMods md = PairMods::of(a, b, h);
   float dq[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dq[i] = 0.0f;
@@ -104,7 +111,7 @@ RTC_DEVICE void dq_stage(const BwdParams& bp, rtc_u32 base) {
     ring.wait(s);
     const bool cut = n < sp.full_begin || n >= sp.full_end;
     dq_step(dq, q_tile + 64 * wg * 128, do_tile + 64 * wg * 128, slots + (s & 1) * 2 * kKeyTile, rw, view.scale_log2,
-            cut, n * kDqKeys);
+            cut, n * kDqKeys, md);
     ring.release(s);
   }
   const int row0 = 64 * wg;

@@ -3,12 +3,14 @@
 // packing as the next GEMM's A operand (a pair of adjacent columns a 32-bit word: word n = columns of acc[2n],
 // acc[2n + 1]), and the stores of the gradients. The rules are bwd_common.h's (pair_p_ds): P = exp2(s scale log2(e) -
 // LSE log2(e)) rounded to the element type for dV, dS = P (dP - delta) (from P unrounded) rounded for dK and dQ; a pair
-// no row sees has P = dS = 0.
+// no row sees has P = dS = 0. With score modifications (RTC_SCORE_MOD: the soft cap, ALiBi; score_mod_sm90.h) P is of
+// the modified score and dS takes the cap's derivative before its rounding (pair_p_ds_mod_bits).
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
 #include "bwd_common.h"
 #include "ptx_sm90.h"
+#include "score_mod_sm90.h"
 #include "sm90/tiles.h"
 
 namespace bwd90 {
@@ -33,6 +35,47 @@ template <int R> RTC_DEVICE void pack_acc(const float (&x)[R], rtc_u32 (&w)[R / 
   for (int n = 0; n < R / 2; ++n) w[n] = pack_raw(x[2 * n], x[2 * n + 1]);
 }
 
+// ---- score modifications (RTC_SCORE_MOD) ----
+
+// What P is formed from (score_mod_sm90.h): t at scale 1 with a soft cap; else the raw score, or s' with ALiBi alone.
+enum : bool { kScoreT = sm90::score_mod_t(false) };  // enumerators: no global in the code object
+
+// The modifications of one query head's pairs (empty for a plain variant): the soft cap's constants and the head's
+// ALiBi factor.
+struct PairMods {
+#if RTC_SCORE_MOD
+  sm90::Softcap cap;
+  float alibi_k;
+#endif
+  RTC_DEVICE static PairMods of(const AttnParams& a, int b, int h) {
+    PairMods m;
+#if RTC_SCORE_MOD
+    m.cap = sm90::Softcap::of(a);
+    m.alibi_k = RTC_ALIBI ? sm90::alibi_factor(sm90::alibi_slope(a, b, h), a.scale, kScoreT) : 0.f;
+#endif
+    return m;
+  }
+};
+// The backward's soft cap takes the SFU's reciprocal (score_mod_sm90.h), in passes over a fragment with R kept in the
+// score's register (cap_r, then cap_t and the derivative from it): the backward's five GEMMs a pair leave the SFU
+// room (the forward's two do not), and its registers (all but a few held by accumulators) no room for the FP32 pipe's
+// longer chain or for chains of the whole fragment interleaved.
+template <int N> RTC_DEVICE void cap_r(float (&s)[N], const PairMods& m) {
+#if RTC_SCORE_MOD
+#pragma unroll
+  for (int e = 0; e < N; ++e) s[e] = m.cap.r_sfu(s[e]);
+#endif
+}
+// What P is formed from: t of the kept R (a soft cap) or the raw score (ALiBi alone), then ALiBi's term at key - diag
+// = dist (as a float).
+RTC_DEVICE float cap_t(float x, const PairMods& m, float dist) {
+#if RTC_SCORE_MOD
+  if (RTC_SOFTCAP) x = m.cap.t_of(x);
+  if (RTC_ALIBI) x = fmaf(fabsf(dist), m.alibi_k, x);
+#endif
+  return x;
+}
+
 // ---- DKDV: S^T and dP^T, keys x rows (64 x 64): a column is a query row, its LSE and delta in shared memory ----
 
 // The window of a step cut by its edge: row (column) m0 + col sees key k0 + row when inside its key range.
@@ -54,6 +97,35 @@ RTC_DEVICE void kv_cols(float (&v)[16], rtc_u32 vec) {
     sm90::ld_shared_v2_u32(x0, x1, vec + acc_col(j, 0) * 4);
     v[2 * j] = rtc_bits_f32(x0);
     v[2 * j + 1] = rtc_bits_f32(x1);
+  }
+}
+
+// With score modifications: s (S^T) becomes P^T of the modified scores, times the cap's derivative (the factor dS takes
+// from kv_ds); pp P^T's elements packed (pair by pair, so that the derivative needs no register array); lse_vec: the
+// step's LSE vector in shared memory. The distance key - diag of element (j, i, c): key k0 + acc_row(i), query row
+// m0 + acc_col(j, c).
+RTC_DEVICE void kv_p_mod(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse_vec, float scale_log2, bool cut,
+                         const KvCut& kc, const PairMods& md) {
+  const float c_p = kScoreT ? 1.f : scale_log2;
+  const float base = (float)((rtc_i64)kc.k0 + acc_row(0) - kc.m0 - acc_col(0, 0) - kc.w.seq_k + kc.w.seq_q);
+  if (RTC_SOFTCAP) cap_r(s, md);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    rtc_u32 x0, x1;  // the columns' LSE read here, not held from before the wait (kv_cols): 16 registers fewer
+    sm90::ld_shared_v2_u32(x0, x1, lse_vec + acc_col(j, 0) * 4);
+    const float lse2[2] = {lse_log2(rtc_bits_f32(x0)), lse_log2(rtc_bits_f32(x1))};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float pe[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float& x = s[4 * j + 2 * i + c];
+        pe[c] = sm90::ex2(fmaf(cap_t(x, md, base + (float)(8 * i - 8 * j - c)), c_p, -lse2[c]));
+        if (RTC_MASK && cut && !kc.seen(acc_col(j, c), acc_row(i))) pe[c] = 0.0f;
+        x = RTC_SOFTCAP ? pe[c] * sm90::Softcap::dt_of(x) : pe[c];
+      }
+      pp[2 * j + i] = pack_raw(pe[0], pe[1]);
+    }
   }
 }
 
@@ -92,6 +164,9 @@ RTC_DEVICE void kv_ds(const float (&p)[32], float (&dp)[32], rtc_u32 (&pd)[16], 
 struct DqRows {
   float lse2[2], delta[2];  // log2-domain LSE (+inf: a row past the sequence or seeing no key), delta
   int lo[2], hi[2];  // each row's keys (key_range: the sequence's keys, and the window under RTC_MASK)
+#if RTC_SCORE_MOD
+  float d0;  // key - diag of the first row at the fragment's first column of key 0 (the second row's diag: 8 more)
+#endif
 };
 
 // s (S) becomes P (unrounded, 0 outside each row's keys when the block is cut), dp (dP) dS, packed into pd.
@@ -113,6 +188,35 @@ RTC_DEVICE void dq_ds(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)[kN 
         dp[e] = p * (dp[e] - rw.delta[i]);
       }
   pack_acc(dp, pd);
+}
+
+// The same with score modifications: P of the modified scores, dS = (P (dP - delta)) times the cap's derivative.
+template <int kN>
+RTC_DEVICE void dq_ds_mod(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)[kN / 4], const DqRows& rw,
+                          float scale_log2, bool cut, int n0, const PairMods& md) {
+#if RTC_SCORE_MOD
+  const float c_p = kScoreT ? 1.f : scale_log2, base = (float)n0 + rw.d0;
+  if (RTC_SOFTCAP) {
+    cap_r(s, md);
+#pragma unroll
+    for (int e = 0; e < kN / 2; ++e) dp[e] = (dp[e] - rw.delta[(e / 2) % 2]) * sm90::Softcap::dt_of(s[e]);
+  }
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int e = 4 * j + 2 * i + c;
+        float p = sm90::ex2(fmaf(cap_t(s[e], md, base + (float)(8 * j + c - 8 * i)), c_p, -rw.lse2[i]));
+        if (cut) {
+          const int key = n0 + acc_col(j, c);
+          if (key < rw.lo[i] || key > rw.hi[i]) p = 0.0f;
+        }
+        dp[e] = RTC_SOFTCAP ? p * dp[e] : p * (dp[e] - rw.delta[i]);
+      }
+  pack_acc(dp, pd);
+#endif
 }
 
 // ---- stores: an accumulator of kN columns times `scale`, rounded to the element type, at rows below `valid` and

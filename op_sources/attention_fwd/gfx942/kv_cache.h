@@ -79,7 +79,11 @@ RTC_DEVICE void expand_rows(const Gfx942Params& p, rtc_u32* vt_rows, const Seq& 
     else
       buffer_store_dwordx4(kx, (rtc_u32)((row * kBucket + col) * 2), 0u, e);
   }
-#if RTC_KV_FP4
+#if RTC_KV_FP4 && RTC_SCORE_MOD
+  // The key's score factor: its scale alone; the score modifications scale the dequantized score (score_mod.h).
+  if (!kV && lane < 16)
+    global_store((float*)((char*)p.workspace + key_scale_offset(p, out_block)) + row, gdec::key_scale(r));
+#elif RTC_KV_FP4
   // The key's score factor: its scale times the softmax scale (scale_log2), exact (a power of two times it).
   if (!kV && lane < 16)
     global_store((float*)((char*)p.workspace + key_scale_offset(p, out_block)) + row,

@@ -12,6 +12,7 @@
 #include "gfx942/sequences.h"
 #include "gfx942/scheduler.h"
 #include "gfx942/kv_cache.h"
+#include "gfx942/score_mods.h"
 
 namespace g942 {
 
@@ -208,23 +209,31 @@ struct KvWalk {
   rtc_i64 k_ss;
   int kb0, nblk, seq_k;
   rtc_u32 dbytes;  // 2 x the call's head dim: the bytes of a K row the DMAs read
-  float c;  // softmax scale in log2 units (FP8: times k_descale)
+  float c;  // softmax scale in log2 units (FP8: times k_descale); score modifications: FP8's k_descale, or 1
   int wave, lane, xaddr;
   bool group_b;
-  // RTC_MASK: this lane's first row's diagonal key (row + Sk - Sq; tile g adds 16g) and the window.
+  // RTC_MASK, ALiBi: this lane's first row's diagonal key (row + Sk - Sq; tile g adds 16g) and the window.
   int diag0, left, right;
 #if RTC_KV_FP4
   KeyFactors key_factors;  // the item's keys' score factors (gfx942/kv_cache.h)
 #endif
+#if RTC_SCORE_MOD
+  ModParams mods;          // the softmax scale and the soft cap's constants (score_mod.h)
+  float slope_log2;        // the item's ALiBi slope (its (sequence, head)), log2 domain
+#endif
 };
+// Where the score modifications' loop constants live: SGPRs at 96 to 192 (the window variants sit near 256 VGPRs), VGPRs
+// at 64 and 256, where gfx950's attention stage has no SGPR to spare (its FP4 and FP8 window variants kept a private
+// segment) and VGPRs to spare.
+constexpr bool kModsInVgprs = kBucket == 64 || kBucket == 256;
 
 // The window of tile g's row of this lane, as key bounds [lo, hi] (hi <= Sk - 1; empty: lo > hi).
 RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
-#if GFX942_K_FROM_CACHE
+#if GFX942_K_FROM_CACHE && !RTC_SCORE_MOD
   const rtc_i64 diag = (rtc_i64)kw.diag0 + 16 * g;  // 64-bit: a window of up to 2^31 - 1 keys
 #else
-  // Widened here, per masked block: a quantized variant's compile hoisted the 64-bit row out of the window's first
-  // loop and, at 256 VGPRs, spilled it.
+  // Widened here, per masked block: a quantized variant's compile (and a score-modified one's) hoisted the 64-bit
+  // row out of the window's first loop and, at 256 VGPRs, spilled it.
   int diag0 = kw.diag0;
   reg_fence(diag0);
   const rtc_i64 diag = (rtc_i64)diag0 + 16 * g;
@@ -242,21 +251,49 @@ template <bool kLast, bool kMasked = false>
 RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& sm, int k) {
   const int kb = kw.kb0 + k, valid = kw.seq_k - kb * GFX942_KV_ROWS;
 #if RTC_KV_FP4
-  // FP4: the keys' scales with the softmax scale, per score (gfx942/kv_cache.h); FP8's descale is in kw.c.
+  // FP4: the keys' scales with the softmax scale (score modifications: alone), per score (gfx942/kv_cache.h); FP8's
+  // descale is in kw.c.
   const KeyScales c = key_scales(kw.key_factors, kb, kw.lane >> 4);
 #else
   const float c = kw.c;
 #endif
+#if RTC_SCORE_MOD
+  // The distance of this lane's first key of the block from its first row's diagonal, and the modifications'
+  // constants, from fenced values: what they give is derived per step, not hoisted out of the loop and held (the 128
+  // and 192 window variants sit at 256 VGPRs; the FP4 ones spilled).
+  KvWalk fenced = kw;
+  reg_fence(fenced.lane);
+  reg_fence(fenced.diag0);
+  const KvWalk& kt = fenced;  // the tiles' constants: the window's key indices too come from the fenced lane
+  const AttnParams mods = step_mod_params<kModsInVgprs>(kw.mods);
+  const int dist0 = key_distance(kb * GFX942_KV_ROWS + 4 * (kt.lane >> 4), kt.diag0);
+  // Every tile's scores dequantized first (a quantized cache's factors; fenced there, so that FP4's 16 VGPRs of them
+  // are dead before the first tile's modifications); the modifications take the dequantized score (score_mod.h).
+#pragma unroll
+  for (int g = 0; g < kTilesPerWave; ++g)
+#pragma unroll
+    for (int sub = 0; sub < kSub; ++sub) {
+      a.s[g][sub] *= score_scale(c, sub);
+      if (RTC_KV_FP4) reg_fence(a.s[g][sub]);
+    }
+#else
+  const KvWalk& kt = kw;
+#endif
 #pragma unroll
   for (int g = 0; g < kTilesPerWave; ++g) {
+#if RTC_SCORE_MOD
+    // The tile's modified scores (gfx942/score_mods.h), before the softmax masks them: tile g's row is 16 g past the
+    // lane's first.
+    modify_scores(a.s[g], mods, kw.slope_log2, dist0 - 16 * g);
+#endif
     if (kMasked) {
       int lo, hi;
       row_keys(kw, g, lo, hi);
       const int key0 = kb * GFX942_KV_ROWS;
-      softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], c, kw.lane >> 4, valid, kw.xaddr, lo - key0,
-                                hi - key0);
+      softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], softmax_scale_of(c), kt.lane >> 4, valid,
+                                kw.xaddr, lo - key0, hi - key0);
     } else {
-      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], c, kw.lane >> 4, valid, kw.xaddr);
+      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], softmax_scale_of(c), kt.lane >> 4, valid, kw.xaddr);
     }
   }
   // Group A: one dword per 64-byte line of V^T(k), 64 lines per wave and round (the block is a multiple of

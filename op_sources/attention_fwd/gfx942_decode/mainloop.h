@@ -16,6 +16,7 @@
 #include "isa_gfx942.h"
 #include "gfx942/tiles.h"
 #include "gfx942/sequences.h"
+#include "gfx942/score_mods.h"
 #include "gfx942_decode/params.h"
 #include "gfx942_decode/scheduler.h"
 #include "gfx942_decode/mask.h"
@@ -239,6 +240,13 @@ constexpr int kAhead = decode_ahead(RTC_KV_DTYPE);  // steps in flight (params.h
 struct LoopState {
   rtc_f32x4 o[kHdTiles];  // O^T[column 16 t + 4 quad + i][row lane % 16], unnormalised
   float m, l;             // running max (log2 units, scale folded in) and this lane's share of the row's sum
+#if RTC_SCORE_MOD
+  // The score modifications' constants (gfx942/score_mods.h), this lane's row's ALiBi slope (its q head's, log2
+  // domain) and its diagonal key (i + Sk - Sq of its sequence).
+  g942::ModParams mods;
+  float slope_log2;
+  int diag;
+#endif
 };
 
 // One KV step kb of the item from its registers r: S^T from the K registers, the softmax, then PV sub-tile by
@@ -275,7 +283,16 @@ RTC_DEVICE void kv_step(Smem& sm, const KvRows& kr, const KvRows& vr, const QOpe
 #pragma unroll
   for (int s = 0; s < kSub; ++s) load_rows(kr, next + 16 * s, pg.id[s], lane, d, r.k[s]);
   Frag pf[kSub];
-  softmax_step(sc, st.o, pf, st.m, st.l, c, quad, key0, lo, hi, xaddr);
+#if RTC_SCORE_MOD
+  // The modified scores (of the dequantized ones), before the softmax masks them; from fenced values, so that what
+  // they give is derived per step, not held across the loop.
+  int diag = st.diag, lane_f = lane;
+  reg_fence(diag);
+  reg_fence(lane_f);
+  g942::modify_scores(sc, g942::step_mod_params(st.mods), st.slope_log2,
+                      g942::key_distance(key0 + 4 * (lane_f >> 4), diag));
+#endif
+  softmax_step(sc, st.o, pf, st.m, st.l, g942::softmax_scale_of(c), quad, key0, lo, hi, xaddr);
 #pragma unroll
   for (int s = 0; s < kSub; ++s) pv_sub(sm, r.v[s], pf[s], st.o, lane, vr, next + 16 * s, pg.id[s], d);
 }

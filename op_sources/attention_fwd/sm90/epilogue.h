@@ -20,8 +20,10 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
                            const KeyWindow& keys) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const AttnParams& a = p.a;
-  // FP8 cache: the tile's scales carry k_descale (sm90/scheduler.h), and O = (sum p v) v_descale / l.
-  const float scale = RTC_KV_FP8 ? t.view.scale : a.scale, scale_log2 = RTC_KV_FP8 ? t.view.scale_log2 : a.scale_log2;
+  // FP8 cache: the tile's scales carry k_descale (sm90/scheduler.h), and O = (sum p v) v_descale / l. The row max is of
+  // the softmax's scores (sm90/mask.h: t where a score modification makes them so).
+  const AttnParams& sa = RTC_KV_FP8 ? t.view : a;
+  const float scale = lse_scale(sa), scale_log2 = softmax_scale_log2(sa);
   const float v_scale = RTC_KV_FP8 ? kv_descale(a.v_descale, a.vd_sb, a.vd_sh, t.batch, kv_head(a, t.head)) : 1.f;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {

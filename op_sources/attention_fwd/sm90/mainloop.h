@@ -47,15 +47,16 @@ struct ConsumerRegs {
   RowState st;
 };
 
-// S_n = Q K^T finished: free K_n (and Q after the last block), mask it where block n is cut by the
-// window (RTC_MASK) or is the partial last block, then softmax in place.
+// S_n = Q K^T finished: free K_n (and Q after the last block), modify its scores (RTC_SCORE_MOD), mask it where
+// block n is cut by the window (RTC_MASK) or is the partial last block, then softmax in place.
 template <class Mid = NoMid>
 RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, int q_slot, bool last,
-                            int last_valid, float c, const AttnParams& a, const WindowMask& wm, int n,
-                            const Mid& mid = Mid()) {
+                            int last_valid, float c, const AttnParams& a, const WindowMask& wm, const TileMods& md,
+                            int n, const Mid& mid = Mid()) {
   fence_regs(r.s);
   release(sm.bars.k_empty(ps.stage()));
   if (last) release(sm.bars.q_empty(q_slot));
+  if constexpr (RTC_SCORE_MOD != 0) modify_scores(r.s, md, n * kN, a);
   if (RTC_MASK) {
     if (wm.cuts(n)) mask_window(r.s, wm.rows, n * kN);
   } else if (last && last_valid < kN) {
@@ -72,9 +73,10 @@ struct TileLoop {
   PipeState& ps;     // the K/V ring slot of the next block; the block whose P V is next sits in ps.before()
   int own_bar;       // this warpgroup's turn barrier; the next one's is derived (next_bar), not held
   int n_blocks, last_valid;
-  float c;
+  float c;           // the softmax's scale (softmax_scale_log2)
   int never;         // 0 at run time, from a field ptxas cannot evaluate: pins the P V wait (wgmma_wait_pinned)
   WindowMask wm;     // read only when RTC_MASK
+  TileMods md;       // the score modifications (empty when plain)
   RTC_DEVICE int next_bar() const { return next_turn_bar(own_bar); }
 };
 
@@ -95,7 +97,8 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
   turn_pass(L.next_bar());
   wgmma_wait<1>();
   const int never = L.never;
-  scores_done(sm, r, L.ps, L.q_slot, last, L.last_valid, L.c, a, L.wm, n, [never] { wgmma_wait_pinned<0>(never); });
+  scores_done(sm, r, L.ps, L.q_slot, last, L.last_valid, L.c, a, L.wm, L.md, n,
+              [never] { wgmma_wait_pinned<0>(never); });
   fence_regs(r.o);
   fence_regs(r.pk);  // keeps P_{n-1}'s registers apart from P_n's until its GEMM is done
   release(sm.bars.v_empty(pv.stage()));

@@ -9,6 +9,7 @@
 #include "ptx_sm90.h"
 #include "sm90/pipeline.h"
 #include "sm90/expand.h"
+#include "score_mod.h"  // RTC_SOFTCAP
 
 namespace sm90 {
 
@@ -111,6 +112,7 @@ RTC_DEVICE Tile decode_tile(const Sm90AttnParams& p, const SmemTiles& sm, int t)
     const float kd = fabsf(k_descale_of(p.a, r.batch, kv_head(p.a, r.head)));
     r.view.scale *= kd;
     r.view.scale_log2 *= kd;
+    if (RTC_SOFTCAP) r.view.softcap_exp2 *= kd;  // the cap is of the dequantized score (score_mod_sm90.h)
   }
   return r;
 }

@@ -125,7 +125,7 @@ template <int P>
 RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& seq, const RowKeys& rk,
                           const RowSumOf<P>& acc, int sub, int x0) {
   if (rk.i < 0) return;
-  const float l = sm90::final_row_sum(acc.l, acc.m, p.scale_log2);
+  const float l = sm90::final_row_sum(acc.l, acc.m, softmax_scale_log2(p));
   const bool empty = l == 0.f;
   const float inv = empty ? 0.f : 1.f / l;
   const sm90::ZeroSumRow blank = sm90::ZeroSumRow::of(rk.lo <= rk.hi);
@@ -139,7 +139,7 @@ RTC_DEVICE void write_row(const Sm90DecodeParams& p, const Work& w, const Seq& s
           empty ? blank.o : sm90::pack2(acc.o[2 * x] * inv, acc.o[2 * x + 1] * inv);
   }
   if (p.lse != nullptr && sub == 0 && x0 == 0)
-    p.lse[seq.lse_off + (rtc_i64)h * seq.lse_head_stride + rk.i] = empty ? blank.lse : acc.m * p.scale + logf(l);
+    p.lse[seq.lse_off + (rtc_i64)h * seq.lse_head_stride + rk.i] = empty ? blank.lse : acc.m * lse_scale(p) + logf(l);
 }
 
 // The merge of one item's parts for row tile rt, thread t's row and the column pairs x0 .. x0 + kMergePairs - 1 of
@@ -172,7 +172,7 @@ RTC_DEVICE void merge_parts(const Sm90DecodeParams& p, rtc_i64 item, int rt, int
       }
     }
 #pragma unroll
-    for (int g = 0; g < kMergeBatch; ++g) acc.add(mv[g], lv[g], ov[g], p.scale_log2);
+    for (int g = 0; g < kMergeBatch; ++g) acc.add(mv[g], lv[g], ov[g], softmax_scale_log2(p));
   }
 }
 

@@ -204,11 +204,12 @@ RTC_DEVICE void row_scales(float (&ks)[4 * NB], float (&vs)[4 * NB], const Smem&
 }
 
 // One step of a warp over NB of its blocks of the stage n in `slot`: S (an FP8 cache's k_descale on each score, an FP4
-// cache's K scale on its key's), the mask where the stage needs it, the softmax, P V (FP4: p times its V scale).
+// cache's K scale on its key's), the score modifications (RTC_SCORE_MOD), the mask where the stage needs it, the
+// softmax, P V (FP4: p times its V scale).
 template <int NB>
 RTC_DEVICE void step(const Sm90DecodeParams& p, const Smem& sm, const rtc_u32 (&qf)[kQInRegs ? kKSteps : 1][4],
-                     const RowKeys (&rk)[2], WarpState& st, const Role& role, int slot, int n, bool edge,
-                     const Blocks<NB>& bl, float k_descale, int lane) {
+                     const RowKeys (&rk)[2], const RowMods& md, WarpState& st, const Role& role, int slot, int n,
+                     bool edge, const Blocks<NB>& bl, float k_descale, int lane) {
   float s[8 * NB], ks[kKvFp4 ? 4 * NB : 1], vs[kKvFp4 ? 4 * NB : 1];
   if (kKvFp4)
     row_scales<NB>(*reinterpret_cast<float(*)[4 * NB]>(ks), *reinterpret_cast<float(*)[4 * NB]>(vs), sm, slot, bl,
@@ -220,11 +221,15 @@ RTC_DEVICE void step(const Sm90DecodeParams& p, const Smem& sm, const rtc_u32 (&
   if (kKvFp4)  // s[8 nb + 4 j + 2 i + c]: key 8 j + 2t + c of block nb
 #pragma unroll
     for (int x = 0; x < 8 * NB; ++x) s[x] *= ks[kKvFp4 ? 4 * (x / 8) + 2 * ((x / 4) % 2) + x % 2 : 0];
+  if constexpr (RTC_SCORE_MOD != 0)
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+      modify_scores(*reinterpret_cast<float(*)[8]>(s + 8 * nb), md, n * kStageKeys + 16 * bl.block(nb));
   if (edge)
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
       mask_scores(*reinterpret_cast<float(*)[8]>(s + 8 * nb), rk, (rtc_i64)n * kStageKeys + 16 * bl.block(nb), lane);
-  softmax<NB>(s, st, p.scale_log2);
+  softmax<NB>(s, st, softmax_scale_log2(p));
   accumulate<NB>(s, vs, st, sm, slot, bl, role.ch, lane);
 }
 
@@ -253,6 +258,7 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
   // An FP8 cache's descales of the item's (sequence, K/V head): K's on the scores, V's on O at the end.
   const float kd = kKvFp8 ? kv_descale(p.k_descale, p.kd_sb, p.kd_sh, w.b, w.hk) : 1.f;
   const float vd = kKvFp8 ? kv_descale(p.v_descale, p.vd_sb, p.vd_sh, w.b, w.hk) : 1.f;
+  const RowMods md = RowMods::of(p, w, seq, rk, lane);
   sm90::cp_async_wait_all();  // this thread's Q pieces (the loop's first barrier publishes everyone's)
   rtc_u32 qf[kQInRegs ? kKSteps : 1][4];
   for (int n = w.kb0; n < w.kb1; ++n) {
@@ -273,12 +279,13 @@ RTC_DEVICE void kv_loop(const Sm90DecodeParams& p, const Work& w, const Seq& seq
     if (kJoint > 1 && blocks >= kJoint) {
 #pragma unroll 1
       for (int x = 0; x < blocks; x += kJoint)
-        step<kJoint>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<kJoint>{role.kg + x * role.groups, role.groups}, kd,
-                     lane);
+        step<kJoint>(p, sm, qf, rk, md, st, role, slot, n, edge, Blocks<kJoint>{role.kg + x * role.groups, role.groups},
+                     kd, lane);
     } else {
 #pragma unroll 1
       for (int x = 0; x < blocks; ++x)
-        step<1>(p, sm, qf, rk, st, role, slot, n, edge, Blocks<1>{role.kg + x * role.groups, role.groups}, kd, lane);
+        step<1>(p, sm, qf, rk, md, st, role, slot, n, edge, Blocks<1>{role.kg + x * role.groups, role.groups}, kd,
+                lane);
     }
     // The slot of stage `ahead` was freed by this stage's barrier; the next barrier publishes its scales.
     if (kKvScales && ahead < w.kb1) sg.store(sm, (slot + kStages - 1) % kStages, tid);

@@ -330,7 +330,7 @@ def build(arch: str, mode: str, mask: str = "none", kv: str = "dense", head_dim:
     from ..runtime import dispatch, manifest
     v = manifest.load().variant_for(op, kernel, arch, {"round_mode": mode, "mask": mask, "kv": kv,
                                                        "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype,
-         "score_mod": "plain"})
+         "score_mod": "plain", "dropout": "nodrop"})
     return dispatch.build(v)
 
 
@@ -443,7 +443,7 @@ def variants(kv: str = "dense", head_dims=None, dtype: str = "bf16", kernel: str
                 for mask in axis_values("mask"):
                     for mode in axis_values("round_mode"):
                         combo = {"round_mode": mode, "mask": mask, "kv": k, "dtype": t, "kv_dtype": "same",
-                                 "score_mod": "plain"}
+                                 "score_mod": "plain", "dropout": "nodrop"}
                         if spec.exclusion(combo) is None:
                             out.append((mode, mask, k, d, t))
     return out

@@ -14,7 +14,16 @@ import math
 
 import torch
 
-from ..attention_fwd.reference import _kv_heads, default_scale, from_bhsd, round_to, score_mod, to_bhsd, visible
+from ..attention_fwd.reference import (
+    _kv_heads,
+    default_scale,
+    dropout_factor,
+    from_bhsd,
+    round_to,
+    score_mod,
+    to_bhsd,
+    visible,
+)
 
 
 def _group_sum(g: torch.Tensor, heads_k: int) -> torch.Tensor:
@@ -24,17 +33,19 @@ def _group_sum(g: torch.Tensor, heads_k: int) -> torch.Tensor:
 
 
 def grads_fp64(q, k, v, dout, layout: str = "bshd", softmax_scale: float | None = None, window=(-1, -1), dlse=None,
-               softcap: float = 0.0, alibi_slopes=None):
+               softcap: float = 0.0, alibi_slopes=None, dropout_p: float = 0.0, rng_state=None, first_b: int = 0):
     """(dq, dk, dv) in float64 (in `layout`) of O = softmax(scale Q K^T) V for the gradient dout of O, and dlse
     ([B, H, Sq]) of the LSE when given; rows that see no key have O = 0, LSE -inf and no gradient. softcap /
-    alibi_slopes: the forward's score modifications (score_mod)."""
+    alibi_slopes: the forward's score modifications (score_mod); dropout_p / rng_state its dropout (O = (P Z) V,
+    dropout_factor)."""
     qd, kd, vd = (to_bhsd(t, layout).detach().to(torch.float64).requires_grad_() for t in (q, k, v))
     kk, vv = (_kv_heads(t, qd.shape[1]) for t in (kd, vd))
     keep = visible(qd.shape[2], kd.shape[2], window, qd.device)
     s = score_mod(qd @ kk.transpose(-1, -2) * default_scale(q.shape[-1], softmax_scale), softcap,
                   alibi_slopes).masked_fill(~keep, -math.inf)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that sees no key: 0
-    loss = (p @ vv * to_bhsd(dout, layout).to(torch.float64)).sum()
+    z = dropout_factor(dropout_p, rng_state, tuple(s.shape), first_b)
+    loss = ((p if z is None else p * z) @ vv * to_bhsd(dout, layout).to(torch.float64)).sum()
     if dlse is not None:
         seen = keep.any(-1).expand(s.shape[:-1])
         lse = torch.logsumexp(s.masked_fill(~seen[..., None], 0.0), dim=-1)  # no gradient through an empty row
@@ -44,7 +55,8 @@ def grads_fp64(q, k, v, dout, layout: str = "bshd", softmax_scale: float | None 
 
 
 def grads_r(q, k, v, out, lse, dout, layout: str, round_mode: str, softmax_scale: float | None = None,
-            window=(-1, -1), dlse=None, softcap: float = 0.0, alibi_slopes=None):
+            window=(-1, -1), dlse=None, softcap: float = 0.0, alibi_slopes=None, dropout_p: float = 0.0,
+            rng_state=None, first_b: int = 0):
     """(dq, dk, dv) in q's dtype (in `layout`) by the kernels' algorithm in fp32 (the module's docstring); out and
     lse are the forward's (lse [B, H, Sq], natural log). With a soft cap, dS is taken through its derivative
     1 - tanh^2 before its rounding."""
@@ -64,13 +76,15 @@ def grads_r(q, k, v, out, lse, dout, layout: str, round_mode: str, softmax_scale
     if dlse is not None:
         delta = delta - dlse.to(f32)[..., None]
     dp = dof @ vv.transpose(-1, -2)
-    ds = torch.where(seen, p * (dp - delta), torch.zeros((), dtype=f32))
+    z = dropout_factor(dropout_p, rng_state, tuple(s.shape), first_b, f32)
+    pz, dpz = (p, dp) if z is None else (p * z, dp * z)
+    ds = torch.where(seen, p * (dpz - delta), torch.zeros((), dtype=f32))
     if softcap:
         ds = ds * (1 - torch.tanh(s * scale / softcap) ** 2)
 
     def rounded(x):
         return round_to(x, q.dtype, round_mode).to(f32)
-    pb, dsb = rounded(p), rounded(ds)
+    pb, dsb = rounded(pz), rounded(ds)
     dq = (dsb @ kk) * scale
     dk = _group_sum(dsb.transpose(-1, -2) @ qf, heads_k) * scale
     dv = _group_sum(pb.transpose(-1, -2) @ dof, heads_k)

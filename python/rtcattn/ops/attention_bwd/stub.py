@@ -15,7 +15,7 @@ import torch
 
 from .. import checks, schema
 from ..attention_fwd import validate as fwd_validate
-from ..attention_fwd.stub import _pad as pad_head_dim, _strides, score_fields
+from ..attention_fwd.stub import _pad as pad_head_dim, _strides, dropout_fields, score_fields
 from . import OP, validate
 
 _LIB = torch.library.Library("rtcattn", "FRAGMENT")  # kept alive: the ops live as long as this object
@@ -25,7 +25,8 @@ def _call(q: torch.Tensor, round_mode: str, problem, kv: str) -> dict:
     """The call's value on each axis of the manifest (fp16 rounds to nearest even whatever the mode)."""
     dtype = fwd_validate.DTYPE_AXIS[q.dtype]
     return {"round_mode": round_mode if dtype == "bf16" else "rtne", "mask": "window" if problem.masked else "none",
-            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype, "score_mod": problem.score.axis}
+            "kv": kv, "head_dim": problem.head_dim, "dtype": dtype, "score_mod": problem.score.axis,
+            "dropout": problem.dropout.axis}
 
 
 def _grad_fields(dout, dlse, dq, dk, dv, strides, deterministic: bool) -> dict:
@@ -38,7 +39,7 @@ def _grad_fields(dout, dlse, dq, dk, dv, strides, deterministic: bool) -> dict:
 def _sizes(problem) -> dict:
     return dict(heads=problem.heads, head_dim=problem.head_dim, heads_k=problem.heads_k or problem.heads,
                 window_left=problem.window[0], window_right=problem.window[1], softmax_scale=problem.scale,
-                **score_fields(problem.score))
+                **score_fields(problem.score), **dropout_fields(problem.dropout))
 
 
 def args_block(dout, q, k, v, out, lse, dlse, dq, dk, dv, layout: str, problem, deterministic: bool):
@@ -72,23 +73,26 @@ def _run(q, args, call) -> None:
 
 
 def selection(dout, q, k, v, out, lse, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
-              window=(-1, -1), score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD):
+              window=(-1, -1), score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD,
+              dropout: fwd_validate.Dropout = fwd_validate.NO_DROPOUT):
     """The kernel and variant a dense backward call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
-    problem = fwd_validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window, score=score)
+    problem = fwd_validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window, score=score,
+                                        dropout=dropout)
     d = fwd_validate.padded_head_dim(problem.head_dim)
     if d != problem.head_dim:
         t = [pad_head_dim(x, d) for x in (dout, q, k, v, out)]
-        return selection(*t, lse, layout, round_mode, problem.scale, window, score)
+        return selection(*t, lse, layout, round_mode, problem.scale, window, score, dropout)
     args = args_block(dout, q, k, v, out, lse, None, q, k, v, layout, problem, True)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
 
 
 def _dense(dout, q, k, v, out, lse, layout, round_mode, softmax_scale, window, deterministic, dlse, fake: bool,
-           score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD):
+           score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD,
+           dropout: fwd_validate.Dropout = fwd_validate.NO_DROPOUT):
     """(dq, dk, dv) of a dense call; the gradients have q's, k's and v's shapes (contiguous)."""
     problem = fwd_validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, None, checks.check_window(window),
-                                        score)
+                                        score, dropout)
     b, s, h, _ = fwd_validate.shape_of(q, layout)
     validate.check_grad_inputs(q, out, dout, lse, dlse, (b, h, s))
     checks.check_bool("deterministic", deterministic)
@@ -99,7 +103,8 @@ def _dense(dout, q, k, v, out, lse, layout, round_mode, softmax_scale, window, d
     d = fwd_validate.padded_head_dim(problem.head_dim)
     if d != problem.head_dim:  # zero columns add nothing to q.k, dO.v or dO.o; their gradients are dropped
         t = [pad_head_dim(x, d) for x in (dout, q, k, v, out)]
-        grads = _dense(*t, lse, layout, round_mode, problem.scale, window, deterministic, dlse, False, score)
+        grads = _dense(*t, lse, layout, round_mode, problem.scale, window, deterministic, dlse, False, score,
+                       dropout)
         return tuple(g[..., :problem.head_dim].contiguous() for g in grads)
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     _run(q, args_block(dout, q, k, v, out, lse, dlse, dq, dk, dv, layout, problem, deterministic),
@@ -108,10 +113,11 @@ def _dense(dout, q, k, v, out, lse, layout, round_mode, softmax_scale, window, d
 
 
 def _packed(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, window, deterministic,
-            dlse, fake: bool, score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD):
+            dlse, fake: bool, score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD,
+            dropout: fwd_validate.Dropout = fwd_validate.NO_DROPOUT):
     """(dq, dk, dv) of a packed call; rows no sequence owns get zero gradients."""
     p = fwd_validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, None,
-                                         checks.check_window(window), None, None, score=score)
+                                         checks.check_window(window), None, None, score=score, dropout=dropout)
     validate.check_grad_inputs(q, out, dout, lse, dlse, (q.shape[1], q.shape[0]))
     checks.check_bool("deterministic", deterministic)
     if fake:
@@ -126,7 +132,7 @@ def _packed(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, round_mode, softm
     if d != p.head_dim:
         t = [pad_head_dim(x, d) for x in (dout, q, k, v, out)]
         grads = _packed(*t, lse, cu_q, cu_k, max_q, max_k, round_mode, p.scale, window, deterministic, dlse, False,
-                        score)
+                        score, dropout)
         return tuple(g[..., :p.head_dim].contiguous() for g in grads)
     _run(q, args_block_varlen(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_q, cu_k, p, deterministic),
          _call(q, round_mode, p, "varlen"))
@@ -138,23 +144,24 @@ def _ops(fake: bool) -> tuple:
     def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             lse: torch.Tensor, layout: str, round_mode: str, softmax_scale: float | None, window_left: int = -1,
             window_right: int = -1, deterministic: bool = True, dlse: torch.Tensor | None = None,
-            softcap: float = 0.0,
-            alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
+            rng_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(dq, dk, dv) of fwd(q, k, v, layout, round_mode, softmax_scale, ...) = (out, lse) for the gradient dout
-        of out (and dlse of lse, when given); softcap / alibi_slopes the forward's."""
+        of out (and dlse of lse, when given); softcap, alibi_slopes, dropout_p and rng_state the forward's."""
         return _dense(dout, q, k, v, out, lse, layout, round_mode, softmax_scale, (window_left, window_right),
-                      deterministic, dlse, fake, fwd_validate.ScoreMod(softcap, alibi_slopes))
+                      deterministic, dlse, fake, fwd_validate.ScoreMod(softcap, alibi_slopes),
+                      fwd_validate.Dropout(dropout_p, rng_state))
 
     def bwd_varlen(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
                    max_seqlen_k: int, round_mode: str, softmax_scale: float | None, window_left: int = -1,
                    window_right: int = -1, deterministic: bool = True, dlse: torch.Tensor | None = None,
-                   softcap: float = 0.0,
-                   alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
+                   rng_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(dq, dk, dv) of fwd_varlen's packed call (no block table, no quantized cache)."""
         return _packed(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                        softmax_scale, (window_left, window_right), deterministic, dlse, fake,
-                       fwd_validate.ScoreMod(softcap, alibi_slopes))
+                       fwd_validate.ScoreMod(softcap, alibi_slopes), fwd_validate.Dropout(dropout_p, rng_state))
 
     return bwd, bwd_varlen
 

@@ -31,7 +31,7 @@ def _dlse(grad_lse, return_lse: bool):
 
 
 _FWD_ARGS = ("layout", "round_mode", "softmax_scale", "return_lse", "window_left", "window_right", "deterministic",
-             "softcap", "alibi_slopes")
+             "softcap", "alibi_slopes", "dropout_p", "rng_state")
 
 
 def fwd_setup(ctx, inputs, output):
@@ -43,7 +43,8 @@ def fwd_backward(ctx, grad_out, grad_lse):
     a = ctx.args
     call = (a["layout"], a["round_mode"], a["softmax_scale"])
     window = (a["window_left"], a["window_right"])
-    score = dict(softcap=a["softcap"], alibi_slopes=a["alibi_slopes"])
+    score = dict(softcap=a["softcap"], alibi_slopes=a["alibi_slopes"], dropout_p=a["dropout_p"],
+                 rng_state=a["rng_state"])
     if not a["return_lse"]:
         with torch.no_grad():
             out, lse = torch.ops.rtcattn.fwd(q, k, v, *call, True, *window, **score)
@@ -54,7 +55,8 @@ def fwd_backward(ctx, grad_out, grad_lse):
 
 _VARLEN_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "round_mode", "softmax_scale",
                 "return_lse", "window_left", "window_right", "block_table", "seqused_k", "k_descale", "v_descale",
-                "k_scale", "v_scale", "kv_cache_dtype", "deterministic", "softcap", "alibi_slopes")
+                "k_scale", "v_scale", "kv_cache_dtype", "deterministic", "softcap", "alibi_slopes", "dropout_p",
+                "rng_state")
 # The packed call's arguments that take no gradients, and what the backward accepts instead.
 _NO_GRAD = {"block_table": "None (a paged cache takes no gradients)",
             "seqused_k": "None (each sequence's keys from cu_seqlens_k)",
@@ -82,7 +84,8 @@ def fwd_varlen_backward(ctx, grad_out, grad_lse):
     call = (a["cu_seqlens_q"], a["cu_seqlens_k"], a["max_seqlen_q"], a["max_seqlen_k"], a["round_mode"],
             a["softmax_scale"])
     window = (a["window_left"], a["window_right"])
-    score = dict(softcap=a["softcap"], alibi_slopes=a["alibi_slopes"])
+    score = dict(softcap=a["softcap"], alibi_slopes=a["alibi_slopes"], dropout_p=a["dropout_p"],
+                 rng_state=a["rng_state"])
     if not a["return_lse"]:
         with torch.no_grad():
             out, lse = torch.ops.rtcattn.fwd_varlen(q, k, v, *call, True, *window, **score)

@@ -149,16 +149,30 @@ def sequence_slopes(alibi_slopes: torch.Tensor | None, b: int) -> torch.Tensor |
     return alibi_slopes[None] if alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
 
 
+def dropout_factor(dropout_p: float, rng_state, shape, first_b: int = 0, dtype=torch.float64, device=None):
+    """The forward's dropout as a factor on P: keep / (1 - p) ([B, H, Sq, Sk] of `shape`, batch rows or sequences
+    first_b.. of the kernels' mask, dropout.keep_mask), in dtype (float32: 1 / (1 - p) as the kernels round it);
+    None without dropout."""
+    if not dropout_p:
+        return None
+    from . import dropout
+    b, h, sq, sk = shape
+    keep = torch.stack([dropout.keep_mask(rng_state, dropout_p, first_b + i, h, sq, sk) for i in range(b)])
+    scale = dropout.drop_scale(dropout_p) if dtype == torch.float32 else 1.0 / (1.0 - dropout_p)
+    return (keep.to(dtype) * scale).to(device)
+
+
 def _kv_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     """[B, Hk, S, D] -> [B, H, S, D]: query head h reads K/V head h // (H / Hk) (GQA/MQA)."""
     return t.repeat_interleave(heads // t.shape[1], dim=1)
 
 
 def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, window=(-1, -1), softcap: float = 0.0,
-                   alibi_slopes: torch.Tensor | None = None):
+                   alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0, rng_state=None, first_b: int = 0):
     """O64 (float64, in `layout`) and lse64 ([B, H, Sq] float64) with the special-value table applied,
-    for K/V with as many heads as q or fewer (GQA/MQA), the key window of docs/numerics.md and the score
-    modifications (score_mod)."""
+    for K/V with as many heads as q or fewer (GQA/MQA), the key window of docs/numerics.md, the score
+    modifications (score_mod) and dropout (dropout_factor: the kernels' mask of rng_state, batch rows from
+    first_b)."""
     qd = to_bhsd(q, layout).to(torch.float64)
     kd, vd = (_kv_heads(to_bhsd(t, layout).to(torch.float64), qd.shape[1]) for t in (k, v))
     scale = default_scale(q.shape[-1], softmax_scale)
@@ -167,7 +181,9 @@ def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, win
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m)
     row_sum = p.sum(dim=-1, keepdim=True)
-    o = torch.matmul(p, torch.nan_to_num(vd, nan=0.0)) / row_sum  # V's NaN comes back through the table below
+    z = dropout_factor(dropout_p, rng_state, tuple(s.shape), first_b, device=s.device)
+    pv = p if z is None else p * z
+    o = torch.matmul(pv, torch.nan_to_num(vd, nan=0.0)) / row_sum  # V's NaN comes back through the table below
     lse = (m + torch.log(row_sum)).squeeze(-1)
     nan = float("nan")
     # The table, applied explicitly so it holds whatever the BLAS does with 0 * NaN; a NaN in K or V
@@ -188,7 +204,8 @@ def reference_fp64(q, k, v, layout: str, softmax_scale: float | None = None, win
 
 
 def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | None = None, window=(-1, -1),
-                softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None):
+                softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0, rng_state=None,
+                first_b: int = 0):
     """The "R" reference: the kernels' algorithm in the same precision, plainly in torch; P and O rounded to q's
     dtype (bf16 with round_mode, fp16 to nearest even), O returned in it."""
     qf = to_bhsd(q, layout).to(torch.float32)
@@ -198,7 +215,8 @@ def reference_r(q, k, v, layout: str, round_mode: str, softmax_scale: float | No
     s = score_mod(torch.matmul(qf, kf.transpose(-1, -2)) * scale, softcap, alibi_slopes).masked_fill(~keep, -math.inf)
     m = s.amax(dim=-1, keepdim=True)
     p = torch.exp(s - m.masked_fill(m == -math.inf, 0.0))                     # a row that sees nothing: p = 0
-    pb = round_to(p, q.dtype, round_mode).to(torch.float32)
+    z = dropout_factor(dropout_p, rng_state, tuple(s.shape), first_b, torch.float32, s.device)
+    pb = round_to(p if z is None else p * z, q.dtype, round_mode).to(torch.float32)
     row_sum = p.sum(dim=-1, keepdim=True)
     o = torch.matmul(pb, vf) / row_sum.masked_fill(row_sum == 0, 1.0)        # ... and its output 0
     return from_bhsd(round_to(o, q.dtype, round_mode), layout)
@@ -270,7 +288,8 @@ def paged_rows(pages: torch.Tensor, block_table: torch.Tensor, b: int, length: i
 
 def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None = None,
                      softmax_scale: float | None = None, window=(-1, -1), block_table=None, k_descale=None,
-                     v_descale=None, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None):
+                     v_descale=None, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
+                     dropout_p: float = 0.0, rng_state=None):
     """Per sequence: the dense reference on [1, S, H, D] slices (masks aligned to each sequence's own
     lengths). Returns (O64 [total_q, H, D] float64, lse64 [H, total_q] float64), or with round_mode the
     "R" output [total_q, H, D] in q's dtype. k, v are packed [total_k, Hk, D] or, with block_table, pages; a
@@ -291,7 +310,8 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, round_mode: str | None
         if kb.shape[0] == 0:  # no key: every row of the sequence is 0, its LSE -Inf (already so)
             continue
         args = (q[None, q0:q1], kb[None], vb[None], "bshd")
-        score = dict(softcap=softcap, alibi_slopes=sequence_slopes(alibi_slopes, b))
+        score = dict(softcap=softcap, alibi_slopes=sequence_slopes(alibi_slopes, b), dropout_p=dropout_p,
+                     rng_state=rng_state, first_b=b)
         if round_mode is None:
             ob, lb = reference_fp64(*args, softmax_scale, window, **score)
             o[q0:q1], lse[:, q0:q1] = ob[0], lb[0]

@@ -60,7 +60,8 @@ def _fields(problem, num_cus: int, num_splits: int = 0) -> dict:
     flash_attn_with_kvcache's)."""
     return dict(heads=problem.heads, head_dim=problem.head_dim, heads_k=problem.heads_k or problem.heads,
                 window_left=problem.window[0], window_right=problem.window[1], softmax_scale=problem.scale,
-                num_cus=num_cus, **split_fields(num_splits), **score_fields(problem.score))
+                num_cus=num_cus, **split_fields(num_splits), **score_fields(problem.score),
+                **dropout_fields(problem.dropout))
 
 
 def score_fields(score: validate.ScoreMod) -> dict:
@@ -70,6 +71,11 @@ def score_fields(score: validate.ScoreMod) -> dict:
     if score.alibi_slopes is not None:
         fields.update(alibi_slopes=score.alibi_slopes.data_ptr(), alibi_strides=score.strides())
     return fields
+
+
+def dropout_fields(drop: validate.Dropout) -> dict:
+    """The argument block's dropout fields: p, and the generator state's address."""
+    return dict(dropout_p=drop.p, **({"rng_state": drop.rng_state.data_ptr()} if drop.rng_state is not None else {}))
 
 
 def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
@@ -137,7 +143,7 @@ def _call(q: torch.Tensor, round_mode: str, problem, kv: str) -> dict:
     dtype = validate.DTYPE_AXIS[q.dtype]
     return {"round_mode": round_mode if dtype == "bf16" else "rtne", "mask": "window" if problem.masked else "none",
             "kv": kv, "head_dim": problem.head_dim, "dtype": dtype, "kv_dtype": problem.kv_dtype,
-            "score_mod": problem.score.axis}
+            "score_mod": problem.score.axis, "dropout": problem.dropout.axis}
 
 
 class _Copy:
@@ -188,27 +194,30 @@ def _pad(t: torch.Tensor | None, d: int) -> torch.Tensor | None:
 
 
 def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None, window=(-1, -1),
-              score: validate.ScoreMod = validate.NO_SCORE_MOD):
+              score: validate.ScoreMod = validate.NO_SCORE_MOD, dropout: validate.Dropout = validate.NO_DROPOUT):
     """The kernel and variant a dense call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
-    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window, score=score)
+    problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window, score=score,
+                                    dropout=dropout)
     cus = dispatch.device_facts(q.device)[1]
     d = _padded_head_dim(problem, round_mode, "dense",
                          lambda p, copy: args_block(copy(q), copy(k), copy(v), None, None, layout, p, cus), (q, k, v),
                          q.device)
     if d is not None:  # the padded call's selection, as the call runs it
-        return selection(_pad(q, d), _pad(k, d), _pad(v, d), layout, round_mode, problem.scale, window, score)
+        return selection(_pad(q, d), _pad(k, d), _pad(v, d), layout, round_mode, problem.scale, window, score,
+                         dropout)
     args = args_block(q, k, v, None, None, layout, problem, cus)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
 
 
 def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode="rtne",
                      softmax_scale=None, window=(-1, -1), block_table=None, seqused_k=None, num_splits=0,
-                     quant: validate.KvQuant = validate.NO_QUANT, score: validate.ScoreMod = validate.NO_SCORE_MOD):
+                     quant: validate.KvQuant = validate.NO_QUANT, score: validate.ScoreMod = validate.NO_SCORE_MOD,
+                     dropout: validate.Dropout = validate.NO_DROPOUT):
     """The kernel and variant a packed call with these inputs runs (nothing is launched)."""
     from ...runtime import dispatch
     p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
-                                     softmax_scale, None, window, block_table, seqused_k, quant, score)
+                                     softmax_scale, None, window, block_table, seqused_k, quant, score, dropout)
     cus = dispatch.device_facts(q.device)[1]
     d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
         copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus, seqused_k, num_splits),
@@ -216,7 +225,7 @@ def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if d is not None:  # the padded call's selection, as the call runs it
         return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k, num_splits,
-                                score=score)
+                                score=score, dropout=dropout)
     args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k, num_splits,
                              quant)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
@@ -245,12 +254,12 @@ def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem
 
 
 def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, fake: bool,
-           score: validate.ScoreMod = validate.NO_SCORE_MOD):
+           score: validate.ScoreMod = validate.NO_SCORE_MOD, dropout: validate.Dropout = validate.NO_DROPOUT):
     """A dense call: (out, lse) as launch returns them."""
     # The one validation of an eager call (the Python API checks only what the schema needs); it also
     # runs while tracing, so a bad call fails at compile time with the same message.
     problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, out, checks.check_window(window),
-                                    score)
+                                    score, dropout)
     if fake or q.numel() == 0:  # Sq = 0 (or B = 0 / H = 0): nothing to compute, nothing launched
         lse = q.new_empty(_dense_lse_shape(q, layout, return_lse), dtype=torch.float32)
         return (q.new_empty(q.shape) if out is None else out), lse
@@ -260,18 +269,19 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
         return launch(q, k, v, out, return_lse, layout, round_mode, problem)
     # Every output row is written: the padded call's output needs no values of out's. Contiguous, as the fake's.
     o, lse = _dense(_pad(q, d), _pad(k, d), _pad(v, d), None, layout, round_mode, problem.scale, return_lse, window,
-                    False, score)
+                    False, score, dropout)
     o = o[..., :problem.head_dim]
     return (o.contiguous() if out is None else out.copy_(o)), lse
 
 
 def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, return_lse, window, block_table,
             fake: bool, seqused_k=None, num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT,
-            score: validate.ScoreMod = validate.NO_SCORE_MOD):
+            score: validate.ScoreMod = validate.NO_SCORE_MOD, dropout: validate.Dropout = validate.NO_DROPOUT):
     """A packed call: (out, lse); lse is [Hq, total_q] fp32 when return_lse, else an empty [0] tensor. quant: a
-    quantized cache's arguments (validate.KvQuant); score: the soft cap and ALiBi slopes (validate.ScoreMod)."""
+    quantized cache's arguments (validate.KvQuant); score: the soft cap and ALiBi slopes (validate.ScoreMod);
+    dropout: validate.Dropout."""
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
-                                     checks.check_window(window), block_table, seqused_k, quant, score)
+                                     checks.check_window(window), block_table, seqused_k, quant, score, dropout)
     if fake:
         return (q.new_empty(q.shape) if out is None else out), q.new_empty(_packed_lse_shape(q, return_lse),
                                                                            dtype=torch.float32)
@@ -287,7 +297,7 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
             # A paged pool is copied whole. A given out is copied too, so rows no sequence owns keep its values.
             o, lse = _packed(_pad(q, d), _pad(k, d), _pad(v, d), _pad(out, d), cu_q, cu_k, max_q, max_k,
                              round_mode, p.scale, return_lse, window, block_table, False, seqused_k, num_splits,
-                             score=score)
+                             score=score, dropout=dropout)
             o = o[..., :p.head_dim]
             return (o.contiguous() if out is None else out.copy_(o)), lse
         sel = dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
@@ -357,19 +367,21 @@ def _ops(fake: bool) -> tuple:
     """The ops, written once: their signatures are the schemas; fake=True gives their fakes."""
     def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, round_mode: str,
             softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
-            deterministic: bool = False, softcap: float = 0.0,
-            alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            deterministic: bool = False, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
+            dropout_p: float = 0.0, rng_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) for dense q, k, v. deterministic: the backward's (ops/attention_fwd/autograd.py), not the
-        forward's (which is deterministic either way). softcap / alibi_slopes: validate.ScoreMod."""
+        forward's (which is deterministic either way). softcap / alibi_slopes: validate.ScoreMod; dropout_p /
+        rng_state: validate.Dropout (the op is a function of its inputs: the caller draws rng_state)."""
         return _dense(q, k, v, None, layout, round_mode, softmax_scale, return_lse, (window_left, window_right), fake,
-                      validate.ScoreMod(softcap, alibi_slopes))
+                      validate.ScoreMod(softcap, alibi_slopes), validate.Dropout(dropout_p, rng_state))
 
     def fwd_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, layout: str, round_mode: str,
                 softmax_scale: float | None, return_lse: bool, window_left: int = -1, window_right: int = -1,
-                softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
+                softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
+                rng_state: torch.Tensor | None = None) -> torch.Tensor:
         """Writes the output into out; returns lse as fwd does."""
         return _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, (window_left, window_right),
-                      fake, validate.ScoreMod(softcap, alibi_slopes))[1]
+                      fake, validate.ScoreMod(softcap, alibi_slopes), validate.Dropout(dropout_p, rng_state))[1]
 
     def fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, round_mode: str,
@@ -378,7 +390,8 @@ def _ops(fake: bool) -> tuple:
                    k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
                    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
                    kv_cache_dtype: str = "auto", deterministic: bool = False, softcap: float = 0.0,
-                   alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
+                   rng_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(out, lse) for packed q, k, v; seqused_k (int32 [B], optional): sequence b uses seqused_k[b] keys
         from its first key row (flash_attn_with_kvcache's contiguous and paged caches). A quantized cache: an FP8 k / v
         with its descales, or kv_cache_dtype "fp4_e2m1" with its scales (validate.KvQuant). deterministic: the
@@ -386,7 +399,8 @@ def _ops(fake: bool) -> tuple:
         quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _packed(q, k, v, None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                        softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k,
-                       quant=quant, score=validate.ScoreMod(softcap, alibi_slopes))
+                       quant=quant, score=validate.ScoreMod(softcap, alibi_slopes),
+                       dropout=validate.Dropout(dropout_p, rng_state))
 
     def fwd_varlen_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -395,12 +409,14 @@ def _ops(fake: bool) -> tuple:
                        seqused_k: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
                        v_descale: torch.Tensor | None = None, k_scale: torch.Tensor | None = None,
                        v_scale: torch.Tensor | None = None, kv_cache_dtype: str = "auto", softcap: float = 0.0,
-                       alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
+                       alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
+                       rng_state: torch.Tensor | None = None) -> torch.Tensor:
         """Writes the output into out; returns lse as fwd_varlen does."""
         quant = validate.KvQuant(kv_cache_dtype, k_descale, v_descale, k_scale, v_scale)
         return _packed(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                        softmax_scale, return_lse, (window_left, window_right), block_table, fake, seqused_k,
-                       quant=quant, score=validate.ScoreMod(softcap, alibi_slopes))[1]
+                       quant=quant, score=validate.ScoreMod(softcap, alibi_slopes),
+                       dropout=validate.Dropout(dropout_p, rng_state))[1]
 
     def fwd_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
                     v: torch.Tensor | None, rotary_cos: torch.Tensor | None, rotary_sin: torch.Tensor | None,

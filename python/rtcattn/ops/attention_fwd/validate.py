@@ -60,6 +60,53 @@ class ScoreMod:
 NO_SCORE_MOD = ScoreMod()
 
 
+@dataclass(frozen=True)
+class Dropout:
+    """A call's dropout (docs/numerics.md, "Dropout"): p in [0, 1) (0: off) and rng_state, int64 [2] on q's device,
+    the Philox key and counter offset the keep mask is a function of (drawn from torch's generator by the public
+    entries: dropout.draw_rng_state)."""
+    p: float = 0.0
+    rng_state: torch.Tensor | None = None
+
+    @property
+    def axis(self) -> str:
+        """The value of the manifest's dropout axis this call needs."""
+        return "dropout" if self.p > 0 else "nodrop"
+
+    def tensors(self) -> tuple:
+        return (("rng_state", self.rng_state),) if self.rng_state is not None else ()
+
+
+NO_DROPOUT = Dropout()
+
+
+def check_dropout_p(p, name: str = "dropout_p") -> float:
+    """dropout_p as the kernels take it: a float in [0, 1) (FlashAttention's range)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise TypeError(f"{name}={p!r} ({type(p).__name__}) is not supported; accepted: a float in [0, 1)")
+    if not 0 <= p < 1:
+        raise ValueError(f"{name}={p!r} is not supported; accepted: a float in [0, 1)")
+    return float(p)
+
+
+def check_dropout(drop: Dropout, device: torch.device) -> Dropout:
+    """p in [0, 1); rng_state int64 [2] on q's device exactly when p > 0."""
+    check_dropout_p(drop.p)
+    t = drop.rng_state
+    if drop.p > 0 and t is None:
+        raise ValueError(f"rng_state=None with dropout_p={drop.p!r} is not supported; accepted: an int64 [2] "
+                         "generator state (the public entries draw it: rtcattn.ops.attention_fwd.dropout."
+                         "draw_rng_state)")
+    if t is not None:
+        checks.check_type("rng_state", t)
+        if drop.p == 0:
+            raise ValueError("rng_state is set with dropout_p=0.0; accepted: rng_state only with dropout_p > 0")
+        if t.dtype != torch.int64 or tuple(t.shape) != (2,) or t.device != device:
+            raise ValueError(f"rng_state (shape {tuple(t.shape)}, {t.dtype}, {t.device}) is not supported; "
+                             f"accepted: int64 [2] on {device}")
+    return drop
+
+
 def check_softcap(softcap, name: str = "softcap") -> float:
     """softcap as the kernels take it: 0 (off) or a finite float > 0 (FlashAttention's; a negative cap is refused).
     name: the argument's name in the caller's signature (AITER's logits_soft_cap)."""
@@ -98,6 +145,7 @@ class Problem:
     window: tuple = (-1, -1)  # (left, right) keys around the diagonal; -1 unbounded; causal: right 0
     kv_dtype: str = "same"    # the manifest's kv_dtype axis: a dense call's K / V are always q's dtype
     score: ScoreMod = NO_SCORE_MOD  # the soft cap and ALiBi slopes (the manifest's score_mod axis)
+    dropout: Dropout = NO_DROPOUT   # dropout's p and generator state (the manifest's dropout axis)
 
     @property
     def masked(self) -> bool:
@@ -122,6 +170,7 @@ class VarlenProblem:
     pages_per_seq: int = 0
     kv_dtype: str = "same"  # the manifest's kv_dtype axis: "same" (q's dtype) or a quantized cache's format
     score: ScoreMod = NO_SCORE_MOD  # the soft cap and ALiBi slopes (the manifest's score_mod axis)
+    dropout: Dropout = NO_DROPOUT   # dropout's p and generator state (the manifest's dropout axis)
 
     @property
     def masked(self) -> bool:
@@ -198,7 +247,8 @@ def _heads_error(hq: int, hk: int, where: str = "") -> ValueError:
 
 
 def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
-                 out: torch.Tensor | None = None, window: tuple = (-1, -1), score: ScoreMod = NO_SCORE_MOD) -> Problem:
+                 out: torch.Tensor | None = None, window: tuple = (-1, -1), score: ScoreMod = NO_SCORE_MOD,
+                 dropout: Dropout = NO_DROPOUT) -> Problem:
     """A dense call: every check that needs no device. Returns the problem sizes."""
     checks.check_choice("layout", layout, LAYOUTS)
     checks.check_choice("round_mode", round_mode, axis_values("round_mode"))
@@ -218,10 +268,12 @@ def check_inputs(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softma
                          "supported; accepted: Sk >= 1")
     _check_head_dim(dq, q)
     check_score_mod(score, bq, hq, q.device)
+    check_dropout(dropout, q.device)
     if out is not None:
-        checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + score.tensors())
+        checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + score.tensors() + dropout.tensors())
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
-    return Problem(bq, hq, sq, sk, dq, checks.check_scale(softmax_scale, dq), hk, tuple(window), score=score)
+    return Problem(bq, hq, sq, sk, dq, checks.check_scale(softmax_scale, dq), hk, tuple(window), score=score,
+                   dropout=dropout)
 
 
 # ---- quantized K / V caches (docs/numerics.md §10): the manifest's kv_dtype axis ---------------------------------
@@ -351,7 +403,7 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                         softmax_scale=None, out: torch.Tensor | None = None, window: tuple = (-1, -1),
                         block_table: torch.Tensor | None = None,
                         seqused_k: torch.Tensor | None = None, quant: KvQuant = NO_QUANT,
-                        score: ScoreMod = NO_SCORE_MOD) -> VarlenProblem:
+                        score: ScoreMod = NO_SCORE_MOD, dropout: Dropout = NO_DROPOUT) -> VarlenProblem:
     """A packed call: every check that needs no device memory. q [total_q, Hq, D]; k, v [total_k, Hk, D], or
     with block_table [num_pages, page_size, Hk, D]; cu_seqlens_* int32 [B + 1]; block_table int32 [B, pages];
     seqused_k int32 [B] (sequence b's KV length; cu_seqlens_k[b] is then only its first key row when not paged).
@@ -413,15 +465,17 @@ def check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             raise ValueError(f"k.shape={tuple(k.shape)} (total_k=0) is not supported; accepted: total_k >= 1")
     check_kv_quant(kv_dtype, quant, batch, hk, d, device, (num_pages, page_size, hk) if fp4 else None)
     check_score_mod(score, batch, hq, device)
+    check_dropout(dropout, device)
     if out is not None:  # the metadata too: the kernels read cu_seqlens and the block table all along
         metadata = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)) + (
             (("block_table", block_table),) if paged else ()) + (
-            (("seqused_k", seqused_k),) if seqused_k is not None else ()) + quant.tensors() + score.tensors()
+            (("seqused_k", seqused_k),) if seqused_k is not None else ()) + quant.tensors() + score.tensors() + (
+            dropout.tensors())
         checks.check_out(out, q, DTYPES, (("q", q), ("k", k), ("v", v)) + metadata)
         checks.check_same_dtype((("q", q), ("out", out)), DTYPES)
     return VarlenProblem(batch, hq, hk, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
                          checks.check_scale(softmax_scale, d), tuple(window), page_size, num_pages, pages, kv_dtype,
-                         score)
+                         score, dropout)
 
 
 def check_device_metadata(cu_seqlens_q, cu_seqlens_k, block_table, problem: VarlenProblem, seqused_k=None) -> None:
