@@ -218,7 +218,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     q, k, v: bf16 or fp16, one dtype. how_v3_bf16_cvt: 0 = RTNE, 1 = RTNA (AITER's default), 2 = RTZ, for bf16
     conversions only (as its name says): fp16 rounds to nearest even. Returns out, or (out, softmax_lse) when
     return_lse, and S_dmask last when return_attn_probs (AITER's order: the probabilities [B, H, Sq, Sk] fp32, each
-    negated where dropout dropped it; formed in torch for tests, dropout.s_dmask). Differentiable as forward() is;
+    negated where dropout dropped it; formed in torch for tests, reference.s_dmask). Differentiable as forward() is;
     `deterministic` is the backward's (forward()'s; True by default here, as AITER's): the forward gives the same bits
     run to run either way. dropout_p, alibi_slopes (fp32 [H] or [B, H]) and softcap as forward()'s.
     """
@@ -234,9 +234,9 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                       window_size, deterministic, softcap, alibi_slopes, dropout_p)
 
     def probs(lse):
-        from .ops.attention_fwd import dropout
+        from .ops.attention_fwd import reference
         p = res[2].get("dropout_p", 0.0)
-        return dropout.s_dmask(q, k, lse, "bshd", validate.checks.check_scale(softmax_scale, q.shape[-1]),
+        return reference.s_dmask(q, k, lse, "bshd", validate.checks.check_scale(softmax_scale, q.shape[-1]),
                                checks.check_window(window_size, causal), softcap, alibi_slopes, p,
                                res[2].get("rng_state"))
     return _with_probs(res[:2], return_lse, return_attn_probs, probs)
@@ -284,8 +284,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                        kv_cache_dtype, k_scale, v_scale, deterministic, cap, alibi_slopes, dropout_p)
 
     def probs(lse):
-        from .ops.attention_fwd import dropout
-        return dropout.s_dmask_varlen(q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        from .ops.attention_fwd import reference
+        return reference.s_dmask_varlen(q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       validate.checks.check_scale(softmax_scale, q.shape[-1]),
                                       checks.check_window(window_size, causal), cap, alibi_slopes,
                                       res[2].get("dropout_p", 0.0), res[2].get("rng_state"))

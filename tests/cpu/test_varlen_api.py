@@ -34,11 +34,12 @@ def test_aiter_signature_and_order():
              "deterministic", "return_lse", "return_attn_probs", "how_v3_bf16_cvt", "block_table", "out",
              "cu_seqlens_q_padded", "cu_seqlens_k_padded"]
     sig = inspect.signature(rtcattn.flash_attn_varlen_func)
-    quant = ["k_descale", "v_descale", "kv_cache_dtype", "k_scale", "v_scale"]  # a quantized cache's, keyword only
+    # a quantized cache's, then flash-attn's name of the soft cap: keyword only, after AITER's parameters
+    quant = ["k_descale", "v_descale", "kv_cache_dtype", "k_scale", "v_scale", "softcap"]
     assert list(sig.parameters) == names + quant
     assert all(sig.parameters[n].kind == inspect.Parameter.KEYWORD_ONLY for n in quant)
     assert {n: sig.parameters[n].default for n in quant} == dict(k_descale=None, v_descale=None, kv_cache_dtype="auto",
-                                                                 k_scale=None, v_scale=None)
+                                                                 k_scale=None, v_scale=None, softcap=0.0)
     defaults = {n: p.default for n, p in sig.parameters.items()
                 if p.default is not inspect.Parameter.empty and n not in quant}
     assert defaults == dict(min_seqlen_q=0, dropout_p=0.0, softmax_scale=None, logits_soft_cap=0.0, causal=False,
@@ -57,9 +58,10 @@ def test_aiter_call_matches_forward_varlen_and_returns_lse_as_aiter_does():
     assert torch.isinf(lse[:, 5:5]).all()  # the zero-length sequence owns no row
 
 
+# dropout_p, logits_soft_cap, alibi_slopes and return_attn_probs are served (tests/emu/test_dropout_emu.py,
+# test_score_mod_emu.py, tests/cpu/test_score_mod_args.py).
 @pytest.mark.parametrize("name,value,accepted", [
-    ("dropout_p", 0.1, "0.0"), ("logits_soft_cap", 30.0, "0.0"), ("bias", torch.zeros(1), "None"),
-    ("alibi_slopes", torch.zeros(4), "None"), ("return_attn_probs", True, "False"),
+    ("bias", torch.zeros(1), "None"),
     ("cu_seqlens_q_padded", torch.zeros(4, dtype=I32), "None"),
     ("cu_seqlens_k_padded", torch.zeros(4, dtype=I32), "None"),
 ])

@@ -1,5 +1,6 @@
-"""Dropout's host side (docs/numerics.md, "Dropout"): the generator state a call draws, the keep mask as a function
-of it (the same Philox4x32-10 mapping as csrc_common/dropout.h, in numpy), and FlashAttention's S_dmask.
+"""Dropout's host side (docs/numerics.md, "Dropout"): the generator state a call draws, and the keep mask as a
+function of it (the same Philox4x32-10 mapping as csrc_common/dropout.h, in numpy). FlashAttention's S_dmask, formed
+from it in torch, is reference.s_dmask.
 
 The kernels draw nothing: each call's Philox key and counter offset are one torch.randint on the call's device
 (draw_rng_state), so the ops stay functions of their inputs, a seeded run repeats, and a captured CUDA graph
@@ -75,38 +76,3 @@ def attn_probs(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     probability, negated where its element is dropped (the sign is the mask; abs() gives the probabilities)."""
     return torch.where(keep.to(probs.device), probs, -probs)
 
-
-def s_dmask(q, k, lse, layout: str, scale: float, window, softcap: float, alibi_slopes, dropout_p: float,
-            rng_state, first_b: int = 0) -> torch.Tensor:
-    """S_dmask [B, H, Sq, Sk] fp32 of a dense call from its inputs and the LSE it returned: each P_ij =
-    exp(s_ij - LSE_i) of the modified, masked scores (0 where the mask hides the key), negated where dropout drops
-    the element (`return_attn_probs=True`; for tests: it is formed in torch, not by the kernels, and the kernels'
-    mask is tested against keep_mask bit for bit)."""
-    from .reference import _kv_heads, score_mod, to_bhsd, visible
-    qf = to_bhsd(q, layout).float()
-    kf = _kv_heads(to_bhsd(k, layout).float(), qf.shape[1])
-    s = score_mod(qf @ kf.transpose(-1, -2) * scale, softcap, alibi_slopes)
-    keep = visible(qf.shape[2], kf.shape[2], window, q.device)
-    probs = torch.where(keep & (lse[..., None] != -math.inf), torch.exp(s - lse[..., None]), 0.0)
-    if not dropout_p:
-        return probs
-    b, h, sq, sk = probs.shape
-    mask = torch.stack([keep_mask(rng_state, dropout_p, first_b + i, h, sq, sk) for i in range(b)])
-    return attn_probs(probs, mask)
-
-
-def s_dmask_varlen(q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale: float,
-                   window, softcap: float, alibi_slopes, dropout_p: float, rng_state) -> torch.Tensor:
-    """S_dmask [B, Hq, max_seqlen_q, max_seqlen_k] fp32 of a packed call (k packed, not paged), each sequence's
-    rows and keys at the top left, zeros elsewhere."""
-    from .reference import sequence_slopes
-    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-    out = torch.zeros((len(cq) - 1, q.shape[1], max_seqlen_q, max_seqlen_k), dtype=torch.float32, device=q.device)
-    for b in range(len(cq) - 1):
-        lq, lk = min(cq[b + 1] - cq[b], max_seqlen_q), min(ck[b + 1] - ck[b], max_seqlen_k)
-        if lq <= 0 or lk <= 0:
-            continue
-        one = s_dmask(q[None, cq[b]:cq[b] + lq], k[None, ck[b]:ck[b] + lk], lse[None, :, cq[b]:cq[b] + lq], "bshd",
-                      scale, window, softcap, sequence_slopes(alibi_slopes, b), dropout_p, rng_state, b)
-        out[b, :, :lq, :lk] = one[0]
-    return out
