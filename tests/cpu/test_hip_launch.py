@@ -72,6 +72,10 @@ NOT_YET: set = set()
 # sample varies: both layouts (rtna: [B, H, S, D]), a window over packed sequences, fp16, buckets 64-192.
 BWD_SAMPLE = {("none", "dense", 128, "bf16", "rtne"), ("window", "varlen", 64, "fp16", "rtne"),
               ("window", "dense", 192, "bf16", "rtna")}
+# The score modifications and dropout (issue 25) change no launch field (the parameter block is one struct, their
+# fields read or not): their variants are launched at one (mask, kv, head dim, dtype, round mode) each, every value.
+MOD_SAMPLE = ("window", "paged", 128, "bf16", "rtne")
+MOD_SAMPLE_BWD = ("window", "varlen", 64, "fp16", "rtne")
 
 
 def _variants():
@@ -81,12 +85,16 @@ def _variants():
     scales and their strides, byte strides) is the same for every bucket, mask, rounding, kv form and dtype, and those
     axes' launches are checked on the `same` variants: 18 compiles where every (kv form, dtype) would add 72. The
     rounding mode changes no launch field either: gfx90a's variants are its rtne ones (bf16 and fp16), gfx942's every
-    mode."""
+    mode. The score-mod and dropout variants: every value at one sample each (MOD_SAMPLE)."""
     m = manifest.load()
 
     def keep(v):
+        key = (v["mask"], v["kv"], v["head_dim"], v["dtype"], v["round_mode"])
+        if (v["score_mod"], v["dropout"]) != ("plain", "nodrop"):
+            return key == (MOD_SAMPLE_BWD if v.op == "attention_bwd" else MOD_SAMPLE) and (
+                v.op == "attention_bwd" or dict(v.values).get("kv_dtype", "same") == "same")
         if v.op == "attention_bwd":
-            return (v["mask"], v["kv"], v["head_dim"], v["dtype"], v["round_mode"]) in BWD_SAMPLE
+            return key in BWD_SAMPLE
         return (dict(v.values).get("kv_dtype", "same") == "same"
                 or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne",
                                                                                         "paged", "bf16"))
