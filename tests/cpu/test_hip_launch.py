@@ -57,6 +57,9 @@ GRAD_ADDR = {"dout": 0x7F2100010000, "dq": 0x7F2200020000, "dk": 0x7F2300030000,
 WORKSPACE = 0x7F1A00000000
 CU_Q, CU_K, TABLE = 0x7F1700060000, 0x7F1800070000, 0x7F1900080000  # packed sequences' metadata
 # A quantized cache's descales (FP8) or scales (FP4).
+# ALiBi's slopes and dropout's (seed, offset) (issue 25).
+ALIBI, RNG_STATE = 0x7F1F000D0000, 0x7F20000E0000
+SOFTCAP, DROPOUT_P = 30.0, 0.125
 QUANT = {"k_descale": 0x7F1B00090000, "v_descale": 0x7F1C000A0000, "k_scale": 0x7F1D000B0000,
          "v_scale": 0x7F1E000C0000}
 STREAM = 0x5EED0000
@@ -72,8 +75,9 @@ NOT_YET: set = set()
 # sample varies: both layouts (rtna: [B, H, S, D]), a window over packed sequences, fp16, buckets 64-192.
 BWD_SAMPLE = {("none", "dense", 128, "bf16", "rtne"), ("window", "varlen", 64, "fp16", "rtne"),
               ("window", "dense", 192, "bf16", "rtna")}
-# The score modifications and dropout (issue 25) change no launch field (the parameter block is one struct, their
-# fields read or not): their variants are launched at one (mask, kv, head dim, dtype, round mode) each, every value.
+# The score modifications and dropout (issue 25) change no grid (the parameter block is one struct, their fields read
+# or not; a call's cap, slopes and dropout fill them): their variants are launched at one (mask, kv, head dim, dtype,
+# round mode) each, every value, each with the arguments its value serves.
 MOD_SAMPLE = ("window", "paged", 128, "bf16", "rtne")
 MOD_SAMPLE_BWD = ("window", "varlen", 64, "fp16", "rtne")
 
@@ -145,6 +149,13 @@ def _problem(v) -> dict:
         call.update(GRAD_ADDR, dout_strides=call["q_strides"], dq_strides=call["q_strides"],
                     dk_strides=call["k_strides"], dv_strides=call["k_strides"], deterministic=0)
         del call["tail_split"], call["num_cus"]
+    mods = {"plain": (), "softcap": ("softcap",), "alibi": ("alibi",), "softcap_alibi": ("softcap", "alibi")}
+    if "softcap" in mods[v["score_mod"]]:
+        call.update(softcap=SOFTCAP)
+    if "alibi" in mods[v["score_mod"]]:  # fp32 [batch, heads]
+        call.update(alibi_slopes=ALIBI, alibi_strides=[h, 1])
+    if v["dropout"] == "dropout":
+        call.update(dropout_p=DROPOUT_P, rng_state=RNG_STATE)
     kv_dtype = dict(v.values).get("kv_dtype", "same")
     if kv_dtype != "same":  # the axis's value in the block; FP8: per (sequence, head) descales; FP4: HND bytes
         call.update(kv_dtype=manifest.load().op(v.op).axis("kv_dtype").define_value(kv_dtype))
@@ -377,6 +388,13 @@ def _expected_params(rec: dict, stage: int) -> dict:
                 seqused_k=a.get("seqused_k", 0))
     want.update({f: a.get(f, 0) for f in ("total_q", "total_k", "page_size", "num_pages", "pages_per_seq",
                                            "table_stride", *QUANT)})
+    cap = a.get("softcap", 0.0)  # the cap's two factors, float32 (0 when off); ALiBi's slopes; dropout's state
+    want.update(softcap_log2=_f32(cap * LOG2E) if cap else 0.0,
+                softcap_exp2=_f32(2.0 * scale / cap * LOG2E) if cap else 0.0,
+                alibi_slopes=a.get("alibi_slopes", 0), rng_state=a.get("rng_state", 0))
+    want.update(zip(("alibi_sb", "alibi_sh"), a.get("alibi_strides", (0, 0))))
+    p = a.get("dropout_p", 0.0)
+    want.update(drop_threshold=round(p * 65536) if p else 0, drop_scale=_f32(1.0 / (1.0 - p)) if p else 0.0)
     for t in "kv":  # a quantized cache's descale / scale strides (zeros when the call has none)
         want.update(zip((f"{t}d_sb", f"{t}d_sh"), a.get(f"{t}_descale_strides", (0, 0))))
         want.update(zip((f"{t}s_sb", f"{t}s_ss", f"{t}s_sh"), a.get(f"{t}_scale_strides", (0, 0, 0))))
