@@ -2,11 +2,17 @@
 // the element's (b, h, i, j), so that the forward and the backward regenerate the same mask without storing it and
 // every kernel, tile order and split gives the same one (docs/numerics.md, "Dropout").
 //
-//   Philox4x32-10 (Salmon et al., SC'11), key = seed (low word first), counter = (low and high word of
-//   offset + j / 8, i, b * heads + h): four 32-bit outputs, eight 16-bit halves; key j takes half j % 8 (output
-//   (j % 8) / 2, its low half for an even j). The element is kept when that half is at least the threshold
-//   round(p * 65536): the keep probability is 1 - threshold / 65536, within 2^-17 of 1 - p.
+//   Philox4x32-10 (Salmon et al., SC'11), key = seed (low word first), one call per block of 2 rows x 4 keys:
+//   rows {i, i + 8} of a 16-row group (i % 16 < 8), keys {j, j + 1, j + 8, j + 9} of a 16-key group (j % 16 even,
+//   < 8). Counter = (low and high word of offset + 4 (j / 16) + (j % 8) / 2, 8 (i / 16) + i % 8, b * heads + h).
+//   Its four 32-bit outputs are eight 16-bit halves: element (i, j) takes half 4 ((j / 8) % 2) + 2 ((i / 8) % 2) +
+//   j % 2 (output (j / 8) % 2 * 2 + (i / 8) % 2, its low half for an even j).
+//   The element is kept when that half is at least the threshold round(p * 65536): the keep probability is
+//   1 - threshold / 65536, within 2^-17 of 1 - p.
 //
+// The block is what one thread of an sm_90a wgmma accumulator holds of a 16 x 16 tile of S (rows r, r + 8; columns
+// 2t, 2t + 1, 2t + 8, 2t + 9), in the order of its registers: the forward draws its fragment with no call wasted and
+// no exchange, and the backward's S^T fragments (keys r, r + 8; rows in pairs) use four halves of each call.
 // b is the batch row (dense) or the sequence (packed), h the query head, i and j the row and key within the sequence.
 // Kept elements of P are scaled by 1 / (1 - p) in fp32 before their rounding for P V (scale, below).
 #pragma once
@@ -20,13 +26,21 @@ struct Philox4 {
   rtc_u32 v[4];
 };
 
+// A key word's bump between rounds. On NVIDIA an opaque add: ptxas otherwise computes the ten round keys once for
+// every call of a fragment and holds all twenty across them, registers the sm_90a kernels' accumulators need.
+#if defined(RTC_NVIDIA) && defined(__CUDA_ARCH__)
+#define philox_bump(k, c) asm volatile("add.u32 %0, %0, %1;" : "+r"(k) : "n"(c))
+#else
+#define philox_bump(k, c) ((k) += (c))
+#endif
+
 // Philox4x32-10 of counter c under key k: ten rounds of two 32x32 -> 64-bit products, the key bumped by the Weyl
 // constants between rounds (Random123's constants).
 RTC_HD Philox4 philox4x32_10(rtc_u32 c0, rtc_u32 c1, rtc_u32 c2, rtc_u32 c3, rtc_u32 k0, rtc_u32 k1) {
   for (int r = 0; r < 10; ++r) {
     if (r > 0) {
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
+      philox_bump(k0, 0x9E3779B9u);
+      philox_bump(k1, 0xBB67AE85u);
     }
     const rtc_u64 p0 = (rtc_u64)0xD2511F53u * c0, p1 = (rtc_u64)0xCD9E8D57u * c2;
     const rtc_u32 n0 = (rtc_u32)(p1 >> 32) ^ c1 ^ k0, n2 = (rtc_u32)(p0 >> 32) ^ c3 ^ k1;
@@ -43,20 +57,23 @@ struct DropoutState {
   rtc_u64 seed, offset;
 };
 
-// The eight 16-bit draws of keys 8 g .. 8 g + 7 of row i of (b, h): one Philox call.
-RTC_HD Philox4 dropout_draws(const DropoutState& s, int heads, int b, int h, rtc_i64 i, rtc_i64 g) {
-  const rtc_u64 ctr = s.offset + (rtc_u64)g;
-  return philox4x32_10((rtc_u32)ctr, (rtc_u32)(ctr >> 32), (rtc_u32)i, (rtc_u32)((rtc_i64)b * heads + h),
-                       (rtc_u32)s.seed, (rtc_u32)(s.seed >> 32));
+// The eight 16-bit draws of the block of row i and key j (any element of it): one Philox call.
+RTC_HD Philox4 dropout_draws(const DropoutState& s, int heads, int b, int h, rtc_i64 i, rtc_i64 j) {
+  const rtc_u64 ctr = s.offset + (rtc_u64)(4 * (j >> 4) + ((j & 7) >> 1));
+  return philox4x32_10((rtc_u32)ctr, (rtc_u32)(ctr >> 32), (rtc_u32)(8 * (i >> 4) + (i & 7)),
+                       (rtc_u32)((rtc_i64)b * heads + h), (rtc_u32)s.seed, (rtc_u32)(s.seed >> 32));
 }
 
-// Whether key j (of its group of eight's draws d) is kept.
-RTC_HD bool dropout_kept(const Philox4& d, rtc_i64 j, rtc_u32 threshold) {
-  const rtc_u32 w = d.v[(j >> 1) & 3];
-  return ((j & 1) ? (w >> 16) : (w & 0xFFFFu)) >= threshold;
+// Which 16-bit half of its block's draws element (i, j) takes: 0 .. 7, the low half of output (half / 2) when even.
+RTC_HD int dropout_half(rtc_i64 i, rtc_i64 j) { return (int)(4 * ((j >> 3) & 1) + 2 * ((i >> 3) & 1) + (j & 1)); }
+
+// Whether half `half` of the block's draws d is kept.
+RTC_HD bool dropout_kept(const Philox4& d, int half, rtc_u32 threshold) {
+  const rtc_u32 w = d.v[half >> 1];
+  return ((half & 1) ? (w >> 16) : (w & 0xFFFFu)) >= threshold;
 }
 
 // The keep bit of one element (a Philox call of its own: the portable kernels' form).
 RTC_HD bool dropout_keep(const DropoutState& s, rtc_u32 threshold, int heads, int b, int h, rtc_i64 i, rtc_i64 j) {
-  return dropout_kept(dropout_draws(s, heads, b, h, i, j >> 3), j, threshold);
+  return dropout_kept(dropout_draws(s, heads, b, h, i, j), dropout_half(i, j), threshold);
 }

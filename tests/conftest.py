@@ -38,12 +38,27 @@ def _asan_loaded():
     return "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
+def _run_sanitized(nodeid: str, entries) -> bool:
+    """Whether a test id is one of the sanitizer subset's entries (a file, a test, or a test with its parameters)."""
+    return any(nodeid == e or nodeid.startswith(e + "::") or nodeid.startswith(e + "[") for e in entries)
+
+
 def pytest_collection_modifyitems(config, items):
     if _asan_loaded():  # ASan reserves terabytes of address space: an RLIMIT_AS child cannot start
         no_asan = pytest.mark.skip(reason="cannot run under ASan (bash .ci/sanitize)")
         for item in items:
             if "no_asan" in item.keywords:
                 item.add_marker(no_asan)
+    else:
+        # The test command runs a subset under ASan + UBSan beside the suite (.ci/run): the same tests, the same
+        # assertions, with the sanitizers' checks besides. The suite leaves those out (RTC_TESTS_SANITIZED: the
+        # subset's entries), all but the ones that cannot run under ASan, so that each runs once.
+        entries = os.environ.get("RTC_TESTS_SANITIZED", "").split()
+        if entries:
+            elsewhere = [i for i in items if _run_sanitized(i.nodeid, entries) and "no_asan" not in i.keywords]
+            if elsewhere:
+                config.hook.pytest_deselected(items=elsewhere)
+                items[:] = [i for i in items if i not in set(elsewhere)]
     if _gpu_available():
         return
     skip = pytest.mark.skip(reason="no GPU on this machine (run on a GPU: bash .ci/device)")

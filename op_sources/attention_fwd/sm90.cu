@@ -8,6 +8,8 @@
 // tiles are taken longest-first. Query head h reads K/V head kv_head(h) (GQA/MQA).
 // Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi) go on each block's scores before its mask
 // (sm90/mask.h, csrc_common/score_mod_sm90.h); the softmax then takes them at scale 1 where they are t.
+// Dropout (RTC_DROPOUT) scales each block's probabilities after its softmax and zeroes the dropped ones once packed,
+// before P V (sm90/drop.h).
 // Packed sequences (RTC_KV): Q/O rows and (varlen) K/V rows sit at each sequence's offset in the
 // packed tensors; paged K/V come page by page through the block table (TMA boxes of
 // gcd(page_size, 128) rows); the tiles are handed out from a table every CTA builds (sm90/schedule.h).
@@ -60,6 +62,9 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
              p.a.seq_k < 0,
              wm,
              TileMods::of(p.a, a, t.batch, t.head, t.row0)};
+#if RTC_DROPOUT
+  L.dr = TileDrop::of(p.a, t.batch, t.head, t.row0 + wg * 64 + warp * 16 + lane / 4);  // the thread's rows
+#endif
   r.st.init();
 #pragma unroll
   for (int i = 0; i < kAccO; ++i) r.o[i] = 0.f;
@@ -80,6 +85,9 @@ RTC_DEVICE int consume_tile(const Sm90AttnParams& p, const SmemTiles& sm, const 
   qs.advance();
   scores_done(sm, r, ps, L.q_slot, n_blocks == 1, L.last_valid, L.c, a, L.wm, L.md, n0);
   pack_p(r.s, r.pk);
+#if RTC_DROPOUT
+  drop_packed(r.pk, L.dr, n0 * kN, a);
+#endif
   ps.advance();
   // 2. steady state.
   for (int n = 1; n < n_blocks; ++n) steady_block(L, r, a, n0 + n, n == n_blocks - 1);

@@ -109,7 +109,8 @@ struct DsOut {
 // barrier). Elsewhere dK's A is dS^T from registers.
 template <int kCols>
 RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const RowSlot& sl, int col_blk,
-                        float scale_log2, bool cut, const KvCut& kc, const DsOut& ds, const PairMods& md) {
+                        float scale_log2, bool cut, const KvCut& kc, const DsOut& ds, const PairMods& md,
+                        const PairDrop& dr, const AttnParams& a) {
   float s[32], dp[32];
   rtc_u32 pp[16], pd[16];
   sm90::wgmma_fence();
@@ -117,16 +118,18 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   sm90::wgmma_commit();
   issue_ss<kRows>(dp, v_rows, block_stride(kKvKeys), sl.dout, block_stride(kRows));
   sm90::wgmma_commit();
+  const rtc_u32 keep = kv_keep(dr, a, kc.m0, kc.k0);  // under the GEMMs
+  const float z = a.drop_scale;
   float cols[16];
   if constexpr (RTC_SCORE_MOD != 0) {
     sm90::wgmma_wait<1>();
     sm90::fence_regs(s);
-    kv_p_mod(s, pp, sl.lse, scale_log2, cut, kc, md);  // s: P^T times the cap's derivative, for kv_ds
+    kv_p_mod(s, pp, sl.lse, scale_log2, cut, kc, md, keep, z);  // s: P^T times the cap's derivative, for kv_ds
   } else {
     kv_cols(cols, sl.lse);
     sm90::wgmma_wait<1>();
     sm90::fence_regs(s);
-    kv_p(s, pp, cols, scale_log2, cut, kc);
+    kv_p(s, pp, cols, scale_log2, cut, kc, keep, z);
   }
   sm90::wgmma_fence();
   issue_rs<kCols, kRows>(acc.dv, pp, sl.dout + col_blk * block_stride(kRows), block_stride(kRows));
@@ -134,7 +137,7 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   kv_cols(cols, sl.delta);
   sm90::wgmma_wait<1>();
   sm90::fence_regs(dp);
-  kv_ds(s, dp, pd, cols);
+  kv_ds(s, dp, pd, cols, keep, z);
   if constexpr (bwd_sm90_dq_fused(kPlan)) {
     if (ds.ring_on) ds.ring.acquire(ds.step);  // else: the slot's last reader was this warpgroup's dK GEMM, done
     store_ds(ds.slot, pd, ds.key0, ds.keys);
@@ -199,7 +202,7 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int wg, int key0, in
     const bool cut = RTC_MASK && (key_range(w, r_last).lo > n0 || key_range(w, m0).hi < n0 + keys - 1);
     const DsOut ds{ds_ring, fused, s, sm.ds + (s & 1) * kDsSlot, key0, keys, wg};
     kv_step<kCols>(acc, k_tile + key0 * 128, v_tile + key0 * 128, sl, col_blk, view.scale_log2, cut,
-                   KvCut{w, m0, n0 + key0}, ds, PairMods::of(a, b, head_of(s)));
+                   KvCut{w, m0, n0 + key0}, ds, PairMods::of(a, b, head_of(s)), PairDrop::of(a, b, head_of(s)), a);
     ring.release(s);
     if (fused) dq_step_sums(ds_ring, s, wg, ds.slot, k_tile, dq_tile(bp, seq, b, head_of(s), m0));
   }

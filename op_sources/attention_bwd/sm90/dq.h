@@ -52,20 +52,22 @@ RTC_DEVICE void load_keys(const BwdParams& bp, const Seq& seq, int b, int hk, in
 
 // One step of one warpgroup: its 64 rows (q_rows, do_rows) against the slot's keys.
 RTC_DEVICE void dq_step(float (&dq)[kD / 2], rtc_u32 q_rows, rtc_u32 do_rows, rtc_u32 slot, const DqRows& rw,
-                        float scale_log2, bool cut, int n0, const PairMods& md) {
+                        float scale_log2, bool cut, int n0, const PairMods& md, const PairDrop& dr, int row0,
+                        const AttnParams& a) {
   float s[kDqKeys / 2], dp[kDqKeys / 2];
   rtc_u32 pd[kDqKeys / 4];
   sm90::wgmma_fence();
   issue_ss<kDqKeys>(s, q_rows, block_stride(kDqRows), slot, block_stride(kDqKeys));
   issue_ss<kDqKeys>(dp, do_rows, block_stride(kDqRows), slot + kKeyTile, block_stride(kDqKeys));
   sm90::wgmma_commit();
+  const rtc_u64 keep = dq_keep<kDqKeys>(dr, a, row0, n0);  // under the GEMMs
   sm90::wgmma_wait<0>();
   sm90::fence_regs(s);
   sm90::fence_regs(dp);
   if constexpr (RTC_SCORE_MOD != 0)
-    dq_ds_mod<kDqKeys>(s, dp, pd, rw, scale_log2, cut, n0, md);
+    dq_ds_mod<kDqKeys>(s, dp, pd, rw, scale_log2, cut, n0, md, keep, a.drop_scale);
   else
-    dq_ds<kDqKeys>(s, dp, pd, rw, scale_log2, cut, n0);
+    dq_ds<kDqKeys>(s, dp, pd, rw, scale_log2, cut, n0, keep, a.drop_scale);
   sm90::wgmma_fence();
   issue_rs<kD, kDqKeys>(dq, pd, slot, block_stride(kDqKeys));
   sm90::wgmma_commit();
@@ -97,6 +99,7 @@ RTC_DEVICE void dq_stage(const BwdParams& bp, rtc_u32 base) {
   ring.filled(0);  // Q and dO land with the first key block
   const DqRows rw = dq_rows(bp, seq, w, h, m0 + 64 * wg);
   const PairMods md = PairMods::of(a, b, h);
+  const PairDrop dr = PairDrop::of(a, b, h);
   float dq[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dq[i] = 0.0f;
@@ -111,7 +114,7 @@ RTC_DEVICE void dq_stage(const BwdParams& bp, rtc_u32 base) {
     ring.wait(s);
     const bool cut = n < sp.full_begin || n >= sp.full_end;
     dq_step(dq, q_tile + 64 * wg * 128, do_tile + 64 * wg * 128, slots + (s & 1) * 2 * kKeyTile, rw, view.scale_log2,
-            cut, n * kDqKeys, md);
+            cut, n * kDqKeys, md, dr, m0 + 64 * wg, a);
     ring.release(s);
   }
   const int row0 = 64 * wg;

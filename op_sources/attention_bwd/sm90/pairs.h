@@ -4,7 +4,8 @@
 // acc[2n + 1]), and the stores of the gradients. The rules are bwd_common.h's (pair_p_ds): P = exp2(s scale log2(e) -
 // LSE log2(e)) rounded to the element type for dV, dS = P (dP - delta) (from P unrounded) rounded for dK and dQ; a pair
 // no row sees has P = dS = 0. With score modifications (RTC_SCORE_MOD: the soft cap, ALiBi; score_mod_sm90.h) P is of
-// the modified score and dS takes the cap's derivative before its rounding (pair_p_ds_mod_bits).
+// the modified score and dS takes the cap's derivative before its rounding (pair_p_ds_mod_bits). With dropout
+// (RTC_DROPOUT) dV's P and dS's dP take the mask (pair_p_ds_drop_bits).
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
@@ -76,6 +77,84 @@ RTC_DEVICE float cap_t(float x, const PairMods& m, float dist) {
   return x;
 }
 
+// ---- dropout (RTC_DROPOUT; the mask is dropout.h's, the rules bwd_common.h's pair_p_ds_drop_bits) ----
+// dV takes P Z (Z = keep / (1 - p): the kept p times drop_scale, 0 when dropped) and dS = P (dP Z - delta), times the
+// cap's derivative with a soft cap. A step's keep bits are formed once (bit e: element e of the fragment) from the
+// mask's Philox blocks (2 rows x 4 keys each).
+
+// The mask's (sequence, query head) word of the counter. The call's (seed, offset) is read from rng_state where the
+// bits are formed (an L1 hit), not held across a stage: four registers that ptxas spilled loop invariants for at 128.
+struct PairDrop {
+#if RTC_DROPOUT
+  rtc_u32 bh;
+#endif
+  RTC_DEVICE static PairDrop of(const AttnParams& a, int b, int h) {
+    PairDrop d;
+#if RTC_DROPOUT
+    d.bh = (rtc_u32)(b * a.heads + h);
+#endif
+    return d;
+  }
+};
+RTC_DEVICE Philox4 drop_draws(const PairDrop& d, rtc_u64 seed, rtc_u64 ctr, rtc_u32 row_word) {
+#if RTC_DROPOUT
+  return philox4x32_10((rtc_u32)ctr, (rtc_u32)(ctr >> 32), row_word, d.bh, (rtc_u32)seed, (rtc_u32)(seed >> 32));
+#else
+  return Philox4{{0u, 0u, 0u, 0u}};
+#endif
+}
+RTC_DEVICE bool drop_half_kept(rtc_u32 w, int high, rtc_u32 thr) { return (high ? w >> 16 : w & 0xFFFFu) >= thr; }
+
+// A DKDV step's keep bits (S^T: element 4j + 2i + c is key k0 + acc_row(i), row m0 + acc_col(j, c)); m0 and k0
+// multiples of 16. A Philox block is rows {r, r + 8} (j = 2jj, 2jj + 1; c) by the thread's keys {k, k + 8} (i) and
+// the two keys of the other parity, which lane ^ 4 holds: eight calls a step, four of each call's halves used.
+RTC_DEVICE rtc_u32 kv_keep(const PairDrop& d, const AttnParams& a, int m0, int k0) {
+  rtc_u32 bits = 0;
+#if RTC_DROPOUT
+  const int l = lane(), t = l % 4, high = (l >> 2) & 1;
+  const rtc_u32 thr = a.drop_threshold;
+  const rtc_u64 seed = (rtc_u64)rtc_gld(a.rng_state), offset = (rtc_u64)rtc_gld(a.rng_state + 1);
+  const rtc_u64 ctr = offset + (rtc_u64)(4 * ((k0 >> 4) + warp_in_wg()) + (l >> 3));
+  // Two calls side by side: eight held some 50 registers, and ptxas spilled the stage's loop invariants for them.
+#pragma unroll 2
+  for (int q = 0; q < 8; ++q) {
+    const int jj = q >> 1, c = q & 1;
+    const Philox4 r = drop_draws(d, seed, ctr, (rtc_u32)(8 * ((m0 >> 4) + jj) + 2 * t + c));
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int jo = 0; jo < 2; ++jo)
+        bits |= (rtc_u32)drop_half_kept(r.v[2 * i + jo], high, thr) << (4 * (2 * jj + jo) + 2 * i + c);
+  }
+#endif
+  return bits;
+}
+
+// A DQ step's keep bits (S: element 4j + 2i + c is row row0 + acc_row(i), key n0 + acc_col(j, c); row0 and n0
+// multiples of 16): the forward's fragment, the eight elements of each 16-key group one Philox block.
+template <int kN>
+RTC_DEVICE rtc_u64 dq_keep(const PairDrop& d, const AttnParams& a, int row0, int n0) {
+  rtc_u64 bits = 0;
+#if RTC_DROPOUT
+  const int l = lane();
+  const rtc_u32 thr = a.drop_threshold, row_word = (rtc_u32)(8 * ((row0 >> 4) + warp_in_wg()) + l / 4);
+  const rtc_u64 seed = (rtc_u64)rtc_gld(a.rng_state), offset = (rtc_u64)rtc_gld(a.rng_state + 1);
+  const rtc_u64 ctr = offset + (rtc_u64)(4 * (n0 >> 4) + l % 4);
+#pragma unroll 2
+  for (int g = 0; g < kN / 16; ++g) {  // two calls side by side (kv_keep)
+    const Philox4 r = drop_draws(d, seed, ctr + (rtc_u64)(4 * g), row_word);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) bits |= (rtc_u64)drop_half_kept(r.v[e >> 1], e & 1, thr) << (8 * g + e);
+  }
+#endif
+  return bits;
+}
+
+// P Z of element e (for dV) and dP Z (for dS) under keep bits `keep`; the identity without dropout.
+template <class Bits> RTC_DEVICE float drop_z(float x, Bits keep, int e, float z) {
+  return RTC_DROPOUT ? (((keep >> e) & 1) ? x * z : 0.0f) : x;
+}
+
 // ---- DKDV: S^T and dP^T, keys x rows (64 x 64): a column is a query row, its LSE and delta in shared memory ----
 
 // The window of a step cut by its edge: row (column) m0 + col sees key k0 + row when inside its key range.
@@ -105,7 +184,7 @@ RTC_DEVICE void kv_cols(float (&v)[16], rtc_u32 vec) {
 // step's LSE vector in shared memory. The distance key - diag of element (j, i, c): key k0 + acc_row(i), query row
 // m0 + acc_col(j, c).
 RTC_DEVICE void kv_p_mod(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse_vec, float scale_log2, bool cut,
-                         const KvCut& kc, const PairMods& md) {
+                         const KvCut& kc, const PairMods& md, rtc_u32 keep, float z) {
   const float c_p = kScoreT ? 1.f : scale_log2;
   const float base = (float)((rtc_i64)kc.k0 + acc_row(0) - kc.m0 - acc_col(0, 0) - kc.w.seq_k + kc.w.seq_q);
   if (RTC_SOFTCAP) cap_r(s, md);
@@ -124,14 +203,14 @@ RTC_DEVICE void kv_p_mod(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse_vec, flo
         if (RTC_MASK && cut && !kc.seen(acc_col(j, c), acc_row(i))) pe[c] = 0.0f;
         x = RTC_SOFTCAP ? pe[c] * sm90::Softcap::dt_of(x) : pe[c];
       }
-      pp[2 * j + i] = pack_raw(pe[0], pe[1]);
+      pp[2 * j + i] = pack_raw(drop_z(pe[0], keep, 4 * j + 2 * i, z), drop_z(pe[1], keep, 4 * j + 2 * i + 1, z));
     }
   }
 }
 
 // s (S^T) becomes P^T, unrounded; pp its elements packed. lse: kv_cols of the step's LSE vector (natural log).
 RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], const float (&lse)[16], float scale_log2, bool cut,
-                     const KvCut& kc) {
+                     const KvCut& kc, rtc_u32 keep, float z) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const float lse2[2] = {lse_log2(lse[2 * j]), lse_log2(lse[2 * j + 1])};
@@ -144,18 +223,23 @@ RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], const float (&lse)[16], 
         if (RTC_MASK && cut && !kc.seen(acc_col(j, c), acc_row(i))) x = 0.0f;
       }
   }
-  pack_acc(s, pp);
+#pragma unroll
+  for (int n = 0; n < 16; ++n)
+    pp[n] = pack_raw(drop_z(s[2 * n], keep, 2 * n, z), drop_z(s[2 * n + 1], keep, 2 * n + 1, z));
 }
 
-// dp (dP^T) becomes dS^T = P^T (dP^T - delta), packed into pd. delta: kv_cols of the step's delta vector.
-RTC_DEVICE void kv_ds(const float (&p)[32], float (&dp)[32], rtc_u32 (&pd)[16], const float (&delta)[16]) {
+// dp (dP^T) becomes dS^T = P^T (dP^T Z - delta), packed into pd. delta: kv_cols of the step's delta vector.
+RTC_DEVICE void kv_ds(const float (&p)[32], float (&dp)[32], rtc_u32 (&pd)[16], const float (&delta)[16], rtc_u32 keep,
+                      float z) {
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int c = 0; c < 2; ++c)
-        dp[4 * j + 2 * i + c] = p[4 * j + 2 * i + c] * (dp[4 * j + 2 * i + c] - delta[2 * j + c]);
+      for (int c = 0; c < 2; ++c) {
+        const int e = 4 * j + 2 * i + c;
+        dp[e] = p[e] * (drop_z(dp[e], keep, e, z) - delta[2 * j + c]);
+      }
   pack_acc(dp, pd);
 }
 
@@ -172,7 +256,7 @@ struct DqRows {
 // s (S) becomes P (unrounded, 0 outside each row's keys when the block is cut), dp (dP) dS, packed into pd.
 template <int kN>
 RTC_DEVICE void dq_ds(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)[kN / 4], const DqRows& rw,
-                      float scale_log2, bool cut, int n0) {
+                      float scale_log2, bool cut, int n0, rtc_u64 keep, float z) {
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
@@ -185,7 +269,7 @@ RTC_DEVICE void dq_ds(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)[kN 
           const int key = n0 + acc_col(j, c);
           if (key < rw.lo[i] || key > rw.hi[i]) p = 0.0f;
         }
-        dp[e] = p * (dp[e] - rw.delta[i]);
+        dp[e] = p * (drop_z(dp[e], keep, e, z) - rw.delta[i]);
       }
   pack_acc(dp, pd);
 }
@@ -193,13 +277,14 @@ RTC_DEVICE void dq_ds(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)[kN 
 // The same with score modifications: P of the modified scores, dS = (P (dP - delta)) times the cap's derivative.
 template <int kN>
 RTC_DEVICE void dq_ds_mod(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)[kN / 4], const DqRows& rw,
-                          float scale_log2, bool cut, int n0, const PairMods& md) {
+                          float scale_log2, bool cut, int n0, const PairMods& md, rtc_u64 keep, float z) {
 #if RTC_SCORE_MOD
   const float c_p = kScoreT ? 1.f : scale_log2, base = (float)n0 + rw.d0;
   if (RTC_SOFTCAP) {
     cap_r(s, md);
 #pragma unroll
-    for (int e = 0; e < kN / 2; ++e) dp[e] = (dp[e] - rw.delta[(e / 2) % 2]) * sm90::Softcap::dt_of(s[e]);
+    for (int e = 0; e < kN / 2; ++e)
+      dp[e] = (drop_z(dp[e], keep, e, z) - rw.delta[(e / 2) % 2]) * sm90::Softcap::dt_of(s[e]);
   }
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j)
@@ -213,7 +298,7 @@ RTC_DEVICE void dq_ds_mod(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)
           const int key = n0 + acc_col(j, c);
           if (key < rw.lo[i] || key > rw.hi[i]) p = 0.0f;
         }
-        dp[e] = RTC_SOFTCAP ? p * dp[e] : p * (dp[e] - rw.delta[i]);
+        dp[e] = RTC_SOFTCAP ? p * dp[e] : p * (drop_z(dp[e], keep, e, z) - rw.delta[i]);
       }
   pack_acc(dp, pd);
 #endif

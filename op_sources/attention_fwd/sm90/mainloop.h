@@ -11,6 +11,7 @@
 #include "sm90/scheduler.h"
 #include "sm90/mask.h"
 #include "sm90/softmax.h"
+#include "sm90/drop.h"
 
 namespace sm90 {
 
@@ -48,7 +49,8 @@ struct ConsumerRegs {
 };
 
 // S_n = Q K^T finished: free K_n (and Q after the last block), modify its scores (RTC_SCORE_MOD), mask it where
-// block n is cut by the window (RTC_MASK) or is the partial last block, then softmax in place.
+// block n is cut by the window (RTC_MASK) or is the partial last block, then softmax in place (and with dropout the
+// kept probabilities' scale: drop_packed zeroes the dropped ones once packed).
 template <class Mid = NoMid>
 RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, int q_slot, bool last,
                             int last_valid, float c, const AttnParams& a, const WindowMask& wm, const TileMods& md,
@@ -63,6 +65,7 @@ RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeStat
     mask_cols(r.s, last_valid);
   }
   online_softmax(r.s, r.st, c, mid);
+  if constexpr (RTC_DROPOUT != 0) scale_kept(r.s, a);
 }
 
 // What one consumer warpgroup carries from block to block of a tile.
@@ -77,6 +80,9 @@ struct TileLoop {
   int never;         // 0 at run time, from a field ptxas cannot evaluate: pins the P V wait (wgmma_wait_pinned)
   WindowMask wm;     // read only when RTC_MASK
   TileMods md;       // the score modifications (empty when plain)
+#if RTC_DROPOUT
+  TileDrop dr;       // dropout's state (set after the rest: consume_tile)
+#endif
   RTC_DEVICE int next_bar() const { return next_turn_bar(own_bar); }
 };
 
@@ -104,6 +110,9 @@ RTC_DEVICE void steady_block(TileLoop& L, ConsumerRegs& r, const AttnParams& a, 
   release(sm.bars.v_empty(pv.stage()));
   if (!kRescaleFirst) rescale_rows(r.o, r.st);
   pack_p(r.s, r.pk);
+#if RTC_DROPOUT
+  drop_packed(r.pk, L.dr, n * kN, a);
+#endif
   L.ps.advance();
 }
 

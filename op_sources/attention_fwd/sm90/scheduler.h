@@ -10,6 +10,7 @@
 #include "sm90/pipeline.h"
 #include "sm90/expand.h"
 #include "score_mod.h"  // RTC_SOFTCAP
+#include "dropout.h"    // RTC_DROPOUT
 
 namespace sm90 {
 
@@ -58,9 +59,12 @@ RTC_DEVICE int following_tile(const Sm90AttnParams& p, const SmemTiles& sm, Tile
 // stored), where the last one would be. Bottom-right aligned windows give the last rows the most keys: a short
 // last tile of 64 rows cost as much as a whole one (every consumer warpgroup runs every block of its span), a short
 // first tile sees the fewest keys. Unmasked, every tile visits every block: row 0 first.
+// With dropout the masked tiles move down to the next multiple of 16 (at most 15 rows past the last, not stored; the
+// first still starts at or before row 0): a thread's two rows are then one Philox block of the mask (sm90/drop.h).
 RTC_DEVICE int tile_row0(const AttnParams& a, int m_block) {
   const int part = a.seq_q % kM;
-  return m_block * kM - (RTC_MASK && part != 0 ? kM - part : 0);
+  const int row0 = m_block * kM - (RTC_MASK && part != 0 ? kM - part : 0);
+  return RTC_DROPOUT ? (row0 + 15) & ~15 : row0;
 }
 
 struct Tile {

@@ -56,12 +56,14 @@ def keep_mask(rng_state: torch.Tensor, p: float, b: int, heads: int, sq: int, sk
     h = np.arange(heads, dtype=np.uint64)[:, None, None]
     i = np.arange(sq, dtype=np.uint64)[None, :, None]
     j = np.arange(sk, dtype=np.uint64)[None, None, :]
-    ctr = (np.uint64(offset) + (j >> np.uint64(3))) & np.uint64(0xFFFFFFFFFFFFFFFF)
-    words = philox4x32_10(ctr & _U32, ctr >> np.uint64(32), i, (np.uint64(b * heads) + h) & _U32,
-                          seed & 0xFFFFFFFF, seed >> 32)
-    pick = (j >> np.uint64(1)) & np.uint64(3)
+    u = lambda x: np.uint64(x)  # noqa: E731
+    # one Philox call per 2 rows x 4 keys: rows {i, i + 8} (i % 16 < 8), keys {j, j + 1, j + 8, j + 9} (j % 16 even < 8)
+    ctr = (u(offset) + u(4) * (j >> u(4)) + ((j & u(7)) >> u(1))) & u(0xFFFFFFFFFFFFFFFF)
+    row = u(8) * (i >> u(4)) + (i & u(7))
+    words = philox4x32_10(ctr & _U32, ctr >> u(32), row, (u(b * heads) + h) & _U32, seed & 0xFFFFFFFF, seed >> 32)
+    pick = u(2) * ((j >> u(3)) & u(1)) + ((i >> u(3)) & u(1))  # the output word; the half: j's parity
     w = np.where(pick == 0, words[0], np.where(pick == 1, words[1], np.where(pick == 2, words[2], words[3])))
-    half = np.where((j & np.uint64(1)) == 1, w >> np.uint64(16), w & np.uint64(0xFFFF))
+    half = np.where((j & u(1)) == 1, w >> u(16), w & u(0xFFFF))
     keep = np.broadcast_to(half >= np.uint64(threshold(p)), (heads, sq, sk))
     return torch.from_numpy(np.array(keep))  # a writable copy of the broadcast view
 
