@@ -106,26 +106,31 @@ RTC_DEVICE Philox4 drop_draws(const PairDrop& d, rtc_u64 seed, rtc_u64 ctr, rtc_
 RTC_DEVICE bool drop_half_kept(rtc_u32 w, int high, rtc_u32 thr) { return (high ? w >> 16 : w & 0xFFFFu) >= thr; }
 
 // A DKDV step's keep bits (S^T: element 4j + 2i + c is key k0 + acc_row(i), row m0 + acc_col(j, c)); m0 and k0
-// multiples of 16. A Philox block is rows {r, r + 8} (j = 2jj, 2jj + 1; c) by the thread's keys {k, k + 8} (i) and
-// the two keys of the other parity, which lane ^ 4 holds: eight calls a step, four of each call's halves used.
+// multiples of 16. A Philox block is rows {r, r + 8} (j = 2jj, 2jj + 1; c) by the thread's keys {k, k + 8} (i) and the
+// two keys of the other parity, which lane ^ 4 holds (the same rows and key pair, the other key parity). So the two
+// lanes split a step's eight calls: each draws the four of its own c (= its key parity), keeps its halves' bits and
+// hands lane ^ 4 the other halves' bits, one shuffle for the step.
 RTC_DEVICE rtc_u32 kv_keep(const PairDrop& d, const AttnParams& a, int m0, int k0) {
   rtc_u32 bits = 0;
 #if RTC_DROPOUT
-  const int l = lane(), t = l % 4, high = (l >> 2) & 1;
+  const int l = lane(), t = l % 4, high = (l >> 2) & 1, c = high;
   const rtc_u32 thr = a.drop_threshold;
   const rtc_u64 seed = (rtc_u64)rtc_gld(a.rng_state), offset = (rtc_u64)rtc_gld(a.rng_state + 1);
   const rtc_u64 ctr = offset + (rtc_u64)(4 * ((k0 >> 4) + warp_in_wg()) + (l >> 3));
-  // Two calls side by side: eight held some 50 registers, and ptxas spilled the stage's loop invariants for them.
-#pragma unroll 2
-  for (int q = 0; q < 8; ++q) {
-    const int jj = q >> 1, c = q & 1;
+  rtc_u32 theirs = 0;
+#pragma unroll
+  for (int jj = 0; jj < 4; ++jj) {
     const Philox4 r = drop_draws(d, seed, ctr, (rtc_u32)(8 * ((m0 >> 4) + jj) + 2 * t + c));
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int jo = 0; jo < 2; ++jo)
-        bits |= (rtc_u32)drop_half_kept(r.v[2 * i + jo], high, thr) << (4 * (2 * jj + jo) + 2 * i + c);
+      for (int jo = 0; jo < 2; ++jo) {
+        const int e = 4 * (2 * jj + jo) + 2 * i + c;
+        bits |= (rtc_u32)drop_half_kept(r.v[2 * i + jo], high, thr) << e;
+        theirs |= (rtc_u32)drop_half_kept(r.v[2 * i + jo], high ^ 1, thr) << e;
+      }
   }
+  bits |= __shfl_xor_sync(0xffffffffu, theirs, 4);
 #endif
   return bits;
 }
