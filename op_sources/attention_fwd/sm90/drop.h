@@ -60,8 +60,7 @@ RTC_DEVICE void drop_packed(rtc_u32 (&pk)[W], const TileDrop& d, int col0, const
     const Philox4 r =
         philox4x32_10((rtc_u32)ctr, (rtc_u32)(ctr >> 32), d.row_word, d.bh_word, (rtc_u32)seed, (rtc_u32)(seed >> 32));
 #pragma unroll
-    for (int w = 0; w < 4; ++w)
-      pk[4 * g + w] &= keep_word(r.v[w], thr);
+    for (int w = 0; w < 4; ++w) pk[4 * g + w] &= keep_word(r.v[w], thr);
   }
 #endif
 }
