@@ -17,6 +17,8 @@
 // grid covers max_seqlen_q, and paged K/V rows come through per-page buffer resources.
 // Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi; gfx942/score_mods.h) go on each tile's scores before its
 // softmax, which masks them as a plain variant's.
+// Dropout (RTC_DROPOUT; dropout.h, numerics §13): each lane draws its scores' keep bits in the softmax step
+// (gfx942/softmax.h, TileDropout); l and the LSE take every p, P V the kept ones scaled.
 // The call's head dim d (a multiple of 8) may be below the bucket: its columns past d are zeros in registers and
 // LDS, never read from or written to q, k, v or o.
 //
@@ -135,6 +137,19 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
   s_waitcnt_vmcnt<0>();
   __syncthreads();
   if (group_b) __syncthreads();
+#if RTC_DROPOUT
+  // Dropout's loop constants: the row and (sequence, head) words of the Philox counter in VGPRs, the threshold, the
+  // factor and the generator state's pointer in SGPRs. The attention stage has few SGPRs to spare (all five in SGPRs,
+  // the 64 paged window variants spilled SGPRs to VGPR lanes) and at 128 few VGPRs (all four in VGPRs, gfx950's 128
+  // paged window variant spilled VGPRs).
+  rtc_u32 drop_threshold = p.drop_threshold;
+  float drop_scale = p.drop_scale;
+  int drop_bh = w.bh, drop_row0 = w.q0 + kRowsPerWave * wave;
+  sreg_fence(drop_threshold);
+  sreg_fence(drop_scale);
+  reg_fence(drop_bh);
+  reg_fence(drop_row0);
+#endif
   const KvWalk kw = {kr,
                      vt,
                      k_ss,
@@ -158,6 +173,14 @@ RTC_DEVICE void attn_stage(const Gfx942Params& p, AttnSmem& sm) {
                          ,
                      mods,
                      slope_log2
+#endif
+#if RTC_DROPOUT
+                     ,
+                     p.rng_state,
+                     drop_threshold,
+                     drop_scale,
+                     drop_bh,
+                     drop_row0
 #endif
   };
   // Iteration k is "MFMA step(k); barrier; softmax(k); barrier". The loop is rotated by half an

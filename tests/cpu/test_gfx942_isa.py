@@ -2,7 +2,7 @@
 clang) and gfx950 (clang 22): no scratch and no VGPR spills, the bucket's LDS (at most 64 KiB), 512 threads at 2 waves
 per SIMD, and the KV loop's MFMAs, barriers and selects, for every round mode (gfx950: rtne) and both dtypes (dense),
 and for the packed variants; a sample of the score modifications' variants (the soft cap, ALiBi) against the same
-budgets and their plain variants' loops."""
+budgets and their plain variants' loops, and a sample of the dropout variants against the same budgets."""
 import functools
 import itertools
 import shutil
@@ -67,7 +67,8 @@ def test_the_design_table_covers_the_buckets():
     assert all(design_lds(d) <= 64 * 1024 for d in BUCKETS)
 
 
-def check_common(r, tag):
+def check_common(r, tag, loop_selects=False):
+    """loop_selects: the steady loop may select (dropout's keep bits and word of each Philox call)."""
     n = r.notes
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["group_segment_fixed_size"] == design_lds(r.head_dim) <= min(64 * 1024, coreport.LDS_PER_CU[r.arch]), tag
@@ -81,7 +82,7 @@ def check_common(r, tag):
     # The steady KV loop holds one wave's QK and PV MFMAs and the two barriers of the schedule; only the last kv
     # block masks scores, and it is peeled: the loop selects nothing (paged: see test_packed_code_object).
     assert r.loop["mfma"] == loop_mfmas(r.head_dim) and r.loop["s_barrier"] == 2, (tag, r.loop)
-    assert r.loop["cndmask"] == 0 or r.kv == "paged", (tag, r.loop)
+    assert r.loop["cndmask"] == 0 or r.kv == "paged" or loop_selects, (tag, r.loop)
 
 
 @pytest.mark.parametrize("d", BUCKETS)
@@ -194,14 +195,14 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv):
 # ---- score modifications (the soft cap and ALiBi: the score_mod axis) ----------------------------------------------
 
 def _build_score_mod(score_mod, arch, mode, mask="none", kv="dense", head_dim=128, dtype="bf16", kernel=coreport.KERNEL,
-                     kv_dtype="same", op=coreport.OP):
-    """coreport.build of the variant with the score_mod axis at score_mod (coreport builds plain ones); an axis neither
-    names takes its first value (plain, off)."""
+                     kv_dtype="same", op=coreport.OP, dropout=None):
+    """coreport.build of the variant with the score_mod axis at score_mod (coreport builds plain ones), and the dropout
+    axis at dropout when given; an axis neither names takes its first value (plain, off)."""
     from rtcattn.runtime import dispatch, manifest
     m = manifest.load()
     spec = m.op(op)
     call = {"round_mode": mode, "mask": mask, "kv": kv, "head_dim": head_dim, "dtype": dtype, "kv_dtype": kv_dtype,
-            "score_mod": score_mod}
+            "score_mod": score_mod, **({"dropout": dropout} if dropout else {})}
     full = {a.name: call[a.name] if a.name in call else spec.axis_values(a.name)[0] for a in spec.axes}
     return dispatch.build(m.variant_for(op, kernel, arch, full))
 
@@ -252,3 +253,46 @@ def test_score_mod_code_object(arch, score_mod, mask, kv, d, dtype, kv_dtype, sc
     tiles, cap, alibi = DESIGN[d][0], "softcap" in score_mod, "alibi" in score_mod
     assert r.loop["trans"] == plain["trans"] + 32 * tiles * cap, (tag, plain)
     assert r.loop["valu"] <= plain["valu"] + 16 * tiles * 6 * (cap + alibi) + 16, (tag, plain)
+
+
+# ---- dropout (the dropout axis) --------------------------------------------------------------------------------------
+
+# (mask, kv, head dim, dtype): the tightest ones, rtne, plain scores, every arch: the 128 paged window variant (256
+# VGPRs in its plain form), 192 (two q tiles: the draws inside the softmax, gfx942/mainloop.h's kDrawTileFirst) and
+# the 64 paged window variant, at the SGPR budget.
+DROPOUTS = [("window", "paged", 128, "bf16"), ("window", "varlen", 192, "fp16"), ("window", "paged", 64, "bf16")]
+
+
+@functools.cache
+def dropout_report(arch, mask, kv, d, dtype):
+    with mock.patch.object(coreport, "build", functools.partial(_build_score_mod, "plain", dropout="dropout")):
+        return coreport.report(arch, "rtne", mask, kv, d, dtype)
+
+
+@pytest.fixture(scope="module")
+def dropout_builds():
+    """The sample's variants, compiled two at a time into the cache the reports read (as score_mod_builds)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda v: _build_score_mod("plain", v[0], "rtne", *v[1], dropout="dropout"),
+                      [(a, s) for s in DROPOUTS for a in ARCHS]))
+
+
+def _inner_loops(body):
+    """The loops inside a KV loop body: its back edges (branches to an earlier address) whose span holds no MFMA (the
+    KV loop's own latches span its MFMAs, wherever the compiler placed its header)."""
+    mfmas = [a for a, op, _ in body if op.startswith("v_mfma")]
+    return sum(1 for a, op, args in body if (t := coreport._branch_target(a, op, args)) is not None and t <= a
+               and not any(t <= m <= a for m in mfmas))
+
+
+@pytest.mark.parametrize("mask,kv,d,dtype", DROPOUTS, ids=["-".join(map(str, s)) for s in DROPOUTS])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_dropout_code_object(arch, mask, kv, d, dtype, dropout_builds):
+    """The plain variants' budgets (check_common: no scratch or VGPR spills, the bucket's LDS, 2 waves per SIMD, the
+    loop's MFMAs and barriers; the keep bits' selects allowed), and the draws: per 64-key block each lane makes two
+    Philox4x32-10 calls per 16-key sub-tile of each q tile (gfx942/softmax.h, TileDropout), and the compilers keep
+    each call's ten rounds a loop: the steady loop holds 8 x tiles inner loops, no more calls and none hoisted out."""
+    r = dropout_report(arch, mask, kv, d, dtype)
+    tag = f"{r.name} dropout: {r.notes} {r.loop}"
+    check_common(r, tag, loop_selects=True)
+    assert _inner_loops(r.loop_body) == 2 * 4 * DESIGN[d][0], tag

@@ -221,11 +221,25 @@ struct KvWalk {
   ModParams mods;          // the softmax scale and the soft cap's constants (score_mod.h)
   float slope_log2;        // the item's ALiBi slope (its (sequence, head)), log2 domain
 #endif
+#if RTC_DROPOUT
+  const rtc_i64* rng;      // p.rng_state: the generator state (dropout.h), read per step (two SGPRs held, not four)
+  rtc_u32 drop_threshold;  // p.drop_threshold (where these live: gfx942.hip)
+  float drop_scale;        // p.drop_scale
+  int bh;                  // b * heads + h: the Philox counter's last word
+  int row0;                // this wave's first row within its sequence (a multiple of 16; tile g: + 16 g)
+#endif
 };
 // Where the score modifications' loop constants live: SGPRs at 96 to 192 (the window variants sit near 256 VGPRs), VGPRs
 // at 64 and 256, where gfx950's attention stage has no SGPR to spare (its FP4 and FP8 window variants kept a private
 // segment) and VGPRs to spare.
 constexpr bool kModsInVgprs = kBucket == 64 || kBucket == 256;
+
+#if RTC_DROPOUT
+// Where a tile's keep bits are drawn (softmax.h, TileKeep): before its softmax up to 128 (3 q tiles: drawn inside it,
+// gfx90a's 128 paged window variant spilled), inside it per sub-tile at 192 and 256 (drawn before it, gfx90a's 192
+// varlen window variant spilled).
+constexpr bool kDrawTileFirst = kBucket <= 128;
+#endif
 
 // The window of tile g's row of this lane, as key bounds [lo, hi] (hi <= Sk - 1; empty: lo > hi).
 RTC_DEVICE void row_keys(const KvWalk& kw, int g, int& lo, int& hi) {
@@ -276,11 +290,38 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
       a.s[g][sub] *= score_scale(c, sub);
       if (RTC_KV_FP4) reg_fence(a.s[g][sub]);
     }
+#elif RTC_DROPOUT
+  // The tiles' constants from a fenced lane id, as the modifications' above: the window's key indices and the draws'
+  // counters and word selection are derived per step, not hoisted out of the loop and held (the 192 window variants,
+  // near 256 VGPRs, spilled them).
+  KvWalk fenced = kw;
+  reg_fence(fenced.lane);
+  const KvWalk& kt = fenced;
 #else
   const KvWalk& kt = kw;
 #endif
+#if RTC_DROPOUT
+  // The generator's state, loaded per step through a fenced pointer: the round keys and what else derives from the
+  // seed and offset are computed per step, not held in SGPRs across the loop.
+  const rtc_i64* rng = kw.rng;
+  sreg_fence(rng);
+  const DropoutState ds = {(rtc_u64)scalar_load(rng), (rtc_u64)scalar_load(rng + 1)};
+#endif
 #pragma unroll
   for (int g = 0; g < kTilesPerWave; ++g) {
+#if RTC_DROPOUT
+    // Tile g's rows kw.row0 + 16 g + lane % 16, its keys kb * 64 + 16 sub + 4 quad + i.
+    const TileDropout draws = {(rtc_u32)ds.seed,
+                               (rtc_u32)(ds.seed >> 32),
+                               ds.offset + (rtc_u64)(16 * kb),
+                               (rtc_u32)(8 * ((kw.row0 >> 4) + g)),
+                               (rtc_u32)kw.bh,
+                               kw.drop_threshold,
+                               kt.lane};
+    const TileKeep<kDrawTileFirst> drop = TileKeep<kDrawTileFirst>::of(draws, kw.drop_scale);
+#else
+    const NoDropout drop = {};
+#endif
 #if RTC_SCORE_MOD
     // The tile's modified scores (gfx942/score_mods.h), before the softmax masks them: tile g's row is 16 g past the
     // lane's first.
@@ -291,9 +332,10 @@ RTC_DEVICE void softmax_step(const KvWalk& kw, Acc& a, RowState& st, AttnSmem& s
       row_keys(kw, g, lo, hi);
       const int key0 = kb * GFX942_KV_ROWS;
       softmax_tile<kLast, true>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], softmax_scale_of(c), kt.lane >> 4, valid,
-                                kw.xaddr, lo - key0, hi - key0);
+                                kw.xaddr, lo - key0, hi - key0, drop);
     } else {
-      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], softmax_scale_of(c), kt.lane >> 4, valid, kw.xaddr);
+      softmax_tile<kLast>(a.s[g], a.o[g], a.p[g], st.m[g], st.l[g], softmax_scale_of(c), kt.lane >> 4, valid, kw.xaddr,
+                          0, 0, drop);
     }
   }
   // Group A: one dword per 64-byte line of V^T(k), 64 lines per wave and round (the block is a multiple of

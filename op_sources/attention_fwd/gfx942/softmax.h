@@ -9,6 +9,7 @@
 #include "fp16_round.h"
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"  // sreg_fence_gfx90a
+#include "dropout.h"
 #include "gfx942/tiles.h"
 
 namespace g942 {
@@ -85,6 +86,74 @@ struct ZeroSumRow {
 // The softmax scale of sub-tile sub's scores.
 RTC_DEVICE float score_scale(float c, int) { return c; }
 
+// A plain variant's softmax_tile argument in place of TileKeep: P is the probability.
+struct NoDropout {};
+
+#if RTC_DROPOUT
+// This lane's dropout (dropout.h; numerics §13) in one q tile of one KV block: row i, and keys 4 quad .. 4 quad + 3 of
+// each 16-key sub-tile. Keys 4 quad, 4 quad + 1 lie in one Philox block (counter offset + 4 (j / 16) + 2 (quad % 2)),
+// keys 4 quad + 2, 4 quad + 3 in the next counter's; the row takes word 2 (quad / 2) + (i / 8) % 2 of each, the even
+// key its low half (dropout_half). So two Philox calls per lane and sub-tile, of whose eight halves the lane uses two:
+// the other six are those of lanes l ^ 8, l ^ 32 and l ^ 40, which draw the same two blocks themselves.
+// The tile's first row is a multiple of 16, so i / 16 is uniform and i % 16 = lane % 16.
+struct TileDropout {
+  rtc_u32 seed_lo, seed_hi;  // the Philox key
+  rtc_u64 block_ctr;         // offset + 16 kb: the block's first counter
+  rtc_u32 row_hi;            // 8 (i / 16): the counter's row word less i % 8
+  rtc_u32 bh;                // the counter's last word: b * heads + h
+  rtc_u32 threshold;         // p.drop_threshold
+  int lane;
+
+  // Bit 4 sub + i: whether key 4 quad + i of sub-tile sub is kept.
+  RTC_DEVICE rtc_u32 keep_bits() const {
+    rtc_u32 bits = 0;
+#pragma unroll
+    for (int sub = 0; sub < kSub; ++sub) bits |= sub_keep_bits(sub) << (4 * sub);
+    return bits;
+  }
+  // Bit i: whether key 4 quad + i of sub-tile sub is kept.
+  RTC_DEVICE rtc_u32 sub_keep_bits(int sub) const {
+    rtc_u32 bits = 0;
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {
+      // The call's lane-dependent inputs derived from a lane id fenced after the previous call's bits: one call at a
+      // time, a few VGPRs on top of the softmax's (interleaved, or with their inputs held, the calls spilled the 128 and
+      // 192 variants).
+      int l = lane;
+      reg_fence(l);
+      const rtc_u64 c = block_ctr + (rtc_u64)(4 * sub + pair + 2 * ((l >> 4) & 1));
+      const rtc_u32 sel = (rtc_u32)(2 * ((l >> 5) & 1) + ((l >> 3) & 1));  // the lane's word of the call
+      const Philox4 d = philox4x32_10((rtc_u32)c, (rtc_u32)(c >> 32), row_hi + (rtc_u32)(l & 7), bh, seed_lo, seed_hi);
+      const rtc_u32 w = sel & 2u ? (sel & 1u ? d.v[3] : d.v[2]) : (sel & 1u ? d.v[1] : d.v[0]);
+      bits |= (rtc_u32)((w & 0xFFFFu) >= threshold) << (2 * pair);
+      bits |= (rtc_u32)((w >> 16) >= threshold) << (2 * pair + 1);
+      reg_fence(bits);
+    }
+    return bits;
+  }
+};
+// What softmax_tile takes of a tile's dropout: the kept elements' factor and, per sub-tile, the keep bits
+// (TileDropout), drawn before the tile's softmax (kFirst: the 16 bits held through it, the draws done where fewer of
+// the softmax's values are live) or inside it, per sub-tile (holding the draw's inputs instead). Which one fits the
+// registers depends on the bucket (mainloop.h, kDrawTileFirst).
+template <bool kFirst>
+struct TileKeep;
+template <>
+struct TileKeep<true> {
+  rtc_u32 bits;
+  float scale;
+  RTC_DEVICE static TileKeep of(const TileDropout& d, float scale) { return TileKeep{d.keep_bits(), scale}; }
+  RTC_DEVICE rtc_u32 sub_bits(int sub) const { return bits >> (4 * sub); }
+};
+template <>
+struct TileKeep<false> {
+  TileDropout d;
+  float scale;
+  RTC_DEVICE static TileKeep of(const TileDropout& d, float scale) { return TileKeep{d, scale}; }
+  RTC_DEVICE rtc_u32 sub_bits(int sub) const { return d.sub_keep_bits(sub); }
+};
+#endif
+
 struct RowState {
   float m[kTilesPerWave];  // running max, log2 units (scale folded in)
   float l[kTilesPerWave];  // this lane's partial sum of unrounded p (reduced across lanes at the end)
@@ -101,9 +170,12 @@ struct RowState {
 // [lo, hi] (indices relative to the block's first key; hi <= Sk - 1 covers the partial last
 // block too) get -Inf, as past-Sk keys do.
 // c: the softmax scale, one value (score_scale above), or a quantized FP4 cache's per key (gfx942/kv_cache.h).
-template <bool kLast, bool kWindow = false, class ScoreScale>
+// drop (RTC_DROPOUT: a TileKeep): l sums every p, and P takes p * scale where kept, 0 where dropped, in fp32 before
+// its rounding; the plain variants pass NoDropout and P is p.
+template <bool kLast, bool kWindow = false, class ScoreScale, class Drop = NoDropout>
 RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], Frag (&p)[kSub], float& m, float& l,
-                             ScoreScale c, int quad, int valid_kv, int xor32_addr, int lo = 0, int hi = 0) {
+                             ScoreScale c, int quad, int valid_kv, int xor32_addr, int lo = 0, int hi = 0,
+                             const Drop& drop = Drop{}) {
   // Kept as vectors up to the subtraction of the max: clang then issues v_pk_mul_f32 / v_pk_add_f32,
   // half the instructions (it scalarises vector math whose only uses are element reads).
   rtc_f32x4 t[kSub];
@@ -140,11 +212,20 @@ RTC_DEVICE void softmax_tile(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], Fra
   for (int sub = 0; sub < kSub; ++sub) {
     rtc_u32 b[4];
     const rtc_f32x4 d = t[sub] - m_new;
+#if RTC_DROPOUT
+    const rtc_u32 keep = drop.sub_bits(sub);
+#else
+    (void)drop;
+#endif
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float e = exp2_f32(d[i]);
       sum += e;
+#if RTC_DROPOUT
+      b[i] = p_biased((keep >> i) & 1u ? e * drop.scale : 0.0f);  // l keeps e: the undropped softmax's sum
+#else
       b[i] = p_biased(e);
+#endif
     }
     p[sub] = as_frag(pack_hi(b[0], b[1]), pack_hi(b[2], b[3]));
   }
