@@ -13,6 +13,9 @@
 // accumulation; dK / dV sum the query heads of the group in order, as the baseline; no atomics (deterministic).
 // Score modifications (RTC_SCORE_MOD): P from the modified score, dS through the soft cap's derivative
 // (pair_p_ds_mod_bits), the cap's reciprocal on v_rcp_f32.
+// Dropout (RTC_DROPOUT; dropout.h): each pair's keep bit drawn again, the forward's (a function of (b, h, row, key)),
+// and P, dS from pair_p_ds_drop_bits. A lane makes one Philox call a tile, not one a pair (four), and takes the bits of
+// the other calls its pairs lie in (three for dK / dV, one for dQ) from the lanes that made them, by DPP (DropKeep).
 #include "platform.h"
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"
@@ -258,9 +261,10 @@ RTC_DEVICE PairMods pair_mods(const AttnParams& view, int b, int h0) {
   }
   return m;
 }
-// The call's parameter block with its tensors' base addresses in VGPRs (the modified variants'): the kernel arguments
-// q, k, v and o are one 8-SGPR load, which under the modifications' pressure clang rematerialised rather than kept,
-// leaving its spill slot behind, a private segment no instruction uses (gfx950's 128 window variants, 192).
+// The call's parameter block with its tensors' base addresses in VGPRs (the modified and the dropout variants'): the
+// kernel arguments q, k, v and o are one 8-SGPR load, which under the modifications' pressure clang rematerialised
+// rather than kept, leaving its spill slot behind, a private segment no instruction uses (gfx950's 128 window
+// variants, 192; with dropout, gfx950's 192 window dense variant).
 RTC_DEVICE AttnParams pinned_bases(const AttnParams& call) {
   AttnParams a = call;
   reg_fence(a.q);
@@ -276,6 +280,97 @@ RTC_DEVICE void pair_mod_bits(float s, float dp, float lse2, float delta, bool s
   pair_p_ds_mod_bits(modded_score(s, mods.p, slope_log2, (rtc_i64)dist, 0, HwExp2{}, HwRcp{}), dp, lse2, delta, seen, p,
                      ds, HwExp2{});
 }
+
+#if RTC_DROPOUT
+// Dropout's keep bits of a lane's four pairs in a tile, one Philox call a lane (dropout.h: a call draws the block of
+// rows {i, i + 8} (i % 16 < 8) x keys {j, j + 1, j + 8, j + 9} (j % 16 even, < 8)). A tile's first row and first
+// key are multiples of 16, so a lane's column (col = lane % 16) and quad fix its pairs' place in their blocks:
+//   dK / dV (S's column `key` = the tile's key col, rows 4 quad + r): the lanes col, col ^ 1, col ^ 8, col ^ 9 of a
+//     quad hold keys of one block in each of their four rows, and the lane with (col % 2, (col / 8) % 2) = (x, y)
+//     draws the block of row 4 quad + 2 x + y; quads q and q ^ 2 hold its two rows, so of its eight halves the four of
+//     the quad's row go to the four lanes: a nibble, placed at 4 (2 x + y), gathered by an OR with the lane ^ 1 (DPP
+//     quad_perm) and then the lane ^ 8 (DPP row_ror:8) values.
+//   dQ (S^T's column `row` = the tile's row col, keys 4 quad + r): keys 4 quad, 4 quad + 1 lie in one block and
+//     4 quad + 2, 4 quad + 3 in the next, each shared with row col ^ 8 (lane ^ 8); the lane with (col / 8) % 2 = y
+//     draws the block of keys 4 quad + 2 y, and the four halves of rows col, col ^ 8 go to the two lanes: a nibble at
+//     4 y, gathered by an OR with the lane ^ 8 value.
+// Bit 4 g + 2 y' + x' of the gathered word: block g's element of the row (dK / dV: the key) with (i / 8) % 2 = y'
+// ((j / 8) % 2) and the key with j % 2 = x'.
+struct DropKeep {
+  DropoutState state;
+  rtc_u32 threshold;
+  int heads, b;
+
+  // dropout_kept(d, half, threshold), the word picked by selects: indexed by a lane's value, the draws went to a
+  // private array (promoted to LDS, or scratch).
+  RTC_DEVICE bool kept(const Philox4& d, int half) const {
+    const rtc_u32 w = half & 4 ? (half & 2 ? d.v[3] : d.v[2]) : (half & 2 ? d.v[1] : d.v[0]);
+    return ((half & 1) ? (w >> 16) : (w & 0xFFFFu)) >= threshold;
+  }
+
+  // The kept bit of each of the draws' four halves of row i (keys j, j + 1, j + 8, j + 9 with j % 16 even < 8, or
+  // any key of the block): bit 2 ((key / 8) % 2) + key % 2.
+  RTC_DEVICE rtc_u32 row_nibble(const Philox4& d, int i, int j) const {
+    rtc_u32 nib = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int kj = (j & ~9) | (e >> 1) << 3 | (e & 1);
+      nib |= (rtc_u32)kept(d, dropout_half(i, kj)) << e;
+    }
+    return nib;
+  }
+  // The same for key j: bit 2 ((row / 8) % 2) + key % 2, rows i % 8 and i % 8 + 8 of i's 16-row group, keys j, j + 1
+  // (j even).
+  RTC_DEVICE rtc_u32 key_nibble(const Philox4& d, int i, int j) const {
+    rtc_u32 nib = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int ri = (i & ~8) | (e >> 1) << 3, kj = j + (e & 1);
+      nib |= (rtc_u32)kept(d, dropout_half(ri, kj)) << e;
+    }
+    return nib;
+  }
+  // dK / dV: bit r, whether the pair (row i0 + 4 quad + r, key) is kept (i0 a multiple of 16, key % 16 = col).
+  RTC_DEVICE rtc_u32 dkdv_bits(int h, int i0, int key, int col, int quad) const {
+    const int x = col & 1, y = (col >> 3) & 1;
+    const Philox4 d = dropout_draws(state, heads, b, h, i0 + 4 * quad + 2 * x + y, key);
+    rtc_u32 w = row_nibble(d, i0 + 4 * quad + 2 * x + y, key) << (4 * (2 * x + y));
+    w |= dpp_mov<0xB1>(0u, w);  // quad_perm [1, 0, 3, 2]: lane ^ 1
+    w |= dpp_mov<0x128>(0u, w);  // row_ror:8: lane ^ 8
+    const rtc_u32 mine = w >> (2 * y + x);
+    return (mine & 1u) | (mine >> 3 & 2u) | (mine >> 6 & 4u) | (mine >> 9 & 8u);
+  }
+  // dQ: bit r, whether the pair (row, key j0 + 4 quad + r) is kept (j0 a multiple of 16, row % 16 = col).
+  RTC_DEVICE rtc_u32 dq_bits(int h, int row, int j0, int col, int quad) const {
+    const int y = (col >> 3) & 1;
+    const Philox4 d = dropout_draws(state, heads, b, h, row, j0 + 4 * quad + 2 * y);
+    rtc_u32 w = key_nibble(d, row, j0 + 4 * quad + 2 * y) << (4 * y);
+    w |= dpp_mov<0x128>(0u, w);  // row_ror:8: lane ^ 8
+    const rtc_u32 mine = w >> (2 * y);
+    return (mine & 3u) | (mine >> 2 & 12u);
+  }
+};
+// The stage's DropKeep, and the kept elements' factor, pinned in VGPRs: held in SGPRs beside the stage's own, they
+// left clang spilling SGPRs into a private segment.
+RTC_DEVICE DropKeep drop_keep(const AttnParams& view, int b, float& drop_scale) {
+  DropKeep k = {dropout_state(view), view.drop_threshold, view.heads, b};
+  drop_scale = view.drop_scale;
+  reg_fence(k.state.seed);
+  reg_fence(k.state.offset);
+  reg_fence(k.threshold);
+  reg_fence(k.heads);
+  reg_fence(k.b);
+  reg_fence(drop_scale);
+  return k;
+}
+// One pair's P and dS bits with dropout (pair_p_ds_drop_bits) from its raw score s: the modified score (score_mod.h,
+// with the variant's modifications; plain: s scale log2(e)).
+#if RTC_SCORE_MOD
+RTC_DEVICE SoftcapScore drop_score(float s, const PairMods& mods, float slope_log2, int dist) {
+  return modded_score(s, mods.p, slope_log2, (rtc_i64)dist, 0, HwExp2{}, HwRcp{});
+}
+#endif
+#endif
 
 // Four elements' bits as an operand (P or dS).
 RTC_DEVICE Frag to_frag(const rtc_elem_t (&x)[4]) {
@@ -303,7 +398,7 @@ RTC_DEVICE void store_columns(rtc_elem_t* dst, const rtc_f32x4 (&acc)[kSteps], f
 
 // 64 keys of K/V head hk, 16 a wave: every row tile of every query head of the group that reaches them.
 RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
-#if RTC_SCORE_MOD
+#if RTC_SCORE_MOD || RTC_DROPOUT
   const AttnParams a = pinned_bases(bp.a);
 #else
   const AttnParams& a = bp.a;
@@ -325,6 +420,10 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
   const int group = view.heads / view.heads_k, j_last = (view.seq_k < j0 + kBlock ? view.seq_k : j0 + kBlock) - 1;
 #if RTC_SCORE_MOD
   const PairMods mods = pair_mods(view, b, hk * group);
+#endif
+#if RTC_DROPOUT
+  float drop_scale;
+  const DropKeep drop = drop_keep(view, b, drop_scale);
 #endif
   for (int gi = 0; gi < group; ++gi) {
 #if RTC_SCORE_MOD
@@ -355,7 +454,19 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
       // Lane l holds rows 4 quad + r of its key's column.
       const Pairs pairs{window_of(view), i0, wj0};
       rtc_elem_t p[4], ds[4];
+#if RTC_DROPOUT
+      const rtc_u32 keep = drop.dkdv_bits(h, i0, key, col, quad);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
 #if RTC_SCORE_MOD
+        const SoftcapScore t = drop_score(s[r], mods, slope_log2, mods.distance(key, i0 + 4 * quad + r));
+#else
+        const SoftcapScore t = {s[r] * view.scale_log2, 0.0f};
+#endif
+        pair_p_ds_drop_bits(t, dp[r], sm.lse.ld(4 * quad + r), sm.delta.ld(4 * quad + r), pairs.seen(4 * quad + r, col),
+                            (keep >> r & 1u) != 0, drop_scale, p[r], ds[r], HwExp2{});
+      }
+#elif RTC_SCORE_MOD
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         pair_mod_bits(s[r], dp[r], sm.lse.ld(4 * quad + r), sm.delta.ld(4 * quad + r), pairs.seen(4 * quad + r, col),
@@ -382,7 +493,7 @@ RTC_DEVICE void dkdv_stage(Tile& sm, const BwdParams& bp) {
 
 // 64 query rows of head h, 16 a wave: every key tile their windows reach.
 RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
-#if RTC_SCORE_MOD
+#if RTC_SCORE_MOD || RTC_DROPOUT
   const AttnParams a = pinned_bases(bp.a);
 #else
   const AttnParams& a = bp.a;
@@ -408,6 +519,10 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
   const PairMods mods = pair_mods(view, b, h);
   const float slope_log2 = mods.slope_log2(0);
 #endif
+#if RTC_DROPOUT
+  float drop_scale;
+  const DropKeep drop = drop_keep(view, b, drop_scale);
+#endif
   int kv_begin = 0, kv_end = view.seq_k;
   if (RTC_MASK) {
     const KeyRange first = key_range(view, i0), last = key_range(view, i0 + rows - 1);
@@ -432,7 +547,19 @@ RTC_DEVICE void dq_stage(Tile& sm, const BwdParams& bp) {
     // Lane l holds keys 4 quad + r of its row's column.
     const Pairs pairs{window_of(view), wi0, j0};
     rtc_elem_t p[4], ds[4];
+#if RTC_DROPOUT
+    const rtc_u32 keep = drop.dq_bits(h, row, j0, col, quad);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
 #if RTC_SCORE_MOD
+      const SoftcapScore t = drop_score(st[r], mods, slope_log2, mods.distance(j0 + 4 * quad + r, row));
+#else
+      const SoftcapScore t = {st[r] * view.scale_log2, 0.0f};
+#endif
+      pair_p_ds_drop_bits(t, dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), (keep >> r & 1u) != 0, drop_scale,
+                          p[r], ds[r], HwExp2{});
+    }
+#elif RTC_SCORE_MOD
 #pragma unroll
     for (int r = 0; r < 4; ++r)
       pair_mod_bits(st[r], dpt[r], lse2, delta, pairs.seen(col, 4 * quad + r), mods, slope_log2,

@@ -134,6 +134,23 @@ def test_gfx942_kernel_score_mods_compile_clean(arch, compiler, call, tmp_path):
     _check(arch, _build(arch, compiler, tmp_path, "gfx942", **call), mfma=True)
 
 
+# Dropout (the keep bits a Philox call a lane, exchanged by DPP) on the gfx942 kernel: the open form at 128 in bf16,
+# both score modifications with a window over packed sequences at 64 in fp16, a window at 192 (the most registers) in
+# bf16, on every AMD arch: the same rules.
+GFX942_DROPOUT_BUILDS = [(a, c, call) for a, c in AMD for call in (
+    dict(dropout="dropout"),
+    dict(dropout="dropout", score_mod="softcap_alibi", head_dim=64, mask="window", kv="varlen", dtype="fp16"),
+    dict(dropout="dropout", head_dim=192, mask="window"))]
+
+
+@pytest.mark.parametrize("arch,compiler,call", GFX942_DROPOUT_BUILDS,
+                         ids=[f"{a}-" + "-".join(str(v) for v in c.values()) for a, _, c in GFX942_DROPOUT_BUILDS])
+def test_gfx942_kernel_dropout_compiles_clean(arch, compiler, call, tmp_path):
+    res = _build(arch, compiler, tmp_path, "gfx942", **call)
+    assert res.cache_name.startswith("attention_bwd-gfx942-") and "-dropout-" in res.cache_name, res.cache_name
+    _check(arch, res, mfma=True)
+
+
 # The sm_90a kernel (sm90.cu): every bucket in bf16 with a window over packed sequences (the most state), fp16 dense
 # without one at the smallest bucket, 128 and 256, every other form and the other bf16 modes at 128: no stack frame,
 # no spills, and ptxas kept the wgmma pipeline (any C75xx "Potential Performance Loss": it serialized it, waiting
