@@ -73,6 +73,35 @@ RTC_HD bool dropout_kept(const Philox4& d, int half, rtc_u32 threshold) {
   return ((half & 1) ? (w >> 16) : (w & 0xFFFFu)) >= threshold;
 }
 
+// The same rule for both halves of a draw word at once (the sm_90a forward's form: its packed P holds an element a
+// half, in the draw's order). A half is kept when its high bit is above the threshold's, or equal to it with its low
+// 15 bits at least the threshold's: bit 15 of the half of (d | 0x8000) - (the threshold's low 15 bits), no borrow
+// crossing the halves. The threshold 65536 (p within 2^-17 of 1: nothing kept) is held as 0xFFFF with 0x8000 for its
+// low bits, which no half reaches.
+struct KeepHalves {
+  rtc_u32 th, tl;  // the threshold's 16 bits in both halves; its low 15 bits in both
+  RTC_HD static KeepHalves of(rtc_u32 threshold) {
+    return threshold > 0xFFFFu ? KeepHalves{0xFFFFFFFFu, 0x80008000u}
+                               : KeepHalves{threshold * 0x10001u, (threshold & 0x7FFFu) * 0x10001u};
+  }
+  // Bit 15 and bit 31: whether the low and the high half of d is kept (the other bits are not defined).
+  RTC_HD rtc_u32 kept_bits(rtc_u32 d) const {
+    const rtc_u32 low_ge = (d | 0x80008000u) - tl;
+    return (d & ~th) | (~(d ^ th) & low_ge);
+  }
+  // 0xFFFF over each kept half of d, 0 over each dropped one.
+  RTC_HD rtc_u32 mask(rtc_u32 d) const {
+    const rtc_u32 k = kept_bits(d);
+#if defined(RTC_NVIDIA) && defined(__CUDA_ARCH__)
+    rtc_u32 m;  // PRMT: bytes 0-1 the sign of byte 1 (bit 15), bytes 2-3 the sign of byte 3 (bit 31)
+    asm("prmt.b32 %0, %1, 0, 0xBB99;" : "=r"(m) : "r"(k));
+    return m;
+#else
+    return ((k >> 15) & 0x10001u) * 0xFFFFu;
+#endif
+  }
+};
+
 // The keep bit of one element (a Philox call of its own: the portable kernels' form).
 RTC_HD bool dropout_keep(const DropoutState& s, rtc_u32 threshold, int heads, int b, int h, rtc_i64 i, rtc_i64 j) {
   return dropout_kept(dropout_draws(s, heads, b, h, i, j), dropout_half(i, j), threshold);

@@ -223,7 +223,7 @@ def test_sm90_kernel_score_mods_compile_clean(call, tmp_path):
 SM90_DROPOUT_BUILDS = ([dict(dropout="dropout", head_dim=d, mask="window", kv="varlen") for d in (128, 256)]
                        + [dict(dropout="dropout"),
                           dict(dropout="dropout", score_mod="softcap_alibi", mask="window", kv="varlen")])
-SM90_DROPOUT_SPILLS = {"dropout-256-window-varlen": 12, "dropout-softcap_alibi-window-varlen": 64}
+SM90_DROPOUT_SPILLS = {"dropout-256-window-varlen": 12, "dropout-softcap_alibi-window-varlen": 40}
 
 
 @pytest.mark.parametrize("call", SM90_DROPOUT_BUILDS, ids=_call_id)

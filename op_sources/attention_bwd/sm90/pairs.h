@@ -103,32 +103,36 @@ RTC_DEVICE Philox4 drop_draws(const PairDrop& d, rtc_u64 seed, rtc_u64 ctr, rtc_
   return Philox4{{0u, 0u, 0u, 0u}};
 #endif
 }
-RTC_DEVICE bool drop_half_kept(rtc_u32 w, int high, rtc_u32 thr) { return (high ? w >> 16 : w & 0xFFFFu) >= thr; }
+// The keep bits of a call's halves, gathered four at a time: each half's bit is bit 15 or 31 of KeepHalves::kept_bits
+// of its word (the sign of byte 1 or 3); PRMT puts four of those bytes side by side and one product moves their signs
+// (bits 7, 15, 23, 31) to bits 28-31 in order (pack4) or to bits 25, 27, 29, 31 (spread4); the product's other bits
+// land below bit 24.
+RTC_DEVICE rtc_u32 signs_pack4(rtc_u32 x) { return (x & 0x80808080u) * 0x00204081u; }
+RTC_DEVICE rtc_u32 signs_spread4(rtc_u32 x) { return (x & 0x80808080u) * 0x00041041u; }
 
 // A DKDV step's keep bits (S^T: element 4j + 2i + c is key k0 + acc_row(i), row m0 + acc_col(j, c)); m0 and k0
 // multiples of 16. A Philox block is rows {r, r + 8} (j = 2jj, 2jj + 1; c) by the thread's keys {k, k + 8} (i) and the
 // two keys of the other parity, which lane ^ 4 holds (the same rows and key pair, the other key parity). So the two
 // lanes split a step's eight calls: each draws the four of its own c (= its key parity), keeps its halves' bits and
-// hands lane ^ 4 the other halves' bits, one shuffle for the step.
+// hands lane ^ 4 the other halves' bits, one shuffle for the step. Word 2i + jo of a call holds element
+// 4 (2jj + jo) + 2i + c in its half c (the thread's) and the partner's in the other.
 RTC_DEVICE rtc_u32 kv_keep(const PairDrop& d, const AttnParams& a, int m0, int k0) {
   rtc_u32 bits = 0;
 #if RTC_DROPOUT
   const int l = lane(), t = l % 4, high = (l >> 2) & 1, c = high;
-  const rtc_u32 thr = a.drop_threshold;
+  const KeepHalves kh = KeepHalves::of(a.drop_threshold);
   const rtc_u64 seed = (rtc_u64)rtc_gld(a.rng_state), offset = (rtc_u64)rtc_gld(a.rng_state + 1);
   const rtc_u64 ctr = offset + (rtc_u64)(4 * ((k0 >> 4) + warp_in_wg()) + (l >> 3));
+  const rtc_u32 pair_sel = high ? 0x5713u : 0x7531u;  // of two words: (own half, other half) of each
   rtc_u32 theirs = 0;
 #pragma unroll
   for (int jj = 0; jj < 4; ++jj) {
     const Philox4 r = drop_draws(d, seed, ctr, (rtc_u32)(8 * ((m0 >> 4) + jj) + 2 * t + c));
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int jo = 0; jo < 2; ++jo) {
-        const int e = 4 * (2 * jj + jo) + 2 * i + c;
-        bits |= (rtc_u32)drop_half_kept(r.v[2 * i + jo], high, thr) << e;
-        theirs |= (rtc_u32)drop_half_kept(r.v[2 * i + jo], high ^ 1, thr) << e;
-      }
+    const rtc_u32 x01 = sm90::prmt(kh.kept_bits(r.v[0]), kh.kept_bits(r.v[1]), pair_sel);
+    const rtc_u32 x23 = sm90::prmt(kh.kept_bits(r.v[2]), kh.kept_bits(r.v[3]), pair_sel);
+    // words 0, 2, 1, 3: elements 8 jj + c + 0, 2, 4, 6
+    bits |= (signs_spread4(sm90::prmt(x01, x23, 0x6240u)) >> (25 - c)) << (8 * jj);
+    theirs |= (signs_spread4(sm90::prmt(x01, x23, 0x7351u)) >> (25 - c)) << (8 * jj);
   }
   bits |= __shfl_xor_sync(0xffffffffu, theirs, 4);
 #endif
@@ -136,20 +140,24 @@ RTC_DEVICE rtc_u32 kv_keep(const PairDrop& d, const AttnParams& a, int m0, int k
 }
 
 // A DQ step's keep bits (S: element 4j + 2i + c is row row0 + acc_row(i), key n0 + acc_col(j, c); row0 and n0
-// multiples of 16): the forward's fragment, the eight elements of each 16-key group one Philox block.
+// multiples of 16): the forward's fragment, the eight elements of each 16-key group one Philox block, element 8 g + e
+// half e of the call (word e / 2).
 template <int kN>
 RTC_DEVICE rtc_u64 dq_keep(const PairDrop& d, const AttnParams& a, int row0, int n0) {
   rtc_u64 bits = 0;
 #if RTC_DROPOUT
   const int l = lane();
-  const rtc_u32 thr = a.drop_threshold, row_word = (rtc_u32)(8 * ((row0 >> 4) + warp_in_wg()) + l / 4);
+  const KeepHalves kh = KeepHalves::of(a.drop_threshold);
+  const rtc_u32 row_word = (rtc_u32)(8 * ((row0 >> 4) + warp_in_wg()) + l / 4);
   const rtc_u64 seed = (rtc_u64)rtc_gld(a.rng_state), offset = (rtc_u64)rtc_gld(a.rng_state + 1);
   const rtc_u64 ctr = offset + (rtc_u64)(4 * (n0 >> 4) + l % 4);
 #pragma unroll 2
   for (int g = 0; g < kN / 16; ++g) {  // two calls side by side (kv_keep)
     const Philox4 r = drop_draws(d, seed, ctr + (rtc_u64)(4 * g), row_word);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) bits |= (rtc_u64)drop_half_kept(r.v[e >> 1], e & 1, thr) << (8 * g + e);
+    const rtc_u32 x01 = sm90::prmt(kh.kept_bits(r.v[0]), kh.kept_bits(r.v[1]), 0x7531u);  // halves 0-3
+    const rtc_u32 x23 = sm90::prmt(kh.kept_bits(r.v[2]), kh.kept_bits(r.v[3]), 0x7531u);  // halves 4-7
+    const rtc_u32 byte = (signs_pack4(x01) >> 28) | (signs_pack4(x23) >> 24);
+    bits |= (rtc_u64)byte << (8 * g);
   }
 #endif
   return bits;

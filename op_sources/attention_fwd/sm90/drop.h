@@ -37,11 +37,6 @@ RTC_DEVICE void scale_kept(float (&s)[N], const AttnParams& pa) {
   for (int e = 0; e < N; ++e) s[e] *= pa.drop_scale;
 }
 
-// The mask of two elements (a word of packed P: its low and high halves) from a 32-bit draw.
-RTC_DEVICE rtc_u32 keep_word(rtc_u32 draw, rtc_u32 thr) {
-  return ((draw & 0xFFFFu) >= thr ? 0x0000FFFFu : 0u) | ((draw >> 16) >= thr ? 0xFFFF0000u : 0u);
-}
-
 // The packed P of the block of keys from col0 (a multiple of 16) with its dropped elements zeroed: the eight elements
 // of each 16-key group (words 4 g .. 4 g + 3, their halves in the call's order) from one Philox call of counter
 // offset + 4 (key / 16) + lane % 4, the calls side by side (each is ten dependent rounds). Done after the block's
@@ -53,14 +48,14 @@ RTC_DEVICE void drop_packed(rtc_u32 (&pk)[W], const TileDrop& d, int col0, const
 #if RTC_DROPOUT
   const rtc_u64 seed = (rtc_u64)__ldg(pa.rng_state), offset = (rtc_u64)__ldg(pa.rng_state + 1);
   const rtc_u64 ctr0 = offset + (rtc_u64)(4 * (col0 >> 4) + (int)(tid_x_here() % 4));
-  const rtc_u32 thr = pa.drop_threshold;
+  const KeepHalves keep = KeepHalves::of(pa.drop_threshold);
 #pragma unroll
   for (int g = 0; g < W / 4; ++g) {
     const rtc_u64 ctr = ctr0 + (rtc_u64)(4 * g);
     const Philox4 r =
         philox4x32_10((rtc_u32)ctr, (rtc_u32)(ctr >> 32), d.row_word, d.bh_word, (rtc_u32)seed, (rtc_u32)(seed >> 32));
 #pragma unroll
-    for (int w = 0; w < 4; ++w) pk[4 * g + w] &= keep_word(r.v[w], thr);
+    for (int w = 0; w < 4; ++w) pk[4 * g + w] &= keep.mask(r.v[w]);
   }
 #endif
 }
