@@ -8,8 +8,8 @@
 // tiles are taken longest-first. Query head h reads K/V head kv_head(h) (GQA/MQA).
 // Score modifications (RTC_SCORE_MOD: the soft cap, ALiBi) go on each block's scores before its mask
 // (sm90/mask.h, csrc_common/score_mod_sm90.h); the softmax then takes them at scale 1 where they are t.
-// Dropout (RTC_DROPOUT) scales each block's probabilities after its softmax and zeroes the dropped ones once packed,
-// before P V (sm90/drop.h).
+// Dropout (RTC_DROPOUT) zeroes each block's dropped probabilities once packed, before P V, and O takes 1 / (1 - p)
+// with 1 / l (sm90/drop.h).
 // Packed sequences (RTC_KV): Q/O rows and (varlen) K/V rows sit at each sequence's offset in the
 // packed tensors; paged K/V come page by page through the block table (TMA boxes of
 // gcd(page_size, 128) rows); the tiles are handed out from a table every CTA builds (sm90/schedule.h).

@@ -124,12 +124,12 @@ RTC_DEVICE void kv_step(KvAcc<kCols>& acc, rtc_u32 k_rows, rtc_u32 v_rows, const
   if constexpr (RTC_SCORE_MOD != 0) {
     sm90::wgmma_wait<1>();
     sm90::fence_regs(s);
-    kv_p_mod(s, pp, sl.lse, scale_log2, cut, kc, md, keep, z);  // s: P^T times the cap's derivative, for kv_ds
+    kv_p_mod(s, pp, sl.lse, scale_log2, cut, kc, md, keep);  // s: P^T times the cap's derivative, for kv_ds
   } else {
     kv_cols(cols, sl.lse);
     sm90::wgmma_wait<1>();
     sm90::fence_regs(s);
-    kv_p(s, pp, cols, scale_log2, cut, kc, keep, z);
+    kv_p(s, pp, cols, scale_log2, cut, kc, keep);
   }
   sm90::wgmma_fence();
   issue_rs<kCols, kRows>(acc.dv, pp, sl.dout + col_blk * block_stride(kRows), block_stride(kRows));
@@ -210,7 +210,7 @@ RTC_DEVICE void dkdv_run(const BwdParams& bp, rtc_u32 base, int wg, int key0, in
   store_acc<kCols>(bp.dk + bwd::row_at(bp.dk_sb, bp.dk_ss, b, seq.k_row, n0 + key0) + (rtc_i64)hk * bp.dk_sh, bp.dk_ss,
                    acc.dk, valid, col_blk * 64, a.head_dim, a.scale);
   store_acc<kCols>(bp.dv + bwd::row_at(bp.dv_sb, bp.dv_ss, b, seq.k_row, n0 + key0) + (rtc_i64)hk * bp.dv_sh, bp.dv_ss,
-                   acc.dv, valid, col_blk * 64, a.head_dim, 1.0f);
+                   acc.dv, valid, col_blk * 64, a.head_dim, RTC_DROPOUT ? a.drop_scale : 1.0f);
 }
 
 // The stage: each warpgroup its share of the key block (sm90/plan.h's kv_split).

@@ -78,8 +78,8 @@ RTC_DEVICE float cap_t(float x, const PairMods& m, float dist) {
 }
 
 // ---- dropout (RTC_DROPOUT; the mask is dropout.h's, the rules bwd_common.h's pair_p_ds_drop_bits) ----
-// dV takes P Z (Z = keep / (1 - p): the kept p times drop_scale, 0 when dropped) and dS = P (dP Z - delta), times the
-// cap's derivative with a soft cap. A step's keep bits are formed once (bit e: element e of the fragment) from the
+// dV takes P Z (Z = keep / (1 - p)) as the kept p, 0 when dropped, its sum times 1 / (1 - p) at dV's store
+// (FlashAttention's order), and dS = P (dP Z - delta), times the cap's derivative with a soft cap. A step's keep bits are formed once (bit e: element e of the fragment) from the
 // mask's Philox blocks (2 rows x 4 keys each).
 
 // The mask's (sequence, query head) word of the counter. The call's (seed, offset) is read from rng_state where the
@@ -163,9 +163,15 @@ RTC_DEVICE rtc_u64 dq_keep(const PairDrop& d, const AttnParams& a, int row0, int
   return bits;
 }
 
-// P Z of element e (for dV) and dP Z (for dS) under keep bits `keep`; the identity without dropout.
-template <class Bits> RTC_DEVICE float drop_z(float x, Bits keep, int e, float z) {
-  return RTC_DROPOUT ? (((keep >> e) & 1) ? x * z : 0.0f) : x;
+// Element e of P for dV under keep bits `keep`: the kept p unscaled, 0 when dropped (dV takes 1 / (1 - p) at its store,
+// one product an element of dV, not one a score); p without dropout.
+template <class Bits> RTC_DEVICE float drop_keep(float x, Bits keep, int e) {
+  return RTC_DROPOUT ? (((keep >> e) & 1) ? x : 0.0f) : x;
+}
+// dP Z - delta of element e (for dS; z = 1 / (1 - p)); dP - delta without dropout. (As one FMA with z or 0 for its
+// factor, ptxas spilled 140 bytes at 128.)
+template <class Bits> RTC_DEVICE float drop_dp(float dp, Bits keep, int e, float z, float delta) {
+  return (RTC_DROPOUT ? (((keep >> e) & 1) ? dp * z : 0.0f) : dp) - delta;
 }
 
 // ---- DKDV: S^T and dP^T, keys x rows (64 x 64): a column is a query row, its LSE and delta in shared memory ----
@@ -197,7 +203,7 @@ RTC_DEVICE void kv_cols(float (&v)[16], rtc_u32 vec) {
 // step's LSE vector in shared memory. The distance key - diag of element (j, i, c): key k0 + acc_row(i), query row
 // m0 + acc_col(j, c).
 RTC_DEVICE void kv_p_mod(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse_vec, float scale_log2, bool cut,
-                         const KvCut& kc, const PairMods& md, rtc_u32 keep, float z) {
+                         const KvCut& kc, const PairMods& md, rtc_u32 keep) {
   const float c_p = kScoreT ? 1.f : scale_log2;
   const float base = (float)((rtc_i64)kc.k0 + acc_row(0) - kc.m0 - acc_col(0, 0) - kc.w.seq_k + kc.w.seq_q);
   if (RTC_SOFTCAP) cap_r(s, md);
@@ -216,14 +222,14 @@ RTC_DEVICE void kv_p_mod(float (&s)[32], rtc_u32 (&pp)[16], rtc_u32 lse_vec, flo
         if (RTC_MASK && cut && !kc.seen(acc_col(j, c), acc_row(i))) pe[c] = 0.0f;
         x = RTC_SOFTCAP ? pe[c] * sm90::Softcap::dt_of(x) : pe[c];
       }
-      pp[2 * j + i] = pack_raw(drop_z(pe[0], keep, 4 * j + 2 * i, z), drop_z(pe[1], keep, 4 * j + 2 * i + 1, z));
+      pp[2 * j + i] = pack_raw(drop_keep(pe[0], keep, 4 * j + 2 * i), drop_keep(pe[1], keep, 4 * j + 2 * i + 1));
     }
   }
 }
 
 // s (S^T) becomes P^T, unrounded; pp its elements packed. lse: kv_cols of the step's LSE vector (natural log).
 RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], const float (&lse)[16], float scale_log2, bool cut,
-                     const KvCut& kc, rtc_u32 keep, float z) {
+                     const KvCut& kc, rtc_u32 keep) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const float lse2[2] = {lse_log2(lse[2 * j]), lse_log2(lse[2 * j + 1])};
@@ -238,7 +244,7 @@ RTC_DEVICE void kv_p(float (&s)[32], rtc_u32 (&pp)[16], const float (&lse)[16], 
   }
 #pragma unroll
   for (int n = 0; n < 16; ++n)
-    pp[n] = pack_raw(drop_z(s[2 * n], keep, 2 * n, z), drop_z(s[2 * n + 1], keep, 2 * n + 1, z));
+    pp[n] = pack_raw(drop_keep(s[2 * n], keep, 2 * n), drop_keep(s[2 * n + 1], keep, 2 * n + 1));
 }
 
 // dp (dP^T) becomes dS^T = P^T (dP^T Z - delta), packed into pd. delta: kv_cols of the step's delta vector.
@@ -251,7 +257,7 @@ RTC_DEVICE void kv_ds(const float (&p)[32], float (&dp)[32], rtc_u32 (&pd)[16], 
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int e = 4 * j + 2 * i + c;
-        dp[e] = p[e] * (drop_z(dp[e], keep, e, z) - delta[2 * j + c]);
+        dp[e] = p[e] * drop_dp(dp[e], keep, e, z, delta[2 * j + c]);
       }
   pack_acc(dp, pd);
 }
@@ -282,7 +288,7 @@ RTC_DEVICE void dq_ds(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)[kN 
           const int key = n0 + acc_col(j, c);
           if (key < rw.lo[i] || key > rw.hi[i]) p = 0.0f;
         }
-        dp[e] = p * (drop_z(dp[e], keep, e, z) - rw.delta[i]);
+        dp[e] = p * drop_dp(dp[e], keep, e, z, rw.delta[i]);
       }
   pack_acc(dp, pd);
 }
@@ -297,7 +303,7 @@ RTC_DEVICE void dq_ds_mod(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)
     cap_r(s, md);
 #pragma unroll
     for (int e = 0; e < kN / 2; ++e)
-      dp[e] = (drop_z(dp[e], keep, e, z) - rw.delta[(e / 2) % 2]) * sm90::Softcap::dt_of(s[e]);
+      dp[e] = drop_dp(dp[e], keep, e, z, rw.delta[(e / 2) % 2]) * sm90::Softcap::dt_of(s[e]);
   }
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j)
@@ -311,7 +317,7 @@ RTC_DEVICE void dq_ds_mod(float (&s)[kN / 2], float (&dp)[kN / 2], rtc_u32 (&pd)
           const int key = n0 + acc_col(j, c);
           if (key < rw.lo[i] || key > rw.hi[i]) p = 0.0f;
         }
-        dp[e] = RTC_SOFTCAP ? p * dp[e] : p * (drop_z(dp[e], keep, e, z) - rw.delta[i]);
+        dp[e] = RTC_SOFTCAP ? p * dp[e] : p * drop_dp(dp[e], keep, e, z, rw.delta[i]);
       }
   pack_acc(dp, pd);
 #endif

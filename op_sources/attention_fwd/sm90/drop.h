@@ -1,6 +1,7 @@
-// The sm_90a kernel's dropout (RTC_DROPOUT; the mask is csrc_common/dropout.h's): after a block's softmax, each
-// probability of P is scaled by 1 / (1 - p) in fp32 and packed for P V, then the dropped ones are zeroed; the row
-// sums and the LSE are the undropped ones (numerics §13).
+// The sm_90a kernel's dropout (RTC_DROPOUT; the mask is csrc_common/dropout.h's): after a block's softmax, P is packed
+// for P V as without dropout and the dropped elements zeroed; the kept ones' 1 / (1 - p) multiplies O with 1 / l in
+// the epilogue (FlashAttention's order: one product a row, not one a score). The row sums and the LSE are the
+// undropped ones (numerics §13).
 //
 // The mask's Philox blocks are this fragment's: a thread holds, of each 16-key group of a block, rows r, r + 8 and
 // keys 2t, 2t + 1, 2t + 8, 2t + 9 (t = lane % 4), in registers s[8 g .. 8 g + 7] in the order of the call's eight
@@ -28,14 +29,6 @@ struct TileDrop {
     return d;
   }
 };
-
-// Every probability of a block times 1 / (1 - p), in fp32, before its packing (kept ones keep that product's rounding;
-// drop_packed zeroes the dropped ones after the packing).
-template <int N>
-RTC_DEVICE void scale_kept(float (&s)[N], const AttnParams& pa) {
-#pragma unroll
-  for (int e = 0; e < N; ++e) s[e] *= pa.drop_scale;
-}
 
 // The packed P of the block of keys from col0 (a multiple of 16) with its dropped elements zeroed: the eight elements
 // of each 16-key group (words 4 g .. 4 g + 3, their halves in the call's order) from one Philox call of counter

@@ -35,7 +35,10 @@ RTC_DEVICE void store_tile(const Sm90AttnParams& p, const Tile& t, int wg, float
     // no key (even where O holds 0 * NaN from a V NaN under a zero weight), NaN when it sees keys.
     // A NaN l keeps the row NaN.
     const bool empty = l == 0.f;
-    const float inv = empty ? 0.f : (RTC_KV_FP8 ? v_scale / l : 1.f / l);
+    // Dropout: P V took the kept probabilities unscaled (sm90/drop.h); their 1 / (1 - p) goes into 1 / l.
+    float num = RTC_KV_FP8 ? v_scale : 1.f;
+    if constexpr (RTC_DROPOUT != 0) num *= a.drop_scale;
+    const float inv = empty ? 0.f : (RTC_KV_FP8 || RTC_DROPOUT ? num / l : 1.f / l);
     const ZeroSumRow blank = ZeroSumRow::of(RTC_MASK ? keys.sees_a_key(i) : !kPacked || t.view.seq_k > 0);
     const int row = t.row0 + wg * 64 + warp * 16 + lane / 4 + 8 * i;
     if (row < 0 || row >= t.view.seq_q) continue;

@@ -49,8 +49,8 @@ struct ConsumerRegs {
 };
 
 // S_n = Q K^T finished: free K_n (and Q after the last block), modify its scores (RTC_SCORE_MOD), mask it where
-// block n is cut by the window (RTC_MASK) or is the partial last block, then softmax in place (and with dropout the
-// kept probabilities' scale: drop_packed zeroes the dropped ones once packed).
+// block n is cut by the window (RTC_MASK) or is the partial last block, then softmax in place (with dropout,
+// drop_packed zeroes the dropped ones once packed; the kept ones' 1 / (1 - p) is O's, in the epilogue).
 template <class Mid = NoMid>
 RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeState& ps, int q_slot, bool last,
                             int last_valid, float c, const AttnParams& a, const WindowMask& wm, const TileMods& md,
@@ -65,7 +65,6 @@ RTC_DEVICE void scores_done(const SmemTiles& sm, ConsumerRegs& r, const PipeStat
     mask_cols(r.s, last_valid);
   }
   online_softmax(r.s, r.st, c, mid);
-  if constexpr (RTC_DROPOUT != 0) scale_kept(r.s, a);
 }
 
 // What one consumer warpgroup carries from block to block of a tile.
