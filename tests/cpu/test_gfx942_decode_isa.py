@@ -23,17 +23,29 @@ MODES = [(m, "bf16") for m in coreport.axis_values("round_mode")] + [("rtne", "f
 # conversion in the same source, which gfx942 checks in every variant; every bucket, dtype, mask and kv form stays on
 # every arch (CI's time: docs/NOTES.md).
 ARCH_MODES = [(a, m, t) for a in ARCHS for m, t in MODES if a == "gfx942" or m == "rtne"]
-ARCH_MODE_IDS = [f"{a}-{m}-{t}" for a, m, t in ARCH_MODES]
 # gfx942's rtna / rtz and the other archs' fp16 on the dense form: they change the conversion ops (fp16 the MFMA too)
 # the same way in every kv form, which the dense variants check at every bucket and mask; the packed forms (addressing
 # alone) on rtne bf16 on every arch and fp16 on gfx942 (CI's time).
-def _checked(arch, mode, kv, dtype) -> bool:
-    """Whether this module checks (and so prebuilds) the variants of (arch, mode, kv form, dtype)."""
+PACKED_OTHER_ARCH_BUCKETS = (128,)
+OTHER_MODE_BUCKETS = (BUCKETS[0], BUCKETS[-1])
+
+
+def _checked(arch, mode, kv, dtype, d=None) -> bool:
+    """Whether this module checks (and so prebuilds) the variants of (arch, mode, kv form, dtype) at bucket d (None:
+    at some bucket). gfx90a's and gfx950's packed forms at bucket 128 only (PACKED_OTHER_ARCH_BUCKETS): what packing
+    changes (addressing) gfx942's packed variants check at every bucket, what the arch changes (its instructions) the
+    dense variants at every bucket. gfx942's rtna / rtz at the smallest and largest bucket (OTHER_MODE_BUCKETS): the
+    conversion ops they change are the same code at every bucket, which rtne checks (CI's time)."""
+    if d is not None and mode != "rtne" and d not in OTHER_MODE_BUCKETS:
+        return False
+    if d is not None and kv != "dense" and arch != "gfx942" and d not in PACKED_OTHER_ARCH_BUCKETS:
+        return False
     return (arch, mode, dtype) in ARCH_MODES and (kv == "dense" or (mode == "rtne" and (dtype == "bf16" or
                                                                                         arch == "gfx942")))
 
 
-CHECKED = [(a, m, t, kv) for a, m, t in ARCH_MODES for kv in coreport.axis_values("kv") if _checked(a, m, kv, t)]
+CHECKED = [(a, m, t, kv, d) for a, m, t in ARCH_MODES for kv in coreport.axis_values("kv") for d in BUCKETS
+           if _checked(a, m, kv, t, d)]
 # The design (op_sources/attention_fwd/gfx942_decode/params.h, mainloop.h): 16-key sub-tiles per KV step, and the V^T
 # tile's row pitch (16 keys + 4) in elements.
 SUBS = {64: 4, 96: 2, 128: 2, 192: 2, 256: 1}
@@ -57,7 +69,7 @@ def prebuilt():
                                                        "dtype": dtype, "kv_dtype": "same", "score_mod": "plain",
                                                        "dropout": "nodrop"})
                 for mode, mask, kv, d, dtype in coreport.variants("all", None, "all", KERNEL)
-                if _checked(a, mode, kv, dtype)] for a in ARCHS]
+                if _checked(a, mode, kv, dtype, d)] for a in ARCHS]
     order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(dispatch.build, order))
@@ -72,8 +84,7 @@ def test_the_design_table_covers_the_buckets():
     assert sorted(SUBS) == BUCKETS
 
 
-@pytest.mark.parametrize("d", BUCKETS)
-@pytest.mark.parametrize("arch,mode,dtype,kv", CHECKED, ids=[f"{a}-{m}-{t}-{kv}" for a, m, t, kv in CHECKED])
+@pytest.mark.parametrize("arch,mode,dtype,kv,d", CHECKED, ids=[f"{a}-{m}-{t}-{kv}-{d}" for a, m, t, kv, d in CHECKED])
 @pytest.mark.parametrize("mask", coreport.axis_values("mask"))
 def test_code_object(arch, d, kv, mode, dtype, mask):
     r = report(arch, mode, mask, kv, d, dtype)

@@ -22,20 +22,36 @@ MODES = [(m, "bf16") for m in coreport.axis_values("round_mode")] + [("rtne", "f
 # conversion in the same source, which gfx942 checks in every variant; every bucket, dtype, mask and kv form stays on
 # every arch (CI's time: docs/NOTES.md).
 ARCH_MODES = [(a, m, t) for a in ARCHS for m, t in MODES if a == "gfx942" or m == "rtne"]
-ARCH_MODE_IDS = [f"{a}-{m}-{t}" for a, m, t in ARCH_MODES]
 # The packed forms (varlen, paged) on rtne bf16 on every arch, and fp16 on gfx942: rtna / rtz and fp16 change the
 # conversion ops (fp16 the MFMA too) the same way in every form, which the dense variants check at every bucket and
 # mask on their archs, and packing changes addressing alone, which these check (CI's time).
 PACKED_ARCH_MODES = [(a, m, t) for a, m, t in ARCH_MODES if m == "rtne" and (t == "bf16" or a == "gfx942")]
-PACKED_ARCH_MODE_IDS = [f"{a}-{m}-{t}" for a, m, t in PACKED_ARCH_MODES]
 
 
-def _checked(arch, mode, kv, dtype) -> bool:
-    """Whether this module checks (and so prebuilds) the variants of (arch, mode, kv form, dtype)."""
+PACKED_OTHER_ARCH_BUCKETS = (128,)
+OTHER_MODE_BUCKETS = (BUCKETS[0], BUCKETS[-1])
+
+
+def _checked(arch, mode, kv, dtype, d=None) -> bool:
+    """Whether this module checks (and so prebuilds) the variants of (arch, mode, kv form, dtype) at bucket d (None:
+    at some bucket). gfx90a's and gfx950's packed forms at bucket 128 only (PACKED_OTHER_ARCH_BUCKETS): what packing
+    changes (addressing) gfx942's packed variants check at every bucket, what the arch changes (its instructions) the
+    dense variants at every bucket. gfx942's rtna / rtz at the smallest and largest bucket (OTHER_MODE_BUCKETS): the
+    conversion ops they change are the same code at every bucket, which rtne checks (CI's time)."""
+    if d is not None and mode != "rtne" and d not in OTHER_MODE_BUCKETS:
+        return False
+    if d is not None and kv != "dense" and arch != "gfx942" and d not in PACKED_OTHER_ARCH_BUCKETS:
+        return False
     return (arch, mode, dtype) in (ARCH_MODES if kv == "dense" else PACKED_ARCH_MODES)
 # What the design puts where (docs/NOTES.md, "gfx942 per head-dim bucket"): q tiles of 16 rows per wave, Q tiles in
 # LDS, and the K rows' pitch in LDS (elements).
 DESIGN = {64: (3, 0, 64), 96: (3, 0, 128), 128: (3, 1, 128), 192: (2, 0, 256), 256: (1, 0, 256)}
+
+
+# The (arch, round mode, dtype, bucket) of the dense variants checked, and of the packed ones with their kv form.
+DENSE_CASES = [(a, m, t, d) for a, m, t in ARCH_MODES for d in BUCKETS if _checked(a, m, "dense", t, d)]
+PACKED_CASES = [(a, m, t, kv, d) for a, m, t in PACKED_ARCH_MODES for kv in ("varlen", "paged") for d in BUCKETS
+                if _checked(a, m, kv, t, d)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,7 +65,7 @@ def prebuilt():
                                                                  "head_dim": d, "dtype": dtype, "kv_dtype": "same",
                                                                  "score_mod": "plain", "dropout": "nodrop"})
                 for mode, mask, kv, d, dtype in coreport.variants("all", None, "all")
-                if _checked(a, mode, kv, dtype)] for a in ARCHS]
+                if _checked(a, mode, kv, dtype, d)] for a in ARCHS]
     order = [v for group in itertools.zip_longest(*by_arch) for v in group if v is not None]
     with ThreadPoolExecutor(max_workers=2) as pool:  # ctypes drops the GIL in rtc_build
         list(pool.map(dispatch.build, order))
@@ -95,8 +111,7 @@ def check_common(r, tag, loop_selects=False):
     assert r.loop["cndmask"] == 0 or r.kv == "paged" or loop_selects, (tag, r.loop)
 
 
-@pytest.mark.parametrize("d", BUCKETS)
-@pytest.mark.parametrize("arch,mode,dtype", ARCH_MODES, ids=ARCH_MODE_IDS)
+@pytest.mark.parametrize("arch,mode,dtype,d", DENSE_CASES, ids=[f"{a}-{m}-{t}-{d}" for a, m, t, d in DENSE_CASES])
 @pytest.mark.parametrize("mask", coreport.axis_values("mask"))
 def test_code_object(arch, d, mode, dtype, mask):
     r = report(arch, mode, mask, "dense", d, dtype)
@@ -153,9 +168,8 @@ def test_kv_loops_counts_a_loop_with_two_latches_once():
 
 # ---- packed sequences (varlen) and paged KV --------------------------------------------------------------
 
-@pytest.mark.parametrize("d", BUCKETS)
-@pytest.mark.parametrize("kv", ["varlen", "paged"])
-@pytest.mark.parametrize("arch,mode,dtype", PACKED_ARCH_MODES, ids=PACKED_ARCH_MODE_IDS)
+@pytest.mark.parametrize("arch,mode,dtype,kv,d", PACKED_CASES,
+                         ids=[f"{a}-{m}-{t}-{kv}-{d}" for a, m, t, kv, d in PACKED_CASES])
 @pytest.mark.parametrize("mask", coreport.axis_values("mask"))
 def test_packed_code_object(arch, d, kv, mode, dtype, mask):
     """Real compiles of the packed variants: no scratch or VGPR spills, the dense occupancy, and the same MFMA loop.
