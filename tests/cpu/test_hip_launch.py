@@ -95,10 +95,12 @@ def _variants():
     rounding mode changes no launch field either: gfx90a's variants are its rtne ones (bf16 and fp16), gfx942's every
     mode on dense calls; the forward's packed calls on rtne bf16, and fp16 on gfx942 (the ISA tests' sample, whose
     builds this test reads). The score-mod and dropout variants: every value at one sample each (MOD_SAMPLE).
-    The forward baseline's at its smallest, 128 and largest bucket (BASELINE_BUCKETS): its block and grid do not
-    depend on the bucket, and its parameter block varies with the call's head dim, which those take. gfx90a's packed
+    The forward baseline's at its smallest, 128 and largest bucket on gfx942 (BASELINE_BUCKETS), at 128 on gfx90a:
+    its block and grid depend on neither the bucket nor the arch, and its parameter block varies with the call's head
+    dim, which those take. gfx90a's packed
     calls of the gfx942 and gfx942_decode kernels at bucket 128 (PACKED_OTHER_ARCH_BUCKETS): the other buckets'
-    packed launches are gfx942's (the same plan and parameter block; the ISA tests' sample)."""
+    packed launches are gfx942's (the same plan and parameter block; the ISA tests' sample); gfx90a's fp16 ones and
+    gfx942's rtna / rtz ones at the end buckets (the ISA tests' sample too)."""
     m = manifest.load()
 
     def keep(v):
@@ -108,10 +110,13 @@ def _variants():
                 v.op == "attention_bwd" or dict(v.values).get("kv_dtype", "same") == "same")
         if v.op == "attention_bwd":
             return key in BWD_SAMPLE
-        if v.kernel == "baseline" and v["head_dim"] not in BASELINE_BUCKETS:
+        if v.kernel == "baseline" and v["head_dim"] not in (BASELINE_BUCKETS if v.arch == "gfx942" else (128,)):
             return False
         if v.kernel != "baseline" and v.arch != "gfx942" and v["kv"] != "dense":
             return v["head_dim"] in PACKED_OTHER_ARCH_BUCKETS
+        if v.kernel != "baseline" and ((v.arch != "gfx942" and v["dtype"] == "fp16") or v["round_mode"] != "rtne"):
+            ends = m.op(v.op).kernel(v.kernel).axes["head_dim"].buckets
+            return v["head_dim"] in (ends[0], ends[-1])
         return (dict(v.values).get("kv_dtype", "same") == "same"
                 or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne",
                                                                                         "paged", "bf16"))
