@@ -1,5 +1,6 @@
 // Fibers for the wave emulator: stacks and a context switch that saves only callee-saved state.
 #pragma once
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,6 +26,20 @@ typedef void (*fiber_fn)(void* arg);
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kGuardBytes = 4096;
 
+// Stack pools released by finished launches, kept for the next launch in this process (its worker threads take
+// them): a launch then maps, guards and first touches no stack pages (the kernel zeroes every page on first touch).
+// A few pools at most (one per worker thread of a launch); the rest are unmapped.
+struct StackCache {
+  static constexpr int kSlots = 8;
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  char* base[kSlots] = {};
+  size_t count[kSlots] = {};
+};
+inline StackCache& stack_cache() {
+  static StackCache cache;
+  return cache;
+}
+
 struct StackPool {
   char* base = nullptr;
   size_t count = 0;
@@ -32,6 +47,17 @@ struct StackPool {
   bool reserve(size_t n) {
     if (n <= count) return true;
     release();
+    StackCache& c = stack_cache();
+    pthread_mutex_lock(&c.mu);
+    for (int i = 0; i < StackCache::kSlots && !base; ++i)
+      if (c.base[i] && c.count[i] >= n) {
+        base = c.base[i];
+        count = c.count[i];
+        c.base[i] = nullptr;
+        c.count[i] = 0;
+      }
+    pthread_mutex_unlock(&c.mu);
+    if (base) return true;
     const size_t bytes = n * kStackBytes;
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
@@ -42,11 +68,21 @@ struct StackPool {
   }
   char* top(size_t i) const { return base + (i + 1) * kStackBytes; }
   void release() {
+    if (!base) return;
 #if RTC_EMU_ASAN
-    // Frames never returned from leave redzones in the shadow; memory mapped here later must not
-    // inherit them.
-    if (base) ASAN_UNPOISON_MEMORY_REGION(base, count * kStackBytes);
+    // Frames never returned from leave redzones in the shadow; the next user of these stacks (a later launch, or
+    // memory mapped here later) must not inherit them.
+    ASAN_UNPOISON_MEMORY_REGION(base, count * kStackBytes);
 #endif
+    StackCache& c = stack_cache();
+    pthread_mutex_lock(&c.mu);
+    for (int i = 0; i < StackCache::kSlots && base; ++i)
+      if (!c.base[i]) {
+        c.base[i] = base;
+        c.count[i] = count;
+        base = nullptr;
+      }
+    pthread_mutex_unlock(&c.mu);
     if (base) munmap(base, count * kStackBytes);
     base = nullptr;
     count = 0;

@@ -34,24 +34,40 @@ inline float f16_to_f32(uint16_t h) {
 
 // The element type of an MFMA's A and B operands.
 typedef float (*elem_to_f32)(uint16_t);
+// Four columns of a row of an MFMA block's D (GCC / clang vector extensions: element-wise IEEE fp32 operations).
+typedef float f32x4_vec __attribute__((vector_size(16)));
+
+// D[row][0, kCols) = C[row][..] + A[row][0] B[0][..] + ... + A[row][kK - 1] B[kK - 1][..], each product and each sum
+// rounded to fp32, added from k = 0 up: the scalar order of every element, four columns a vector.
+template <int kCols, int kK>
+inline void mfma_row(const float* a_row, const f32x4_vec (*b)[kCols / 4], f32x4_vec* acc) {
+  for (int k = 0; k < kK; ++k) {
+    const float a = a_row[k];
+#pragma GCC unroll 8
+    for (int j = 0; j < kCols / 4; ++j) acc[j] += a * b[k][j];
+  }
+}
 
 // v_mfma_f32_16x16x16_bf16 / _f16 (gfx90a: ..._16x16x16bf16_1k / ..._16x16x16f16), one block, fp32 accumulation.
 // Lane l, element i (0..3): A[l%16][4*(l/16)+i], B[4*(l/16)+i][l%16], C/D[4*(l/16)+i][l%16].
 inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[4], float (*d)[4],
                           elem_to_f32 cvt = bf16_to_f32) {
-  float A[16][16], B[16][16];
+  // Each D element is C plus the 16 products added from k = 0 up, each product and sum rounded to fp32: a row of D
+  // is computed as one vector over its 16 columns (the same operations per element, in the same order).
+  float A[16][16];
+  f32x4_vec B[16][4];
   for (int l = 0; l < 64; ++l)
     for (int i = 0; i < 4; ++i) {
       A[l % 16][4 * (l / 16) + i] = cvt(a[l][i]);
-      B[4 * (l / 16) + i][l % 16] = cvt(b[l][i]);
+      B[4 * (l / 16) + i][l % 16 / 4][l % 4] = cvt(b[l][i]);
     }
-  for (int l = 0; l < 64; ++l)
-    for (int i = 0; i < 4; ++i) {
-      const int row = 4 * (l / 16) + i, col = l % 16;
-      float acc = c[l][i];
-      for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
-      d[l][i] = acc;
-    }
+  for (int row = 0; row < 16; ++row) {
+    const int l0 = 16 * (row / 4), i = row % 4;  // D[row][col] is lane l0 + col's element i
+    f32x4_vec acc[4];
+    for (int col = 0; col < 16; ++col) acc[col / 4][col % 4] = c[l0 + col][i];
+    mfma_row<16, 16>(A[row], B, acc);
+    for (int col = 0; col < 16; ++col) d[l0 + col][i] = acc[col / 4][col % 4];
+  }
 }
 
 // v_mfma_f32_32x32x8_bf16 / _f16 (gfx90a: ..._32x32x8bf16_1k / ..._32x32x8f16), one block.
@@ -59,19 +75,21 @@ inline void mfma_16x16x16(const uint16_t (*a)[4], const uint16_t (*b)[4], const 
 // accumulator register r (0..15): C/D[8*(r/4) + 4*(l/32) + r%4][l%32].
 inline void mfma_32x32x8(const uint16_t (*a)[4], const uint16_t (*b)[4], const float (*c)[16], float (*d)[16],
                          elem_to_f32 cvt = bf16_to_f32) {
-  float A[32][8], B[8][32];
+  // As mfma_16x16x16: a row of D as one vector over its 32 columns, C plus the products from k = 0 up.
+  float A[32][8];
+  f32x4_vec B[8][8];
   for (int l = 0; l < 64; ++l)
     for (int i = 0; i < 4; ++i) {
       A[l % 32][4 * (l / 32) + i] = cvt(a[l][i]);
-      B[4 * (l / 32) + i][l % 32] = cvt(b[l][i]);
+      B[4 * (l / 32) + i][l % 32 / 4][l % 4] = cvt(b[l][i]);
     }
-  for (int l = 0; l < 64; ++l)
-    for (int r = 0; r < 16; ++r) {
-      const int row = 8 * (r / 4) + 4 * (l / 32) + r % 4, col = l % 32;
-      float acc = c[l][r];
-      for (int k = 0; k < 8; ++k) acc += A[row][k] * B[k][col];
-      d[l][r] = acc;
-    }
+  for (int row = 0; row < 32; ++row) {
+    const int l0 = 32 * ((row % 8) / 4), r = 4 * (row / 8) + row % 4;  // D[row][col] is lane l0 + col's register r
+    f32x4_vec acc[8];
+    for (int col = 0; col < 32; ++col) acc[col / 4][col % 4] = c[l0 + col][r];
+    mfma_row<32, 8>(A[row], B, acc);
+    for (int col = 0; col < 32; ++col) d[l0 + col][r] = acc[col / 4][col % 4];
+  }
 }
 
 // DPP source lane for control `ctrl` (GFX9 encoding), or -1 when the source is out of range.
