@@ -1,10 +1,10 @@
 // Fibers for the wave emulator: stacks and a context switch that saves only callee-saved state.
 #pragma once
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "launch_abi.h"
 
 // Under AddressSanitizer (a kernel built with RTCATTN_EMU_SANITIZE=1) every switch tells ASan which
 // stack it goes to, and a fiber stack is unpoisoned before reuse: frames abandoned by a fiber that
@@ -26,38 +26,21 @@ typedef void (*fiber_fn)(void* arg);
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kGuardBytes = 4096;
 
-// Stack pools released by finished launches, kept for the next launch in this process (its worker threads take
-// them): a launch then maps, guards and first touches no stack pages (the kernel zeroes every page on first touch).
-// A few pools at most (one per worker thread of a launch); the rest are unmapped.
-struct StackCache {
-  static constexpr int kSlots = 8;
-  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  char* base[kSlots] = {};
-  size_t count[kSlots] = {};
-};
-inline StackCache& stack_cache() {
-  static StackCache cache;
-  return cache;
-}
-
+// A workgroup's stacks: taken from the loader's kept regions when it has one of this size (launch_abi.h), else
+// mapped here; given back to the loader at release, else unmapped.
 struct StackPool {
   char* base = nullptr;
   size_t count = 0;
+  rtc_emu_take_stacks_fn take = nullptr;
+  rtc_emu_give_stacks_fn give = nullptr;
 
   bool reserve(size_t n) {
     if (n <= count) return true;
     release();
-    StackCache& c = stack_cache();
-    pthread_mutex_lock(&c.mu);
-    for (int i = 0; i < StackCache::kSlots && !base; ++i)
-      if (c.base[i] && c.count[i] >= n) {
-        base = c.base[i];
-        count = c.count[i];
-        c.base[i] = nullptr;
-        c.count[i] = 0;
-      }
-    pthread_mutex_unlock(&c.mu);
-    if (base) return true;
+    if (take && (base = static_cast<char*>(take(n, kStackBytes, kGuardBytes))) != nullptr) {
+      count = n;
+      return true;
+    }
     const size_t bytes = n * kStackBytes;
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
@@ -74,16 +57,7 @@ struct StackPool {
     // memory mapped here later) must not inherit them.
     ASAN_UNPOISON_MEMORY_REGION(base, count * kStackBytes);
 #endif
-    StackCache& c = stack_cache();
-    pthread_mutex_lock(&c.mu);
-    for (int i = 0; i < StackCache::kSlots && base; ++i)
-      if (!c.base[i]) {
-        c.base[i] = base;
-        c.count[i] = count;
-        base = nullptr;
-      }
-    pthread_mutex_unlock(&c.mu);
-    if (base) munmap(base, count * kStackBytes);
+    if (!(give && give(base, count, kStackBytes, kGuardBytes))) munmap(base, count * kStackBytes);
     base = nullptr;
     count = 0;
   }

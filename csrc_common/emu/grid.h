@@ -82,6 +82,8 @@ struct GridJob {
   long error_wg = -1;
   char error[sizeof(Workgroup::error)] = {0};
   unsigned long long switches = 0, barriers = 0, collectives = 0;  // atomic adds
+  rtc_emu_take_stacks_fn take_stacks = nullptr;  // the loader's kept stacks (launch_abi.h)
+  rtc_emu_give_stacks_fn give_stacks = nullptr;
 };
 
 inline void set_job_error(GridJob* job, long wg_index, const char* msg, bool lowest) {
@@ -98,6 +100,10 @@ inline void run_worker(GridJob* job) {
   Workgroup* wg = new (std::nothrow) Workgroup();
   const long nwg = (long)job->grid.x * job->grid.y * job->grid.z;
   const int nthreads = (int)(job->block.x * job->block.y * job->block.z);
+  if (wg) {
+    wg->stacks.take = job->take_stacks;
+    wg->stacks.give = job->give_stacks;
+  }
   if (!wg || !wg->stacks.reserve((size_t)nthreads)) {
     delete wg;
     set_job_error(job, 0, "out of memory for the emulated workgroup (fiber stacks and LDS)", false);
@@ -160,6 +166,8 @@ int run_grid(const char* kernel, void (*body)(const void*), rtc_emu_launch* l, c
   job.params = params;
   job.grid = Dim3{l->grid[0], l->grid[1], l->grid[2]};
   job.block = Dim3{l->block[0], l->block[1], l->block[2]};
+  job.take_stacks = l->take_stacks;
+  job.give_stacks = l->give_stacks;
   pthread_mutex_init(&job.mu, nullptr);
   job.ranges = static_cast<Range*>(malloc(sizeof(Range) * (l->n_ranges > 0 ? l->n_ranges : 1)));
   if (!job.ranges) return launch_error(err, errn, kernel, "out of memory for the launch's global ranges");

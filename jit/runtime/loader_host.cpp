@@ -56,10 +56,48 @@ struct Function {
   std::string symbol;
 };
 
+// Fiber stacks kept between launches (launch_abi.h): the regions the kernels give back, at most kKeptStacks of them
+// in the process (each a workgroup's stacks: the pages its fibers touched stay committed), handed out again to a
+// launch asking for the same layout. Never read or written here; released when the process ends.
+struct KeptStacks {
+  struct Region {
+    void* base;
+    unsigned long long count, stack_bytes, guard_bytes;
+  };
+  static constexpr size_t kKeptStacks = 8;
+  std::mutex mu;
+  std::vector<Region> regions;
+};
+KeptStacks& kept_stacks() {
+  static KeptStacks* k = new KeptStacks();  // never destroyed: kernels of other threads may give back at exit
+  return *k;
+}
+void* take_stacks(unsigned long long count, unsigned long long stack_bytes, unsigned long long guard_bytes) {
+  KeptStacks& k = kept_stacks();
+  std::lock_guard<std::mutex> lock(k.mu);
+  for (size_t i = 0; i < k.regions.size(); ++i) {
+    const KeptStacks::Region r = k.regions[i];
+    if (r.count == count && r.stack_bytes == stack_bytes && r.guard_bytes == guard_bytes) {
+      k.regions.erase(k.regions.begin() + long(i));
+      return r.base;
+    }
+  }
+  return nullptr;
+}
+int give_stacks(void* base, unsigned long long count, unsigned long long stack_bytes, unsigned long long guard_bytes) {
+  KeptStacks& k = kept_stacks();
+  std::lock_guard<std::mutex> lock(k.mu);
+  if (k.regions.size() >= KeptStacks::kKeptStacks) return 0;
+  k.regions.push_back(KeptStacks::Region{base, count, stack_bytes, guard_bytes});
+  return 1;
+}
+
 // Runs the whole grid before returning: the host "stream" is synchronous.
 void run(const Function& fn, const LaunchDims& dims, const void* params, size_t params_size) {
   rtc_emu_launch l{};
   l.abi_version = RTC_EMU_ABI_VERSION;
+  l.take_stacks = &take_stacks;
+  l.give_stacks = &give_stacks;
   for (int i = 0; i < 3; ++i) {
     l.grid[i] = dims.grid[i];
     l.block[i] = dims.block[i];

@@ -80,9 +80,9 @@ BWD_SAMPLE = {("none", "dense", 128, "bf16", "rtne"), ("window", "varlen", 64, "
 # round mode) each, every value, each with the arguments its value serves.
 MOD_SAMPLE = ("window", "paged", 128, "bf16", "rtne")
 MOD_SAMPLE_BWD = ("window", "varlen", 64, "fp16", "rtne")
-# The forward baseline's buckets launched here (CI's time; _variants), and the buckets of the fast kernels' packed
+# The forward baseline's bucket launched here (CI's time; _variants), and the buckets of the fast kernels' packed
 # calls on archs other than gfx942 (the ISA tests' PACKED_OTHER_ARCH_BUCKETS, whose builds this test reads).
-BASELINE_BUCKETS = (32, 128, 256)
+BASELINE_BUCKETS = (128,)
 PACKED_OTHER_ARCH_BUCKETS = (128,)
 
 
@@ -95,10 +95,11 @@ def _variants():
     rounding mode changes no launch field either: gfx90a's variants are its rtne ones (bf16 and fp16), gfx942's every
     mode on dense calls; the forward's packed calls on rtne bf16, and fp16 on gfx942 (the ISA tests' sample, whose
     builds this test reads). The score-mod and dropout variants: every value at one sample each (MOD_SAMPLE).
-    The forward baseline's at its smallest, 128 and largest bucket on gfx942 (BASELINE_BUCKETS), at 128 on gfx90a:
-    its block and grid depend on neither the bucket nor the arch, and its parameter block varies with the call's head
-    dim, which those take. gfx90a's packed
-    calls of the gfx942 and gfx942_decode kernels at bucket 128 (PACKED_OTHER_ARCH_BUCKETS): the other buckets'
+    The forward baseline's at bucket 128 (BASELINE_BUCKETS) on both archs: its block, grid and parameter block
+    (AttnParams, the same struct at every bucket) depend on neither the bucket nor the arch, and the head dim the call
+    carries in it is decoded at every bucket by the fast kernels' launches, which take the same struct's fields.
+    gfx90a's packed calls of the gfx942 and gfx942_decode kernels at bucket 128 (PACKED_OTHER_ARCH_BUCKETS): the other
+    buckets'
     packed launches are gfx942's (the same plan and parameter block; the ISA tests' sample); gfx90a's fp16 ones and
     gfx942's rtna / rtz ones at the end buckets (the ISA tests' sample too)."""
     m = manifest.load()
@@ -110,7 +111,7 @@ def _variants():
                 v.op == "attention_bwd" or dict(v.values).get("kv_dtype", "same") == "same")
         if v.op == "attention_bwd":
             return key in BWD_SAMPLE
-        if v.kernel == "baseline" and v["head_dim"] not in (BASELINE_BUCKETS if v.arch == "gfx942" else (128,)):
+        if v.kernel == "baseline" and v["head_dim"] not in BASELINE_BUCKETS:
             return False
         if v.kernel != "baseline" and v.arch != "gfx942" and v["kv"] != "dense":
             return v["head_dim"] in PACKED_OTHER_ARCH_BUCKETS
