@@ -218,14 +218,16 @@ def test_sm90_kernel_score_mods_compile_clean(call, tmp_path):
 
 
 # Dropout (sm90/pairs.h: the keep bits of a step, formed under its first GEMMs): a window over packed sequences at 128
-# and 256, the open form at 128, both score modifications with it at 128 (every bucket, form and fp16 were built once
+# and 256, the open form at 128, both score modifications with it at 128 and with a window at 192 (its DQ stage's
+# 32-key steps: plan.h's dq_keys_mods_drop; 240 bytes of spill with 64) (every bucket, form and fp16 were built once
 # without spills but these: docs/NOTES.md): the same rules but for the
 # known spills below, asserted as they stand so that they do not grow: at 256 (a word of the DKDV stage's values beside
 # its call boundary) and with both score modifications at 128 (a few words of a stage's values beside the cap's SFU
 # chains and the Philox calls at 255 registers). Bytes of spill stores + loads, over every function of the code object.
 SM90_DROPOUT_BUILDS = ([dict(dropout="dropout", head_dim=d, mask="window", kv="varlen") for d in (128, 256)]
                        + [dict(dropout="dropout"),
-                          dict(dropout="dropout", score_mod="softcap_alibi", mask="window", kv="varlen")])
+                          dict(dropout="dropout", score_mod="softcap_alibi", mask="window", kv="varlen"),
+                          dict(dropout="dropout", score_mod="softcap_alibi", head_dim=192, mask="window")])
 SM90_DROPOUT_SPILLS = {"dropout-256-window-varlen": 12, "dropout-softcap_alibi-window-varlen": 40}
 
 

@@ -104,9 +104,12 @@ def test_sm90_every_bucket_with_the_mask(d, deterministic):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_dropout_with_the_soft_cap_and_alibi(kernel):
-    _check_dense(kernel, BF, (-1, 0), 128, False, score=dict(softcap=2.0, alibi_slopes=sms.slopes("batch", 2, 4,
-                                                                                                 "cuda")))
+@pytest.mark.parametrize("d", [128, 192])
+def test_dropout_with_the_soft_cap_and_alibi(kernel, d):
+    """Both score modifications with dropout; at 192 the sm90 backward's DQ stage takes 32-key steps with them (its
+    plan's dq_keys_mods_drop: sm90/plan.h)."""
+    _check_dense(kernel, BF, (-1, 0), d, False, score=dict(softcap=2.0, alibi_slopes=sms.slopes("batch", 2, 4,
+                                                                                               "cuda")))
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -15,6 +15,8 @@ BwdSm90Plan plan_of(const AttentionBwdArgs& a) { return bwd_sm90_plan(int(a.head
 
 // Whether the call has a window (the variant's RTC_MASK: the forward's rule).
 bool masked(const AttentionBwdArgs& a) { return ::masked(forward_call(a)); }
+// A score modification and dropout both on (the plan's dq_keys_mods_drop).
+bool mods_drop(const AttentionBwdArgs& a) { return score_mod(forward_call(a)) != 0 && dropout(forward_call(a)) != 0; }
 
 // Without `deterministic`, dQ is added up in fp32 by the dK / dV stage (sm90/dq_accum.h), at the buckets that fuse it.
 bool fused(const AttentionBwdArgs& a) { return a.deterministic == 0 && bwd_sm90_dq_fused(plan_of(a)); }
@@ -43,7 +45,7 @@ unsigned shared_of(const AttentionBwdArgs& a, int stage) {
   const BwdSm90Plan pl = plan_of(a);
   return stage == BWD_STAGE_DELTA  ? 0u
          : stage == BWD_STAGE_DKDV ? unsigned(bwd_sm90_dkdv_smem(pl))
-                                   : unsigned(bwd_sm90_dq_smem(pl, masked(a)));
+                                   : unsigned(bwd_sm90_dq_smem(pl, masked(a), mods_drop(a)));
 }
 
 std::string why_not(const void* p, const char* vendor) {
@@ -92,7 +94,7 @@ std::string plan_json(const void* p) {
                                      {"kv_keys", bwd_sm90_kv_keys(pl)},
                                      {"kv_split", pl.kv_split},
                                      {"dq_rows", bwd_sm90_dq_rows(pl)},
-                                     {"dq_keys", bwd_sm90_dq_keys(pl, masked(a))},
+                                     {"dq_keys", bwd_sm90_dq_keys(pl, masked(a), mods_drop(a))},
                                      {"delta_grid_x", d[0]},
                                      {"dkdv_grid_x", kv[0]},
                                      {"dkdv_grid_y", kv[1]},
@@ -100,7 +102,7 @@ std::string plan_json(const void* p) {
                                      {"grid_z", q[2]},
                                      {"block", BWD_SM90_THREADS},
                                      {"dkdv_shared_bytes", bwd_sm90_dkdv_smem(pl)},
-                                     {"dq_shared_bytes", bwd_sm90_dq_smem(pl, masked(a))},
+                                     {"dq_shared_bytes", bwd_sm90_dq_smem(pl, masked(a), mods_drop(a))},
                                      {"dq_fused", fused(a) ? 1 : 0},
                                      {"dq_accum_offset", fused(a) ? accum_offset(a) : 0},
                                      {"workspace_bytes", workspace_bytes(p)}});

@@ -15,7 +15,7 @@
 namespace bwd90 {
 
 constexpr int kDqRows = bwd_sm90_dq_rows(kPlan);
-constexpr int kDqKeys = bwd_sm90_dq_keys(kPlan, RTC_MASK != 0);
+constexpr int kDqKeys = bwd_sm90_dq_keys(kPlan, RTC_MASK != 0, (RTC_SOFTCAP || RTC_ALIBI) && RTC_DROPOUT);
 constexpr int kKeyTile = bwd_sm90_tile_bytes(kPlan, kDqKeys);
 
 // This thread's two rows (row0: the warpgroup's first row in the sequence): LSE, delta and key range.

@@ -19,15 +19,17 @@ struct BwdSm90Plan {
   int kv_split;  // 1 or 2: warpgroups sharing a key block of the DKDV stage (above)
   int dq_keys;  // keys per step of the DQ stage, a multiple of 16
   int dq_keys_masked;  // the same under a window (causal: fewer masked pairs on the diagonal; docs/NOTES.md)
+  int dq_keys_mods_drop;  // at most this many with a score modification and dropout both on: the cap's and ALiBi's
+      // factors and the Philox draws sit beside the step's dS and dP (spills at 192: NOTES)
 };
 // clang-format off: one bucket per row
 constexpr BwdSm90Plan kBwdSm90Plans[] = {
-    {32, 1, 128, 64},
-    {64, 1, 128, 64},
-    {96, 1, 128, 64},
-    {128, 1, 128, 64},
-    {192, 2, 64, 64},
-    {256, 2, 32, 32},
+    {32, 1, 128, 64, 128},
+    {64, 1, 128, 64, 128},
+    {96, 1, 128, 64, 128},
+    {128, 1, 128, 64, 128},
+    {192, 2, 64, 64, 32},
+    {256, 2, 32, 32, 32},
 };
 // clang-format on
 constexpr int kBwdSm90PlanCount = int(sizeof(kBwdSm90Plans) / sizeof(kBwdSm90Plans[0]));
@@ -45,9 +47,11 @@ RTC_HD constexpr int bwd_sm90_col_blocks(const BwdSm90Plan& pl) { return (pl.hea
 RTC_HD constexpr int bwd_sm90_tile_bytes(const BwdSm90Plan& pl, int rows) {
   return rows * bwd_sm90_col_blocks(pl) * 128;
 }
-// Keys of a DQ step (the variant's: RTC_MASK on the kernel's side, the call's window on the host's).
-RTC_HD constexpr int bwd_sm90_dq_keys(const BwdSm90Plan& pl, bool masked) {
-  return masked ? pl.dq_keys_masked : pl.dq_keys;
+// Keys of a DQ step, the variant's: masked (RTC_MASK on the kernel's side, the call's window on the host's) and
+// mods_drop (a score modification and dropout both on: RTC_SCORE_MOD and RTC_DROPOUT, the call's cap, slopes and p).
+RTC_HD constexpr int bwd_sm90_dq_keys(const BwdSm90Plan& pl, bool masked, bool mods_drop) {
+  const int keys = masked ? pl.dq_keys_masked : pl.dq_keys;
+  return mods_drop && pl.dq_keys_mods_drop < keys ? pl.dq_keys_mods_drop : keys;
 }
 // Keys of a DKDV CTA; rows of a DQ CTA.
 RTC_HD constexpr int bwd_sm90_kv_keys(const BwdSm90Plan& pl) { return 64 * BWD_SM90_WGS / pl.kv_split; }
@@ -78,9 +82,9 @@ RTC_HD constexpr int bwd_sm90_dkdv_smem(const BwdSm90Plan& pl) {
   return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_kv_keys(pl)) + 2 * bwd_sm90_dkdv_slot_bytes(pl) +
          2 * bwd_sm90_ds_slot_bytes(pl) + BWD_SM90_BAR_BYTES + 1024;
 }
-RTC_HD constexpr int bwd_sm90_dq_smem(const BwdSm90Plan& pl, bool masked) {
-  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_rows(pl)) + 4 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_keys(pl, masked)) +
-         BWD_SM90_BAR_BYTES + 1024;
+RTC_HD constexpr int bwd_sm90_dq_smem(const BwdSm90Plan& pl, bool masked, bool mods_drop) {
+  return 2 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_rows(pl)) +
+         4 * bwd_sm90_tile_bytes(pl, bwd_sm90_dq_keys(pl, masked, mods_drop)) + BWD_SM90_BAR_BYTES + 1024;
 }
 // The fused dQ's fp32 workspace: a tile of 64 rows x 64 columns per (row block, query head, 64-column block of the
 // bucket), its 4096 floats in the wgmma accumulator's order (thread t of a warpgroup holds elements 4j..4j+3 at
@@ -103,9 +107,9 @@ constexpr int kBwdSm90MaxShared = 227 * 1024;  // sm_90's opt-in limit per block
 RTC_HD constexpr bool bwd_sm90_plans_fit() {
   for (int i = 0; i < kBwdSm90PlanCount; ++i) {
     const BwdSm90Plan pl = kBwdSm90Plans[i];
-    if (bwd_sm90_dkdv_smem(pl) > kBwdSm90MaxShared || bwd_sm90_dq_smem(pl, false) > kBwdSm90MaxShared ||
-        bwd_sm90_dq_smem(pl, true) > kBwdSm90MaxShared || pl.head_dim % 32 != 0 || pl.dq_keys % 16 != 0 ||
-        pl.dq_keys_masked % 16 != 0 || (pl.kv_split != 1 && pl.kv_split != 2) ||
+    if (bwd_sm90_dkdv_smem(pl) > kBwdSm90MaxShared || bwd_sm90_dq_smem(pl, false, false) > kBwdSm90MaxShared ||
+        bwd_sm90_dq_smem(pl, true, false) > kBwdSm90MaxShared || pl.head_dim % 32 != 0 || pl.dq_keys % 16 != 0 ||
+        pl.dq_keys_masked % 16 != 0 || pl.dq_keys_mods_drop % 16 != 0 || (pl.kv_split != 1 && pl.kv_split != 2) ||
         (pl.kv_split == 2 && pl.head_dim <= 64))
       return false;
   }
