@@ -38,8 +38,9 @@ def _checked(arch, mode, kv, dtype, d=None) -> bool:
     changes (addressing) gfx942's packed variants check at every bucket, what the arch changes (its instructions) the
     dense variants at every bucket. gfx942's rtna / rtz at the smallest and largest bucket (OTHER_MODE_BUCKETS): the
     conversion ops they change are the same code at every bucket, which rtne checks; so are gfx90a's and gfx950's fp16
-    ones, which gfx942's fp16 checks at every bucket (CI's time)."""
-    if d is not None and (mode != "rtne" or (dtype == "fp16" and arch != "gfx942")) and d not in OTHER_MODE_BUCKETS:
+    ones and gfx942's packed fp16 ones, which gfx942's dense fp16 checks at every bucket (CI's time)."""
+    if d is not None and (mode != "rtne" or (dtype == "fp16" and (arch != "gfx942" or kv != "dense"))) and (
+            d not in OTHER_MODE_BUCKETS):
         return False
     if d is not None and kv != "dense" and arch != "gfx942" and d not in PACKED_OTHER_ARCH_BUCKETS:
         return False

@@ -77,9 +77,16 @@ BWD_SAMPLE = {("none", "dense", 128, "bf16", "rtne"), ("window", "varlen", 64, "
               ("window", "dense", 192, "bf16", "rtna")}
 # The score modifications and dropout (issue 25) change no grid (the parameter block is one struct, their fields read
 # or not; a call's cap, slopes and dropout fill them): their variants are launched at one (mask, kv, head dim, dtype,
-# round mode) each, every value, each with the arguments its value serves.
+# round mode) each, with both modifications and dropout on (every field they add filled by the call; the plain
+# variants launched everywhere else leave them zero), with the arguments that value serves (CI's time: each value
+# alone was launched by earlier runs).
 MOD_SAMPLE = ("window", "paged", 128, "bf16", "rtne")
 MOD_SAMPLE_BWD = ("window", "varlen", 64, "fp16", "rtne")
+MOD_VALUE = ("softcap_alibi", "dropout")
+# The forward baseline on gfx90a: two variants, one a layout ([B, H, S, D] for its fp16: _problem) and both kv
+# forms' metadata between them; gfx942's take every mask, kv form, dtype and mode (the baseline's block, grid and
+# parameter block are the same on both archs).
+BASELINE_OTHER_ARCH = {("none", "dense", "fp16"), ("window", "varlen", "bf16")}
 # The forward baseline's bucket launched here (CI's time; _variants), and the buckets of the fast kernels' packed
 # calls on archs other than gfx942 (the ISA tests' PACKED_OTHER_ARCH_BUCKETS, whose builds this test reads).
 BASELINE_BUCKETS = (128,)
@@ -94,33 +101,37 @@ def _variants():
     axes' launches are checked on the `same` variants: 18 compiles where every (kv form, dtype) would add 72. The
     rounding mode changes no launch field either: gfx90a's variants are its rtne ones (bf16 and fp16), gfx942's every
     mode on dense calls; the forward's packed calls on rtne bf16, and fp16 on gfx942 (the ISA tests' sample, whose
-    builds this test reads). The score-mod and dropout variants: every value at one sample each (MOD_SAMPLE).
-    The forward baseline's at bucket 128 (BASELINE_BUCKETS) on both archs: its block, grid and parameter block
-    (AttnParams, the same struct at every bucket) depend on neither the bucket nor the arch, and the head dim the call
-    carries in it is decoded at every bucket by the fast kernels' launches, which take the same struct's fields.
-    gfx90a's packed calls of the gfx942 and gfx942_decode kernels at bucket 128 (PACKED_OTHER_ARCH_BUCKETS): the other
-    buckets'
-    packed launches are gfx942's (the same plan and parameter block; the ISA tests' sample); gfx90a's fp16 ones and
-    gfx942's rtna / rtz ones at the end buckets (the ISA tests' sample too)."""
+    builds this test reads). The score-mod and dropout variants: both modifications with dropout (MOD_VALUE) at one
+    sample (MOD_SAMPLE, MOD_SAMPLE_BWD).
+    The forward baseline's at bucket 128 (BASELINE_BUCKETS), two of them on gfx90a (BASELINE_OTHER_ARCH): its block,
+    grid and parameter block (AttnParams, the same struct at every bucket) depend on neither the bucket nor the arch,
+    and the head dim the call carries in it is decoded at every bucket by the fast kernels' launches, which take the
+    same struct's fields. gfx90a's packed calls of the gfx942 and gfx942_decode kernels at bucket 128
+    (PACKED_OTHER_ARCH_BUCKETS): the other buckets' packed launches are gfx942's (the same plan and parameter block;
+    the ISA tests' sample); gfx90a's fp16 ones, gfx942's packed fp16 ones and gfx942's rtna / rtz ones at the end
+    buckets (the ISA tests' sample too)."""
     m = manifest.load()
 
     def keep(v):
         key = (v["mask"], v["kv"], v["head_dim"], v["dtype"], v["round_mode"])
-        if (v["score_mod"], v["dropout"]) != ("plain", "nodrop"):
-            return key == (MOD_SAMPLE_BWD if v.op == "attention_bwd" else MOD_SAMPLE) and (
-                v.op == "attention_bwd" or dict(v.values).get("kv_dtype", "same") == "same")
+        plain = (v["score_mod"], v["dropout"]) == ("plain", "nodrop")
+        if dict(v.values).get("kv_dtype", "same") != "same":  # one per (arch, kernel, kv_dtype), plain scores
+            return plain and key == ("window", "paged", 128, "bf16", "rtne")
+        if not plain:
+            return (v["score_mod"], v["dropout"]) == MOD_VALUE and key == (
+                MOD_SAMPLE_BWD if v.op == "attention_bwd" else MOD_SAMPLE)
         if v.op == "attention_bwd":
             return key in BWD_SAMPLE
-        if v.kernel == "baseline" and v["head_dim"] not in BASELINE_BUCKETS:
+        if v.kernel == "baseline" and (v["head_dim"] not in BASELINE_BUCKETS or (
+                v.arch != "gfx942" and (v["mask"], v["kv"], v["dtype"]) not in BASELINE_OTHER_ARCH)):
             return False
         if v.kernel != "baseline" and v.arch != "gfx942" and v["kv"] != "dense":
             return v["head_dim"] in PACKED_OTHER_ARCH_BUCKETS
-        if v.kernel != "baseline" and ((v.arch != "gfx942" and v["dtype"] == "fp16") or v["round_mode"] != "rtne"):
+        if v.kernel != "baseline" and ((v["dtype"] == "fp16" and (v.arch != "gfx942" or v["kv"] != "dense"))
+                                       or v["round_mode"] != "rtne"):
             ends = m.op(v.op).kernel(v.kernel).axes["head_dim"].buckets
             return v["head_dim"] in (ends[0], ends[-1])
-        return (dict(v.values).get("kv_dtype", "same") == "same"
-                or (v["head_dim"], v["mask"], v["round_mode"], v["kv"], v["dtype"]) == (128, "window", "rtne",
-                                                                                        "paged", "bf16"))
+        return True
     return [v for op in m.ops if op not in NOT_YET for v in m.variants(op, archs=list(ARCHS))
             if (v["round_mode"] == "rtne" or v.arch == "gfx942") and keep(v)
             and (v.op != "attention_fwd" or v["kv"] == "dense" or (v["round_mode"] == "rtne" and
