@@ -10,7 +10,8 @@ import rtcattn
 d = int(sys.argv[1])
 b, s, h = 2, 4096, 4096 // d
 gen = torch.Generator(device="cuda").manual_seed(0)
-q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_() for _ in range(3))
+q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+           for _ in range(3))
 dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
 slopes = torch.rand(h, device="cuda", generator=gen) * 0.1
 for causal in (False, True):
