@@ -1,6 +1,6 @@
 // Host semantics of the wrapped gfx9 instructions, as whole-wave functions over 64 lanes' operands.
 #pragma once
-#include <math.h>
+#include "host_math.h"
 #include <stdint.h>
 #include <string.h>
 

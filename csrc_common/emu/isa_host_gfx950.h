@@ -1,7 +1,7 @@
 // Host semantics of gfx950's scaled MFMA (v_mfma_scale_f32_16x16x128_f8f6f4), as a whole-wave function over the
 // 64 lanes' operands.
 #pragma once
-#include <math.h>
+#include "host_math.h"
 #include <stdint.h>
 #include "fp8_fp4.h"
 

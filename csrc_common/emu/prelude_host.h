@@ -1,6 +1,6 @@
 // Platform prelude under the CPU wave emulator: the contract names of platform.h as host C++.
 #pragma once
-#include <math.h>
+#include "host_math.h"
 #include <stdint.h>
 #include <string.h>
 
