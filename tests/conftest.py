@@ -2,6 +2,7 @@
 
 RTC_TESTS_PYTHON_DIR names another dir to import rtcattn from: .ci/sanitize points it at the sanitized
 copy of the package (build/sanitize/python)."""
+import gc
 import os
 import sys
 
@@ -24,6 +25,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
     config.addinivalue_line("markers", "no_asan: cannot run with ASan loaded (e.g. limits its child's address space); "
                                        "skipped by bash .ci/sanitize")
+
+
+def pytest_collection_finish(session):
+    # Everything alive now (torch's and the collected tests' objects, about 200 thousand) stays alive for the whole
+    # run: frozen, the cyclic collector stops walking it at each full collection (3% of a CI run's CPU was there).
+    gc.freeze()
 
 
 def _gpu_available():
