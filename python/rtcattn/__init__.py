@@ -1,4 +1,5 @@
-"""rtcattn: a bf16 flash-attention forward op whose kernels are compiled from text at first use and cached."""
+"""rtcattn: flash-attention ops (prefill, decode and the backward; bf16 and fp16) whose kernels are compiled from
+text at first use and cached."""
 __version__ = "0.1.0"
 
 # importing api registers the ops
