@@ -45,13 +45,14 @@ def check_choice(name: str, value, accepted) -> None:
 
 
 def _discover() -> None:
-    """Imports rtcattn.ops.<op>.bench for every op folder that has one (each registers its suites). By
-    name, as a plugin registry does: the driver imports no op."""
-    ops = Path(__file__).resolve().parent.parent / "ops"
-    package = __package__.rsplit(".", 1)[0] + ".ops"
-    for folder in sorted(ops.iterdir()):
-        if (folder / "bench.py").is_file() and (folder / "__init__.py").is_file():
-            importlib.import_module(f"{package}.{folder.name}.bench")
+    """Imports rtcattn.ops.<op>.bench for every op folder that has one, and rtcattn.integrations.<client>.bench
+    likewise (each registers its suites). By name, as a plugin registry does: the driver imports no op."""
+    top = Path(__file__).resolve().parent.parent
+    for kind in ("ops", "integrations"):
+        package = __package__.rsplit(".", 1)[0] + "." + kind
+        for folder in sorted((top / kind).iterdir()):
+            if (folder / "bench.py").is_file() and (folder / "__init__.py").is_file():
+                importlib.import_module(f"{package}.{folder.name}.bench")
 
 
 def add_arguments(p) -> None:

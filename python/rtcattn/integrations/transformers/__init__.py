@@ -1,0 +1,288 @@
+"""Hugging Face transformers on rtcattn's kernels: `register()` makes `attn_implementation="rtcattn"` available to
+`from_pretrained` / `from_config` (and `model.set_attn_implementation`).
+
+What a layer's attention call becomes (the decision is made per call, from the shapes and the mask alone):
+- No padding mask (transformers passes None when every token is kept, as it does for FlashAttention):
+  `rtcattn.forward` on the [B, H, S, D] tensors the model holds, layout "bhsd", with no copy. Calls with few query
+  rows (decode steps) go to the decode kernels by rtcattn's own dispatch.
+- A 2-D padding mask [B, Sk] (a left- or right-padded batch, `generate`'s prompts and every decode step after
+  them): the batch becomes packed sequences for `rtcattn.forward_varlen`. Each row's kept keys must be one run
+  (what tokenizers' padding gives); row b is cut into five sequences, (query padding before, no keys),
+  (no queries, key padding before), (the kept queries, the kept keys), (query padding after, no keys),
+  (no queries, key padding after), so the padding rows come back as zeros (as FlashAttention's unpadding
+  gives) and no row is gathered, scattered or read on the host. The offsets are computed once per mask
+  tensor and reused by every layer that gets the same mask; checking that each row is one run costs one
+  host read per mask (per forward pass, not per layer). q, k and v are copied into the packed row layout
+  (as FlashAttention's unpadding copies them).
+- Packed sequences of one row (transformers' `cu_seq_lens_q` / `cu_seq_lens_k` keywords, or position ids that
+  restart, as DataCollatorWithFlattening gives): `rtcattn.forward_varlen` over them.
+- `sliding_window` (Mistral, Qwen2/3, Gemma 2/3 local layers): window (W - 1, 0) when causal, (W - 1, W - 1) when
+  not, transformers' convention; `softcap` (Gemma 2); `dropout` in training; `scaling`; GQA / MQA natively; a
+  value head dim below the query's padded to it and sliced back.
+
+What rtcattn cannot express goes to transformers' SDPA function: a 4-D mask or a BlockMask, fp32 (or any dtype
+but bf16 / fp16) without autocast, attention sinks (`s_aux`), a position bias, a head dim above 256, a padding
+mask whose kept keys are not one run per row, a device rtcattn has no kernel for (CPU without
+RTCATTN_EMULATE). Each reason is logged once per process (logger "rtcattn.transformers", level WARNING);
+with RTCATTN_LOG=1 every fallback is logged with its running count. `fallback_counts()` returns the counts.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections import Counter
+
+import torch
+
+from ... import api
+from ...runtime import dispatch
+
+NAME = "rtcattn"
+MAX_HEAD_DIM = 256
+DTYPES = (torch.bfloat16, torch.float16)
+
+_logger = logging.getLogger("rtcattn.transformers")
+_lock = threading.Lock()
+_fallbacks: Counter = Counter()
+_plans: dict = {}        # id(tensor) -> (weakref to it, its version, extra key, plan): a mask's or position ids' plan
+_PLANS_KEPT = 8
+
+
+def register() -> None:
+    """Makes attn_implementation="rtcattn" available to transformers' models (its attention function and its
+    mask function, FlashAttention's: a 2-D padding mask or None). Raises ImportError without transformers."""
+    try:
+        from transformers import AttentionInterface, AttentionMaskInterface
+        from transformers.masking_utils import flash_attention_mask
+    except ImportError as e:
+        raise ImportError("rtcattn.integrations.transformers needs transformers >= 5.0: "
+                          "pip install 'rtcattn[transformers]'") from e
+    AttentionInterface.register(NAME, attention_forward)
+    AttentionMaskInterface.register(NAME, flash_attention_mask)
+
+
+def fallback_counts() -> dict:
+    """{reason: number of attention calls that went to SDPA for it} in this process."""
+    with _lock:
+        return dict(_fallbacks)
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                      sliding_window: int | None = None, softcap: float | None = None,
+                      is_causal: bool | None = None, **kwargs):
+    """transformers' attention function signature: query [B, Hq, Sq, D], key / value [B, Hk, Sk, D(v)];
+    returns (attn_output [B, Sq, Hq, Dv], None)."""
+    why = _unsupported(module, query, key, value, attention_mask, kwargs)
+    if why:
+        return _fallback(why, module, query, key, value, attention_mask, dropout, scaling, sliding_window, softcap,
+                         is_causal, kwargs)
+    query, key, value = _cast_for_autocast(query, key, value)
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    common = dict(softmax_scale=scaling, causal=causal, window_size=_window(sliding_window, causal),
+                  softcap=float(softcap or 0.0), dropout_p=float(dropout))
+    dv = value.shape[-1]
+    if dv != query.shape[-1]:  # FlashAttention's way with a smaller value head dim (MLA): pad, slice back
+        value = torch.nn.functional.pad(value, [0, query.shape[-1] - dv])
+    if attention_mask is not None:
+        plan = _padding_plan(attention_mask, query.shape[2])
+        if plan is None:
+            return _fallback("a padding mask whose kept keys are not one run per row", module, query, key,
+                             value[..., :dv], attention_mask, dropout, scaling, sliding_window, softcap, is_causal,
+                             kwargs)
+        out = _packed(query, key, value, *plan, common)
+    else:
+        packed = _packed_sequences(query, kwargs)
+        out = _packed(query, key, value, *packed, common) if packed else _dense(query, key, value, common)
+    return out[..., :dv], None
+
+
+def _unsupported(module, query, key, value, mask, kwargs) -> str | None:
+    """Why this call goes to SDPA, or None."""
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dim() != 2):
+        return "an attention mask that is not a 2-D padding mask (a 4-D mask or a BlockMask)"
+    if kwargs.get("s_aux") is not None:
+        return "attention sinks (s_aux)"
+    if kwargs.get("position_bias") is not None:
+        return "a position bias"
+    dtype = query.dtype
+    if dtype == torch.float32 and torch.is_autocast_enabled(query.device.type):
+        dtype = torch.get_autocast_dtype(query.device.type)
+    if dtype not in DTYPES or not (key.dtype == value.dtype == query.dtype):
+        return f"dtype {query.dtype} (rtcattn takes bf16 and fp16, or fp32 under autocast to one of them)"
+    if query.shape[-1] > MAX_HEAD_DIM or value.shape[-1] > query.shape[-1]:
+        return f"head dims {query.shape[-1]} / {value.shape[-1]} (rtcattn takes D <= {MAX_HEAD_DIM}, Dv <= D)"
+    if query.device.type == "cpu" and not dispatch.knob("RTCATTN_EMULATE"):
+        return "CPU tensors without RTCATTN_EMULATE (rtcattn runs CPU tensors on its emulator only)"
+    return None
+
+
+def _cast_for_autocast(query, key, value):
+    """fp32 under autocast (layer norms kept in fp32 promote the rotary product): the autocast dtype, as
+    transformers' FlashAttention path casts."""
+    if query.dtype == torch.float32:
+        dtype = torch.get_autocast_dtype(query.device.type)
+        return query.to(dtype), key.to(dtype), value.to(dtype)
+    return query, key, value
+
+
+def _window(sliding_window, causal: bool) -> tuple:
+    """transformers' sliding window W keeps W keys up to the query's (i - j < W); not causal, W - 1 on each side."""
+    if sliding_window is None:
+        return (-1, -1)
+    left = int(sliding_window) - 1
+    return (left, 0) if causal else (left, left)
+
+
+def _dense(query, key, value, common):
+    """The unpadded batch: rtcattn.forward on the model's [B, H, S, D] tensors, returned as [B, S, H, D]."""
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    if needs_grad:  # out= has no autograd: the output's layout is the op's
+        return api.forward(query, key, value, layout="bhsd", **common).transpose(1, 2)
+    b, h, s, d = query.shape
+    out = query.new_empty((b, s, h, d))
+    api.forward(query, key, value, layout="bhsd", out=out.transpose(1, 2), **common)
+    return out
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """[B, H, S, D] -> [B * S, H, D], the packed row layout (a view when the tensor is laid out [B, S, H, D])."""
+    b, h, s, d = t.shape
+    return t.transpose(1, 2).reshape(b * s, h, d)
+
+
+def _packed(query, key, value, cu_q, cu_k, max_q: int, max_k: int, common):
+    """forward_varlen over the rows of the batch with the given offsets; [B, Sq, Hq, D] out."""
+    b, h, s, d = query.shape
+    out = api.forward_varlen(_rows(query), _rows(key), _rows(value), cu_q, cu_k, max_q, max_k, **common)
+    return out.view(b, s, h, d)
+
+
+def _cached(t: torch.Tensor, extra, make):
+    """make() once per tensor (and version, and extra key) for the layers of a forward pass that share it."""
+    if torch.compiler.is_compiling():
+        return make()
+    key = id(t)
+    with _lock:
+        hit = _plans.get(key)
+    if hit is not None and hit[0]() is t and hit[1] == t._version and hit[2] == extra:
+        return hit[3]
+    plan = make()
+    with _lock:
+        if len(_plans) >= _PLANS_KEPT:
+            _plans.pop(next(iter(_plans)))
+        _plans[key] = (weakref.ref(t), t._version, extra, plan)
+    return plan
+
+
+def _padding_plan(mask: torch.Tensor, sq: int):
+    """(cu_seqlens_q, cu_seqlens_k, Sq, Sk) cutting each row of a [B, Sk] padding mask into five sequences (the
+    module's docstring), or None when some row's kept keys are not one run. Query row i sits at key position
+    i + Sk - Sq (bottom-right, as the kernels align)."""
+    def make():
+        m = mask.to(torch.int32)
+        bsz, sk = m.shape
+        kept = m.sum(1, dtype=torch.int32)
+        runs = m[:, :1].sum(1) + (m[:, 1:] > m[:, :-1]).sum(1)
+        if bool((runs > 1).any()):  # the one host read of this mask
+            return None
+        start = torch.where(kept > 0, m.argmax(1).to(torch.int32), sk)
+        end = start + kept
+        shift = sk - sq
+        q0, q1 = (start - shift).clamp(0, sq), (end - shift).clamp(0, sq)
+        zero = torch.zeros_like(kept)
+        q_len = torch.stack([q0, zero, q1 - q0, sq - q1, zero], 1)
+        k_len = torch.stack([zero, start, kept, zero, sk - end], 1)
+        return _offsets(q_len), _offsets(k_len), sq, sk
+    return _cached(mask, (sq, mask.device), make)
+
+
+def _offsets(lengths: torch.Tensor) -> torch.Tensor:
+    flat = lengths.reshape(-1)
+    return torch.cat([flat.new_zeros(1), flat.cumsum(0, dtype=torch.int32)]).to(torch.int32)
+
+
+def _packed_sequences(query, kwargs):
+    """(cu_q, cu_k, max_q, max_k) when one row holds several sequences back to back, else None: transformers'
+    cu_seq_lens_* keywords, or position ids that restart (read once per position-id tensor)."""
+    if kwargs.get("cu_seq_lens_q") is not None:
+        cu_q, cu_k = kwargs["cu_seq_lens_q"], kwargs.get("cu_seq_lens_k", kwargs["cu_seq_lens_q"])
+        max_q = kwargs.get("max_length_q")
+        max_k = kwargs.get("max_length_k", max_q)
+        return cu_q.to(torch.int32), cu_k.to(torch.int32), int(max_q), int(max_k)
+    pos = kwargs.get("position_ids")
+    if pos is None or query.shape[0] != 1 or query.shape[2] == 1 or pos.dim() != 2 or pos.shape[0] != 1:
+        return None
+    if pos.shape[1] != query.shape[2]:
+        return None
+
+    def make():
+        p = pos[0]
+        starts = torch.nonzero(p[1:] != p[:-1] + 1).flatten() + 1
+        if starts.numel() == 0:  # the host read of nonzero(): one run, no packing
+            return None
+        n = p.numel()
+        cu = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), n)]).to(torch.int32)
+        longest = int((cu[1:] - cu[:-1]).max())
+        return cu, cu, longest, longest
+    return _cached(pos, (query.shape[2], pos.device), make)
+
+
+def _fallback(reason, module, query, key, value, mask, dropout, scaling, sliding_window, softcap, is_causal, kwargs):
+    """transformers' SDPA function for a call rtcattn cannot express; a 2-D padding mask (from rtcattn's mask
+    function) becomes the 4-D boolean mask SDPA takes, with the causal and window conditions."""
+    with _lock:
+        _fallbacks[reason] += 1
+        count = _fallbacks[reason]
+    if count == 1:
+        _logger.warning("rtcattn: attention goes to SDPA for %s (logged once per process; RTCATTN_LOG=1 logs "
+                        "every fallback)", reason)
+    elif dispatch.knob("RTCATTN_LOG") == "1":
+        _logger.warning("rtcattn: attention goes to SDPA for %s (%d calls)", reason, count)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2:
+        mask = _mask_4d(mask, query.shape[2], causal, _window(sliding_window, causal))
+        causal = False
+    elif mask is None and (sliding_window is not None or softcap):
+        sk = key.shape[2]
+        mask = _mask_4d(torch.ones(query.shape[0], sk, dtype=torch.bool, device=query.device), query.shape[2],
+                        causal, _window(sliding_window, causal))
+        causal = False
+    if softcap:  # SDPA has no soft cap: the same math in torch
+        return _capped(query, key, value, mask, scaling, float(softcap), dropout if module.training else 0.0), None
+    return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling,
+                                  is_causal=causal, **{k: v for k, v in kwargs.items() if k != "is_causal"})
+
+
+def _capped(query, key, value, mask, scaling, softcap: float, dropout: float) -> torch.Tensor:
+    """softmax(softcap * tanh(scale * q k^T / softcap) + mask) v in torch (a bool [B, 1, Sq, Sk] mask or a float
+    one to add), as transformers' eager functions compute it; [B, Sq, Hq, Dv]."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    s = torch.matmul(query, key.transpose(2, 3)) * scale
+    s = torch.tanh(s / softcap) * softcap
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(query.dtype)
+    p = torch.nn.functional.dropout(p, p=dropout, training=dropout > 0)
+    return torch.matmul(p, value).transpose(1, 2).contiguous()
+
+
+def _mask_4d(mask: torch.Tensor, sq: int, causal: bool, window: tuple) -> torch.Tensor:
+    """[B, 1, Sq, Sk] bool: key j kept for query i by the padding mask, causality and the window, bottom-right."""
+    sk = mask.shape[1]
+    i = torch.arange(sq, device=mask.device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=mask.device)[None, :]
+    keep = mask[:, None, None, :].expand(-1, 1, sq, -1)
+    left, right = window
+    cond = torch.ones(sq, sk, dtype=torch.bool, device=mask.device)
+    if causal:
+        cond &= j <= i
+    if left >= 0:
+        cond &= j >= i - left
+    if right >= 0 and not causal:
+        cond &= j <= i + right
+    return keep & cond
