@@ -162,3 +162,25 @@ def test_attention_function_against_fp64(causal, window, sq, rows):
     want = want * q_rows[:, :, None, None]                                 # padding query rows: zero
     torch.testing.assert_close(out.double(), want, atol=2e-2, rtol=2e-2)
     assert torch.equal(out[~q_rows], torch.zeros_like(out[~q_rows]))
+
+
+def test_packed_rows_equal_the_sequences_run_alone():
+    """One row holding three sequences back to back (DataCollatorWithFlattening's layout): by restarting position
+    ids, and by transformers' cu_seq_lens_* keywords; each sequence's logits equal the sequence run alone (same
+    kernels, same per-sequence problems: bit for bit up to the model's own bf16 work, which is per token)."""
+    _, _, ours = models("llama_d64")
+    lengths = (7, 12, 5)
+    g = torch.Generator().manual_seed(8)
+    seqs = [torch.randint(1, VOCAB, (1, n), generator=g) for n in lengths]
+    ids = torch.cat(seqs, 1)
+    pos = torch.cat([torch.arange(n) for n in lengths])[None]
+    cu = torch.tensor([0, 7, 19, 24], dtype=torch.int32)
+    before = rt.fallback_counts()
+    with torch.no_grad():
+        alone = torch.cat([ours(s).logits for s in seqs], 1)
+        by_pos = ours(ids, position_ids=pos).logits
+        by_cu = ours(ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=12, max_length_k=12).logits
+        whole = ours(ids).logits                                # one causal sequence: differs after the first
+    assert torch.equal(by_pos, alone) and torch.equal(by_cu, alone)
+    assert not torch.equal(whole[:, 7:], alone[:, 7:])
+    assert fallbacks_since(before) == {}
