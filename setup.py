@@ -136,7 +136,7 @@ class BuildPyWithData(build_py):
 setup(
     name="rtcattn",
     version=package_version(),
-    description="flash attention (prefill, decode, backward) compiled at run time (hipRTC / NVRTC / clang), cached on disk",
+    description="flash attention (prefill, decode, backward) compiled at run time (hipRTC / NVRTC / clang)",
     package_dir={"": "python"},
     packages=find_packages("python"),
     python_requires=">=3.10",
@@ -144,6 +144,6 @@ setup(
                            sources=runtime_sources())],
     cmdclass={"build_ext": BuildRuntime, "build_py": BuildPyWithData},
     entry_points={"console_scripts": ["rtcattn = rtcattn.tools.cli:main"]},
-    extras_require={"transformers": ["transformers>=5.0"]},  # rtcattn.integrations.transformers
+    extras_require={"transformers": ["transformers>=5.0"]},  # for rtcattn.integrations.transformers
     zip_safe=False,
 )

@@ -37,6 +37,8 @@ std::vector<Knob>& registry() {
        "seconds to wait for another process compiling the same key before giving up with its pid"},
       {"KERNEL", KnobType::Name, "", "",
        "run only the kernel of this name from each op's manifest entry (no fallback; an error if it cannot serve)"},
+      {"RECORD", KnobType::Path, "", "",
+       "append one JSON line per distinct variant launched (op, arch, kernel, variant, call) to this file"},
   };
   return table;
 }

@@ -32,6 +32,7 @@ EFFECT_TESTS = {
     P + "KERNEL": "emu.test_dispatch_emu::test_rtcattn_kernel_forces_one_kernel_without_fallback",
     P + "COMPILE_TIMEOUT": "cpu.test_cache_hardening::test_compile_timeout_stops_a_hanging_compiler",
     P + "LOCK_TIMEOUT": "cpu.test_cache_hardening::test_lock_wait_names_the_holder_and_times_out",
+    P + "RECORD": "cpu.test_knobs::test_record_appends_each_variant_launched_once",
 }
 
 
@@ -96,6 +97,22 @@ def test_log_reports_lookups_and_the_kernel_chosen(tmp_path):
     lookup = "[rtcattn] lookup attention_fwd-gfx942-rtne-none-dense-d64-bf16-same-plain-nodrop-gfx942-emu"
     assert lookup not in quiet.stderr and lookup in loud.stderr
     assert "attention_fwd: kernel gfx942 (gfx942-rtne-none-dense-d64-bf16-same-plain-nodrop, gfx942-emu)" in loud.stderr
+
+
+def test_record_appends_each_variant_launched_once(tmp_path):
+    code = ("import torch, rtcattn\n"
+            "q = torch.randn(1, 20, 1, 40).to(torch.bfloat16)\n"  # 20 query rows: a prefill call
+            "rtcattn.forward(q, q, q)\n"
+            "rtcattn.forward(q, q, q)")
+    record = tmp_path / "model.jsonl"
+    r = _child(code, RTCATTN_EMULATE="gfx942", RTCATTN_CACHE_DIR=tmp_path / "cache", RTCATTN_RECORD=record)
+    assert r.returncode == 0, r.stderr
+    [line] = record.read_text().splitlines()
+    assert json.loads(line) == {"op": "attention_fwd", "arch": "gfx942-emu", "kernel": "gfx942",
+                                "variant": "gfx942-rtne-none-dense-d64-bf16-same-plain-nodrop",
+                                "call": {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 40,
+                                         "dtype": "bf16", "kv_dtype": "same", "score_mod": "plain",
+                                         "dropout": "nodrop"}}
 
 
 def test_clang_names_the_compiler_used_for_amd(tmp_path):

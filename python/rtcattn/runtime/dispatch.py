@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import manifest, paths
+from . import manifest, paths, record
 
 # Compute units of the emulated parts: the planners' input when the "device" is the CPU emulator.
 EMULATED_CUS = {"gfx942-emu": 304, "gfx90a-emu": 110, "gfx950-emu": 256}
@@ -160,6 +160,7 @@ class Selection:
     kernel: manifest.KernelSpec
     variant: manifest.Variant
     why: str   # why this kernel and not an earlier one in the manifest's order
+    call: tuple = ()  # the call's ((axis, value), ...) it was chosen for: what RTCATTN_RECORD writes at launch
 
 
 def _rejects(spec: manifest.OpSpec, k: manifest.KernelSpec, arch: str, call: dict) -> str | None:
@@ -198,14 +199,14 @@ def _plan(op: str, arch: str, call: dict, kernel: str | None, m: manifest.Manife
     return tuple(plan)
 
 
-def _pick(op: str, plan: tuple, supports: Callable | None, what: str) -> Selection:
+def _pick(op: str, plan: tuple, supports: Callable | None, what: str, call: tuple = ()) -> Selection:
     """The first planned kernel that supports (None = ask nothing) accepts; its why lists the ones skipped."""
     skipped = []
     for k, v, why_not in plan:
         if why_not is None and supports is not None:
             why_not = supports(k)
         if why_not is None:
-            return Selection(k, v, "first match" if not skipped else "fallback; " + "; ".join(skipped))
+            return Selection(k, v, "first match" if not skipped else "fallback; " + "; ".join(skipped), call)
         skipped.append(f"{k.name}: {why_not}")
     raise ValueError(f"no kernel of {op} serves {what}; why not: {'; '.join(skipped)}")
 
@@ -222,7 +223,8 @@ def select(op: str, arch: str, call: dict, kernel: str | None = None, m: manifes
     supports(kernel) -> None or why not: asked of each kernel whose manifest conditions hold, for what
     only the call's arguments tell (pointer alignment, strides); a kernel it declines falls back to the next.
     """
-    return _pick(op, _plan(op, arch, call, kernel, m), supports, _describe(arch, call) + f" (kernel={kernel!r})")
+    return _pick(op, _plan(op, arch, call, kernel, m), supports, _describe(arch, call) + f" (kernel={kernel!r})",
+                 tuple(call.items()))
 
 
 def runtime_check(op: str, args, vendor: str) -> Callable:
@@ -241,7 +243,7 @@ def choose(op: str, arch: str, call: dict, args, vendor: str) -> Selection:
     what = _describe(arch, call)
     if forced:
         what += f" with kernel {forced!r} pinned" if pinned_kernel else f" with RTCATTN_KERNEL={forced!r}"
-    sel = _pick(op, plan, runtime_check(op, args, vendor), what)
+    sel = _pick(op, plan, runtime_check(op, args, vendor), what, key[2])
     if (arch, sel.variant, sel.why) not in _logged:
         _logged.add((arch, sel.variant, sel.why))
         log(f"{op}: kernel {sel.kernel.name} ({sel.variant.name}, {arch}): {sel.why}")
@@ -282,6 +284,8 @@ def launch(op: str, device: torch.device, sel: Selection, args) -> None:
     """
     vendor = vendor_of(device)
     program = build(sel.variant, extra_options=_pins.get().options).program
+    if _record_to and sel.call:  # RTCATTN_RECORD: once per variant and call (a set lookup), before the launch
+        record.note(_record_to, sel.variant, sel.call)
     nbytes = lib().op_workspace_bytes(op, sel.kernel.name, args)
     if nbytes > 0:
         check_fits(op, f"the workspace of kernel {sel.kernel.name}", nbytes, args, device)
@@ -319,6 +323,7 @@ def run(op: str, device: torch.device, call: dict, args) -> Selection:
 
 
 _knob_env: dict = {}
+_record_to = ""  # RTCATTN_RECORD as check_knobs last read it: launch() records there when set
 
 
 def _our_env() -> dict:
@@ -334,7 +339,7 @@ def check_knobs() -> None:
     """Every RTCATTN_* variable that is set is parsed (and a bad value named) before anything compiles or
     runs, not when the code that reads it is reached; re-checked only when the environment changed.
     Variables the runtime does not declare (a script's own RTCATTN_ARCHS) are not ours to judge."""
-    global _knob_env
+    global _knob_env, _record_to
     env = _our_env()
     if env != _knob_env:
         for name in (os.fsdecode(k) if isinstance(k, bytes) else k for k in env):
@@ -343,4 +348,5 @@ def check_knobs() -> None:
             except ValueError as e:
                 if not str(e).startswith("unknown knob"):
                     raise
+        _record_to = lib().knob(record.KNOB)  # read here, once per environment, not at every launch
         _knob_env = env

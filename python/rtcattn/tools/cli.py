@@ -102,8 +102,59 @@ def _print_table(rows: list, headers: tuple) -> None:
         print(line.format(*r))
 
 
+def _recorded_variants(args) -> tuple:
+    """`warm --from FILE`: (the variants of the file's records on each --arch, narrowed by --op / --kernels, each
+    once; a line for each record and arch no kernel serves, with the reason; the number of records). The rules that
+    map a record to an arch are record.map_record's (its module's docstring): the recorded kernel's variant where it
+    serves the arch, else the kernel dispatch picks there for the call, keeping the record's role (decode or not)."""
+    from ..runtime import manifest, record
+    m = manifest.load()
+    archs = _csv(args.arch)
+    _check_subset("--arch", archs, m.archs())
+    ops = _csv(args.op) if args.op else None
+    _check_subset("--op", ops or [], list(m.ops))
+    kernels = _csv(args.kernels) if args.kernels else None
+    _check_subset("--kernels", kernels or [], sorted({k.name for o in (ops or m.ops) for k in m.op(o).kernels}))
+    records = record.read(args.from_file, m)  # every line checked before anything compiles
+    if not records:
+        raise ValueError(f"--from {args.from_file} holds no records (was {record.KNOB} set while the model ran?)")
+    variants, skipped = {}, []
+    for rec in records:
+        if ops is not None and rec.op not in ops:
+            continue
+        for arch in archs:
+            v, why = record.map_record(m, rec, arch)
+            if v is None:
+                skipped.append(f"{args.from_file}, line {rec.lineno} ({rec.op} {rec.variant}) on {arch}: {why}")
+            elif kernels is None or v.kernel in kernels:
+                variants.setdefault(v, None)  # duplicates collapse to one build, in the records' order
+    return list(variants), skipped, len(records)
+
+
+def _from_conflicts(args) -> list:
+    """The flags that choose among the manifest's variants, which a record file replaces."""
+    given = ["--all"] if args.all else []
+    return given + [_axis_flag(name[len("axis_"):]) for name, value in sorted(vars(args).items())
+                    if name.startswith("axis_") and value is not None]
+
+
 def cmd_warm(args) -> int:
-    from ..runtime import dispatch
+    if args.from_file is not None:
+        conflicts = _from_conflicts(args)
+        if conflicts:
+            print(f"rtcattn warm: --from cannot be combined with {', '.join(conflicts)}; accepted beside --from: "
+                  "--arch, --op, --kernels, --cache-dir, --jobs", file=sys.stderr)
+            return 2
+        variants, skipped, n = _recorded_variants(args)
+        for line in skipped:
+            print(f"rtcattn warm: skipped {line}", flush=True)
+        if not variants:
+            if args.op or args.kernels:
+                raise SystemExit(f"rtcattn: no variant of the records of {args.from_file} matches the given "
+                                 "--op/--kernels")
+            print(f"rtcattn warm: no record of {args.from_file} has a kernel on {args.arch}; nothing to compile")
+            return 0
+        return _build_all(args, variants, f"{n} records of {args.from_file}, {len(skipped)} skipped")
     variants = _warm_variants(args)
     if not variants:
         if not args.all and _warm_variants(args, default=False):
@@ -112,6 +163,13 @@ def cmd_warm(args) -> int:
                              f"axis filters (the default set: {_default_sets(ops)}); add --all to choose among "
                              "every variant")
         raise SystemExit("rtcattn: no variant matches the given --op/--arch/--kernels and axis filters")
+    which = "every variant" if args.all else f"the default set (--all: {len(_warm_variants(args, default=False))})"
+    return _build_all(args, variants, which)
+
+
+def _build_all(args, variants: list, which: str) -> int:
+    """warm's compile of the variants into the target cache dir (checked first), with progress and the table."""
+    from ..runtime import dispatch
     variants = _interleaved(variants)
     cache_dir = os.path.abspath(args.cache_dir) if args.cache_dir else None
     if cache_dir:  # the target is this process's user cache: the runtime's own checks of that dir apply
@@ -124,7 +182,6 @@ def cmd_warm(args) -> int:
     if problem:
         print(f"rtcattn warm: cache dir {target['path']} {problem}; nothing was written", file=sys.stderr)
         return 2
-    which = "every variant" if args.all else f"the default set (--all: {len(_warm_variants(args, default=False))})"
     print(f"rtcattn warm: {len(variants)} variants, {which}, {args.jobs} jobs, cache {target['path']}", flush=True)
     rows, failures, t0 = [], [], time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # ctypes drops the GIL in rtc_build
@@ -223,8 +280,8 @@ def cmd_bench(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rtcattn", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    w = sub.add_parser("warm", help="compile the default set of variants (--all: every variant) for the given archs "
-                                    "(no GPU needed)")
+    w = sub.add_parser("warm", help="compile the default set of variants (--all: every variant; --from FILE: the "
+                                    "variants RTCATTN_RECORD wrote there) for the given archs (no GPU needed)")
     w.add_argument("--arch", required=True, help="comma-separated, e.g. gfx942,gfx90a,sm_90a")
     w.add_argument("--all", action="store_true",
                    help="every variant, not only each op's default set (configs/ops.json: ops.<op>.warm_default)")
@@ -232,6 +289,11 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
     w.add_argument("--op", help="only these ops (comma-separated; default: every op of the manifest)")
     w.add_argument("--kernels", help="only these kernels (comma-separated)")
+    w.add_argument("--from", dest="from_file", metavar="FILE",
+                   help="the variants recorded in FILE (RTCATTN_RECORD), mapped to each --arch: the recorded kernel "
+                        "where it serves the arch, else the kernel dispatch picks there for the call (a decode "
+                        "record's first kernel that takes it, any other's first that declines no call at run time); "
+                        "not with --all or the axis filters")
     _add_axis_filters(w)
     w.set_defaults(func=cmd_warm)
     i = sub.add_parser("info", help="GPUs, archs, compilers (with versions), cache dirs and entries")
