@@ -184,3 +184,27 @@ def test_packed_rows_equal_the_sequences_run_alone():
     assert torch.equal(by_pos, alone) and torch.equal(by_cu, alone)
     assert not torch.equal(whole[:, 7:], alone[:, 7:])
     assert fallbacks_since(before) == {}
+
+
+def test_continuous_batching_paged_cache():
+    """generate_batch (transformers' continuous batching over its paged cache) on "paged|rtcattn": prompts of 5, 9
+    and 20 tokens, 6 greedy tokens each, no call going to SDPA; every token it picks is the fp32 model's pick on the
+    same sequence, or within twice the bf16 SDPA model's largest logit error of it there (a near tie, which bf16
+    noise decides)."""
+    ref, peer, ours = models("llama_d64")
+    prompts = [[1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12, 13, 14, 15], [5] * 20]
+    gen = ts.transformers.GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = ts.transformers.ContinuousBatchingConfig(block_size=16, num_blocks=16, max_batch_tokens=64,
+                                                  use_cuda_graph=False)
+    before = rt.fallback_counts()
+    out = ours.generate_batch(inputs=prompts, generation_config=gen, continuous_batching_config=cb, warmup=False)
+    assert fallbacks_since(before) == {}
+    with torch.no_grad():
+        for i, prompt in enumerate(prompts):
+            tokens = out[f"req_{i}"].generated_tokens
+            assert len(tokens) == 6
+            seq = torch.tensor([prompt + tokens])
+            want = ref(seq).logits[0, len(prompt) - 1:-1].float()
+            noise = (peer(seq).logits[0, len(prompt) - 1:-1].float() - want).abs().max()
+            picked = want.gather(1, torch.tensor(tokens)[:, None])[:, 0]
+            assert bool((picked >= want.max(1).values - 2 * noise).all()), (i, tokens, want.argmax(1).tolist())

@@ -16,6 +16,7 @@ What a layer's attention call becomes (the decision is made per call, from the s
   (as FlashAttention's unpadding copies them).
 - Packed sequences of one row (transformers' `cu_seq_lens_q` / `cu_seq_lens_k` keywords, or position ids that
   restart, as DataCollatorWithFlattening gives): `rtcattn.forward_varlen` over them.
+- Continuous batching (`model.generate_batch`, transformers' paged KV cache): "paged|rtcattn", paged.py.
 - `sliding_window` (Mistral, Qwen2/3, Gemma 2/3 local layers): window (W - 1, 0) when causal, (W - 1, W - 1) when
   not, transformers' convention; `softcap` (Gemma 2); `dropout` in training; `scaling`; GQA / MQA natively; a
   value head dim below the query's padded to it and sliced back.
@@ -58,7 +59,9 @@ def register() -> None:
     except ImportError as e:
         raise ImportError("rtcattn.integrations.transformers needs transformers >= 5.0: "
                           "pip install 'rtcattn[transformers]'") from e
+    from .paged import paged_attention_forward
     AttentionInterface.register(NAME, attention_forward)
+    AttentionInterface.register(f"paged|{NAME}", paged_attention_forward)  # continuous batching (generate_batch)
     AttentionMaskInterface.register(NAME, flash_attention_mask)
 
 
