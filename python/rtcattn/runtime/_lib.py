@@ -125,11 +125,22 @@ def version() -> str:
     return _lib.rtc_version().decode()
 
 
+_knobs: dict = {}   # (name, its raw value in the environment) -> the runtime's checked value
+_KNOB_PREFIX = _PACKAGE_DIR.name.upper() + "_"
+
+
 def knob(name: str) -> str:
-    """The checked value of an RTCATTN_* variable ("" when unset); ValueError names a bad value."""
+    """The checked value of an RTCATTN_* variable ("" when unset); ValueError names a bad value. Asked of the
+    runtime once per (name, raw value): every call of an op reads a few."""
+    env = name if name.startswith(_KNOB_PREFIX) else _KNOB_PREFIX + name  # the runtime takes either form
+    key = (name, os.environ.get(env))
+    hit = _knobs.get(key)
+    if hit is not None:
+        return hit
     buf = ctypes.create_string_buffer(4096)
     _check(_lib.rtc_knob_get(_b(name), buf, len(buf)))
-    return buf.value.decode()
+    value = _knobs[key] = buf.value.decode()
+    return value
 
 
 def set_package_cache_dir(path: str) -> None:

@@ -163,17 +163,6 @@ class Selection:
     call: tuple = ()  # the call's ((axis, value), ...) it was chosen for: what RTCATTN_RECORD writes at launch
 
 
-def _rejects(spec: manifest.OpSpec, k: manifest.KernelSpec, arch: str, call: dict) -> str | None:
-    """Why kernel k cannot serve the call, or None: its archs and the axis values it takes (the manifest's data)."""
-    if arch not in k.archs:
-        return f"arch {arch} not in {list(k.archs)}"
-    for axis in spec.axes:
-        why = k.why_not(axis, call[axis.name])
-        if why:
-            return why
-    return None
-
-
 def _plan(op: str, arch: str, call: dict, kernel: str | None, m: manifest.Manifest | None) -> tuple:
     """Every kernel of the op in the manifest's order: (kernel, its variant, None) or (kernel, None, why not)."""
     m = m or manifest.load()
@@ -193,7 +182,7 @@ def _plan(op: str, arch: str, call: dict, kernel: str | None, m: manifest.Manife
     for k in spec.kernels:
         if kernel is not None and k.name != kernel:
             continue
-        why_not = _rejects(spec, k, arch, call)
+        why_not = spec.rejects(k, arch, call)
         v = None if why_not else m.variant_for(op, k.name, arch, call)
         plan.append((k, v, why_not))
     return tuple(plan)

@@ -12,6 +12,7 @@ import functools
 import itertools
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,17 @@ class OpSpec:
                 return a
         raise ValueError(f"axis={name!r} is not an axis of op {self.name!r}; "
                          f"accepted: {', '.join(a.name for a in self.axes)}")
+
+    def rejects(self, k: KernelSpec, arch: str, call: dict) -> str | None:
+        """Why kernel k cannot serve the call, or None: its archs and the axis values it takes (dispatch's conditions,
+        the manifest's data)."""
+        if arch not in k.archs:
+            return f"arch {arch} not in {list(k.archs)}"
+        for axis in self.axes:
+            why = k.why_not(axis, call[axis.name])
+            if why:
+                return why
+        return None
 
     def first_choice(self, k: KernelSpec, arch: str, values: dict) -> bool:
         """Whether some call that kernel k's variant (values: one per axis, a bucket for a bucketed axis) serves
@@ -379,10 +391,23 @@ def _default_location(path: Path) -> tuple:
     return path, path.resolve().parent.parent
 
 
+# The installed manifest as last loaded, when its file was last looked at (time.monotonic()) and the function that
+# located it (paths.data_root; one put in its place, as tests do, locates it again): an op's every call asks for it,
+# and a stat with the path's making cost tens of microseconds of each call's host time.
+_default: list = [None, 0.0, None]
+RESTAT_S = 1.0   # an edited manifest is seen within this long
+
+
 def load(path: Path | None = None, root: Path | None = None) -> Manifest:
-    """Parse and validate the manifest; cached per (path, mtime) so edits during development are seen."""
+    """Parse and validate the manifest; cached per (path, mtime) so edits during development are seen (the installed
+    one's file is looked at again at most every RESTAT_S seconds)."""
     if path is None and root is None:  # the installed manifest: an op's every call asks for it
+        now, locate = time.monotonic(), paths.data_root
+        if _default[0] is not None and now - _default[1] < RESTAT_S and _default[2] is locate:
+            return _default[0]
         path, root = _default_location(paths.manifest_path())
+        _default[:] = [load(path, root), now, locate]
+        return _default[0]
     path = Path(path) if path is not None else paths.manifest_path()
     root = Path(root) if root is not None else path.resolve().parent.parent
     try:

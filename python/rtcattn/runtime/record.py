@@ -185,14 +185,13 @@ def _parse(m: manifest.Manifest, path, n: int, raw: str) -> Record:
 def map_record(m: manifest.Manifest, rec: Record, arch: str) -> tuple:
     """(variant, None) that warm compiles on arch for a record, or (None, why no kernel serves it there): the rules
     of the module's docstring."""
-    from .dispatch import _rejects  # dispatch's own conditions (dispatch imports this module)
     spec, call = m.op(rec.op), dict(rec.call)
     recorded = spec.kernel(rec.kernel)
     if arch in recorded.archs:
         return m.variant_for(rec.op, recorded.name, arch, call), None
     why_not = []
     for k in spec.kernels:
-        why = _rejects(spec, k, arch, call)
+        why = spec.rejects(k, arch, call)
         if why is None and k.declines_at_run_time and not recorded.declines_at_run_time:
             why = f"declines at run time {k.declines_at_run_time}, and kernel {recorded.name} does not"
         if why is None:

@@ -15,6 +15,7 @@ bracket it); the median over the rounds and, per implementation, its time over r
 ratios). transformers is imported when the suite runs, not when `bench` starts."""
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 
@@ -36,16 +37,20 @@ def _models(torch, transformers):
     models, why_not = {}, {}
     weights = None
     for impl in IMPLS:
-        try:
-            m = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=impl, dtype=torch.bfloat16)
-        except (ImportError, ValueError) as e:  # the package is missing, or transformers refuses it here
-            why_not[impl] = str(e).splitlines()[0][:100]
+        try:  # the package may be missing, transformers may refuse it here, or its first call may fail
+            m = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl,
+                                                              dtype=torch.bfloat16)  # from_config sets its config
+            if weights is None:
+                weights = m.state_dict()
+            else:
+                m.load_state_dict(weights)
+            m = m.cuda().eval()
+            with torch.no_grad():
+                m(torch.ones(1, 8, dtype=torch.long, device="cuda"))
+        except Exception as e:  # any failure: that implementation is not run, and the table says why
+            why_not[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
             continue
-        if weights is None:
-            weights = m.state_dict()
-        else:
-            m.load_state_dict(weights)
-        models[impl] = m.cuda().eval()
+        models[impl] = m
     return models, why_not
 
 
