@@ -324,6 +324,16 @@ def _our_env() -> dict:
     return {k: v for k, v in os.environ.items() if k.startswith("RTCATTN_")}
 
 
+def knob_env() -> dict:
+    """The RTCATTN_* variables as check_knobs last read them: a new object whenever they changed."""
+    return _knob_env
+
+
+def pins() -> Pins:
+    """The pins in effect (pinned())."""
+    return _pins.get()
+
+
 def check_knobs() -> None:
     """Every RTCATTN_* variable that is set is parsed (and a bad value named) before anything compiles or
     runs, not when the code that reads it is reached; re-checked only when the environment changed.
