@@ -34,9 +34,9 @@ def config_of(name, **overrides):
     return getattr(transformers, cls_name)(**{**COMMON, **extra, **overrides})
 
 
-def models(name, device="cpu", **overrides):
-    """(fp32 eager reference, bf16 peer, bf16 rtcattn) with the same weights, on device; overrides: config
-    fields (a bigger model on a GPU)."""
+def models(name, device="cpu", dtype=torch.bfloat16, **overrides):
+    """(fp32 eager reference, peer, rtcattn) with the same weights, the last two in dtype (bf16 or fp16), on device;
+    overrides: config fields (a bigger model on a GPU)."""
     config = config_of(name, **overrides)
     cls = transformers.AutoModelForCausalLM
     torch.manual_seed(0)
@@ -44,7 +44,7 @@ def models(name, device="cpu", **overrides):
     weights = ref.state_dict()
 
     def make(impl):
-        m = cls.from_config(copy.deepcopy(config), attn_implementation=impl, dtype=torch.bfloat16).to(device).eval()
+        m = cls.from_config(copy.deepcopy(config), attn_implementation=impl, dtype=dtype).to(device).eval()
         m.load_state_dict(weights)
         return m
     return ref, make(PEER.get(name, "sdpa")), make("rtcattn")

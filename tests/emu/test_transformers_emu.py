@@ -39,6 +39,17 @@ def test_padded_batches_and_generate(name):
     assert fallbacks_since(before) == {}, f"{name}: calls went to SDPA: {fallbacks_since(before)}"
 
 
+def test_fp16_model():
+    """An fp16 model (Llama D 64; Gemma 2 D 256 with its soft cap): the same rule against fp32, the peer in fp16."""
+    for name in ("llama_d64", "gemma2"):
+        ref, peer, ours = models(name, dtype=torch.float16)
+        before = rt.fallback_counts()
+        with torch.no_grad():
+            ts.check_padded(name + " fp16", ref, peer, ours, *padded_batch("left"), "left")
+            ts.check_generate(name + " fp16", ref, peer, ours, *padded_batch("left", seed=2))
+        assert fallbacks_since(before) == {}
+
+
 def test_unpadded_batch_runs_dense_with_no_copy():
     """Without padding transformers passes no mask: the dense call on the model's [B, H, S, D] tensors, prefill
     and decode steps alike (the decode kernel for the steps, by rtcattn's dispatch)."""
