@@ -81,11 +81,30 @@ class _Plan:
     scale: float
     round_mode: str
 
-    def pairs(self, src: int):
-        """(query chunk index in this shard, key chunk index in src's, global offset difference) in a fixed order."""
+    def blocks(self, src: int) -> list:
+        """The calls of one step against src's shard, in a fixed order: (first query row, rows, first key, keys,
+        window) in the shards' own indices. Pairs (query chunk, key chunk) that see each other whole (no mask
+        inside) and form one rectangle of adjacent chunks go in one call (zigzag's causal steps but the first: one
+        call each); the others one call per pair, its band brought to the pair's diagonal (_band); pairs that see
+        nothing none."""
+        n = self.chunk
+        bands = {}
         for qi, qc in enumerate(sh.chunks_of(self.rank, self.world, self.sharding)):
             for ki, kc in enumerate(sh.chunks_of(src, self.world, self.sharding)):
-                yield qi, ki, (qc - kc) * self.chunk
+                band = _band(self, (qc - kc) * n)
+                if band is not None:
+                    bands[qi, ki] = band
+        whole = sorted(p for p, (rows, keys, window) in bands.items() if rows == keys == n and window == (-1, -1))
+        rows_w, keys_w = sorted({qi for qi, _ in whole}), sorted({ki for _, ki in whole})
+        rectangle = (whole and len(whole) == len(rows_w) * len(keys_w) and _adjacent(rows_w)
+                     and _adjacent(keys_w))
+        out = []
+        if rectangle:
+            out.append((rows_w[0] * n, len(rows_w) * n, keys_w[0] * n, len(keys_w) * n, (-1, -1)))
+        for (qi, ki), (rows, keys, window) in sorted(bands.items()):
+            if not (rectangle and (qi, ki) in whole):
+                out.append((qi * n, rows, ki * n, keys, window))
+        return out
 
     def shift(self, tensors):
         """Posts the sends of tensors to the next rank and the receives of the previous rank's: (works, received)."""
@@ -113,10 +132,8 @@ class _Ring(torch.autograd.Function):
         kv = (k.contiguous(), v.contiguous())
         for step in range(plan.world):
             pending = plan.shift(kv) if step + 1 < plan.world else None  # the next shard travels meanwhile
-            for qi, ki, delta in plan.pairs((plan.rank - step) % plan.world):
-                part = _pair(plan, _piece(plan, q, qi), _piece(plan, kv[0], ki), _piece(plan, kv[1], ki), delta)
-                if part is not None:
-                    _merge(acc_o, acc_lse, part, qi * plan.chunk, plan.seq_dim)
+            for block in plan.blocks((plan.rank - step) % plan.world):
+                _merge(acc_o, acc_lse, _attend(plan, q, kv[0], kv[1], block), block[0], plan.seq_dim)
             if pending is not None:
                 _wait(pending[0])
                 kv = pending[1]
@@ -135,14 +152,13 @@ class _Ring(torch.autograd.Function):
                   torch.zeros(v.shape, dtype=torch.float32, device=v.device))
         for step in range(plan.world):
             kk, vv, dk, dv = travel
-            for qi, ki, delta in plan.pairs((plan.rank - step) % plan.world):
-                grads = _pair_backward(plan, qi, ki, delta, q, kk, vv, out, lse, dout, dlse)
-                if grads is None:
-                    continue
-                rows, keys, (gq, gk, gv) = grads
-                _piece(plan, dq, qi).narrow(plan.seq_dim, 0, rows).add_(gq.float())
-                _piece(plan, dk, ki).narrow(plan.seq_dim, 0, keys).add_(gk.float())
-                _piece(plan, dv, ki).narrow(plan.seq_dim, 0, keys).add_(gv.float())
+            for block in plan.blocks((plan.rank - step) % plan.world):
+                q0, rows, k0, keys, _ = block
+                gq, gk, gv = _attend_backward(plan, q, kk, vv, out, lse, dout, dlse, block)
+                d = plan.seq_dim
+                dq.narrow(d, q0, rows).add_(gq.float())
+                dk.narrow(d, k0, keys).add_(gk.float())
+                dv.narrow(d, k0, keys).add_(gv.float())
             works, travel = plan.shift(travel)  # after the last step this is the hop home
             _wait(works)
         _, _, dk, dv = travel
@@ -155,8 +171,8 @@ def _lse_shape(q, layout):
     return (q.shape[0], q.shape[2], q.shape[1]) if layout == "bshd" else tuple(q.shape[:3])
 
 
-def _piece(plan, t, i):
-    return t.narrow(plan.seq_dim, i * plan.chunk, plan.chunk)
+def _adjacent(indices) -> bool:
+    return indices == list(range(indices[0], indices[0] + len(indices)))
 
 
 def _band(plan, delta: int):
@@ -167,45 +183,41 @@ def _band(plan, delta: int):
     a, b = lo + delta, hi + delta
     if a > n - 1 or b < -(n - 1):
         return None
+    a = -INF if a <= -(n - 1) else a   # a bound no (row, key) of the pair reaches: no bound
+    b = INF if b >= n - 1 else b
     rows, keys = n - int(max(0, a)), n - int(max(0, -b))
     c = keys - rows
     return rows, keys, (-1 if a == -INF else int(c - a), -1 if b == INF else int(b - c))
 
 
-def _pair(plan, q, k, v, delta: int):
-    """One query chunk against one key chunk: (o, lse, rows kept), or None when no query row sees a key of it."""
-    band = _band(plan, delta)
-    if band is None:
-        return None
-    rows, keys, window = band
+def _attend(plan, q, k, v, block):
+    """One call: (o, lse) of the block's query rows against its keys."""
+    q0, rows, k0, keys, window = block
     d = plan.seq_dim
-    o, lse = api.forward(q.narrow(d, 0, rows), k.narrow(d, 0, keys), v.narrow(d, 0, keys), layout=plan.layout,
+    o, lse = api.forward(q.narrow(d, q0, rows), k.narrow(d, k0, keys), v.narrow(d, k0, keys), layout=plan.layout,
                          round_mode=plan.round_mode, softmax_scale=plan.scale, window_size=window, return_lse=True)
-    return o, lse, rows
+    return o, lse
 
 
-def _pair_backward(plan, qi, ki, delta, q, k, v, out, lse, dout, dlse):
-    """(rows, keys, (dq, dk, dv)) of one pair: rtcattn's backward over the pair's kept rows and keys with the merged
-    output and LSE (P = exp(S - LSE) is then the whole row's probability), or None when the pair sees nothing."""
-    band = _band(plan, delta)
-    if band is None:
-        return None
-    rows, keys, window = band
+def _attend_backward(plan, q, k, v, out, lse, dout, dlse, block):
+    """(dq, dk, dv) of one call: rtcattn's backward over the block's rows and keys with the merged output and LSE
+    (P = exp(S - LSE) is then the whole row's probability)."""
+    q0, rows, k0, keys, window = block
     d = plan.seq_dim
 
     def rows_of(t):
-        return _piece(plan, t, qi).narrow(d, 0, rows).contiguous()
-    lse_rows = lse.narrow(2, qi * plan.chunk, rows).contiguous()
-    dlse_rows = None if dlse is None else dlse.narrow(2, qi * plan.chunk, rows).contiguous()
-    kk, vv = (_piece(plan, t, ki).narrow(d, 0, keys).contiguous() for t in (k, v))
-    grads = torch.ops.rtcattn.bwd(rows_of(dout), rows_of(q), kk, vv, rows_of(out), lse_rows, plan.layout,
-                                  plan.round_mode, plan.scale, *window, True, dlse_rows)
-    return rows, keys, grads
+        return t.narrow(d, q0, rows).contiguous()
+    lse_rows = lse.narrow(2, q0, rows).contiguous()
+    dlse_rows = None if dlse is None else dlse.narrow(2, q0, rows).contiguous()
+    kk, vv = (t.narrow(d, k0, keys).contiguous() for t in (k, v))
+    return torch.ops.rtcattn.bwd(rows_of(dout), rows_of(q), kk, vv, rows_of(out), lse_rows, plan.layout,
+                                 plan.round_mode, plan.scale, *window, True, dlse_rows)
 
 
 def _merge(acc_o, acc_lse, part, first: int, seq_dim: int) -> None:
-    """acc (fp32) <- acc merged with a partial (o, lse, rows) over rows first .. first + rows of the shard."""
-    o, lse, rows = part
+    """acc (fp32) <- acc merged with a partial (o, lse) over its rows, from row `first` of the shard."""
+    o, lse = part
+    rows = lse.shape[2]
     acc_rows = acc_lse.narrow(2, first, rows)
     out_rows = acc_o.narrow(seq_dim, first, rows)
     new = torch.logaddexp(acc_rows, lse)
