@@ -45,14 +45,17 @@ def check_choice(name: str, value, accepted) -> None:
 
 
 def _discover() -> None:
-    """Imports rtcattn.ops.<op>.bench for every op folder that has one, and rtcattn.integrations.<client>.bench
-    likewise (each registers its suites). By name, as a plugin registry does: the driver imports no op."""
+    """Imports rtcattn.ops.<op>.bench for every op folder that has one, rtcattn.integrations.<client>.bench and
+    rtcattn.<package>.bench (distributed) likewise (each registers its suites). By name, as a plugin registry does:
+    the driver imports no op."""
     top = Path(__file__).resolve().parent.parent
-    for kind in ("ops", "integrations"):
-        package = __package__.rsplit(".", 1)[0] + "." + kind
-        for folder in sorted((top / kind).iterdir()):
-            if (folder / "bench.py").is_file() and (folder / "__init__.py").is_file():
-                importlib.import_module(f"{package}.{folder.name}.bench")
+    root = __package__.rsplit(".", 1)[0]
+    kinds = ("ops", "integrations")
+    folders = [(f"{root}.{kind}.{f.name}", f) for kind in kinds for f in sorted((top / kind).iterdir())]
+    folders += [(f"{root}.{f.name}", f) for f in sorted(top.iterdir()) if f.name not in (*kinds, "tools")]
+    for package, folder in folders:
+        if (folder / "bench.py").is_file() and (folder / "__init__.py").is_file():
+            importlib.import_module(f"{package}.bench")
 
 
 def add_arguments(p) -> None:
