@@ -15,7 +15,7 @@ pytestmark = pytest.mark.emu
 @pytest.fixture(autouse=True)
 def emulate(monkeypatch):
     monkeypatch.setenv("RTCATTN_EMULATE", "gfx942")
-    stub._repeats.clear()
+    stub._REPEATS.kept.clear()
 
 
 def qkv(seed, shape_q=(2, 1, 4, 64), shape_k=(2, 40, 2, 64), dtype=torch.bfloat16):
@@ -26,13 +26,13 @@ def qkv(seed, shape_q=(2, 1, 4, 64), shape_k=(2, 40, 2, 64), dtype=torch.bfloat1
 
 def fresh(*args, **kw):
     """The call with nothing kept: the whole path (the entries kept before are back after it)."""
-    kept = dict(stub._repeats)
-    stub._repeats.clear()
+    kept = dict(stub._REPEATS.kept)
+    stub._REPEATS.kept.clear()
     try:
         return rtcattn.forward(*args, **kw)
     finally:
-        stub._repeats.clear()
-        stub._repeats.update(kept)
+        stub._REPEATS.kept.clear()
+        stub._REPEATS.kept.update(kept)
 
 
 def kernels_run(monkeypatch):
@@ -47,11 +47,11 @@ def kernels_run(monkeypatch):
 def test_repeat_gives_the_first_runs_bits(sq):
     first = qkv(1, (2, sq, 4, 64))
     rtcattn.forward(*first, causal=True, return_lse=True)
-    assert len(stub._repeats) == 1
+    assert len(stub._REPEATS.kept) == 1
     for seed in (2, 3):
         data = qkv(seed, (2, sq, 4, 64))
         out, lse = rtcattn.forward(*data, causal=True, return_lse=True)
-        assert len(stub._repeats) == 1          # a hit: nothing new kept
+        assert len(stub._REPEATS.kept) == 1          # a hit: nothing new kept
         want, want_lse = fresh(*data, causal=True, return_lse=True)
         assert torch.equal(out.view(torch.int16), want.view(torch.int16)) and torch.equal(lse, want_lse)
 
@@ -78,7 +78,7 @@ def test_each_part_of_the_signature_is_a_new_entry(monkeypatch):
     ]
     for n, (tensors, kw) in enumerate(variants, 2):
         got = rtcattn.forward(*tensors, **kw)
-        assert len(stub._repeats) == n, (n, kw)
+        assert len(stub._REPEATS.kept) == n, (n, kw)
         want = fresh(*tensors, **kw)
         got, want = (got[0], want[0]) if isinstance(got, tuple) else (got, want)
         assert torch.equal(got.float(), want.float()), (n, kw)
@@ -99,9 +99,9 @@ def test_out_dropout_and_padded_head_dims_take_the_whole_path():
     rtcattn.forward(q, k, v, out=out)
     rtcattn.forward(q, k, v, dropout_p=0.1)
     rtcattn.forward(*qkv(6, (2, 1, 4, 60), (2, 40, 2, 60)))
-    assert len(stub._repeats) == 1   # the padded call's inner call (head dim 64) only
+    assert len(stub._REPEATS.kept) == 1   # the padded call's inner call (head dim 64) only
     rtcattn.forward(q, k, v)
-    assert len(stub._repeats) == 2
+    assert len(stub._REPEATS.kept) == 2
 
 
 @pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
@@ -124,14 +124,50 @@ def test_packed_repeat_reads_the_new_offsets_and_table(paged):
         out, lse = rtcattn.forward_varlen(q, k, v, cu_q, cu_k, 1, 64, **kw)
         want, want_lse = fresh_varlen(q, k, v, cu_q, cu_k, 1, 64, **kw)
         assert torch.equal(out.view(torch.int16), want.view(torch.int16)) and torch.equal(lse, want_lse)
-    assert len(stub._repeats) == 1
+    assert len(stub._REPEATS.kept) == 1
 
 
 def fresh_varlen(*args, **kw):
-    kept = dict(stub._repeats)
-    stub._repeats.clear()
+    kept = dict(stub._REPEATS.kept)
+    stub._REPEATS.kept.clear()
     try:
         return rtcattn.forward_varlen(*args, **kw)
     finally:
-        stub._repeats.clear()
-        stub._repeats.update(kept)
+        stub._REPEATS.kept.clear()
+        stub._REPEATS.kept.update(kept)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "varlen"])
+def test_backward_repeat_gives_the_first_runs_gradients(packed):
+    """The backward op's repeats (attention_bwd's stub): new data through a kept signature gives the gradients a
+    first run gives, bit for bit."""
+    from rtcattn.ops.attention_bwd import stub as bwd_stub
+
+    def grads(seed):
+        q, k, v = (t.requires_grad_() for t in qkv(seed, (2, 9, 4, 64), (2, 20, 2, 64)))
+        if packed:
+            cu_q, cu_k = (torch.tensor([0, n, 2 * n], dtype=torch.int32) for n in (9, 20))
+            out = rtcattn.forward_varlen(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_q, cu_k, 9, 20,
+                                         causal=True)
+        else:
+            out = rtcattn.forward(q, k, v, causal=True)
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype))
+        return [t.grad for t in (q, k, v)]
+
+    def fresh(seed):
+        kept = dict(bwd_stub._REPEATS.kept)
+        bwd_stub._REPEATS.kept.clear()
+        try:
+            return grads(seed)
+        finally:
+            bwd_stub._REPEATS.kept.clear()
+            bwd_stub._REPEATS.kept.update(kept)
+
+    bwd_stub._REPEATS.kept.clear()
+    grads(1)
+    assert len(bwd_stub._REPEATS.kept) == 1
+    for seed in (2, 3):
+        got = grads(seed)
+        assert len(bwd_stub._REPEATS.kept) == 1
+        for a, b in zip(got, fresh(seed)):
+            assert torch.equal(a.view(torch.int16), b.view(torch.int16))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import checks, schema
+from .. import checks, repeat, schema
 from ..attention_fwd import validate as fwd_validate
 from ..attention_fwd.stub import _pad as pad_head_dim, _strides, dropout_fields, score_fields
 from . import OP, validate
@@ -66,10 +66,30 @@ def args_block_varlen(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_q, cu_k, p, 
         **_grad_fields(dout, dlse, dq, dk, dv, rows, deterministic))
 
 
-def _run(q, args, call) -> None:
+# A repeat of a backward call (ops/repeat.py): not with dropout (a generator state per call), a padded head dim or
+# RTCATTN_CHECK=1 (it reads the offsets' values).
+_REPEATS = repeat.Repeats(OP)
+
+
+def _run(q, args, call, sig=None) -> None:
     from ...runtime import dispatch
     sel = dispatch.select_for(OP, q.device, call, args)
     dispatch.launch(OP, q.device, sel, args)
+    if sig is not None:
+        _REPEATS.keep(sig, sel, args)
+
+
+def _signature(named, scalars, dropout, fake: bool):
+    """The call's signature when it may repeat, else None."""
+    if fake or dropout.p > 0 or torch.compiler.is_compiling():
+        return None
+    return _REPEATS.signature(named, scalars)
+
+
+def _named(dout, q, k, v, out, lse, dlse, score, *packed) -> tuple:
+    """The call's tensors by their argument-block fields (ops/repeat.py)."""
+    return (("dout", dout), ("q", q), ("k", k), ("v", v), ("o", out), ("lse", lse), ("dlse", dlse),
+            ("alibi_slopes", score.alibi_slopes), *packed)
 
 
 def selection(dout, q, k, v, out, lse, layout: str = "bshd", round_mode: str = "rtne", softmax_scale=None,
@@ -91,6 +111,14 @@ def _dense(dout, q, k, v, out, lse, layout, round_mode, softmax_scale, window, d
            score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD,
            dropout: fwd_validate.Dropout = fwd_validate.NO_DROPOUT):
     """(dq, dk, dv) of a dense call; the gradients have q's, k's and v's shapes (contiguous)."""
+    named = _named(dout, q, k, v, out, lse, dlse, score)
+    sig = _signature(named, ("dense", layout, round_mode, softmax_scale, tuple(window), deterministic, score.softcap),
+                     dropout, fake)
+    hit = None if sig is None else _REPEATS.get(sig)
+    if hit is not None:
+        grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+        _REPEATS.launch(hit, q.device, named, tuple(zip(("dq", "dk", "dv"), grads)))
+        return grads
     problem = fwd_validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, None, checks.check_window(window),
                                         score, dropout)
     b, s, h, _ = fwd_validate.shape_of(q, layout)
@@ -108,7 +136,7 @@ def _dense(dout, q, k, v, out, lse, layout, round_mode, softmax_scale, window, d
         return tuple(g[..., :problem.head_dim].contiguous() for g in grads)
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     _run(q, args_block(dout, q, k, v, out, lse, dlse, dq, dk, dv, layout, problem, deterministic),
-         _call(q, round_mode, problem, "dense"))
+         _call(q, round_mode, problem, "dense"), sig)
     return dq, dk, dv
 
 
@@ -116,13 +144,23 @@ def _packed(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, round_mode, softm
             dlse, fake: bool, score: fwd_validate.ScoreMod = fwd_validate.NO_SCORE_MOD,
             dropout: fwd_validate.Dropout = fwd_validate.NO_DROPOUT):
     """(dq, dk, dv) of a packed call; rows no sequence owns get zero gradients."""
+    from ...runtime import dispatch
+    named = _named(dout, q, k, v, out, lse, dlse, score, ("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k))
+    sig = None
+    if dispatch.knob("RTCATTN_CHECK") != "1":  # the check reads the offsets' values: every call
+        sig = _signature(named, ("varlen", max_q, max_k, round_mode, softmax_scale, tuple(window), deterministic,
+                                 score.softcap), dropout, fake)
+    hit = None if sig is None else _REPEATS.get(sig)
+    if hit is not None:
+        grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+        _REPEATS.launch(hit, q.device, named, tuple(zip(("dq", "dk", "dv"), grads)))
+        return grads
     p = fwd_validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, None,
                                          checks.check_window(window), None, None, score=score, dropout=dropout)
     validate.check_grad_inputs(q, out, dout, lse, dlse, (q.shape[1], q.shape[0]))
     checks.check_bool("deterministic", deterministic)
     if fake:
         return tuple(t.new_empty(t.shape) for t in (q, k, v))
-    from ...runtime import dispatch
     if dispatch.knob("RTCATTN_CHECK") == "1":
         fwd_validate.check_device_metadata(cu_q, cu_k, None, p)
     dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
@@ -135,7 +173,7 @@ def _packed(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, round_mode, softm
                         score, dropout)
         return tuple(g[..., :p.head_dim].contiguous() for g in grads)
     _run(q, args_block_varlen(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_q, cu_k, p, deterministic),
-         _call(q, round_mode, p, "varlen"))
+         _call(q, round_mode, p, "varlen"), sig)
     return dq, dk, dv
 
 

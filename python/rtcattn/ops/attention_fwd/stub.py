@@ -15,11 +15,10 @@ object.
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import torch
 
-from .. import backward, checks, schema
+from .. import backward, checks, repeat, schema
 from . import OP, autograd, kvcache, validate
 
 _LIB = torch.library.Library("rtcattn", "DEF")  # kept alive: the ops live as long as this object
@@ -240,7 +239,7 @@ def _num_cus(q) -> int:
 def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem: validate.Problem):
     """A checked dense call: checks it in the runtime, allocates what does not exist yet (out when None, lse),
     launches. Returns (out, lse); lse is [B, H, Sq] fp32 when return_lse, else an empty [0] tensor. The selection
-    and argument block it launched with are left in _launched (this thread's), for _dense to keep for a repeat."""
+    and argument block it launched with are noted (_REPEATS), for _dense to keep for a repeat."""
     from ...runtime import dispatch  # loads the C++ runtime only when something really runs
     args = args_block(q, k, v, out, None, layout, problem, dispatch.device_facts(q.device)[1])
     sel = dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
@@ -252,59 +251,24 @@ def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem
     if return_lse:
         args.lse = lse.data_ptr()
     dispatch.launch(OP, q.device, sel, args)
-    _launched.entry = (sel, args)
+    _REPEATS.note_launch(sel, args)
     return out, lse
 
 
-# A repeat of a dense or packed call: what its first run checked and chose, by the call's signature (_signature).
-# The checks, the selection and the argument block depend on the signature alone, so a repeat patches the addresses
-# and launches, skipping the rest of the host's path (a decode step calls each layer's attention with the same
-# signature). Calls with out= (its overlap checks read addresses), dropout (a generator state per call), a padded
-# head dim, or RTCATTN_CHECK=1 (it reads the offsets' values) take the whole path every time.
-_repeats: dict = {}
-_REPEATS_KEPT = 256
-_launched = threading.local()  # .entry: (selection, argument block) of this thread's last launch()
-_ALIGN = 16  # addresses enter a signature modulo this: the kernels' conditions ask 16-byte alignment at most (op.cpp)
-
-
-def _meta(t) -> tuple | None:
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % _ALIGN)
-
-
-def _signature(named, scalars: tuple) -> tuple:
-    """Everything a call's checks, selection and argument block read, but the addresses' values: the tensors'
-    shapes, strides, dtypes, devices and alignments (named: (argument-block field, tensor or None)), the scalars,
-    the knobs' environment (dispatch re-reads it when it changes: a new object) and the pins."""
-    from ...runtime import dispatch
-    dispatch.check_knobs()
-    return tuple(_meta(t) for _, t in named) + scalars + (id(dispatch.knob_env()), dispatch.pins())
-
-
-def _keep(sig, sel, args) -> None:
-    if len(_repeats) >= _REPEATS_KEPT:
-        _repeats.clear()
-    _repeats[sig] = (sel, type(args).from_buffer_copy(args))
+# A repeat of a dense or packed call (ops/repeat.py): not with out= (its overlap checks read addresses), dropout (a
+# generator state per call), a padded head dim, or RTCATTN_CHECK=1 (it reads the offsets' values).
+_REPEATS = repeat.Repeats(OP)
 
 
 def _repeat(hit, named, q, lse_shape, return_lse: bool, packed: bool):
-    """The launch of a call whose signature ran before (hit: its selection and argument block): the tensors'
-    addresses patched in, the output and LSE allocated as the whole path allocates them; (out, lse)."""
-    from ...runtime import dispatch
-    sel, template = hit
-    args = type(template).from_buffer_copy(template)
-    for name, t in named:
-        if t is not None:
-            setattr(args, name, t.data_ptr())
+    """The launch of a kept call: the output and LSE allocated as the whole path allocates them; (out, lse)."""
     if packed:  # rows no sequence owns read as rows that see no key (_packed)
         out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.full(lse_shape, -torch.inf, dtype=torch.float32, device=q.device)
     else:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    args.o = out.data_ptr()
-    if return_lse:
-        args.lse = lse.data_ptr()
-    dispatch.launch(OP, q.device, sel, args)
+    _REPEATS.launch(hit, q.device, named, (("o", out), ("lse", lse if return_lse else None)))
     return out, lse
 
 
@@ -314,8 +278,8 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
     sig = None
     named = (("q", q), ("k", k), ("v", v), ("alibi_slopes", score.alibi_slopes))
     if not fake and out is None and dropout.p == 0 and not torch.compiler.is_compiling():
-        sig = _signature(named, (layout, round_mode, softmax_scale, return_lse, tuple(window), score.softcap))
-        hit = _repeats.get(sig)
+        sig = _REPEATS.signature(named, (layout, round_mode, softmax_scale, return_lse, tuple(window), score.softcap))
+        hit = _REPEATS.get(sig)
         if hit is not None:
             return _repeat(hit, named, q, _dense_lse_shape(q, layout, return_lse), return_lse, packed=False)
     # The one validation of an eager call (the Python API checks only what the schema needs); it also
@@ -328,10 +292,9 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
     d = _padded_head_dim(problem, round_mode, "dense", lambda p, copy: args_block(
         copy(q), copy(k), copy(v), None, None, layout, p, _num_cus(q)), (q, k, v), q.device)
     if d is None:
-        _launched.entry = None
+        _REPEATS.forget_launch()
         result = launch(q, k, v, out, return_lse, layout, round_mode, problem)
-        if sig is not None and _launched.entry is not None:
-            _keep(sig, *_launched.entry)
+        _REPEATS.keep_last(sig)
         return result
     # Every output row is written: the padded call's output needs no values of out's. Contiguous, as the fake's.
     o, lse = _dense(_pad(q, d), _pad(k, d), _pad(v, d), None, layout, round_mode, problem.scale, return_lse, window,
@@ -353,9 +316,9 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
     sig = None
     if (not fake and out is None and dropout.p == 0 and not torch.compiler.is_compiling()
             and dispatch.knob("RTCATTN_CHECK") != "1"):  # the check reads the offsets' values: every call
-        sig = _signature(named, (max_q, max_k, round_mode, softmax_scale, return_lse, tuple(window), num_splits,
+        sig = _REPEATS.signature(named, (max_q, max_k, round_mode, softmax_scale, return_lse, tuple(window), num_splits,
                                  quant.kv_cache_dtype, score.softcap))
-        hit = _repeats.get(sig)
+        hit = _REPEATS.get(sig)
         if hit is not None:
             return _repeat(hit, named, q, _packed_lse_shape(q, return_lse), return_lse, packed=True)
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, out,
@@ -396,7 +359,7 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
         args.lse = lse.data_ptr()
     dispatch.launch(OP, q.device, sel, args)
     if sig is not None:
-        _keep(sig, sel, args)
+        _REPEATS.keep(sig, sel, args)
     return out, lse
 
 
