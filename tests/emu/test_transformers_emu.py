@@ -219,3 +219,25 @@ def test_continuous_batching_paged_cache():
             noise = (peer(seq).logits[0, len(prompt) - 1:-1].float() - want).abs().max()
             picked = want.gather(1, torch.tensor(tokens)[:, None])[:, 0]
             assert bool((picked >= want.max(1).values - 2 * noise).all()), (i, tokens, want.argmax(1).tolist())
+
+
+def test_left_padding_reads_the_cache_in_place(monkeypatch):
+    """Left-padded causal inference (generate's prompts and decode steps) runs the kvcache form on the model's own
+    key / value tensors; right padding, and left padding with a gradient, the packed form."""
+    ref, peer, ours = models("llama_d64")
+    used = []
+    for name in ("_left_padded", "_packed"):
+        real = getattr(rt, name)
+        monkeypatch.setattr(rt, name, lambda *a, _n=name, _r=real: used.append(_n) or _r(*a))
+    ids, mask = padded_batch("left", seed=7)
+    with torch.no_grad():
+        ours.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert used and set(used) == {"_left_padded"}, used
+    used.clear()
+    with torch.no_grad():
+        ours(*padded_batch("right", seed=7))
+    assert set(used) == {"_packed"}, used
+    used.clear()
+    ours.train()
+    ours(ids, attention_mask=mask).logits.sum().backward()
+    assert set(used) == {"_packed"}, used

@@ -3,10 +3,15 @@
 
 What a layer's attention call becomes (the decision is made per call, from the shapes and the mask alone):
 - No padding mask (transformers passes None when every token is kept, as it does for FlashAttention):
-  `rtcattn.forward` on the [B, H, S, D] tensors the model holds, layout "bhsd", with no copy. Calls with few query
+  `rtcattn.forward` on the [B, H, S, D] tensors the model holds, layout "bhsd", with no copy in. Calls with few query
   rows (decode steps) go to the decode kernels by rtcattn's own dispatch.
-- A 2-D padding mask [B, Sk] (a left- or right-padded batch, `generate`'s prompts and every decode step after
-  them): the batch becomes packed sequences for `rtcattn.forward_varlen`. Each row's kept keys must be one run
+- A left-padded causal batch (every row keeps its last keys: `generate`'s prompts and every decode step after them),
+  in inference: `rtcattn.flash_attn_with_kvcache` with the model's key / value as a contiguous cache read in place
+  (cache_leftpad: each row's first kept key), no copy of K / V. Causal only: there a padding query row sees no key
+  (zeros, as below); a bidirectional layer's padding rows would see the kept keys.
+- Any other 2-D padding mask [B, Sk] (right padding; left padding when not causal or when a gradient or dropout is
+  wanted): the batch
+  becomes packed sequences for `rtcattn.forward_varlen`. Each row's kept keys must be one run
   (what tokenizers' padding gives); row b is cut into five sequences, (query padding before, no keys),
   (no queries, key padding before), (the kept queries, the kept keys), (query padding after, no keys),
   (no queries, key padding after), so the padding rows come back as zeros (as FlashAttention's unpadding
@@ -94,6 +99,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             return _fallback("a padding mask whose kept keys are not one run per row", module, query, key,
                              value[..., :dv], attention_mask, dropout, scaling, sliding_window, softcap, is_causal,
                              kwargs)
+        if isinstance(plan, _LeftPadded):
+            if _needs_grad(query, key, value) or common["dropout_p"] > 0 or not common["causal"]:
+                plan = _padding_offsets(attention_mask, query.shape[2])
+            else:
+                return _left_padded(query, key, value, plan.start, common)[..., :dv], None
         out = _packed(query, key, value, *plan, common)
     else:
         packed = _packed_sequences(query, kwargs)
@@ -139,14 +149,10 @@ def _window(sliding_window, causal: bool) -> tuple:
 
 
 def _dense(query, key, value, common):
-    """The unpadded batch: rtcattn.forward on the model's [B, H, S, D] tensors, returned as [B, S, H, D]."""
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-    if needs_grad:  # out= has no autograd: the output's layout is the op's
-        return api.forward(query, key, value, layout="bhsd", **common).transpose(1, 2)
-    b, h, s, d = query.shape
-    out = query.new_empty((b, s, h, d))
-    api.forward(query, key, value, layout="bhsd", out=out.transpose(1, 2), **common)
-    return out
+    """The unpadded batch: rtcattn.forward on the model's [B, H, S, D] tensors, returned as [B, S, H, D] (a view of the
+    op's output; the model's reshape copies it). Without out=, so a layer's repeat takes the op's short path
+    (ops/repeat.py), which costs the host far less than the copy costs the device."""
+    return api.forward(query, key, value, layout="bhsd", **common).transpose(1, 2)
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -179,26 +185,67 @@ def _cached(t: torch.Tensor, extra, make):
     return plan
 
 
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def _padding_plan(mask: torch.Tensor, sq: int):
-    """(cu_seqlens_q, cu_seqlens_k, Sq, Sk) cutting each row of a [B, Sk] padding mask into five sequences (the
-    module's docstring), or None when some row's kept keys are not one run. Query row i sits at key position
-    i + Sk - Sq (bottom-right, as the kernels align)."""
+    """For a [B, Sk] padding mask: _LeftPadded when every row keeps its last keys, else the packed form's offsets
+    (_padding_offsets), or None when some row's kept keys are not one run."""
     def make():
         m = mask.to(torch.int32)
-        bsz, sk = m.shape
+        sk = m.shape[1]
         kept = m.sum(1, dtype=torch.int32)
         runs = m[:, :1].sum(1) + (m[:, 1:] > m[:, :-1]).sum(1)
-        if bool((runs > 1).any()):  # the one host read of this mask
-            return None
         start = torch.where(kept > 0, m.argmax(1).to(torch.int32), sk)
         end = start + kept
-        shift = sk - sq
-        q0, q1 = (start - shift).clamp(0, sq), (end - shift).clamp(0, sq)
-        zero = torch.zeros_like(kept)
-        q_len = torch.stack([q0, zero, q1 - q0, sq - q1, zero], 1)
-        k_len = torch.stack([zero, start, kept, zero, sk - end], 1)
-        return _offsets(q_len), _offsets(k_len), sq, sk
+        holes, right = torch.stack([(runs > 1).any(), (end < sk).any()]).tolist()  # the one host read of this mask
+        if holes:
+            return None
+        if not right:  # left padding only: the kvcache form reads the model's tensors in place (_left_padded)
+            return _LeftPadded(start)
+        return _five_sequences(start, kept, sq, sk)
     return _cached(mask, (sq, mask.device), make)
+
+
+def _padding_offsets(mask: torch.Tensor, sq: int):
+    """(cu_seqlens_q, cu_seqlens_k, Sq, Sk) of the packed form for a mask whose rows are one run each (checked)."""
+    def make():
+        m = mask.to(torch.int32)
+        kept = m.sum(1, dtype=torch.int32)
+        start = torch.where(kept > 0, m.argmax(1).to(torch.int32), m.shape[1])
+        return _five_sequences(start, kept, sq, m.shape[1])
+    return _cached(mask, ("offsets", sq, mask.device), make)
+
+
+def _five_sequences(start, kept, sq: int, sk: int):
+    """(cu_seqlens_q, cu_seqlens_k, Sq, Sk) cutting each row into five sequences (the module's docstring). Query row
+    i sits at key position i + Sk - Sq (bottom-right, as the kernels align)."""
+    end = start + kept
+    shift = sk - sq
+    q0, q1 = (start - shift).clamp(0, sq), (end - shift).clamp(0, sq)
+    zero = torch.zeros_like(kept)
+    q_len = torch.stack([q0, zero, q1 - q0, sq - q1, zero], 1)
+    k_len = torch.stack([zero, start, kept, zero, sk - end], 1)
+    return _offsets(q_len), _offsets(k_len), sq, sk
+
+
+class _LeftPadded:
+    """A padding mask whose rows keep their last keys (left padding: generate's prompts and decode steps)."""
+
+    def __init__(self, start: torch.Tensor):
+        self.start = start  # int32 [B]: each row's first kept key
+
+
+def _left_padded(query, key, value, start, common):
+    """A left-padded batch through flash_attn_with_kvcache's contiguous-cache form: key / value as the cache, read in
+    place ([B, Hk, Sk, D] viewed [B, Sk, Hk, D]: rows D apart, heads Sk rows apart), each row's keys from its first
+    kept one (cache_leftpad) to the last; query rows aligned bottom-right, so query padding rows see no key (zeros).
+    No copy of K / V (the packed form copies them into rows). Inference only: that form has no backward."""
+    return api.flash_attn_with_kvcache(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                       cache_leftpad=start, softmax_scale=common["softmax_scale"],
+                                       causal=common["causal"], window_size=common["window_size"],
+                                       softcap=common["softcap"], how_v3_bf16_cvt=0)
 
 
 def _offsets(lengths: torch.Tensor) -> torch.Tensor:
