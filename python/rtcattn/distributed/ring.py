@@ -148,20 +148,25 @@ class _Ring(torch.autograd.Function):
         plan = ctx.plan
         dout = torch.zeros_like(out) if dout is None else dout.contiguous()
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        travel = (k.contiguous(), v.contiguous(), torch.zeros(k.shape, dtype=torch.float32, device=k.device),
-                  torch.zeros(v.shape, dtype=torch.float32, device=v.device))
+        kv, acc = (k.contiguous(), v.contiguous()), (torch.zeros(k.shape, dtype=torch.float32, device=k.device),
+                                                      torch.zeros(v.shape, dtype=torch.float32, device=v.device))
         for step in range(plan.world):
-            kk, vv, dk, dv = travel
+            # the next K / V shard travels during this step's calls; the dK / dV this step adds to follow them
+            ahead = plan.shift(kv) if step + 1 < plan.world else None
+            dk, dv = acc
             for block in plan.blocks((plan.rank - step) % plan.world):
                 q0, rows, k0, keys, _ = block
-                gq, gk, gv = _attend_backward(plan, q, kk, vv, out, lse, dout, dlse, block)
+                gq, gk, gv = _attend_backward(plan, q, kv[0], kv[1], out, lse, dout, dlse, block)
                 d = plan.seq_dim
                 dq.narrow(d, q0, rows).add_(gq.float())
                 dk.narrow(d, k0, keys).add_(gk.float())
                 dv.narrow(d, k0, keys).add_(gv.float())
-            works, travel = plan.shift(travel)  # after the last step this is the hop home
+            works, acc = plan.shift(acc)  # after the last step this is the hop home
             _wait(works)
-        _, _, dk, dv = travel
+            if ahead is not None:
+                _wait(ahead[0])
+                kv = ahead[1]
+        dk, dv = acc
         rnd = plan.round_mode
         return (reference.round_to(dq, q.dtype, rnd), reference.round_to(dk, k.dtype, rnd),
                 reference.round_to(dv, v.dtype, rnd), None)
