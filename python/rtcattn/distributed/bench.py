@@ -9,7 +9,11 @@ NCCL_NVLS_ENABLE=0) against one GPU, GQA 32/8, D 128, bf16, one layer's attentio
   shard with no P2P (t_compute) and the P2P alone (t_comm): hidden = 1 - (t2 - t_compute) / t_comm.
 
 The ranks are processes this command spawns (torch.multiprocessing); `--cp-lengths` and `--cp-world` choose the
-sizes. `--dry-run` lists the cases (no GPU needed)."""
+sizes. `--dry-run` lists the cases (no GPU needed).
+
+`--cp-compute-only` (one GPU): each rank's calls of the ring in turn on the one GPU, without P2P (t_compute of
+every rank, as above), and t1: the ring's compute side alone, its bound on the efficiency t1 / (W max t_compute).
+No t2 and no hidden share: those need the ranks' GPUs."""
 from __future__ import annotations
 
 import os
@@ -26,6 +30,9 @@ def add_arguments(p) -> None:
     p.add_argument("--cp-lengths", default=",".join(map(str, LENGTHS)),
                    help="context_parallel: the sequence lengths, comma-separated")
     p.add_argument("--cp-world", type=int, default=2, help="context_parallel: GPUs of one host to spread over")
+    p.add_argument("--cp-compute-only", action="store_true",
+                   help="context_parallel on one GPU: every rank's calls of the ring in turn, without P2P (the "
+                        "ring's compute side and its bound on the efficiency; no t2, no hidden share)")
 
 
 def _lengths(args) -> list:
@@ -145,12 +152,63 @@ def _comm_only(torch, dist, k, v, world, rank):
         kv = incoming
 
 
+def _compute_rows(torch, lengths, world, reps) -> list:
+    """--cp-compute-only: on this one GPU, each rank's ring calls (its own shard as every step's K/V, no P2P) and
+    the single call over the whole sequence."""
+    from .. import api
+    from . import ring
+    rows = []
+    for s in lengths:
+        for mask, cut in CASES:
+            causal = mask == "causal"
+            g = torch.Generator(device="cuda").manual_seed(0)
+            qkv = [torch.randn(1, s // world, h, D, device="cuda", generator=g, dtype=torch.bfloat16)
+                   for h in (HQ, HK, HK)]
+            per_rank = [_time(torch, lambda r=r: _compute_only(torch, ring, *qkv, causal, cut, world, r), reps)
+                        for r in range(world)]
+            qkv.clear()
+            torch.cuda.empty_cache()
+            row = {"S": s, "mask": mask, "sharding": cut, "t_compute ms": max(per_rank),
+                   "t_compute per rank ms": per_rank, "t1 ms": None, "t2 ms": None, "t_comm ms": None}
+            try:
+                whole = [torch.randn(1, s, h, D, device="cuda", generator=g, dtype=torch.bfloat16)
+                         for h in (HQ, HK, HK)]
+                row["t1 ms"] = _time_single(torch, api, *whole, causal, reps)
+                del whole
+            except torch.cuda.OutOfMemoryError:
+                pass
+            torch.cuda.empty_cache()
+            rows.append(row)
+    return rows
+
+
+def _run_compute_only(args, torch, lengths, reps):
+    world = args.cp_world
+    rows = _compute_rows(torch, lengths, world, reps)
+    print(f"{'S':>8} {'mask':6} {'sharding':10} {'t1 ms':>9} {'compute':>9} {'per rank':>20} {'bound':>6}")
+    for r in rows:
+        t1 = r["t1 ms"]
+        r["compute efficiency"] = t1 / (world * r["t_compute ms"]) if t1 else None
+        ranks = "/".join(f"{t:.2f}" for t in r["t_compute per rank ms"])
+        print(f"{r['S']:>8} {r['mask']:6} {r['sharding']:10} {t1 if t1 else float('nan'):>9.2f} "
+              f"{r['t_compute ms']:>9.2f} {ranks:>20} "
+              f"{r['compute efficiency'] if r['compute efficiency'] else float('nan'):>6.3f}")
+    print(f"(one GPU, GQA {HQ}/{HK}, D {D}, bf16, one layer's attention forward; each of {world} ranks' ring calls "
+          f"in turn without P2P; bound = t1 / ({world} max compute): the efficiency the ring's compute side "
+          f"allows; t2 and the hidden share need {world} GPUs)")
+    return {"rows": rows, "compute_only": True}
+
+
 def run(args):
     import tempfile
 
     import torch
     import torch.multiprocessing as mp
     world = args.cp_world
+    if getattr(args, "cp_compute_only", False):
+        if not torch.cuda.is_available():
+            raise RuntimeError("--suite context_parallel --cp-compute-only needs a GPU")
+        return _run_compute_only(args, torch, _lengths(args), max(2, min(args.reps, 5)))
     if torch.cuda.device_count() < world:
         raise RuntimeError(f"--suite context_parallel needs {world} GPUs of one host; this one has "
                            f"{torch.cuda.device_count()}")
