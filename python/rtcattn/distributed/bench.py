@@ -164,8 +164,8 @@ def _compute_rows(torch, lengths, world, reps) -> list:
             g = torch.Generator(device="cuda").manual_seed(0)
             qkv = [torch.randn(1, s // world, h, D, device="cuda", generator=g, dtype=torch.bfloat16)
                    for h in (HQ, HK, HK)]
-            per_rank = [_time(torch, lambda r=r: _compute_only(torch, ring, *qkv, causal, cut, world, r), reps)
-                        for r in range(world)]
+            per_rank = [_time(torch, lambda r=r, qkv=qkv, causal=causal, cut=cut:
+                              _compute_only(torch, ring, *qkv, causal, cut, world, r), reps) for r in range(world)]
             qkv.clear()
             torch.cuda.empty_cache()
             row = {"S": s, "mask": mask, "sharding": cut, "t_compute ms": max(per_rank),
