@@ -135,9 +135,9 @@ def _compute_only(torch, ring, q, k, v, causal, cut, world, rank):
                       q.shape[-1] ** -0.5, "rtne")
     acc_o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     acc_lse = torch.full(ring._lse_shape(q, "bshd"), -ring.INF, dtype=torch.float32, device=q.device)
+    merged = []
     for step in range(world):
-        for block in plan.blocks((rank - step) % world):
-            ring._merge(acc_o, acc_lse, ring._attend(plan, q, k, v, block), block[0], 1)
+        ring.attend_step(plan, q, k, v, acc_o, acc_lse, (rank - step) % world, merged)
 
 
 def _comm_only(torch, dist, k, v, world, rank):

@@ -130,10 +130,10 @@ class _Ring(torch.autograd.Function):
         acc_o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         acc_lse = torch.full(_lse_shape(q, plan.layout), -INF, dtype=torch.float32, device=q.device)
         kv = (k.contiguous(), v.contiguous())
+        merged = []
         for step in range(plan.world):
             pending = plan.shift(kv) if step + 1 < plan.world else None  # the next shard travels meanwhile
-            for block in plan.blocks((plan.rank - step) % plan.world):
-                _merge(acc_o, acc_lse, _attend(plan, q, kv[0], kv[1], block), block[0], plan.seq_dim)
+            attend_step(plan, q, kv[0], kv[1], acc_o, acc_lse, (plan.rank - step) % plan.world, merged)
             if pending is not None:
                 _wait(pending[0])
                 kv = pending[1]
@@ -158,9 +158,9 @@ class _Ring(torch.autograd.Function):
                 q0, rows, k0, keys, _ = block
                 gq, gk, gv = _attend_backward(plan, q, kv[0], kv[1], out, lse, dout, dlse, block)
                 d = plan.seq_dim
-                dq.narrow(d, q0, rows).add_(gq.float())
-                dk.narrow(d, k0, keys).add_(gk.float())
-                dv.narrow(d, k0, keys).add_(gv.float())
+                dq.narrow(d, q0, rows).add_(gq)  # fp32 += the call's gradient (no fp32 copy of it first)
+                dk.narrow(d, k0, keys).add_(gk)
+                dv.narrow(d, k0, keys).add_(gv)
             works, acc = plan.shift(acc)  # after the last step this is the hop home
             _wait(works)
             if ahead is not None:
@@ -195,6 +195,17 @@ def _band(plan, delta: int):
     return rows, keys, (-1 if a == -INF else int(c - a), -1 if b == INF else int(b - c))
 
 
+def attend_step(plan, q, k, v, acc_o, acc_lse, src: int, merged: list) -> None:
+    """One step's calls (this rank's queries against src's K/V shard k, v), each merged into the accumulators as it
+    returns. merged: the row ranges (first, rows) a partial has reached in the steps so far (updated): a block over
+    none of them is copied into the accumulators, not merged."""
+    for block in plan.blocks(src):
+        first, rows = block[0], block[1]
+        fresh = all(first + rows <= f or f + n <= first for f, n in merged)
+        _merge(acc_o, acc_lse, _attend(plan, q, k, v, block), first, plan.seq_dim, fresh)
+        merged.append((first, rows))
+
+
 def _attend(plan, q, k, v, block):
     """One call: (o, lse) of the block's query rows against its keys."""
     q0, rows, k0, keys, window = block
@@ -219,12 +230,20 @@ def _attend_backward(plan, q, k, v, out, lse, dout, dlse, block):
                                  plan.round_mode, plan.scale, *window, True, dlse_rows)
 
 
-def _merge(acc_o, acc_lse, part, first: int, seq_dim: int) -> None:
-    """acc (fp32) <- acc merged with a partial (o, lse) over its rows, from row `first` of the shard."""
+def _merge(acc_o, acc_lse, part, first: int, seq_dim: int, fresh: bool = False) -> None:
+    """acc (fp32) <- acc merged with a partial (o, lse) over its rows, from row `first` of the shard. fresh: no
+    partial has reached these rows yet (acc 0, LSE -inf there), so the merge is the partial itself, copied: the
+    bits the merge gives (0 x 0 + o x 1; a row that sees no key is 0 with LSE -inf either way). Otherwise two passes
+    over the rows' accumulator, in place: o_acc x w_old, then + o_t x w_new (the shard's fp32 accumulator is the
+    largest tensor of the call: temporaries of its size cost as much memory traffic as the attention's own reads)."""
     o, lse = part
     rows = lse.shape[2]
     acc_rows = acc_lse.narrow(2, first, rows)
     out_rows = acc_o.narrow(seq_dim, first, rows)
+    if fresh:
+        out_rows.copy_(o)
+        acc_rows.copy_(lse)
+        return
     new = torch.logaddexp(acc_rows, lse)
     seen = new > -INF
     w_old = torch.where(seen, torch.exp(acc_rows - new), 0.0)
@@ -233,5 +252,5 @@ def _merge(acc_o, acc_lse, part, first: int, seq_dim: int) -> None:
         w_old, w_new = w_old.transpose(1, 2)[..., None], w_new.transpose(1, 2)[..., None]
     else:
         w_old, w_new = w_old[..., None], w_new[..., None]
-    out_rows.copy_(out_rows * w_old + o.float() * w_new)
+    out_rows.mul_(w_old).addcmul_(o, w_new)
     acc_rows.copy_(new)
