@@ -38,8 +38,8 @@ def fresh(*args, **kw):
 def kernels_run(monkeypatch):
     ran = []
     real = dispatch.launch
-    monkeypatch.setattr(dispatch, "launch", lambda op, dev, sel, args: ran.append(sel.kernel.name) or
-                        real(op, dev, sel, args))
+    monkeypatch.setattr(dispatch, "launch", lambda op, dev, sel, args, *rest: ran.append(sel.kernel.name) or
+                        real(op, dev, sel, args, *rest))
     return ran
 
 

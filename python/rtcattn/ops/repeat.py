@@ -20,7 +20,8 @@ def _meta(t) -> tuple | None:
 
 
 class Repeats:
-    """One op's kept calls: signature -> (selection, argument block of its first launch)."""
+    """One op's kept calls: signature -> (selection, argument block of its first launch, its workspace's bytes: the
+    kernel's host sizes it from the signature's values, not the addresses)."""
 
     def __init__(self, op: str):
         self.op = op
@@ -37,9 +38,11 @@ class Repeats:
         return self.kept.get(sig)
 
     def keep(self, sig, sel, args) -> None:
+        from ..runtime import dispatch
         if len(self.kept) >= KEPT:
             self.kept.clear()
-        self.kept[sig] = (sel, type(args).from_buffer_copy(args))
+        nbytes = dispatch.lib().op_workspace_bytes(self.op, sel.kernel.name, args)
+        self.kept[sig] = (sel, type(args).from_buffer_copy(args), nbytes)
 
     def note_launch(self, sel, args) -> None:
         """Called by a stub's whole path at its launch: what keep_last() keeps."""
@@ -58,9 +61,9 @@ class Repeats:
         """Launches a kept call with this call's tensors: named as signature() took them, outputs ((field, tensor),
         ...) allocated by the stub as its whole path allocates them."""
         from ..runtime import dispatch
-        sel, template = hit
+        sel, template, nbytes = hit
         args = type(template).from_buffer_copy(template)
         for name, t in (*named, *outputs):
             if t is not None:
                 setattr(args, name, t.data_ptr())
-        dispatch.launch(self.op, device, sel, args)
+        dispatch.launch(self.op, device, sel, args, nbytes)

@@ -265,17 +265,18 @@ def select_for(op: str, device: torch.device, call: dict, args) -> Selection:
     return choose(op, arch, call, args, vendor_of(device))
 
 
-def launch(op: str, device: torch.device, sel: Selection, args) -> None:
+def launch(op: str, device: torch.device, sel: Selection, args, workspace_bytes: int | None = None) -> None:
     """Builds (once) and launches the selected kernel; out pointers in args must be final.
 
     An op whose kernels need scratch memory has the fields workspace / workspace_bytes: dispatch
-    allocates it through torch's caching allocator (repeated calls cost no device malloc).
+    allocates it through torch's caching allocator (repeated calls cost no device malloc). workspace_bytes: its
+    size when the caller knows it (a repeat of a call: ops/repeat.py), else the kernel's host says.
     """
     vendor = vendor_of(device)
     program = build(sel.variant, extra_options=_pins.get().options).program
     if _record_to and sel.call:  # RTCATTN_RECORD: once per variant and call (a set lookup), before the launch
         record.note(_record_to, sel.variant, sel.call)
-    nbytes = lib().op_workspace_bytes(op, sel.kernel.name, args)
+    nbytes = lib().op_workspace_bytes(op, sel.kernel.name, args) if workspace_bytes is None else workspace_bytes
     if nbytes > 0:
         check_fits(op, f"the workspace of kernel {sel.kernel.name}", nbytes, args, device)
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
