@@ -44,6 +44,27 @@ def one_shape(m, dev, b, hq, hk, d, sq, sk):
     }
     for name, fn in cases.items():
         print(f"Sq {sq:5d} Sk {sk:5d} {name:22s} {rate(fn):9.1f} us/call", flush=True)
+    for name, fn in cases.items():
+        kernels(f"Sq {sq} Sk {sk} {name}", fn)
+
+
+def kernels(what, fn, n=10):
+    """The device's kernels a call runs (torch.profiler, n calls): each kernel's device time per call, and the
+    kernels rtcattn picked (RTCATTN_LOG=1 on one call)."""
+    os.environ["RTCATTN_LOG"] = "1"
+    fn()
+    os.environ.pop("RTCATTN_LOG")
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total / n, e.count // n, e.key) for e in prof.key_averages() if e.device_time_total > 0]
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"  {what}: device {total:.1f} us/call in " +
+          "; ".join(f"{k[:48]} x{c} {t:.1f}" for t, c, k in rows[:5]), flush=True)
 
 
 def main():
@@ -70,6 +91,8 @@ def main():
     os.environ.pop("RTCATTN_LOG")
     for name, fn in (("rtcattn fwd+bwd", ours), ("sdpa fwd+bwd", theirs)):
         print(f"train 4x1024 {name:22s} {rate(fn, 50):9.1f} us/call", flush=True)
+    for name, fn in (("rtcattn fwd+bwd", ours), ("sdpa fwd+bwd", theirs)):
+        kernels(f"train 4x1024 {name}", fn)
     return 0
 
 
