@@ -241,3 +241,32 @@ def test_left_padding_reads_the_cache_in_place(monkeypatch):
     ours.train()
     ours(ids, attention_mask=mask).logits.sum().backward()
     assert set(used) == {"_packed"}, used
+
+
+@pytest.mark.parametrize("sq", [13, 1])
+def test_left_padded_in_place_rows_equal_the_kvcache_form(sq):
+    """The left-padded path's packed call over key / value read in place (its offsets made once per mask, reused by the
+    next layer's call) gives the bits of flash_attn_with_kvcache's cache_leftpad form on the same tensors; key / value
+    laid out [B, Sk, Hk, D] are read in place too; a pair whose batches lie a different number of rows apart is
+    declined (None: attention_forward packs them, and still matches the fp64 rule)."""
+    g = torch.Generator().manual_seed(3 + sq)
+    b, hq, hk, sk, d = 4, 4, 2, 13, 64
+    q = torch.randn(b, hq, sq, d, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(b, hk, sk, d, generator=g).to(torch.bfloat16) for _ in range(2))
+    mask = torch.zeros(b, sk, dtype=torch.bool)
+    for i, n in enumerate((13, 9, 0, 4)):
+        mask[i, sk - n:] = True
+    plan = rt._padding_plan(mask, sq)
+    assert isinstance(plan, rt._LeftPadded)
+    common = dict(softmax_scale=0.2, causal=True, window_size=(-1, -1), softcap=0.0, dropout_p=0.0)
+    want = rt.api.flash_attn_with_kvcache(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                          cache_leftpad=plan.start, softmax_scale=0.2, causal=True, how_v3_bf16_cvt=0)
+    assert torch.equal(rt._left_padded(q, k, v, plan, common), want)
+    assert torch.equal(rt._left_padded(q, k, v, plan, common), want)  # the second layer: the kept offsets
+    assert len(plan.calls) == 1
+    bshd = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v)]  # [B, Sk, Hk, D] storage
+    assert torch.equal(rt._left_padded(q, *bshd, plan, common), want)
+    assert len(plan.calls) == 2
+    assert rt._left_padded(q, k, bshd[1], plan, common) is None
+    out, _ = rt.attention_forward(_Module(True), q, k, bshd[1], mask, scaling=0.2)
+    torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)

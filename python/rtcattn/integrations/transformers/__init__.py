@@ -6,9 +6,10 @@ What a layer's attention call becomes (the decision is made per call, from the s
   `rtcattn.forward` on the [B, H, S, D] tensors the model holds, layout "bhsd", with no copy in. Calls with few query
   rows (decode steps) go to the decode kernels by rtcattn's own dispatch.
 - A left-padded causal batch (every row keeps its last keys: `generate`'s prompts and every decode step after them),
-  in inference: `rtcattn.flash_attn_with_kvcache` with the model's key / value as a contiguous cache read in place
-  (cache_leftpad: each row's first kept key), no copy of K / V. Causal only: there a padding query row sees no key
-  (zeros, as below); a bidirectional layer's padding rows would see the kept keys.
+  in inference: the packed op over the model's key / value read in place as rows (flash_attn_with_kvcache's
+  cache_leftpad form: each row's keys from its first kept one, seqused_k), no copy of K / V; the offsets are made
+  once per mask and key layout, so a layer's call is a repeat of the op's (ops/repeat.py). Causal only: there a
+  padding query row sees no key (zeros, as below); a bidirectional layer's padding rows would see the kept keys.
 - Any other 2-D padding mask [B, Sk] (right padding; left padding when not causal or when a gradient or dropout is
   wanted): the batch
   becomes packed sequences for `rtcattn.forward_varlen`. Each row's kept keys must be one run
@@ -42,6 +43,7 @@ from collections import Counter
 import torch
 
 from ... import api
+from ...ops import checks
 from ...runtime import dispatch
 
 NAME = "rtcattn"
@@ -100,10 +102,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                              value[..., :dv], attention_mask, dropout, scaling, sliding_window, softcap, is_causal,
                              kwargs)
         if isinstance(plan, _LeftPadded):
-            if _needs_grad(query, key, value) or common["dropout_p"] > 0 or not common["causal"]:
-                plan = _padding_offsets(attention_mask, query.shape[2])
-            else:
-                return _left_padded(query, key, value, plan.start, common)[..., :dv], None
+            in_place = not (_needs_grad(query, key, value) or common["dropout_p"] > 0 or not common["causal"])
+            out = _left_padded(query, key, value, plan, common) if in_place else None
+            if out is not None:
+                return out[..., :dv], None
+            plan = _padding_offsets(attention_mask, query.shape[2])
         out = _packed(query, key, value, *plan, common)
     else:
         packed = _packed_sequences(query, kwargs)
@@ -231,21 +234,55 @@ def _five_sequences(start, kept, sq: int, sk: int):
 
 
 class _LeftPadded:
-    """A padding mask whose rows keep their last keys (left padding: generate's prompts and decode steps)."""
+    """A padding mask whose rows keep their last keys (left padding: generate's prompts and decode steps), and the
+    packed call's offsets over the model's key / value in place, per key layout (made once: every layer of a forward
+    pass has the same)."""
 
     def __init__(self, start: torch.Tensor):
         self.start = start  # int32 [B]: each row's first kept key
+        self.calls: dict = {}  # (Sq, key's shape and strides) -> (cu_seqlens_q, cu_seqlens_k, seqused_k)
+
+    def offsets(self, query, key) -> tuple:
+        """(cu_seqlens_q, cu_seqlens_k, seqused_k) for rows_in_place(query's rows, key): sequence b's queries are
+        rows b Sq .., its keys rows b R + start[b] .. (R rows between batches), Sk - start[b] of them."""
+        b, _, sq, _ = query.shape
+        at = (sq, tuple(key.shape), key.stride())
+        hit = self.calls.get(at)
+        if hit is None:
+            per_batch = key.stride(0) // key.stride(2)
+            first = torch.arange(b, dtype=torch.int32, device=key.device) * per_batch + self.start
+            hit = (torch.arange(b + 1, dtype=torch.int32, device=key.device) * sq,
+                   torch.cat((first, first.new_zeros(1))), (key.shape[2] - self.start).to(torch.int32))
+            self.calls[at] = hit
+        return hit
 
 
-def _left_padded(query, key, value, start, common):
-    """A left-padded batch through flash_attn_with_kvcache's contiguous-cache form: key / value as the cache, read in
-    place ([B, Hk, Sk, D] viewed [B, Sk, Hk, D]: rows D apart, heads Sk rows apart), each row's keys from its first
-    kept one (cache_leftpad) to the last; query rows aligned bottom-right, so query padding rows see no key (zeros).
-    No copy of K / V (the packed form copies them into rows). Inference only: that form has no backward."""
-    return api.flash_attn_with_kvcache(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                       cache_leftpad=start, softmax_scale=common["softmax_scale"],
-                                       causal=common["causal"], window_size=common["window_size"],
-                                       softcap=common["softcap"], how_v3_bf16_cvt=0)
+def _in_place_rows(t: torch.Tensor) -> torch.Tensor | None:
+    """[B, H, S, D] with unit D stride and a batch stride a whole number of rows, as rows [(B - 1) R + S, H, D]
+    read in place (batch b's row j is row b R + j); None for another layout."""
+    b, h, s, d = t.shape
+    if t.stride(3) != 1 or t.stride(2) < d or t.stride(0) % t.stride(2):
+        return None
+    total = (b - 1) * (t.stride(0) // t.stride(2)) + s
+    return t.as_strided((total, h, d), (t.stride(2), t.stride(1), 1))
+
+
+def _left_padded(query, key, value, plan: _LeftPadded, common):
+    """A left-padded causal batch in inference: the packed op with key / value read in place as rows
+    (_in_place_rows: no copy of K / V, where the packed form copies them), each row's keys from its first kept one
+    (seqused_k, flash_attn_with_kvcache's cache_leftpad form), query rows aligned bottom-right, so query padding rows
+    see no key (zeros). The offsets come from the plan (made once per mask); the op's repeat path serves every layer
+    after the first. None when key / value cannot be read in place with one set of offsets (the caller packs them)."""
+    k_rows, v_rows = _in_place_rows(key), _in_place_rows(value)
+    if k_rows is None or v_rows is None or key.stride(0) // key.stride(2) != value.stride(0) // value.stride(2):
+        return None
+    b, h, sq, d = query.shape
+    cu_q, cu_k, used = plan.offsets(query, key)
+    left, right = checks.check_window(common["window_size"], common["causal"])
+    scale = None if common["softmax_scale"] is None else float(common["softmax_scale"])
+    out, _ = torch.ops.rtcattn.fwd_varlen(_rows(query), k_rows, v_rows, cu_q, cu_k, sq, key.shape[2], "rtne", scale,
+                                          False, left, right, None, used, softcap=common["softcap"])
+    return out.view(b, sq, h, d)
 
 
 def _offsets(lengths: torch.Tensor) -> torch.Tensor:
