@@ -7,5 +7,6 @@ cd "$(dirname "$0")/../../.."
 export PYTHONPATH=$PWD/python RTCATTN_CACHE_DIR=${RTCATTN_CACHE_DIR:-/tmp/rtc-next}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 python3 setup.py -q build_ext --inplace >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
-echo "== overhead"; timeout 150 python3 .ci/lab/transformers/overhead.py 2>&1 | grep -v "^\[rtcattn\]" | tail -60
-echo "== decode"; [ -f .ci/lab/sm90_decode/occupancy.patch ] && timeout 330 bash .ci/lab/sm90_decode/base_vs_branch.sh 2>&1 | tail -30
+echo "== overhead"; timeout 100 python3 .ci/lab/transformers/overhead.py 2>&1 | grep -v "^\[rtcattn\]" | tail -60
+echo "== transformers bench"; timeout 170 python3 -m rtcattn bench --suite transformers --reps 3 2>&1 | tail -9
+echo "== decode"; [ -f .ci/lab/sm90_decode/occupancy.patch ] && timeout 290 bash .ci/lab/sm90_decode/base_vs_branch.sh 2>&1 | tail -30
