@@ -8,8 +8,10 @@
 #define DECODE_MAX_Q 16  // query rows per sequence a decode kernel takes (why_not): decode and speculative decoding
 #define DECODE_MAX_SPLITS 1024  // KV parts per work item at most (forced or planned)
 
-// One split part's partial result: unnormalised fp32 O [16 rows][bucket], then m [16], l [16].
-RTC_HD constexpr long long decode_part_bytes(int bucket) { return (long long)DECODE_ROWS * (bucket + 2) * 4; }
+// One split part's partial result: unnormalised fp32 O [16 rows][bucket], then m [16], l [16]; of it, a row of the
+// call moves decode_part_row_bytes (its O row, m and l: the gfx942 kernel writes and reads back those rows only).
+RTC_HD constexpr long long decode_part_row_bytes(int bucket) { return (long long)(bucket + 2) * 4; }
+RTC_HD constexpr long long decode_part_bytes(int bucket) { return DECODE_ROWS * decode_part_row_bytes(bucket); }
 
 // Bytes a [rows, heads, d] view of 16-bit elements (row stride ss, head stride sh, both >= 0) spans from its first
 // element: the q or o rows of one (sequence, K/V head).

@@ -89,7 +89,8 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
 #endif
   const float l = g942::row_sum4(st.l, (lane ^ 32) << 2);
   if (p.splits > 1)
-    write_part(part_of(p, ((rtc_i64)w.b * p.heads_k + w.hk) * p.chunks + w.chunk, w.part), st.o, st.m, l, lane);
+    write_part(part_of(p, ((rtc_i64)w.b * p.heads_k + w.hk) * p.chunks + w.chunk, w.part), st.o, st.m, l, rk,
+               lane);
   else
     write_row(out_rows(p, w, seq, rk), st.o, st.m, l, rk, lane, p.head_dim);
 }

@@ -49,8 +49,9 @@ def test_plan_follows_the_bucket_and_the_group(d):
     assert _lib.op_plan(OP, KERNEL, args(3, 32, 1, 3, 100, d, tail_split=3))["grid_attn"] == 16 * 6
 
 
-def planned_ns(items, steps, g, d=128, chunks=1, kv_dtype=0):
-    """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (17.4 B/ns per CU)
+def planned_ns(items, rows, steps, g, d=128, chunks=1, kv_dtype=0):
+    """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (17.4 B/ns per CU:
+    the KV bytes, and with a split the partials of the call's q rows written and read back, (d + 2) fp32 a row a part)
     or the waves' parts, whichever is longer, + the merge's round trips (16 parts a trip). A 16-bit cache: each step
     a 2 us round trip + 0.2 us of S^T MFMAs, in rounds of 8 or 4 resident waves per CU. FP8 (d bytes a row): each
     step a round trip + 0.8 us (the expansion too), the waves as the 16-bit cache's. FP4 (d/2 + 1 bytes a row, its
@@ -60,7 +61,7 @@ def planned_ns(items, steps, g, d=128, chunks=1, kv_dtype=0):
     step_keys = STEP_KEYS[d]
     waves = (8 if d <= 192 else 6) if fp4 else 8 if d <= 128 else 4
     row_bytes = d / 2 + 1 if fp4 else d if kv_dtype else 2 * d
-    partials = 2 * items * g * 16 * (d + 2) * 4 if g > 1 else 0
+    partials = 2 * rows * g * (d + 2) * 4 if g > 1 else 0
     hbm = (items // chunks * steps * 2 * step_keys * row_bytes + partials) / (17.4 * CUS)
     n = math.ceil(steps / g)
     part = n * (1000.0 + 800.0) + 1000.0 if fp4 else n * 2800.0 if kv_dtype else n * 2200.0
@@ -73,10 +74,10 @@ def planned_ns(items, steps, g, d=128, chunks=1, kv_dtype=0):
                                        (32, 8, 4096, 64), (64, 8, 8192, 128)])
 def test_the_planner_takes_the_fewest_parts_of_least_estimated_time(b, hk, sk, d):
     p = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d))
-    items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
-    best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (planned_ns(items, steps, g, d), g))
+    items, rows, steps = b * hk, b * 32, math.ceil(sk / STEP_KEYS[d])
+    best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (planned_ns(items, rows, steps, g, d), g))
     assert p["splits"] == best, (b, hk, sk, d, p)
-    assert abs(p["planned_ns"] - planned_ns(items, steps, best, d)) <= 1, p
+    assert abs(p["planned_ns"] - planned_ns(items, rows, steps, best, d)) <= 1, p
 
 
 def paged_quant(kv_dtype, b, hk, sk, d, page=16):
@@ -105,7 +106,7 @@ def test_the_planner_prices_a_quantized_step(b, hk, sk, d, kv_dtype):
     p = _lib.op_plan(OP, KERNEL, paged_quant(kv_dtype, b, hk, sk, d))
     assert p["steps_ahead"] == (2 if kv_dtype == 3 else 1) and p["step_keys"] == STEP_KEYS[d], p
     items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
-    price = functools.partial(planned_ns, items, steps, d=d, kv_dtype=kv_dtype)
+    price = functools.partial(planned_ns, items, b * 32, steps, d=d, kv_dtype=kv_dtype)
     best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (price(g), g))
     assert p["splits"] == best, (b, hk, sk, d, p)
     assert abs(p["planned_ns"] - price(best)) <= 1, p
@@ -123,21 +124,22 @@ def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
 
 # ---- max_splits (flash_attn_with_kvcache's num_splits) caps the planned split ------------------------------------
 
-def best_of(items, steps, d, cap):
+def best_of(items, rows, steps, d, cap):
     """The planner's pick among 1..cap parts (each part at least 4 steps): least estimated time, fewest parts."""
-    return min(range(1, max(min(steps // 4, 1024, cap), 1) + 1), key=lambda g: (planned_ns(items, steps, g, d), g))
+    return min(range(1, max(min(steps // 4, 1024, cap), 1) + 1),
+               key=lambda g: (planned_ns(items, rows, steps, g, d), g))
 
 
 @pytest.mark.parametrize("b,hk,sk,d", [(1, 8, 131072, 128), (1, 8, 4097, 128), (1, 2, 700, 128), (1, 8, 9000, 256)])
 def test_max_splits_caps_the_planned_split(b, hk, sk, d):
     """max_splits n >= 1: the planner's pick among at most n parts (1: no split, no workspace, no merge); 0 or an n
     at or past the heuristic's pick: the heuristic's."""
-    items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
+    items, rows, steps = b * hk, b * 32, math.ceil(sk / STEP_KEYS[d])
     free = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d))["splits"]
-    assert free == best_of(items, steps, d, 1024) > 3, free  # a case where the heuristic splits more than 3 ways
+    assert free == best_of(items, rows, steps, d, 1024) > 3, free  # a case where the heuristic splits more than 3 ways
     for n in (1, 2, 3, free - 1, free, free + 1, 5000):
         p = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d, max_splits=n))
-        assert p["splits"] == best_of(items, steps, d, n) <= n, (n, p)
+        assert p["splits"] == best_of(items, rows, steps, d, n) <= n, (n, p)
         if n >= free:
             assert p["splits"] == free, (n, p)
     one = _lib.op_plan(OP, KERNEL, args(b, 32, hk, 1, sk, d, max_splits=1))
@@ -170,7 +172,7 @@ def test_num_splits_maps_to_the_split_fields():
     splits = {n: _lib.op_plan(OP, KERNEL, attention_fwd.args_block_varlen(q, k, k, None, cu_q, cu_k, None, p, CUS,
                                                                            num_splits=n))["splits"]
               for n in (0, 1, 2, 3)}
-    assert splits == {0: best_of(8, 129, 128, 1024), 1: 1, 2: 2, 3: 3} and splits[0] > 3, splits
+    assert splits == {0: best_of(8, 32, 129, 128, 1024), 1: 1, 2: 2, 3: 3} and splits[0] > 3, splits
 
 
 def test_refusals_name_the_argument():

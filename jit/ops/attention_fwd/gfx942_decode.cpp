@@ -39,6 +39,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct Plan {
   int bucket = 0, group = 0, chunks = 0, splits = 1;
   int64_t items = 0;  // B * Hk * chunks
+  int64_t rows = 0;   // packed q rows of the call, B * Hq * Sq: the rows a split writes partials for
   int64_t steps = 0;  // KV steps of one item (packed: of a max_seqlen_k sequence), the planner's input
   int64_t workspace_bytes = 0;
   int merge_tiles = 0;  // merge workgroups per item: the call's 16-column tiles of O
@@ -48,7 +49,7 @@ struct Plan {
 
 // splits: a planned split (tail_split -1) takes the fewest parts of the least estimated time: the attention stage
 // is bound by HBM (every (sequence, K/V head)'s K and V once, the later chunks of one finding them in L2, plus the
-// partials written and read back) or by its waves' steps (rounds of resident workgroups x a part's time:
+// partials of the call's rows written and read back) or by its waves' steps (rounds of resident workgroups x a part's time:
 // part_ns), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH parts. Each
 // part keeps kMinStepsPerPart steps. The forced, capped (max_splits) and refused (tail_split 0, NO_TAIL) splits are
 // every decode host's: decode_splits (op.cpp).
@@ -61,7 +62,7 @@ double part_ns(int64_t n, int kv_dtype) {
 
 double split_ns(const Plan& pl, int cus, int64_t g) {
   const double step_bytes = 2.0 * decode_step_keys(pl.bucket) * pl.row_bytes;  // K and V
-  const double partials = g > 1 ? 2.0 * pl.items * g * decode_part_bytes(pl.bucket) : 0.0;
+  const double partials = g > 1 ? 2.0 * double(pl.rows) * g * decode_part_row_bytes(pl.bucket) : 0.0;
   const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
   const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket, pl.kv_dtype)));
   const double waves = rounds * part_ns(ceil_div(pl.steps, g), pl.kv_dtype);
@@ -75,6 +76,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.group = int(a.heads / a.heads_k);
   pl.chunks = int(ceil_div(int64_t(pl.group) * a.seq_q, DECODE_ROWS));
   pl.items = a.batch * a.heads_k * pl.chunks;
+  pl.rows = a.batch * a.heads * a.seq_q;
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
   pl.merge_tiles = int(ceil_div(a.head_dim, 16));
   pl.kv_dtype = int(a.kv_dtype);

@@ -71,12 +71,16 @@ RTC_DEVICE void write_row(const OutRows& out, const rtc_f32x4 (&o)[kHdTiles], fl
   store_lse(out, m, l, e, lane);
 }
 
-// Part `part` of item `item`'s partials: O^T as rows [16][bucket] of fp32, then m [16], l [16].
+// Part `part` of item `item`'s partials: O^T as rows [16][bucket] of fp32, then m [16], l [16]. Only the item's
+// rows of the call are written and read back (a row past them, rk.i < 0, is never stored): with a GQA group of 4 at
+// Sq 1, 4 of the 16 rows, a quarter of the bytes (decode_part_row_bytes: what the planner counts per row).
 RTC_DEVICE char* part_of(const DecodeParams& p, rtc_i64 item, int part) {
   return (char*)p.workspace + (item * p.splits + part) * kPartBytes;
 }
 
-RTC_DEVICE void write_part(char* part, const rtc_f32x4 (&o)[kHdTiles], float m, float l, int lane) {
+RTC_DEVICE void write_part(char* part, const rtc_f32x4 (&o)[kHdTiles], float m, float l, const RowKeys& rk,
+                           int lane) {
+  if (rk.i < 0) return;
   const int r = lane & 15, quad = lane >> 4;
 #pragma unroll
   for (int t = 0; t < kHdTiles; ++t) global_store((rtc_f32x4*)part + (r * kBucket + 16 * t + 4 * quad) / 4, o[t]);
@@ -109,7 +113,7 @@ RTC_DEVICE void merge_tile(const DecodeParams& p, rtc_i64 item, int t, const Out
       mv[i] = g942::kNegMax;
       lv[i] = 0.0f;
       ov[i] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
-      if (g0 + i < p.splits) {
+      if (g0 + i < p.splits && rk.i >= 0) {  // a row past the call's was never written
         const char* part = first + (g0 + i) * kPartBytes;
         const float* ml = (const float*)(part + DECODE_ROWS * kBucket * 4);
         mv[i] = global_load(ml + r);

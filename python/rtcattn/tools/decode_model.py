@@ -4,7 +4,7 @@ the code object's KV loop (coreport), set against the case's KV bytes at MI300X'
 measurement: no AMD GPU was available.
 
 The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later
-chunks of one finding them in L2, the block table, q and o, the partials written), the waves' steps (a part's time on
+chunks of one finding them in L2, the block table, q and o, the partials of the call's rows written), the waves' steps (a part's time on
 one wave, in rounds of the resident workgroups: the code object's KV loop replayed with its own loads and waits,
 wave_seconds; a price from the loop's counts, part_seconds, is printed beside it), and the SIMDs' issue (every
 wave-step's instructions spread over the CUs' SIMDs). The loop holds the plan's steps_ahead steps (params.h
@@ -147,8 +147,8 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
     ahead = p["steps_ahead"]
     loop = per_step(loop, ahead)
     kv = b * ctx * hk * row_bytes(d, kv_dtype) * 2
-    part = 16 * (bucket + 2) * 4
-    partials = items * splits * part if splits > 1 else 0
+    part_row = (bucket + 2) * 4  # a row's O, m and l (decode_part_row_bytes): the rows of the call only
+    partials = b * hq * sq * splits * part_row if splits > 1 else 0
     attn_bytes = kv + 2 * b * sq * hq * d * 2 + b * math.ceil(ctx / page) * 4 + partials
     step = step_seconds(loop)
     slots = round(cus * 4 * waves_per_simd)
