@@ -89,22 +89,24 @@ RTC_DEVICE void attn_stage(const DecodeParams& p, Smem& sm) {
 #endif
   const float l = g942::row_sum4(st.l, (lane ^ 32) << 2);
   if (p.splits > 1)
-    write_part(part_of(p, ((rtc_i64)w.b * p.heads_k + w.hk) * p.chunks + w.chunk, w.part), st.o, st.m, l, rk,
-               lane);
+    write_part(part_of(p, ((rtc_i64)w.b * p.heads_k + w.hk) * p.chunks + w.chunk, w.part), st.o, st.m, l, rk, lane);
   else
     write_row(out_rows(p, w, seq, rk), st.o, st.m, l, rk, lane, p.head_dim);
 }
 
 // One item's merge for one 16-column tile of O (workgroup item * tiles + t, tiles = ceil(d / 16)): its parts'
-// partials, in part order, into O (and, tile 0, the LSE).
+// partials, in a fixed order (merge_tile), into O (and, tile 0, the LSE).
 RTC_DEVICE void merge_stage(const DecodeParams& p) {
   Seq seq;
   Work w;
   const int tiles = (p.head_dim + 15) / 16, item = (int)blockIdx.x / tiles, t = (int)blockIdx.x - item * tiles;
   if (!find_work(p, item, true, w, seq) || w.i1 <= w.i0) return;
   const int lane = (int)lane_id();
-  const RowKeys rk = row_keys(p, w, seq, lane & 15);
-  merge_tile(p, item, t, out_rows(p, w, seq, rk), rk, lane);
+  // The item's rows of the call (packed rows 16 chunk .. i1 group - 1), and the merge's lanes by them.
+  const int live = w.i1 * p.group - w.chunk * DECODE_ROWS;
+  const int rows = decode_merge_rows(live < DECODE_ROWS ? live : DECODE_ROWS);
+  const RowKeys rk = row_keys(p, w, seq, lane & (rows - 1));
+  merge_tile(p, item, t, out_rows(p, w, seq, rk), rk, lane, rows);
 }
 
 }  // namespace gdec

@@ -25,7 +25,8 @@ def test_a_full_batch_is_bound_by_hbm_and_a_lone_sequence_needs_its_split():
     kv = 256 * 1024 * 8 * 128 * 4
     assert full["kv_bytes"] == kv and full["ideal"] == kv / 5.3e12
     lone = dm.model((1, 131072, 32, 8, 64, 1, 128), LOOP, 2)
-    assert lone["splits"] > 64 and lone["merge"] >= math.ceil(lone["splits"] / 16) * dm.LATENCY_S, lone
+    assert lone["merge_groups"] == 4, lone  # GQA 4 at Sq 1: 4 rows of the call, 4 part groups of the merge's lanes
+    assert lone["splits"] > 64 and lone["merge"] >= math.ceil(lone["splits"] / (16 * 4)) * dm.LATENCY_S, lone
     # Unsplit, 8 waves would walk 4096 steps each: a round trip a step.
     assert lone["bound"] < 4096 * dm.LATENCY_S / 10
 

@@ -172,6 +172,19 @@ def test_forced_splits_meet_the_contract_and_repeat_bit_for_bit():
     assert not torch.equal(one[1].view(torch.int32), runs[0][1].view(torch.int32)), "the split did not run"
 
 
+@pytest.mark.parametrize("hq,hk,splits", [(8, 8, 300), (6, 2, 40), (8, 2, 70)], ids=["1-row", "3-rows", "4-rows"])
+def test_the_merge_gives_spare_row_lanes_to_parts(hq, hk, splits):
+    """An item of 1, 3 or 4 rows of the call (MHA, GQA 3 and 4 at Sq 1) merges with 16, 4 and 4 part groups of lanes
+    (gfx942_decode/params.h decode_merge_rows): 300 parts over 1-row items take two rounds of 16 x 16 parts, and parts
+    past the steps are empty; each against fp64, and the same bits run to run."""
+    q, k, v = suite.make_qkv("bshd", 2, hq, 1, 1500, 64, "cpu", seed=hq + hk, hk=hk)
+    suite.check_accuracy(run_on(tail_split=splits), q, k, v, "bshd", "rtne", what=f"{hq}/{hk} splits={splits}",
+                         window=CAUSAL)
+    runs = [run_on(tail_split=splits)(q, k, v, "bshd", "rtne", None, True, CAUSAL) for _ in range(2)]
+    assert torch.equal(ref.bf16_bits(runs[0][0]), ref.bf16_bits(runs[1][0]))
+    assert torch.equal(runs[0][1].view(torch.int32), runs[1][1].view(torch.int32))
+
+
 @pytest.mark.parametrize("splits", [0, 3])
 def test_rows_that_see_no_key_and_chunks_with_a_split(splits):
     """Causal with more query rows than keys: rows 0..10 of 16 see no key (+0, LSE -Inf), the rest 1..5 keys; and MQA

@@ -42,7 +42,8 @@ struct Plan {
   int64_t rows = 0;   // packed q rows of the call, B * Hq * Sq: the rows a split writes partials for
   int64_t steps = 0;  // KV steps of one item (packed: of a max_seqlen_k sequence), the planner's input
   int64_t workspace_bytes = 0;
-  int merge_tiles = 0;  // merge workgroups per item: the call's 16-column tiles of O
+  int merge_tiles = 0;   // merge workgroups per item: the call's 16-column tiles of O
+  int merge_groups = 1;  // part groups of the merge's lanes for an item of the most rows (decode_merge_groups)
   int kv_dtype = RTC_KV_DTYPE_SAME;
   double row_bytes = 0;  // bytes the kernel reads per key row of K or of V (the bucket's columns; FP4: its scale)
 };
@@ -50,7 +51,7 @@ struct Plan {
 // splits: a planned split (tail_split -1) takes the fewest parts of the least estimated time: the attention stage
 // is bound by HBM (every (sequence, K/V head)'s K and V once, the later chunks of one finding them in L2, plus the
 // partials of the call's rows written and read back) or by its waves' steps (rounds of resident workgroups x a part's time:
-// part_ns), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH parts. Each
+// part_ns), whichever is longer; the merge adds its round trips, one per DECODE_MERGE_BATCH x merge_groups parts. Each
 // part keeps kMinStepsPerPart steps. The forced, capped (max_splits) and refused (tail_split 0, NO_TAIL) splits are
 // every decode host's: decode_splits (op.cpp).
 // A wave's time for n steps: a round trip shared by decode_ahead steps plus each step's math, and the rest of the
@@ -66,7 +67,7 @@ double split_ns(const Plan& pl, int cus, int64_t g) {
   const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
   const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket, pl.kv_dtype)));
   const double waves = rounds * part_ns(ceil_div(pl.steps, g), pl.kv_dtype);
-  const double merge = g > 1 ? double(ceil_div(g, DECODE_MERGE_BATCH)) * kRoundTripNs : 0.0;
+  const double merge = g > 1 ? double(ceil_div(g, int64_t(DECODE_MERGE_BATCH) * pl.merge_groups)) * kRoundTripNs : 0.0;
   return std::max(hbm, waves) + merge;
 }
 
@@ -79,6 +80,7 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.rows = a.batch * a.heads * a.seq_q;
   pl.steps = ceil_div(a.seq_k, decode_step_keys(pl.bucket));
   pl.merge_tiles = int(ceil_div(a.head_dim, 16));
+  pl.merge_groups = decode_merge_groups(int(std::min<int64_t>(int64_t(pl.group) * a.seq_q, DECODE_ROWS)));
   pl.kv_dtype = int(a.kv_dtype);
   pl.row_bytes = a.kv_dtype == RTC_KV_DTYPE_SAME ? 2.0 * pl.bucket
                  : rtc_kv_fp4(a.kv_dtype)        ? pl.bucket / 2.0 + 1.0
@@ -171,6 +173,7 @@ std::string plan_json(const void* p) {
                                                     {"steps_ahead", decode_ahead(pl.kv_dtype)},
                                                     {"splits", pl.splits},
                                                     {"merge_tiles", pl.merge_tiles},
+                                                    {"merge_groups", pl.merge_groups},
                                                     {"planned_ns", planned_ns},
                                                     {"workspace_bytes", pl.workspace_bytes},
                                                     {"block", DECODE_THREADS}};

@@ -78,8 +78,7 @@ RTC_DEVICE char* part_of(const DecodeParams& p, rtc_i64 item, int part) {
   return (char*)p.workspace + (item * p.splits + part) * kPartBytes;
 }
 
-RTC_DEVICE void write_part(char* part, const rtc_f32x4 (&o)[kHdTiles], float m, float l, const RowKeys& rk,
-                           int lane) {
+RTC_DEVICE void write_part(char* part, const rtc_f32x4 (&o)[kHdTiles], float m, float l, const RowKeys& rk, int lane) {
   if (rk.i < 0) return;
   const int r = lane & 15, quad = lane >> 4;
 #pragma unroll
@@ -91,21 +90,36 @@ RTC_DEVICE void write_part(char* part, const rtc_f32x4 (&o)[kHdTiles], float m, 
   }
 }
 
-// The merge of one item's parts for one 16-column tile t of O (the merge grid is items x the call's tiles), in part
-// order, never with atomics, so every run gives the same bits: an online merge by LSE, M the running max of the
-// parts' m, O = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p, the accumulators rescaled by 2^(M_old - M_new) when
-// M grows. kMergeBatch parts' partials are loaded at once (their loads in flight together): the merge's time is
-// ceil(splits / kMergeBatch) memory round trips. A part with no step left m = -FLT_MAX, l = 0, O = 0: it weighs 0
-// beside any part that saw a score, and a row whose parts all saw none ends with l = 0.
+// The merge of one item's parts for one 16-column tile t of O (the merge grid is items x the call's tiles), never with
+// atomics, in a fixed order, so every run gives the same bits: an online merge by LSE, M the running max of the parts'
+// m, O = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p, the accumulators rescaled by 2^(M_old - M_new) when M grows.
+// The lanes are `rows` packed rows (the item's rows of the call rounded up to a power of two, decode_merge_rows) x
+// `groups` part groups x 4 column quads: lane (r, g) merges parts g, g + groups, g + 2 groups, ... of row r, loading
+// kMergeBatch parts' partials at once (their loads in flight together), so the merge's time is
+// ceil(splits / (kMergeBatch x groups)) memory round trips; then the groups' (m, l, O) are combined across lanes
+// (xor rows, 2 rows, .. 8: a fixed tree) and group 0 writes the row. A part with no step left has m = -FLT_MAX, l = 0,
+// O = 0: it weighs 0 beside any part that saw a score, and a row whose parts all saw none ends with l = 0.
 constexpr int kMergeBatch = DECODE_MERGE_BATCH;
 
-RTC_DEVICE void merge_tile(const DecodeParams& p, rtc_i64 item, int t, const OutRows& out, const RowKeys& rk,
-                           int lane) {
-  const int r = lane & 15, quad = lane >> 4;
+// Two (m, l, O) states of one row and column quad, combined.
+RTC_DEVICE void merge_state(float& mx, float& l, rtc_f32x4& o, float m2, float l2, rtc_f32x4 o2) {
+  const float bm = __builtin_fmaxf(mx, m2);
+  const float a1 = exp2_f32(mx - bm), a2 = exp2_f32(m2 - bm);
+  l = l * a1 + l2 * a2;
+  o = o * a1 + o2 * a2;
+  mx = bm;
+}
+
+RTC_DEVICE float xor_lane(float x, int addr) { return rtc_bits_f32(ds_bpermute(addr, rtc_f32_bits(x))); }
+
+RTC_DEVICE void merge_tile(const DecodeParams& p, rtc_i64 item, int t, const OutRows& out, const RowKeys& rk, int lane,
+                           int rows) {
+  const int r = lane & (rows - 1), g = (lane & 15) >> __builtin_ctz(rows), groups = DECODE_ROWS / rows;
+  const int quad = lane >> 4;
   const char* first = part_of(p, item, 0);
   float mx = g942::kNegMax, l = 0.0f;
   rtc_f32x4 o = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int g0 = 0; g0 < p.splits; g0 += kMergeBatch) {
+  for (int g0 = 0; g0 < p.splits; g0 += kMergeBatch * groups) {
     float mv[kMergeBatch], lv[kMergeBatch];
     rtc_f32x4 ov[kMergeBatch];
 #pragma unroll
@@ -113,12 +127,13 @@ RTC_DEVICE void merge_tile(const DecodeParams& p, rtc_i64 item, int t, const Out
       mv[i] = g942::kNegMax;
       lv[i] = 0.0f;
       ov[i] = rtc_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
-      if (g0 + i < p.splits && rk.i >= 0) {  // a row past the call's was never written
-        const char* part = first + (g0 + i) * kPartBytes;
-        const float* ml = (const float*)(part + DECODE_ROWS * kBucket * 4);
+      const int part = g0 + i * groups + g;
+      if (part < p.splits && rk.i >= 0) {  // a row past the call's was never written
+        const char* pp = first + part * kPartBytes;
+        const float* ml = (const float*)(pp + DECODE_ROWS * kBucket * 4);
         mv[i] = global_load(ml + r);
         lv[i] = global_load(ml + DECODE_ROWS + r);
-        ov[i] = global_load((const rtc_f32x4*)part + (r * kBucket + 16 * t + 4 * quad) / 4);
+        ov[i] = global_load((const rtc_f32x4*)pp + (r * kBucket + 16 * t + 4 * quad) / 4);
       }
     }
     float bm = mx;
@@ -135,7 +150,12 @@ RTC_DEVICE void merge_tile(const DecodeParams& p, rtc_i64 item, int t, const Out
     }
     mx = bm;
   }
-  if (rk.i < 0) return;
+  for (int x = rows; x < DECODE_ROWS; x <<= 1) {  // uniform: every lane takes part
+    const int addr = (lane ^ x) << 2;
+    const rtc_f32x4 o2 = {xor_lane(o[0], addr), xor_lane(o[1], addr), xor_lane(o[2], addr), xor_lane(o[3], addr)};
+    merge_state(mx, l, o, xor_lane(mx, addr), xor_lane(l, addr), o2);
+  }
+  if (rk.i < 0 || g != 0) return;
   const RowEnd e = row_end(l, rk);
   store_cols(out, t, o, e, lane, p.head_dim);
   if (t == 0) store_lse(out, mx, l, e, lane);

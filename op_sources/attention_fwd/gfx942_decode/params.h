@@ -4,7 +4,16 @@
 #include "decode_params.h"
 
 #define DECODE_THREADS 64      // one wave per workgroup
-#define DECODE_MERGE_BATCH 16  // split parts whose partials the merge loads at once (one memory round trip)
+#define DECODE_MERGE_BATCH 16  // split parts whose partials a merge lane loads at once (one memory round trip)
+
+// The merge's lanes are 16 packed rows x 4 column quads; an item whose rows of the call fill fewer than 16 (a GQA group
+// of 4 at Sq 1 holds 4) gives the spare row lanes to parts: its live rows rounded up to a power of two, R, and
+// 16 / R part groups, each lane merging every (16 / R)-th part, the groups then combined across lanes. The merge's
+// round trips: ceil(splits / (DECODE_MERGE_BATCH x groups)). live_rows: the item's rows of the call, 1..16.
+RTC_HD constexpr int decode_merge_rows(int live_rows) {
+  return live_rows <= 1 ? 1 : live_rows <= 2 ? 2 : live_rows <= 4 ? 4 : live_rows <= 8 ? 8 : 16;
+}
+RTC_HD constexpr int decode_merge_groups(int live_rows) { return 16 / decode_merge_rows(live_rows); }
 
 // 16-key sub-tiles per KV step, by head-dim bucket: a step's K and V are loaded into registers at once
 // (bucket / 4 VGPRs per sub-tile), so the step shrinks as the bucket grows: 4 at 64, 2 up to 192, 1 at 256 (96 at

@@ -3,13 +3,14 @@ case, the bytes the kernel moves and lower bounds on its time, from the runtime'
 the code object's KV loop (coreport), set against the case's KV bytes at MI300X's 5.3 TB/s. A model, not a
 measurement: no AMD GPU was available.
 
-The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later
-chunks of one finding them in L2, the block table, q and o, the partials of the call's rows written), the waves' steps (a part's time on
-one wave, in rounds of the resident workgroups: the code object's KV loop replayed with its own loads and waits,
-wave_seconds; a price from the loop's counts, part_seconds, is printed beside it), and the SIMDs' issue (every
+The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later chunks
+of one finding them in L2, the block table, q and o, the partials of the call's rows written), the waves' steps (a
+part's time on one wave, in rounds of the resident workgroups: the code object's KV loop replayed with its own loads and
+waits, wave_seconds; a price from the loop's counts, part_seconds, is printed beside it), and the SIMDs' issue (every
 wave-step's instructions spread over the CUs' SIMDs). The loop holds the plan's steps_ahead steps (params.h
-decode_ahead: that many steps' loads in flight), so its counts are that many steps'. The merge stage, when the call
-is split, adds its round trips (16 parts' partials a trip) and the partials read back.
+decode_ahead: that many steps' loads in flight), so its counts are that many steps'. The merge stage, when the call is
+split, adds its round trips (16 parts' partials a trip for each of the merge's part groups, the plan's merge_groups:
+lanes the item's rows leave spare) and the partials read back.
 """
 from __future__ import annotations
 
@@ -153,12 +154,14 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
     step = step_seconds(loop)
     slots = round(cus * 4 * waves_per_simd)
     rounds = math.ceil(p["grid_attn"] / slots)
-    out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "grid_attn": p["grid_attn"], "kv_bytes": kv,
+    out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "merge_groups": p["merge_groups"],
+           "grid_attn": p["grid_attn"], "kv_bytes": kv,
            "ideal": kv / HBM_BYTES_PER_S,
            "hbm": attn_bytes / HBM_BYTES_PER_S,
            "priced": rounds * part_seconds(loop, math.ceil(steps / splits), ahead),
            "issue": items * steps * step / (cus * 4),
-           "merge": (math.ceil(splits / MERGE_BATCH) * LATENCY_S + partials / HBM_BYTES_PER_S) if splits > 1 else 0.0}
+           "merge": (math.ceil(splits / (MERGE_BATCH * p["merge_groups"])) * LATENCY_S + partials / HBM_BYTES_PER_S)
+           if splits > 1 else 0.0}
     out["waves"] = rounds * wave_seconds(body, math.ceil(steps / splits), ahead) if body else out["priced"]
     out["bound"] = max(out["hbm"], out["waves"], out["issue"]) + out["merge"]
     out["ratio"] = out["bound"] / out["ideal"]
