@@ -20,16 +20,21 @@ from collections import deque
 
 from ..ops.attention_fwd import OP
 from ..ops.attention_fwd.bench_decode import DECODE_CASES
-from ..runtime.dispatch import EMULATED_CUS
 from .isa_classes import TRANSCENDENTAL
+from .prefill_model import CLOCK_HZ, CUS, HBM_BYTES_PER_S, MFMA_CYCLES, TRANS_CYCLES, VALU_CYCLES
 
 KERNEL = "gfx942_decode"
-CUS = EMULATED_CUS["gfx942-emu"]  # MI300X's compute units, as the runtime plans the emulated part
-HBM_BYTES_PER_S = 5.3e12          # MI300X's HBM3 peak, the issue's yardstick
-CLOCK_HZ = 2.1e9
 LATENCY_S = 2e-6                  # an assumption: one loaded round trip to HBM (the planner's figure too)
 SCALAR_LATENCY_S = 0.2e-6         # an assumption: a block-table read by s_load (16 page ids a scalar-cache line)
-VALU_CYCLES, TRANS_CYCLES, MFMA_CYCLES = 4, 16, 16  # issue cycles of a wave64 instruction, as the prefill model's
+# The machine's figures are the prefill model's (MI300X's CUs, HBM peak, clock; a wave64 VALU issues in 4 cycles, a
+# transcendental in 16, a 16x16x16 MFMA keeps the matrix pipe 16 cycles: 512 flops a SIMD a clock at peak). An MFMA's
+# issue takes one slot of the SIMD's issue (ISSUE_CYCLES), after which an independent VALU issues while it runs
+# (gfx942's co-execution: LLVM's MFMA issue rules, fit to thread traces, let a VALU issue one slot after an XDL MFMA
+# with 8-byte sources), so the VALU and the matrix pipe work side by side, as the prefill model takes them. An
+# instruction that reads an MFMA's result waits for it: 4 passes + 3 wait states after its issue, a slot each
+# (LLVM's gfx940 hazard table: an N-pass XDL write before a VALU read needs N + 3 wait states).
+ISSUE_CYCLES = 4
+MFMA_RESULT_CYCLES = (4 + 3) * ISSUE_CYCLES
 MERGE_BATCH = 16                  # partials the merge loads per round trip (DECODE_MERGE_BATCH)
 TARGET = 1.25                     # the issue's: the bound within 1.25x of the KV bytes at 5.3 TB/s
 FP4_OVER_FP8 = 0.55               # the issue's: the FP4 cache's bound at most 0.55x the FP8 cache's
@@ -77,9 +82,10 @@ def plan(case: tuple, cus: int = CUS, kv_dtype: str = "same") -> dict:
 
 
 def step_seconds(loop: dict) -> float:
-    """One wave's KV step of instructions: its VALU, transcendentals and MFMAs one after another."""
-    cycles = (loop["valu"] - loop["trans"]) * VALU_CYCLES + loop["trans"] * TRANS_CYCLES + loop["mfma"] * MFMA_CYCLES
-    return cycles / CLOCK_HZ
+    """One wave-step's time on its SIMD: the issue of its VALU, transcendentals and MFMAs (a slot each MFMA) beside
+    the matrix pipe's 16 cycles an MFMA, whichever is longer (the two run side by side)."""
+    issue = (loop["valu"] - loop["trans"]) * VALU_CYCLES + loop["trans"] * TRANS_CYCLES + loop["mfma"] * ISSUE_CYCLES
+    return max(issue, loop["mfma"] * MFMA_CYCLES) / CLOCK_HZ
 
 
 def wave_step_seconds(loop: dict, ahead: int = 1) -> float:
@@ -97,20 +103,35 @@ def part_seconds(loop: dict, steps: int, ahead: int = 1) -> float:
 
 
 _WAIT = re.compile(r"(vmcnt|lgkmcnt)\((\d+)\)")
+_REG = re.compile(r"\b([va])(?:\[(\d+):(\d+)\]|(\d+))")
+
+
+def _regs(operands: str) -> list:
+    """The vector / accumulator registers named in an operand list ("v[64:67], v68, a3" -> v64..v67, v68, a3)."""
+    out = []
+    for kind, lo, hi, one in _REG.findall(operands):
+        first = int(one if one else lo)
+        out += [f"{kind}{r}" for r in range(first, (int(hi) if hi else first) + 1)]
+    return out
 
 
 def wave_seconds(body: list, steps: int, ahead: int = 1) -> float:
     """One wave's time for `steps` KV steps: the loop body (coreport's loop_body, `ahead` steps an iteration)
     replayed in address order ceil(steps / ahead) times on one clock. Each VALU, transcendental and MFMA takes its
-    issue cycles (step_seconds'); a vector load returns LATENCY_S after its issue and a scalar load SCALAR_LATENCY_S;
+    issue cycles (step_seconds'), an MFMA issuing no sooner than the matrix pipe is free of the one before it (16
+    cycles after that one's issue), and a VALU that reads an MFMA's result no sooner than MFMA_RESULT_CYCLES after
+    that MFMA's issue; a vector load returns LATENCY_S after its issue and a scalar load SCALAR_LATENCY_S;
     s_waitcnt vmcnt(n) waits until at most n vector loads are in flight (they return in order), lgkmcnt(0) for every
     scalar load (LDS's waits are not modelled). The loads of the loop's first iteration are issued before it, at time
     0, as many as an iteration issues."""
     vmem = sum(1 for _, op, _ in body if op.startswith(("buffer_load", "global_load")))
-    vm, sm, t = deque([0.0] * vmem), [], 0.0
-    cycles = {"mfma": MFMA_CYCLES, "trans": TRANS_CYCLES, "valu": VALU_CYCLES}
+    vm, sm, t, pipe = deque([0.0] * vmem), [], 0.0, 0.0
+    cycles = {"mfma": ISSUE_CYCLES, "trans": TRANS_CYCLES, "valu": VALU_CYCLES}
+    ready = {}  # register -> when the MFMA that writes it has its result
+    reads = [_regs(args.split(",", 1)[1]) if "," in args else [] for _, _, args in body]
+    writes = [_regs(args.split(",", 1)[0]) if op.startswith("v_mfma") else [] for _, op, args in body]
     for _ in range(math.ceil(steps / ahead)):
-        for _, op, args in body:
+        for i, (_, op, args) in enumerate(body):
             if op.startswith("s_waitcnt"):
                 for counter, n in _WAIT.findall(args):
                     if counter == "vmcnt":
@@ -125,6 +146,13 @@ def wave_seconds(body: list, steps: int, ahead: int = 1) -> float:
                 sm.append(t)
             elif op.startswith("v_"):
                 kind = "mfma" if op.startswith("v_mfma") else "trans" if TRANSCENDENTAL.match(op) else "valu"
+                if kind != "mfma":  # an MFMA after an MFMA it accumulates onto waits for the pipe only
+                    t = max([t] + [ready[r] for r in reads[i] if r in ready])
+                if kind == "mfma":
+                    t = max(t, pipe)
+                    pipe = t + MFMA_CYCLES / CLOCK_HZ
+                    for r in writes[i]:
+                        ready[r] = t + MFMA_RESULT_CYCLES / CLOCK_HZ
                 t += cycles[kind] / CLOCK_HZ
     return t
 
