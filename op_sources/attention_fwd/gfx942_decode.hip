@@ -7,7 +7,7 @@
 // registers (buffer loads through one resource per (sequence, K/V head), or per page), S^T = K Q^T and O^T = V^T P^T
 // on v_mfma_f32_16x16x16, V^T through a 16-key LDS tile. When the batch cannot fill the GPU the host splits each
 // item's KV steps into parts (workgroups of their own) that write partials, and a second launch of the same kernel
-// (the merge stage) combines them by LSE in part order: no atomics, the same bits on every run.
+// (the merge stage) combines them by LSE in a fixed order: no atomics, the same bits on every run.
 // The design and its reasons: docs/design-gfx942-decode.md.
 //
 // This file is the stage switch and the attention stage's top level. The roles' pieces are in gfx942_decode/:

@@ -161,7 +161,7 @@ def test_packed_every_bucket(dtype):
 
 def test_forced_splits_meet_the_contract_and_repeat_bit_for_bit():
     """1..6 parts, and 40 (more parts than the 22 steps: empty parts), each against fp64; 5 parts twice: the same
-    output and LSE bits (the merge adds the parts in part order, never with atomics)."""
+    output and LSE bits (the merge adds the parts in a fixed order, never with atomics)."""
     q, k, v = suite.make_qkv("bshd", 1, 8, 2, 700, 128, "cpu", seed=7, hk=2)
     for n in (1, 2, 3, 4, 5, 6, 40):
         suite.check_accuracy(run_on(tail_split=n), q, k, v, "bshd", "rtne", what=f"splits={n}", window=CAUSAL)

@@ -1,5 +1,5 @@
 // The gfx942 decode kernel's epilogue and merge: a row's O / l in the rounding mode and its LSE, or a split part's
-// unnormalised partial (O, m, l) in the workspace; and the merge stage, which combines an item's parts in part order.
+// unnormalised partial (O, m, l) in the workspace; and the merge stage, which combines an item's parts in fixed order.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"
