@@ -270,3 +270,24 @@ def test_left_padded_in_place_rows_equal_the_kvcache_form(sq):
     assert rt._left_padded(q, k, bshd[1], plan, common) is None
     out, _ = rt.attention_forward(_Module(True), q, k, bshd[1], mask, scaling=0.2)
     torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
+
+
+def test_a_mask_s_plans_are_made_once_for_the_layers_that_share_it(monkeypatch):
+    """A left-padded mask with a gradient asks two plans of the same mask each layer (its kind, then the packed
+    offsets): both are kept, so a second layer's call makes neither again (each making reads the mask back: a host
+    sync a layer otherwise); a new mask makes them anew."""
+    g = torch.Generator().manual_seed(5)
+    b, hq, hk, s, d = 2, 4, 2, 12, 64
+    q, k, v = (torch.randn(b, h, s, d, generator=g).to(torch.bfloat16).requires_grad_() for h in (hq, hk, hk))
+    mask = torch.ones(b, s, dtype=torch.bool)
+    mask[1, :5] = False
+    made = []
+    five, init = rt._five_sequences, rt._LeftPadded.__init__
+    monkeypatch.setattr(rt, "_five_sequences", lambda *a: made.append("_five_sequences") or five(*a))
+    monkeypatch.setattr(rt._LeftPadded, "__init__", lambda self, *a: made.append("_LeftPadded") or init(self, *a))
+    for _ in range(3):  # three layers
+        out, _ = rt.attention_forward(_Module(True), q, k, v, mask)
+        out.float().sum().backward()
+    assert sorted(made) == ["_LeftPadded", "_five_sequences"], made
+    rt.attention_forward(_Module(True), q, k, v, mask.clone())
+    assert len(made) == 4, made

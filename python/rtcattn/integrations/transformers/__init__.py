@@ -53,7 +53,7 @@ DTYPES = (torch.bfloat16, torch.float16)
 _logger = logging.getLogger("rtcattn.transformers")
 _lock = threading.Lock()
 _fallbacks: Counter = Counter()
-_plans: dict = {}        # id(tensor) -> (weakref to it, its version, extra key, plan): a mask's or position ids' plan
+_plans: dict = {}        # (id(tensor), extra key) -> (weakref to it, its version, plan): a mask's or position ids' plan
 _PLANS_KEPT = 8
 
 
@@ -172,19 +172,21 @@ def _packed(query, key, value, cu_q, cu_k, max_q: int, max_k: int, common):
 
 
 def _cached(t: torch.Tensor, extra, make):
-    """make() once per tensor (and version, and extra key) for the layers of a forward pass that share it."""
+    """make() once per tensor (and version, and extra key) for the layers of a forward pass that share it. One tensor
+    may have several plans (a padding mask's kind and its packed offsets, both asked by each layer of a training
+    step): each is kept under its own key."""
     if torch.compiler.is_compiling():
         return make()
-    key = id(t)
+    key = (id(t), extra)
     with _lock:
         hit = _plans.get(key)
-    if hit is not None and hit[0]() is t and hit[1] == t._version and hit[2] == extra:
-        return hit[3]
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
     plan = make()
     with _lock:
         if len(_plans) >= _PLANS_KEPT:
             _plans.pop(next(iter(_plans)))
-        _plans[key] = (weakref.ref(t), t._version, extra, plan)
+        _plans[key] = (weakref.ref(t), t._version, plan)
     return plan
 
 
