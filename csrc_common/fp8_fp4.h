@@ -118,6 +118,25 @@ RTC_HD float rtc_e8m0_decode(rtc_u32 code) {
 }
 RTC_HD rtc_u32 rtc_e8m0_encode(float x) { return (rtc_lp_bits(x) >> 23) & 0xFFu; }
 
+// gfx950's scaled FP4 converts (v_cvt_scalef32_pk_bf16_fp4 / _f16_fp4), one code: its E2M1 value times 2^(e - 127),
+// e the exponent field of the f32 scale operand (AMD's convention: the E8M0 code there, sign and mantissa zero, so
+// code 0 is the f32 +0 and 0xFF the f32 Inf), rounded to the element type to nearest even; e = 0xFF gives a NaN of
+// the code's sign. The product has two significant bits between 2^-128 and 1.5 x 2^129, so its f32 is exact or, past
+// f32's largest, Inf (the hardware's overflow): formed here from the bits, no float operation. bf16 holds it exactly
+// (its top half); fp16 rounds it (rtc_f32_to_fp16_rtne: subnormals to nearest even, 65520 and up Inf). These are
+// AMD's published host model of the instructions (its OCP conversion headers), not checked on a gfx950.
+RTC_HD float rtc_fp4_scaled_f32(rtc_u32 code, rtc_u32 scale_bits) {
+  const rtc_u32 e = (scale_bits >> 23) & 0xFFu, sign = (code & 8u) << 28, m = code & 7u;
+  if (e == 0xFFu) return rtc_lp_f32(sign | 0x7FC00000u);
+  if (m == 0u) return rtc_lp_f32(sign);
+  // m's value: 2^x (m = 1, 2, 4, 6) or 1.5 x 2^x (m = 3, 5, 7), x = m / 2 - 1; the product's f32 exponent field x + e
+  const int be = (int)(m >> 1) - 1 + (int)e;
+  const rtc_u32 half = (m & 1u) && m != 1u;
+  if (be >= 255) return rtc_lp_f32(sign | 0x7F800000u);
+  if (be >= 1) return rtc_lp_f32(sign | ((rtc_u32)be << 23) | (half << 22));
+  return rtc_lp_f32(sign | ((2u + half) << (be + 21)));  // be 0 or -1: (2 or 3) x 2^(be - 128), an f32 subnormal
+}
+
 // ---- FP4 E2M1 -> FP8 E4M3 / bf16 by table: the 8 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} in one constant, the sign
 // (bit 3) moved to the top bit. Exact: every E2M1 value is an E4M3 and a bf16 value.
 #define RTC_FP4_E4M3_TABLE 0x4C4844403C383000ull  // byte i: the E4M3 code of magnitude i

@@ -14,9 +14,14 @@
 //   cvt_pk_fp8_f32<hi>(x, y, old): x -> byte 0, y -> byte 1 of the low half (hi: of the high half) of old, round to
 //   nearest even, not saturating (E4M3: NaN past 448; E5M2: Inf past 57344).
 // The same with bf8 (E5M2).
+// The scaled FP4 converts (v_cvt_scalef32_pk_bf16_fp4 / _f16_fp4):
+//   cvt_scalef32_pk_{bf16,f16}_fp4<byte>(src, scale): byte `byte` of src, its low nibble then its high one, as two
+//   elements (the low half first) of the code's value times 2^(e - 127), e the exponent field of the f32 scale (the
+//   E8M0 code; 0xFF NaN), rounded to nearest even (fp8_fp4.h's rtc_fp4_scaled_f32).
 #pragma once
 #include "isa_gfx9.h"
 #include "fp8_fp4.h"
+#include "fp16_round.h"
 
 typedef RTC_VEC(int, 8) rtc_i32x8;  // one lane's A or B operand of the scaled MFMA
 typedef RTC_VEC(float, 2) rtc_f32x2;
@@ -81,6 +86,20 @@ template <bool hi> RTC_ISA rtc_u32 cvt_pk_fp8_f32(float x, float y, rtc_u32 old)
 template <bool hi> RTC_ISA rtc_u32 cvt_pk_bf8_f32(float x, float y, rtc_u32 old) {
   return rtc_emu_cvt_pk_8_f32<hi>(RTC_LP_E5M2, x, y, old);
 }
+template <int byte> RTC_ISA rtc_u32 cvt_scalef32_pk_bf16_fp4(rtc_u32 src, float scale) {
+  static_assert(byte >= 0 && byte <= 3, "byte: 0..3");
+  const rtc_u32 b = src >> (8 * byte), e = rtc_lp_bits(scale);
+  return (rtc_lp_bits(rtc_fp4_scaled_f32(b, e)) >> 16) | (rtc_lp_bits(rtc_fp4_scaled_f32(b >> 4, e)) & 0xFFFF0000u);
+}
+template <int byte> RTC_ISA rtc_u32 cvt_scalef32_pk_f16_fp4(rtc_u32 src, float scale) {
+  static_assert(byte >= 0 && byte <= 3, "byte: 0..3");
+  const rtc_u32 b = src >> (8 * byte), e = rtc_lp_bits(scale);
+  const auto h = [](float x) {  // a NaN keeps the code's sign
+    const rtc_u32 u = rtc_lp_bits(x);
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) & 0x8000u) | RTC_FP16_NAN : (rtc_u32)rtc_f32_to_fp16_rtne(x);
+  };
+  return h(rtc_fp4_scaled_f32(b, e)) | (h(rtc_fp4_scaled_f32(b >> 4, e)) << 16);
+}
 #else
 #if !defined(__gfx950__)
 #error "isa_gfx950.h is for gfx950 kernels only"
@@ -104,6 +123,12 @@ template <bool hi> RTC_ISA rtc_u32 cvt_pk_fp8_f32(float x, float y, rtc_u32 old)
 }
 template <bool hi> RTC_ISA rtc_u32 cvt_pk_bf8_f32(float x, float y, rtc_u32 old) {
   return (rtc_u32)__builtin_amdgcn_cvt_pk_bf8_f32(x, y, (int)old, hi);
+}
+template <int byte> RTC_ISA rtc_u32 cvt_scalef32_pk_bf16_fp4(rtc_u32 src, float scale) {
+  return __builtin_bit_cast(rtc_u32, __builtin_amdgcn_cvt_scalef32_pk_bf16_fp4(src, scale, byte));
+}
+template <int byte> RTC_ISA rtc_u32 cvt_scalef32_pk_f16_fp4(rtc_u32 src, float scale) {
+  return __builtin_bit_cast(rtc_u32, __builtin_amdgcn_cvt_scalef32_pk_f16_fp4(src, scale, byte));
 }
 #endif
 #undef RTC_MFMA_SCALE_CHECKS

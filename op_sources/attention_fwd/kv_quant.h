@@ -6,7 +6,9 @@
 //   FP8 (descales per sequence and K/V head): score = (q . k) * k_descale; O = (sum p v) * v_descale.
 //   FP4 (an E8M0 scale per key row and head, a power of two): score = (q . k) * 2^(e_k - 127); p's share of the row
 //   of V is p * 2^(e_v - 127). Both multiplies are exact (barring fp32 under / overflow), so FP4 computes exactly
-//   what the same kernel computes on the dequantized cache. 0xFF (NaN) makes the score or the row NaN.
+//   what the same kernel computes on the dequantized cache, where its dot products take the columns in the same
+//   order (the gfx942 decode kernel's tables interleave them: docs/numerics.md §10). 0xFF (NaN) makes the score or
+//   the row NaN.
 #pragma once
 #include "platform.h"
 #include "attn_params.h"

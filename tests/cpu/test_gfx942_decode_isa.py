@@ -109,8 +109,11 @@ def test_code_object(arch, d, kv, mode, dtype, mask):
 
 
 # Quantized caches (kv_dtype): a few variants per arch spread over the formats, dtypes, buckets, masks and kv forms.
+# FP4 at 256 both ways: where a broadcast factor's register pair once held a scale byte's load (a wait for every load,
+# softmax.h / kv_cache.h).
 QUANT = [("fp8_e4m3", "bf16", 128, "paged", "window"), ("fp8_e4m3fnuz", "fp16", 256, "varlen", "none"),
-         ("fp4_e2m1", "bf16", 64, "paged", "none"), ("fp4_e2m1", "fp16", 192, "paged", "window")]
+         ("fp4_e2m1", "bf16", 64, "paged", "none"), ("fp4_e2m1", "fp16", 192, "paged", "window"),
+         ("fp4_e2m1", "bf16", 256, "paged", "none"), ("fp4_e2m1", "fp16", 256, "paged", "window")]
 
 
 @functools.cache
@@ -132,8 +135,10 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= coreport.LDS_PER_CU[arch], tag
     assert n["max_flat_workgroup_size"] == 64, tag
-    # 2 waves per SIMD up to 128 and FP4 at every bucket (params.h decode_min_waves), 1 above 128 for FP8
-    assert r.waves_per_simd >= (2 if d <= 128 or kv_dtype == "fp4_e2m1" else 1), tag
+    # 2 waves per SIMD up to 128 and FP4 at every bucket (params.h decode_min_waves), 1 above 128 for FP8; as many as
+    # the V^T tile's LDS lets a CU hold (gfx942 / gfx90a at 256: 6 workgroups a CU, 1.5 a SIMD)
+    lds_waves = coreport.LDS_PER_CU[arch] // (d * VT_PITCH * 2) // 4
+    assert r.waves_per_simd >= min(2 if d <= 128 or kv_dtype == "fp4_e2m1" else 1, lds_waves), tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
     assert r.loop[mine] and not r.loop[other], tag
     subs = SUBS[d] * AHEAD.get(kv_dtype, 1)  # sub-tiles of the loop's steps
@@ -151,6 +156,10 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     placed = kv_dtype == "fp8_e4m3" or (kv_dtype == "fp8_e4m3fnuz" and arch != "gfx942")
     assert (r.loop["rare"] > 0) == placed, tag
     assert (r.loop["cvt_fp8"] > 0) == (kv_dtype == "fp8_e4m3fnuz" and arch == "gfx942"), tag
+    # gfx950 expands FP4 by its scaled converts, one a byte: d / 8 per lane per sub-tile of K and of V; the others
+    # by tables (kv_cache.h).
+    cvt = sum(op == f"v_cvt_scalef32_pk_{dtype.replace('fp16', 'f16')}_fp4" for _, op, _ in r.loop_body)
+    assert cvt == (2 * subs * d // 8 if fp4 and arch == "gfx950" else 0), (cvt, tag)
 
 
 # The native FP4 path (kv_dtype fp4_e2m1_native: the manifest's gfx950_decode entry, this kernel's source), gfx950 only.

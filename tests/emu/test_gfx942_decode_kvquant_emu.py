@@ -2,7 +2,8 @@
 emulator: the accuracy rule against the fp64 reference over the dequantized cache (test_kvquant_emu.check), the same
 bits as the decode kernel on the dequantized cache in q's dtype where the scales are powers of two (every FP4 scale;
 FP8 descales chosen so: the kernel multiplies the scores and O by them in fp32, exact then), the KV split forced to 1
-and n parts (the same bits run to run), gfx90a and gfx950 giving gfx942's bits, and the NaN codes and scales of
+and n parts (the same bits run to run), gfx90a giving gfx942's bits and gfx950 in FP8 (its FP4, by the scaled
+converts, its own bits on the dequantized cache), and the NaN codes and scales of
 docs/numerics.md §10. Sq 1 and 4, GQA 1 / 4 / 8, KV lengths 1, 17 and 300, varlen and pages of 16 and 64 in shuffled
 order, causal and windows, both dtypes, and the buckets spread over the cases (every variant's code object is
 checked in tests/cpu/test_gfx942_decode_isa.py). Every call is masked and rounds to nearest even: each case's
@@ -159,6 +160,32 @@ def test_fp4_v_scales_where_fp16_rounds_give_the_dequantized_cache_bits(runs):
     assert torch.isfinite(got[0]).all() and (got[0] != 0).any()
 
 
+def test_gfx950_fp4_gives_its_own_bits_on_the_dequantized_cache(runs):
+    """gfx950's FP4 path (the scaled converts: K's codes, then its scale on the scores; V's elements the code times
+    its scale rounded to the element type) gives gfx950's own bits on the dequantized cache in q's dtype, both
+    dtypes, at the scale codes' ends: V scales 0 (2^-127: bf16 subnormals, fp16 zeros), 1, 2, fp16's rounding region,
+    1.0, fp16's and bf16's overflow (Inf elements) and 0xFF (NaN); K scales 2^-8 .. 2^8. Equal bits, NaN aside (any
+    NaN for a NaN)."""
+    gen = torch.Generator().manual_seed(9)
+    codes = torch.tensor([0, 1, 2, 100, 104, 107, 120, 127, 140, 141, 253, 254, 255], dtype=torch.uint8)
+    for case in (CASES[4], CASES[5]):
+        _, (b, k, v, kw, *_) = runs[str(case)]
+        vs_ = codes[torch.randint(0, len(codes), kw["v_scale"].shape, generator=gen)]
+        ks = (127 + torch.randint(-8, 9, kw["k_scale"].shape, generator=gen)).to(torch.uint8)
+        kq = ref.dequantize_cache(k, "fp4_e2m1", ks).to(b.q.dtype).contiguous()
+        vq = ref.dequantize_cache(v, "fp4_e2m1", vs_).to(b.q.dtype).contiguous()
+        with on("gfx950"):
+            got = call(b, k, v, dict(kw, k_scale=ks, v_scale=vs_), case[7])
+            want = call(b, kq, vq, {}, case[7])
+        for x, y in zip(got, want):  # the output, the LSE
+            nan = torch.isnan(x.float())
+            assert torch.equal(nan, torch.isnan(y.float())), case
+            bits = ref.bf16_bits if x.dtype != torch.float32 else lambda t: t.view(torch.int32)
+            assert torch.equal(bits(x[~nan]), bits(y[~nan])), case
+        out = got[0].float()
+        assert torch.isnan(out).any() and torch.isfinite(out).any() and (out != 0).any(), case
+
+
 def test_forced_splits_1_and_n_repeat_bit_for_bit(runs):
     """One part and 3 parts (FP8 with its descales on O's partials, FP4 with its scales on V), each meeting the rule;
     each the same bits run to run."""
@@ -174,8 +201,10 @@ def test_forced_splits_1_and_n_repeat_bit_for_bit(runs):
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx950"])
 def test_other_archs_give_gfx942_bits(arch, runs):
     """The same source built for gfx90a (no FP8 instructions: the same expansion) and gfx950 gives gfx942's bits;
-    FNUZ too, which gfx942 converts with its own v_cvt_pk_f32_fp8 and the others place (gfx950's converts read OCP)."""
-    for case in (CASES[0], CASES[3], CASES[5]):
+    FNUZ too, which gfx942 converts with its own v_cvt_pk_f32_fp8 and the others place (gfx950's converts read OCP);
+    FP4 on gfx90a (the same tables). gfx950 expands FP4 by its scaled converts, K's columns in their own order where
+    the tables interleave them (a different order of the MFMA's sum): the next test checks it."""
+    for case in (CASES[0], CASES[3]) + ((CASES[5],) if arch == "gfx90a" else ()):
         res, (b, k, v, kw, *_) = runs[str(case)]
         with on(arch):
             same_bits(res, call(b, k, v, kw, case[7]), (arch, case))

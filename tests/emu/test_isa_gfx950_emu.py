@@ -12,7 +12,7 @@ from rtcattn.ops import lowp
 
 pytestmark = pytest.mark.emu
 
-DECODE, ENCODE, E8M0, FP4_LUT, CVT_F32, CVT_PK_F32, CVT_PK8_F32, MFMA_SCALE = range(8)
+DECODE, ENCODE, E8M0, FP4_LUT, CVT_F32, CVT_PK_F32, CVT_PK8_F32, MFMA_SCALE, CVT_SCALE_FP4 = range(9)
 NAMES = list(lowp.FORMATS)          # e4m3, e5m2, e2m3, e3m2, e2m1: cbsz / blgp 0..4
 LANES = np.arange(64)
 
@@ -131,6 +131,45 @@ def test_encode_round_to_nearest_even(probe, fmt, saturate):
             keep = ~np.isnan(x)
             want = torch.from_numpy(x[keep]).to(dt).view(torch.uint8).numpy().astype(np.int64)
             np.testing.assert_array_equal(got[keep], want)
+
+
+# Scale codes (the E8M0 code in the f32 operand's exponent field): 2^-127 (the f32 +0), the f32 subnormal range's
+# edge, 1.0, fp16's rounding region (2^-27 .. 2^-14 times the values 0.5 .. 6), fp16's overflow, bf16's, NaN.
+SCALE_CODES = [0, 1, 2, 100, 101, 102, 103, 110, 113, 126, 127, 128, 140, 141, 142, 200, 252, 253, 254, 255]
+
+
+@pytest.mark.parametrize("f16", [False, True], ids=["bf16", "f16"])
+@pytest.mark.parametrize("byte", range(4))
+def test_cvt_scalef32_pk_fp4(probe, byte, f16):
+    """v_cvt_scalef32_pk_{bf16,f16}_fp4: every value of the selected byte (the other bytes random) at each scale code:
+    the low nibble's element in the low half, each the E2M1 value times 2^(code - 127) rounded to nearest even by
+    torch's cast from the exact float64 product (bf16: exact or Inf; fp16: subnormals rounded, ties included, Inf
+    past 65504), a NaN for code 0xFF."""
+    rng = np.random.default_rng(byte + 4 * f16)
+    vals = np.arange(256, dtype=np.uint32)
+    words = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
+    words = (words & ~np.uint32(0xFF << (8 * byte))) | (vals << np.uint32(8 * byte))
+    dt = torch.float16 if f16 else torch.bfloat16
+    seen_round = seen_inf = False
+    for code in SCALE_CODES:
+        scale = np.full(256, code << 23, dtype=np.uint32)
+        got = probe(CVT_SCALE_FP4, np.concatenate([words, scale]), byte | (int(f16) << 2))[:256]
+        for half, nib in ((0, vals & 0xF), (1, vals >> 4)):
+            exact = lowp.decode("e2m1", nib).astype(np.float64) * 2.0 ** (code - 127)
+            elem = (got >> np.uint32(16 * half)) & np.uint32(0xFFFF)
+            gv = torch.from_numpy(elem.astype(np.int16)).view(dt).double().numpy()
+            if code == 0xFF:
+                assert np.isnan(gv).all(), (code, half)
+                assert ((elem >> 15) == (nib >> 3)).all(), "the NaN keeps the code's sign"
+                continue
+            want = torch.from_numpy(exact).to(dt)
+            np.testing.assert_array_equal(elem.astype(np.int16), want.view(torch.int16).numpy(), err_msg=str(code))
+            w = want.double().numpy()
+            rounded = (w != exact) & np.isfinite(w)
+            assert f16 or not rounded.any(), "bf16 holds every product or overflows"
+            seen_round |= bool(rounded.any())
+            seen_inf |= bool(np.isinf(w).any())
+    assert seen_inf and (seen_round or not f16), "the codes reach the overflow (and fp16's rounding)"
 
 
 @pytest.mark.parametrize("saturate", [False, True])

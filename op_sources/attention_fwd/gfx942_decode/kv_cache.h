@@ -7,7 +7,8 @@
 //     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32. FNUZ on gfx942
 //     by its own v_cvt_pk_f32_fp8 instead (RTC_KV_FP8_BY_CVT: exact, 0x80 a NaN);
 //   * E2M1: v_perm_b32 tables of the 8 magnitudes' element bytes (high and low), the codes' magnitudes as the
-//     selectors, the signs OR-ed in, one perm a pair to interleave (unit_elems below): no conversion;
+//     selectors, the signs OR-ed in, one perm a pair to interleave (unit_elems below): no conversion; gfx950 by its
+//     scaled converts instead, one a byte (the same elements);
 //   * placed FP8 NaN codes (E4M3 S.1111.111, FNUZ 0x80), which the placement takes to finite values no other code
 //     gives (+-480, -0): the loop ORs its units' tests (unit_nan_codes) over a sub-tile and branches once, rarely:
 //     K's keys that hold one get NaN scores (what any NaN element gives them), V's elements are replaced in place
@@ -22,6 +23,9 @@
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"
 #include "kv_quant.h"
+#if RTC_KV_FP4 && RTC_HAS_CVT_SCALE_FP4
+#include "isa_gfx950.h"
+#endif
 #include "gfx942/tiles.h"
 #include "gfx942/sequences.h"
 #include "gfx942_decode/params.h"
@@ -347,6 +351,34 @@ RTC_DEVICE void fix_nan_elems(rtc_u32x4& w) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) w[i] = nan_fix(w[i] & 0xFFFFu) | (nan_fix(w[i] >> 16) << 16);
 }
+#elif RTC_HAS_CVT_SCALE_FP4
+// E2M1 on gfx950 by its scaled converts (isa_gfx950.h): v_cvt_scalef32_pk_{bf16,f16}_fp4 takes one byte's two codes
+// (the low nibble first) to two elements, each the code's value times the scale operand's power of two rounded to
+// the element type to nearest even: the elements the tables below hold (bf16 exact; fp16 the rounding of the same
+// exact product), four instructions a unit, in column order. The scale operand is an f32 whose exponent field is the
+// E8M0 code, the rest zero: K's 1.0 (its scale multiplies the key's scores, as below); V's its key's decoded scale
+// with the mantissa cleared (2^-127, an f32 subnormal, becomes +0: the code 0; the NaN becomes Inf: 0xFF).
+struct Fp4Scale {
+  float op;
+};
+typedef Fp4Scale KTables;
+typedef Fp4Scale VTables;
+constexpr KTables kKTables = {1.0f};
+RTC_DEVICE VTables v_tables(float mul) { return VTables{rtc_bits_f32(rtc_f32_bits(mul) & 0x7F800000u)}; }
+template <int kByte> RTC_DEVICE rtc_u32 fp4_pair(rtc_u32 u, float scale) {
+#if RTC_DTYPE == RTC_DTYPE_FP16
+  return cvt_scalef32_pk_f16_fp4<kByte>(u, scale);
+#else
+  return cvt_scalef32_pk_bf16_fp4<kByte>(u, scale);
+#endif
+}
+RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, Fp4Scale s) {
+  return rtc_u32x4{fp4_pair<0>(u, s.op), fp4_pair<1>(u, s.op), fp4_pair<2>(u, s.op), fp4_pair<3>(u, s.op)};
+}
+// The unit's 8 elements times mul in column order.
+RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float mul) { return unit_elems(u, v_tables(mul)); }
+constexpr int kUnitCol[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+RTC_DEVICE rtc_u32x4 q_unit_order(rtc_u32x4 w) { return w; }
 #else
 // E2M1 by table: each of the 8 magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6) times the row's scale is one element of the
 // element type, computed once per row (V: its key's E8M0 scale; K: 1, constants), its high and low bytes in two
@@ -395,8 +427,11 @@ RTC_DEVICE VTables v_tables(float mul) {
   fp4_table_bytes(fp4_elem_bits(2.0f, mul), fp4_elem_bits(3.0f, mul), fp4_elem_bits(4.0f, mul),
                   fp4_elem_bits(6.0f, mul), t.l47, t.h47);
 #else
-  // bf16: the products two at a time (v_pk_mul_f32), the same fp32 products
-  const rtc_f32x2 m = {mul, mul};
+  // bf16: the products two at a time (v_pk_mul_f32), the same fp32 products; the factor a pair in two registers
+  // (fenced: as softmax.h's rescale, a broadcast from mul's register would read its neighbour, at 256 a scale byte's
+  // load destination, and wait for every load in flight)
+  rtc_f32x2 m = {mul, mul};
+  reg_fence(m);
   const rtc_f32x2 p01 = rtc_f32x2{0.0f, 0.5f} * m, p23 = rtc_f32x2{1.0f, 1.5f} * m;
   const rtc_f32x2 p45 = rtc_f32x2{2.0f, 3.0f} * m, p67 = rtc_f32x2{4.0f, 6.0f} * m;
   fp4_table_bytes(rtc_f32_bits(p01[0]), rtc_f32_bits(p01[1]), rtc_f32_bits(p23[0]), rtc_f32_bits(p23[1]), t.l03, t.h03);

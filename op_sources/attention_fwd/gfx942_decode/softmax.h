@@ -36,13 +36,22 @@ RTC_DEVICE void softmax_step(rtc_f32x4 (&s)[kSub], rtc_f32x4 (&o)[kHdTiles], Fra
   for (int j = 1; j < 4 * kSub; ++j) mx = __builtin_fmaxf(mx, t[j >> 2][j & 3]);
   const float m_new = __builtin_fmaxf(m, g942::row_max4(mx, xor32_addr));
   // Skipping is exact: with an unchanged max the factor would be exp2(0) = 1.
+  // The factor as a pair held in two registers (fenced): left to itself clang multiplies O's pairs by the factor's
+  // register and its neighbour (op_sel_hi), and where the neighbour is a load's destination (gfx950's FP4 at 256: a
+  // scale byte) that read waits for every load in flight (vmcnt(0)).
   if (!wave_all(m_new == m)) {
     const float alpha = exp2_f32(m - m_new);
     l *= alpha;
+    rtc_f32x2 a2 = {alpha, alpha};
+    reg_fence(a2);
 #pragma unroll
     for (int t2 = 0; t2 < kHdTiles; ++t2)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o[t2][i] *= alpha;
+      for (int i = 0; i < 4; i += 2) {
+        const rtc_f32x2 x = rtc_f32x2{o[t2][i], o[t2][i + 1]} * a2;
+        o[t2][i] = x[0];
+        o[t2][i + 1] = x[1];
+      }
   }
   m = m_new;
   float sum = 0.0f;

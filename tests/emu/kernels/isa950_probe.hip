@@ -20,7 +20,8 @@ enum {
   kCvtF32,  // arg: bf8 | byte << 1: v_cvt_f32_fp8 / bf8 of in[j]
   kCvtPkF32,  // arg: bf8 | hi << 1: v_cvt_pk_f32_fp8 / bf8 of in[j] -> out[j], out[j + 512]
   kCvtPk8F32,  // arg: bf8 | hi << 1: v_cvt_pk_fp8 / bf8_f32 (in[j], in[j + 256], old = in[j + 512])
-  kMfmaScale  // arg: 5 * cbsz + blgp (op_sel 0, 0) for 0..24; 25 + 4 * opsel_a + opsel_b with cbsz 0, blgp 4
+  kMfmaScale,  // arg: 5 * cbsz + blgp (op_sel 0, 0) for 0..24; 25 + 4 * opsel_a + opsel_b with cbsz 0, blgp 4
+  kCvtScaleFp4  // arg: byte | f16 << 2: v_cvt_scalef32_pk_bf16_fp4 / _f16_fp4 of (in[j], scale in[256 + j] as f32)
 };
 
 RTC_DEVICE float as_f32(rtc_u32 u) { return rtc_lp_f32(u); }
@@ -34,6 +35,10 @@ template <bool hi> RTC_DEVICE rtc_f32x2 probe_cvt_pk_f32(bool bf8, rtc_u32 x) {
 }
 template <bool hi> RTC_DEVICE rtc_u32 probe_cvt_pk8(bool bf8, float x, float y, rtc_u32 old) {
   return bf8 ? cvt_pk_bf8_f32<hi>(x, y, old) : cvt_pk_fp8_f32<hi>(x, y, old);
+}
+
+template <int byte> RTC_DEVICE rtc_u32 probe_cvt_scale_fp4(bool f16, rtc_u32 x, float scale) {
+  return f16 ? cvt_scalef32_pk_f16_fp4<byte>(x, scale) : cvt_scalef32_pk_bf16_fp4<byte>(x, scale);
 }
 
 RTC_DEVICE void probe_elementwise(const Probe950Params& p, int l) {
@@ -64,6 +69,16 @@ RTC_DEVICE void probe_elementwise(const Probe950Params& p, int l) {
         const rtc_f32x2 v = hi ? probe_cvt_pk_f32<true>(bf8, x) : probe_cvt_pk_f32<false>(bf8, x);
         rtc_gst(p.out + j, as_u32(v[0]));
         rtc_gst(p.out + 512 + j, as_u32(v[1]));
+        break;
+      }
+      case kCvtScaleFp4: {
+        const bool f16 = (p.arg >> 2) != 0;
+        const float s = as_f32(rtc_gld(p.in + 256 + j));
+        const int byte = p.arg & 3;
+        rtc_gst(p.out + j, byte == 0   ? probe_cvt_scale_fp4<0>(f16, x, s)
+                           : byte == 1 ? probe_cvt_scale_fp4<1>(f16, x, s)
+                           : byte == 2 ? probe_cvt_scale_fp4<2>(f16, x, s)
+                                       : probe_cvt_scale_fp4<3>(f16, x, s));
         break;
       }
       case kCvtPk8F32: {
