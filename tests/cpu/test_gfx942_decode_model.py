@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from rtcattn.tools import decode_model as dm
+from rtcattn.tools.prefill_model import MACHINES, MI300X
 
 LOOP = {"valu": 300, "trans": 9, "mfma": 32}  # about the d = 128 paged loop's counts
 
@@ -45,6 +46,19 @@ def test_the_decode_set_is_within_the_target():
     assert sum(m["bound"] for m in rows) <= dm.TARGET * sum(m["ideal"] for m in rows), rows
     over = [(m["case"], round(m["ratio"], 3)) for m in rows if m["kv_bytes"] >= 512e6 and m["ratio"] > dm.TARGET]
     assert not over, over
+
+
+def test_the_machine_prices_the_bounds():
+    """The model on another part (gfx950's MI355X): the ideal and the HBM term at its bandwidth, the plan for its CUs,
+    the step at its clock; MI300X the default."""
+    case = (32, 4096, 32, 8, 16, 1, 128)
+    mi300x, mi355x = dm.model(case, LOOP, 2), dm.model(case, LOOP, 2, MACHINES["gfx950"])
+    assert mi300x == dm.model(case, LOOP, 2, MI300X) and MACHINES["gfx942"] == MI300X
+    assert mi355x["ideal"] == mi300x["kv_bytes"] / 8.0e12 and mi300x["ideal"] == mi300x["kv_bytes"] / 5.3e12
+    assert mi355x["hbm"] < mi300x["hbm"], (mi300x, mi355x)
+    lone = (1, 131072, 32, 8, 64, 1, 128)  # split to fill the CUs: fewer parts on 256 than on 304
+    assert dm.model(lone, LOOP, 2, MACHINES["gfx950"])["splits"] < dm.model(lone, LOOP, 2)["splits"]
+    assert dm.step_seconds(LOOP, MACHINES["gfx950"]) == pytest.approx(dm.step_seconds(LOOP) * 2.1 / 2.4)
 
 
 def test_quantized_caches_read_their_bytes_and_scales():
@@ -92,18 +106,19 @@ def test_rare_blocks_are_the_marked_basic_blocks():
 def test_fp4_reads_and_takes_at_most_0_55_of_fp8s_on_the_decode_set(arch, compiler):
     """The issue's ratio on the cache's bytes: the FP4 set's K and V bytes, scales included, at most 0.55x the FP8
     set's (0.508: 65 of 128 bytes a row at d = 128), and on the whole bound (HBM, waves, issue, merge) of the set on
-    gfx942's and gfx950's code objects (docs/NOTES.md: 0.548 and 0.543; gfx950's under MI300X's machine figures)."""
+    gfx942's code objects on MI300X and gfx950's on MI355X (docs/NOTES.md: 0.548 and 0.437)."""
     if not shutil.which(compiler):
         pytest.skip(f"needs {compiler} for the {arch} code objects")
     from rtcattn.tools import coreport
+    machine = MACHINES[arch]
     by = {t: dm.case_models(lambda d, kv_dtype: coreport.report(arch, "rtne", "window", "paged", d, "bf16",
-                                                                kernel=dm.KERNEL, kv_dtype=kv_dtype), t)
+                                                                kernel=dm.KERNEL, kv_dtype=kv_dtype), t, machine)
           for t in ("fp8_e4m3", "fp4_e2m1")}
     kv = {t: sum(m["kv_bytes"] for m in rows) for t, rows in by.items()}
     assert kv["fp4_e2m1"] <= dm.FP4_OVER_FP8 * kv["fp8_e4m3"], kv
     bound = {t: dm.set_bound(rows) for t, rows in by.items()}
     assert bound["fp4_e2m1"] <= dm.FP4_OVER_FP8 * bound["fp8_e4m3"], bound
-    assert all(m["ideal"] == m["kv_bytes"] / dm.HBM_BYTES_PER_S for rows in by.values() for m in rows)
+    assert all(m["ideal"] == m["kv_bytes"] / machine.hbm_bytes_per_s for rows in by.values() for m in rows)
 
 
 def test_the_replay_waits_as_the_loop_says():

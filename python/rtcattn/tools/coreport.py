@@ -395,7 +395,7 @@ def add_parser(sub) -> None:
     p.add_argument("--kernel", default=KERNEL, choices=KERNELS, help=f"which kernel (default {KERNEL}: prefill)")
     p.add_argument("--decode-model", action="store_true",
                    help="the static bandwidth model of the gfx942_decode kernel on the issue's decode cases, against "
-                        "MI300X's 5.3 TB/s")
+                        "the arch's part's HBM bandwidth (gfx942: MI300X, gfx950: MI355X)")
     p.add_argument("--prefill-model", action="store_true",
                    help="the static model of the gfx942 prefill kernel over FP8 and FP4 paged caches beside bf16")
     p.add_argument("--backward-model", action="store_true",
@@ -457,9 +457,12 @@ def variant_reports(arch: str, kv: str = "dense", head_dims=None, dtype: str = "
 def cmd_isa(args) -> int:
     if getattr(args, "decode_model", False):
         from . import decode_model
+        from .prefill_model import MACHINES
+        machine = MACHINES[args.arch]
         decode_model.print_models({t: decode_model.case_models(
             lambda d, kv_dtype: report(args.arch, "rtne", "window", "paged", d, "bf16", kernel=decode_model.KERNEL,
-                                       kv_dtype=kv_dtype), t) for t in ("same", "fp8_e4m3", "fp4_e2m1")}, table)
+                                       kv_dtype=kv_dtype), t, machine) for t in ("same", "fp8_e4m3", "fp4_e2m1")},
+            table, machine)
         return 0
     if getattr(args, "prefill_model", False):
         from . import prefill_model

@@ -1,7 +1,8 @@
-"""Static bandwidth model of the gfx942 decode kernel on MI300X (`python -m rtcattn isa --decode-model`): per decode
+"""Static bandwidth model of the gfx942 decode kernel (`python -m rtcattn isa --decode-model [--arch A]`): per decode
 case, the bytes the kernel moves and lower bounds on its time, from the runtime's plan of the call (splits, grids) and
-the code object's KV loop (coreport), set against the case's KV bytes at MI300X's 5.3 TB/s. A model, not a
-measurement: no AMD GPU was available.
+the code object's KV loop (coreport), set against the case's KV bytes at the arch's part's HBM bandwidth (the
+machine: prefill_model.MACHINES, MI300X for gfx942, MI355X for gfx950). A model, not a measurement: no AMD GPU was
+available.
 
 The attention stage takes the longest of three bounds: HBM (every (sequence, K/V head)'s K and V once, the later chunks
 of one finding them in L2, the block table, q and o, the partials of the call's rows written), the waves' steps (a
@@ -21,7 +22,7 @@ from collections import deque
 from ..ops.attention_fwd import OP
 from ..ops.attention_fwd.bench_decode import DECODE_CASES
 from .isa_classes import TRANSCENDENTAL
-from .prefill_model import CLOCK_HZ, CUS, HBM_BYTES_PER_S, MFMA_CYCLES, TRANS_CYCLES, VALU_CYCLES
+from .prefill_model import CUS, MFMA_CYCLES, MI300X, TRANS_CYCLES, VALU_CYCLES, Machine
 
 KERNEL = "gfx942_decode"
 LATENCY_S = 2e-6                  # an assumption: one loaded round trip to HBM (the planner's figure too)
@@ -81,25 +82,25 @@ def plan(case: tuple, cus: int = CUS, kv_dtype: str = "same") -> dict:
     return _lib().op_plan(OP, KERNEL, args)
 
 
-def step_seconds(loop: dict) -> float:
+def step_seconds(loop: dict, machine: Machine = MI300X) -> float:
     """One wave-step's time on its SIMD: the issue of its VALU, transcendentals and MFMAs (a slot each MFMA) beside
     the matrix pipe's 16 cycles an MFMA, whichever is longer (the two run side by side)."""
     issue = (loop["valu"] - loop["trans"]) * VALU_CYCLES + loop["trans"] * TRANS_CYCLES + loop["mfma"] * ISSUE_CYCLES
-    return max(issue, loop["mfma"] * MFMA_CYCLES) / CLOCK_HZ
+    return max(issue, loop["mfma"] * MFMA_CYCLES) / machine.clock_hz
 
 
-def wave_step_seconds(loop: dict, ahead: int = 1) -> float:
+def wave_step_seconds(loop: dict, ahead: int = 1, machine: Machine = MI300X) -> float:
     """One wave's KV step in time (loop: one step's counts): a round trip, shared by the `ahead` steps whose loads
     are in flight together, for the loads requested after an earlier step's S^T MFMAs (half the step's MFMAs), or the
     step's instructions when they take longer."""
-    return max(LATENCY_S / ahead + loop["mfma"] // 2 * MFMA_CYCLES / CLOCK_HZ, step_seconds(loop))
+    return max(LATENCY_S / ahead + loop["mfma"] // 2 * MFMA_CYCLES / machine.clock_hz, step_seconds(loop, machine))
 
 
-def part_seconds(loop: dict, steps: int, ahead: int = 1) -> float:
+def part_seconds(loop: dict, steps: int, ahead: int = 1, machine: Machine = MI300X) -> float:
     """A wave's time for a part of `steps` steps priced from the loop's counts, in the form of the planner's part_ns
     (gfx942_decode.cpp; its step's math is step_math_ns, by format, not from a loop): a step each
     wave_step_seconds, and the rest of the first round trip (the pipeline filling; none at ahead 1)."""
-    return steps * wave_step_seconds(loop, ahead) + LATENCY_S * (ahead - 1) / ahead
+    return steps * wave_step_seconds(loop, ahead, machine) + LATENCY_S * (ahead - 1) / ahead
 
 
 _WAIT = re.compile(r"(vmcnt|lgkmcnt)\((\d+)\)")
@@ -115,7 +116,7 @@ def _regs(operands: str) -> list:
     return out
 
 
-def wave_seconds(body: list, steps: int, ahead: int = 1) -> float:
+def wave_seconds(body: list, steps: int, ahead: int = 1, machine: Machine = MI300X) -> float:
     """One wave's time for `steps` KV steps: the loop body (coreport's loop_body, `ahead` steps an iteration)
     replayed in address order ceil(steps / ahead) times on one clock. Each VALU, transcendental and MFMA takes its
     issue cycles (step_seconds'), an MFMA issuing no sooner than the matrix pipe is free of the one before it (16
@@ -123,7 +124,7 @@ def wave_seconds(body: list, steps: int, ahead: int = 1) -> float:
     that MFMA's issue; a vector load returns LATENCY_S after its issue and a scalar load SCALAR_LATENCY_S;
     s_waitcnt vmcnt(n) waits until at most n vector loads are in flight (they return in order), lgkmcnt(0) for every
     scalar load (LDS's waits are not modelled). The loads of the loop's first iteration are issued before it, at time
-    0, as many as an iteration issues."""
+    0, as many as an iteration issues. Cycles at the machine's clock."""
     vmem = sum(1 for _, op, _ in body if op.startswith(("buffer_load", "global_load")))
     vm, sm, t, pipe = deque([0.0] * vmem), [], 0.0, 0.0
     cycles = {"mfma": ISSUE_CYCLES, "trans": TRANS_CYCLES, "valu": VALU_CYCLES}
@@ -150,10 +151,10 @@ def wave_seconds(body: list, steps: int, ahead: int = 1) -> float:
                     t = max([t] + [ready[r] for r in reads[i] if r in ready])
                 if kind == "mfma":
                     t = max(t, pipe)
-                    pipe = t + MFMA_CYCLES / CLOCK_HZ
+                    pipe = t + MFMA_CYCLES / machine.clock_hz
                     for r in writes[i]:
-                        ready[r] = t + MFMA_RESULT_CYCLES / CLOCK_HZ
-                t += cycles[kind] / CLOCK_HZ
+                        ready[r] = t + MFMA_RESULT_CYCLES / machine.clock_hz
+                t += cycles[kind] / machine.clock_hz
     return t
 
 
@@ -162,15 +163,16 @@ def per_step(loop: dict, ahead: int) -> dict:
     return {k: v / ahead for k, v in loop.items() if k in ("valu", "trans", "mfma")}
 
 
-def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dtype: str = "same",
+def model(case: tuple, loop: dict, waves_per_simd: float, machine: Machine = MI300X, kv_dtype: str = "same",
           body: list = None) -> dict:
     """The bounds of one case (seconds) from its plan, the KV loop's counts and the code object's occupancy (a CU's
     resident waves over its 4 SIMDs: 1.5 where LDS lets a CU hold 6 one-wave workgroups); kv_bytes (and the ideal
     time) are the bytes the cache's format takes, scales included. The bound's waves are a part replayed with the loop
     body's own loads and waits (wave_seconds), given a body; "priced" is the part priced from the loop's counts
     (part_seconds: a round trip over the steps in flight plus the S^T MFMAs a step, or the step's instructions),
-    which the waves fall back on without a body."""
+    which the waves fall back on without a body. The plan, the rounds, the clock and HBM are the machine's."""
     b, ctx, hq, hk, page, sq, d = case
+    cus = machine.cus
     p = plan(case, cus, kv_dtype)
     bucket, splits, items, steps = p["bucket"], p["splits"], p["items"], p["steps"]
     ahead = p["steps_ahead"]
@@ -179,30 +181,30 @@ def model(case: tuple, loop: dict, waves_per_simd: float, cus: int = CUS, kv_dty
     part_row = (bucket + 2) * 4  # a row's O, m and l (decode_part_row_bytes): the rows of the call only
     partials = b * hq * sq * splits * part_row if splits > 1 else 0
     attn_bytes = kv + 2 * b * sq * hq * d * 2 + b * math.ceil(ctx / page) * 4 + partials
-    step = step_seconds(loop)
+    step = step_seconds(loop, machine)
     slots = round(cus * 4 * waves_per_simd)
     rounds = math.ceil(p["grid_attn"] / slots)
     out = {"case": case, "kv_dtype": kv_dtype, "splits": splits, "merge_groups": p["merge_groups"],
            "grid_attn": p["grid_attn"], "kv_bytes": kv,
-           "ideal": kv / HBM_BYTES_PER_S,
-           "hbm": attn_bytes / HBM_BYTES_PER_S,
-           "priced": rounds * part_seconds(loop, math.ceil(steps / splits), ahead),
+           "ideal": kv / machine.hbm_bytes_per_s,
+           "hbm": attn_bytes / machine.hbm_bytes_per_s,
+           "priced": rounds * part_seconds(loop, math.ceil(steps / splits), ahead, machine),
            "issue": items * steps * step / (cus * 4),
-           "merge": (math.ceil(splits / (MERGE_BATCH * p["merge_groups"])) * LATENCY_S + partials / HBM_BYTES_PER_S)
-           if splits > 1 else 0.0}
-    out["waves"] = rounds * wave_seconds(body, math.ceil(steps / splits), ahead) if body else out["priced"]
+           "merge": (math.ceil(splits / (MERGE_BATCH * p["merge_groups"])) * LATENCY_S
+                     + partials / machine.hbm_bytes_per_s) if splits > 1 else 0.0}
+    out["waves"] = rounds * wave_seconds(body, math.ceil(steps / splits), ahead, machine) if body else out["priced"]
     out["bound"] = max(out["hbm"], out["waves"], out["issue"]) + out["merge"]
     out["ratio"] = out["bound"] / out["ideal"]
     return out
 
 
-def case_models(report_of, kv_dtype: str = "same") -> list:
-    """Every case's model; report_of(bucket, kv_dtype): the code-object report (coreport.Report) of the case's
-    variant (paged, causal, rtne, bf16, the cache's kv_dtype), for its loop counts and occupancy."""
+def case_models(report_of, kv_dtype: str = "same", machine: Machine = MI300X) -> list:
+    """Every case's model on the machine; report_of(bucket, kv_dtype): the code-object report (coreport.Report) of the
+    case's variant (paged, causal, rtne, bf16, the cache's kv_dtype), for its loop counts and occupancy."""
     out = []
     for case in CASES:
         r = report_of(bucket_of(case[6]), kv_dtype)
-        out.append(model(case, r.loop, r.waves_per_cu / 4, kv_dtype=kv_dtype, body=r.loop_body))  # CU waves / 4
+        out.append(model(case, r.loop, r.waves_per_cu / 4, machine, kv_dtype=kv_dtype, body=r.loop_body))  # / 4 SIMDs
     return out
 
 
@@ -211,12 +213,14 @@ def set_bound(rows: list) -> float:
     return sum(m["bound"] for m in rows)
 
 
-def print_models(by_dtype: dict, table) -> None:
-    """print_model for each cache format (kv_dtype -> case_models rows), then the set's bounds side by side and the
-    FP4 / FP8 ratio against the issue's target."""
+def print_models(by_dtype: dict, table, machine: Machine = MI300X) -> None:
+    """print_model for each cache format (kv_dtype -> case_models rows on the machine), then the set's bounds side by
+    side and the FP4 / FP8 ratio against the issue's target."""
+    print(f"machine: {machine.name}, {machine.cus} CUs, {machine.hbm_bytes_per_s / 1e12:g} TB/s, "
+          f"{machine.clock_hz / 1e9:g} GHz")
     for kv_dtype, rows in by_dtype.items():
         print(f"\n== KV cache: {kv_dtype} ==")
-        print_model(rows, table)
+        print_model(rows, table, machine)
     print()
     table([(t, f"{sum(m['kv_bytes'] for m in rows) / 1e6:.0f}", f"{set_bound(rows) * 1e6:.1f}",
             f"{set_bound(rows) / set_bound(by_dtype['same']):.2f}" if "same" in by_dtype else "")
@@ -226,7 +230,7 @@ def print_models(by_dtype: dict, table) -> None:
         print(f"FP4 / FP8 set bound = {r:.3f} (target <= {FP4_OVER_FP8})")
 
 
-def print_model(rows: list, table) -> None:
+def print_model(rows: list, table, machine: Machine = MI300X) -> None:
     """The models of case_models as a table (table(rows, cols): coreport's)."""
     us = lambda s: f"{s * 1e6:.1f}"  # noqa: E731
     table([(" ".join(map(str, m["case"])), m["splits"], m["grid_attn"], f"{m['kv_bytes'] / 1e6:.0f}", us(m["ideal"]),
@@ -236,6 +240,7 @@ def print_model(rows: list, table) -> None:
           ("B ctx Hq Hk page Sq D", "splits", "grid", "KV MB", "ideal us", "hbm us", "waves us", "priced us",
            "issue us", "merge us", "bound us", "bound/ideal"))
     total = sum(m["bound"] for m in rows) / sum(m["ideal"] for m in rows)
-    print(f"\nideal = KV bytes / 5.3 TB/s; bound = max(hbm, waves, issue) + merge; waves: the KV loop's loads and "
-          f"waits replayed (a {LATENCY_S * 1e6:.0f} us round trip assumed), priced: from the loop's counts;"
+    print(f"\nideal = KV bytes / {machine.hbm_bytes_per_s / 1e12:g} TB/s; bound = max(hbm, waves, issue) + merge; "
+          f"waves: the KV loop's loads and waits replayed (a {LATENCY_S * 1e6:.0f} us round trip assumed), "
+          f"priced: from the loop's counts;"
           f"\nthe set: sum of bounds / sum of ideals = {total:.2f} (target {TARGET})")
