@@ -20,6 +20,11 @@ def test_the_pieces():
     assert pm.stage_bytes([64], 1, 128, "same") == 64 * 512
     assert pm.stage_bytes([64], 1, 128, "fp8_e4m3") == 64 * (128 + 256) * 2
     assert pm.stage_bytes([64], 1, 128, "fp4_e2m1") == 64 * ((65 + 256) * 2 + 4)
+    # The machine: its CUs and clock price the attention stage, its HBM the stage's bytes (MI300X the default).
+    case, loops = ("one", [4096] * 4, 32, 8, 128), (LOOP, LOOP)
+    mi300x, mi355x = pm.model(case, loops, False, "same"), pm.model(case, loops, False, "same", pm.MACHINES["gfx950"])
+    assert mi355x["vt"] == pytest.approx(mi300x["vt"] * 5.3 / 8.0)
+    assert mi355x["attn"] == pytest.approx(mi300x["attn"] * (304 / 256) * (2.1 / 2.4))
 
 
 @pytest.mark.skipif(not shutil.which("clang++-19"), reason="needs clang++-19 (gfx942 code objects)")

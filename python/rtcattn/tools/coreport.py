@@ -466,8 +466,11 @@ def cmd_isa(args) -> int:
         return 0
     if getattr(args, "prefill_model", False):
         from . import prefill_model
+        machine = prefill_model.MACHINES[args.arch]
+        print(f"machine: {machine.name}")
         prefill_model.print_models(prefill_model.models(
-            lambda mask, kv_dtype: report(args.arch, "rtne", mask, "paged", 128, "bf16", kv_dtype=kv_dtype)), table)
+            lambda mask, kv_dtype: report(args.arch, "rtne", mask, "paged", 128, "bf16", kv_dtype=kv_dtype),
+            machine), table)
         return 0
     if getattr(args, "backward_model", False):
         from . import backward_model as bm

@@ -81,19 +81,20 @@ def stage_bytes(lens, hk: int, d: int, kv_dtype: str) -> float:
     return keys * per_key
 
 
-def model(case: tuple, loops: tuple, causal: bool, kv_dtype: str, cus: int = CUS) -> dict:
-    """One case's bound (seconds): loops = (steady loop, cut blocks' loop) of its variant's code object."""
+def model(case: tuple, loops: tuple, causal: bool, kv_dtype: str, machine: Machine = MI300X) -> dict:
+    """One case's bound (seconds) on the machine: loops = (steady loop, cut blocks' loop) of its variant's code
+    object."""
     _, lens, hq, hk, d = case
     cyc, cut = iteration_cycles(loops[0]), iteration_cycles(loops[1])
     items = [u * cyc + m * cut for s in lens for u, m in item_blocks(s, q_rows(d), causal)] * hq
-    attn = max(sum(items) / cus, max(items)) / CLOCK_HZ
-    vt = stage_bytes(lens, hk, d, kv_dtype) / HBM_BYTES_PER_S
+    attn = max(sum(items) / machine.cus, max(items)) / machine.clock_hz
+    vt = stage_bytes(lens, hk, d, kv_dtype) / machine.hbm_bytes_per_s
     return {"attn": attn, "vt": vt, "bound": attn + vt}
 
 
-def models(report_of) -> list:
-    """Rows of every case, causal and not, for bf16 and the quantized caches. report_of(mask, kv_dtype): the paged
-    bf16 rtne variant's code-object report at the cases' bucket (coreport.Report)."""
+def models(report_of, machine: Machine = MI300X) -> list:
+    """Rows of every case, causal and not, for bf16 and the quantized caches, on the machine. report_of(mask,
+    kv_dtype): the paged bf16 rtne variant's code-object report at the cases' bucket (coreport.Report)."""
     rows = []
     for causal in (False, True):
         mask = "window" if causal else "none"
@@ -102,7 +103,7 @@ def models(report_of) -> list:
             r = report_of(mask, t)
             by[t] = (r.loop, r.masked_loop or r.loop)
         for case in CASES:
-            m = {t: model(case, by[t], causal, t) for t in by}
+            m = {t: model(case, by[t], causal, t, machine) for t in by}
             rows.append({"case": case[0], "causal": causal, **{t: m[t] for t in m},
                          "speed_fp8": m["same"]["bound"] / m["fp8_e4m3"]["bound"],
                          "speed_fp4": m["same"]["bound"] / m["fp4_e2m1"]["bound"]})
