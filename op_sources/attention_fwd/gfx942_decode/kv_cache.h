@@ -4,8 +4,9 @@
 // element type in registers, exactly (docs/numerics.md §10):
 //   * FP8: a value's bits go into an fp16 of the same value times 2^-s (E4M3 s = 8, FNUZ 7): the sign to bit 15,
 //     the exponent and mantissa fields to the top of fp16's (fp16 has their subnormals as its own, so the one
-//     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32. FNUZ on gfx942
-//     by its own v_cvt_pk_f32_fp8 instead (RTC_KV_FP8_BY_CVT: exact, 0x80 a NaN);
+//     placement serves every code), then one multiply by 2^s (packed fp16), exact; bf16 through fp32. Where the arch
+//     converts the format, by its own v_cvt_pk_f32_fp8 instead (RTC_KV_FP8_BY_CVT: FNUZ on gfx942, E4M3 on gfx950;
+//     exact, the NaN codes NaNs);
 //   * E2M1: v_perm_b32 tables of the 8 magnitudes' element bytes (high and low), the codes' magnitudes as the
 //     selectors, the signs OR-ed in, one perm a pair to interleave (unit_elems below): no conversion; gfx950 by its
 //     scaled converts instead, one a byte (the same elements);
@@ -23,7 +24,7 @@
 #include "isa_gfx9.h"
 #include "isa_gfx942.h"
 #include "kv_quant.h"
-#if RTC_KV_FP4 && RTC_HAS_CVT_SCALE_FP4
+#if (RTC_KV_FP4 && RTC_HAS_CVT_SCALE_FP4) || (RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3 && RTC_HAS_CVT_FP8_OCP)
 #include "isa_gfx950.h"
 #endif
 #include "gfx942/tiles.h"
@@ -32,10 +33,12 @@
 #include "gfx942_decode/scheduler.h"
 #include "gfx942_decode/softmax.h"
 
-// FNUZ where the hardware converts it (gfx942: isa_gfx942.h); gfx90a has no FP8 converts and gfx950's read OCP E4M3,
-// so FNUZ keeps the bit placement there, as E4M3 does everywhere. RTC_KV_NAN_CODES: the placed formats, whose NaN
-// codes the loop tests.
-#define RTC_KV_FP8_BY_CVT (RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ && RTC_HAS_CVT_FP8_FNUZ)
+// An FP8 format where the hardware converts it (isa_gfx942.h): FNUZ on gfx942, OCP E4M3 on gfx950. gfx90a has no FP8
+// converts, gfx942's read FNUZ only and gfx950's OCP only, so the other formats keep the bit placement there.
+// RTC_KV_NAN_CODES: the placed formats, whose NaN codes the loop tests.
+#define RTC_KV_FP8_BY_CVT                                                 \
+  ((RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ && RTC_HAS_CVT_FP8_FNUZ) || \
+   (RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3 && RTC_HAS_CVT_FP8_OCP))
 #define RTC_KV_NAN_CODES (RTC_KV_FP8 && !RTC_KV_FP8_BY_CVT)
 
 namespace gdec {
@@ -290,12 +293,17 @@ RTC_DEVICE rtc_u32 placed_pair(rtc_u32 mags_hi, rtc_u32 mags_lo, rtc_u32 mag_sel
 }
 
 #if RTC_KV_FP8_BY_CVT
-// FNUZ on gfx942 by its own convert: v_cvt_pk_f32_fp8 gives a word's two codes as fp32, exactly, 0x80 as a NaN (so
-// there is no NaN test and no fix-up); bf16 takes the fp32s' top halves (one perm), fp16 converts the pair in one
-// v_cvt_pkrtz_f16_f32 (exact whatever the rounding: every FNUZ value is an fp16 normal or zero).
+// FNUZ on gfx942, E4M3 on gfx950, by the arch's own convert: v_cvt_pk_f32_fp8 gives a word's two codes as fp32,
+// exactly, the NaN codes (FNUZ 0x80, E4M3 S.1111.111) as quiet NaNs (so there is no NaN test and no fix-up); bf16
+// takes the fp32s' top halves (one perm: a quiet NaN's top half is a bf16 NaN), fp16 converts the pair in one
+// v_cvt_pkrtz_f16_f32 (exact whatever the rounding: every FNUZ and E4M3 value is an fp16 normal or zero).
 template <bool kHi>
-RTC_DEVICE rtc_u32 fnuz_pair(rtc_u32 x) {
+RTC_DEVICE rtc_u32 fp8_cvt_pair(rtc_u32 x) {
+#if RTC_KV_DTYPE == RTC_KV_DTYPE_FP8_E4M3FNUZ
   const rtc_f32x2 f = cvt_pk_f32_fp8_fnuz<kHi>(x);
+#else
+  const rtc_f32x2 f = cvt_pk_f32_fp8<kHi>(x);
+#endif
 #if RTC_DTYPE == RTC_DTYPE_FP16
   return cvt_pkrtz_f16_f32(f[0], f[1]);
 #else
@@ -303,7 +311,8 @@ RTC_DEVICE rtc_u32 fnuz_pair(rtc_u32 x) {
 #endif
 }
 RTC_DEVICE rtc_u32x4 unit_elems(const KvUnit& u, float) {
-  return rtc_u32x4{fnuz_pair<false>(u[0]), fnuz_pair<true>(u[0]), fnuz_pair<false>(u[1]), fnuz_pair<true>(u[1])};
+  return rtc_u32x4{fp8_cvt_pair<false>(u[0]), fp8_cvt_pair<true>(u[0]), fp8_cvt_pair<false>(u[1]),
+                   fp8_cvt_pair<true>(u[1])};
 }
 #elif RTC_KV_FP8
 // Codes 2p and 2p + 1 of the dword x (mags: x & 0x7F7F7F7F): the magnitudes (7 bits) to fp16 bits 7..13.
