@@ -55,8 +55,8 @@ def planned_ns(items, rows, steps, g, d=128, chunks=1, kv_dtype=0):
     the waves' parts, whichever is longer, + the merge's round trips (16 parts a trip per part group). A 16-bit cache:
     each step a 2 us round trip + 0.2 us of S^T MFMAs, in rounds of 8 or 4 resident waves per CU. FP8 (d bytes a row):
     each step a round trip + 0.8 us (the expansion too), the waves as the 16-bit cache's. FP4 (d/2 + 1 bytes a row, its
-    scale; 8 waves per CU, 6 at 256 where LDS holds no more): two steps in flight share a round trip, so a part of n
-    steps takes n x (1 us + 0.8 us) + the first round trip's other half (part_ns)."""
+    scale; 8 waves per CU, 6 at 256 where LDS holds no more): three steps in flight (two at 256) share a round trip,
+    so a part of n steps takes n x (2 us / a + 0.8 us) + the first round trip's rest, (a - 1) / a of it (part_ns)."""
     fp4 = kv_dtype == 3
     step_keys = STEP_KEYS[d]
     waves = (8 if d <= 192 else 6) if fp4 else 8 if d <= 128 else 4
@@ -64,7 +64,8 @@ def planned_ns(items, rows, steps, g, d=128, chunks=1, kv_dtype=0):
     partials = 2 * rows * g * (d + 2) * 4 if g > 1 else 0
     hbm = (items // chunks * steps * 2 * step_keys * row_bytes + partials) / (17.4 * CUS)
     n = math.ceil(steps / g)
-    part = n * (1000.0 + 800.0) + 1000.0 if fp4 else n * 2800.0 if kv_dtype else n * 2200.0
+    a = 3 if d <= 192 else 2
+    part = n * (2000.0 / a + 800.0) + 2000.0 * (a - 1) / a if fp4 else n * 2800.0 if kv_dtype else n * 2200.0
     steps_ns = math.ceil(items * g / (CUS * waves)) * part
     groups = 16 // next(r for r in (1, 2, 4, 8, 16) if r >= min(rows * chunks // items, 16))  # merge lanes
     return max(hbm, steps_ns) + (math.ceil(g / (16 * groups)) * 2000.0 if g > 1 else 0.0)
@@ -100,12 +101,12 @@ def paged_quant(kv_dtype, b, hk, sk, d, page=16):
 @pytest.mark.parametrize("b,hk,sk,d", [(32, 8, 4096, 128), (1, 8, 131072, 128), (8, 8, 32768, 64),
                                        (1, 8, 9000, 256)])
 def test_the_planner_prices_a_quantized_step(b, hk, sk, d, kv_dtype):
-    """A quantized step's math is its expansion's too (0.8 us), and an FP4 cache keeps two steps' loads in flight
-    (params.h decode_ahead, the plan's steps_ahead): the planner prices a part of n steps as n x (a round trip over the
-    steps in flight + the step's math) + the rest of the first round trip, with the format's row bytes and
-    occupancy, and picks the fewest parts of least estimated time by that."""
+    """A quantized step's math is its expansion's too (0.8 us), and an FP4 cache keeps three steps' loads in flight
+    (two at 256; params.h decode_ahead, the plan's steps_ahead): the planner prices a part of n steps as n x (a
+    round trip over the steps in flight + the step's math) + the rest of the first round trip, with the format's row
+    bytes and occupancy, and picks the fewest parts of least estimated time by that."""
     p = _lib.op_plan(OP, KERNEL, paged_quant(kv_dtype, b, hk, sk, d))
-    assert p["steps_ahead"] == (2 if kv_dtype == 3 else 1) and p["step_keys"] == STEP_KEYS[d], p
+    assert p["steps_ahead"] == ((3 if d <= 192 else 2) if kv_dtype == 3 else 1) and p["step_keys"] == STEP_KEYS[d], p
     items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
     price = functools.partial(planned_ns, items, b * 32, steps, d=d, kv_dtype=kv_dtype)
     best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (price(g), g))

@@ -23,9 +23,12 @@ RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(buck
 // KV steps whose K and V loads a wave keeps in flight, by cache format: the loop holds that many steps'
 // registers (a ring) and refills a step's as soon as it is consumed with the rows of the step that many ahead, so a
 // step waits for loads issued that many steps earlier. FP4's rows take a quarter of a 16-bit row's registers, so it
-// keeps 2 steps in flight (the softmax still runs per step: the same steps and bits as the 16-bit variant); the
-// others 1. The split planner prices a part's steps with the same figure.
-RTC_HD constexpr int decode_ahead(int kv_dtype) { return rtc_kv_fp4(kv_dtype) ? 2 : 1; }
+// keeps 3 steps in flight up to the 192 bucket and 2 at 256 (3 spill there on gfx90a) (the softmax still runs per
+// step: the same steps and bits as the 16-bit variant); the others 1 (FP8 at 2 cost more waves than its loads
+// gained: docs/NOTES.md). The split planner prices a part's steps with the same figure.
+RTC_HD constexpr int decode_ahead(int bucket, int kv_dtype) {
+  return rtc_kv_fp4(kv_dtype) ? (bucket <= 192 ? 3 : 2) : 1;
+}
 
 // A load offset past every K / V buffer resource of the kernel (the host refuses a span above it): a lane whose key
 // or columns the call does not have loads from here and reads zeros, with no branch around its load. A load under a
