@@ -17,6 +17,8 @@
 //                                  (one type for both, so a parameter block is the same whatever the dtype;
 //                                  a kernel reads the bits as its dtype define says)
 //   RTC_WAVE                       lanes per wave/warp (64 on gfx9, 32 on NVIDIA)
+//   RTC_GFX                        the AMD arch as its gfx hex digits (0x942, 0x90a, 0x950), on the GPU and the
+//                                  emulator alike (RTC_EMU_ARCH); undefined on NVIDIA
 //   RTC_EXPORT_KERNEL(name, P)     after each kernel: the emulator's launch entry (empty on GPUs)
 #pragma once
 
@@ -53,6 +55,13 @@ typedef unsigned short rtc_elem_t;   // raw bits of a 16-bit element: bf16 or fp
 // ---------------------------------------------------------------- AMD (clang -x hip, hipRTC)
 #define RTC_AMD 1
 #define RTC_WAVE 64
+#if defined(__gfx90a__)
+#define RTC_GFX 0x90a
+#elif defined(__gfx950__)
+#define RTC_GFX 0x950
+#else
+#define RTC_GFX 0x942
+#endif
 #if !defined(__HIPCC_RTC__)
 // clang -x hip -nogpuinc: no HIP headers, so define the language pieces ourselves.
 #define __global__ __attribute__((global))

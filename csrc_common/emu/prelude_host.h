@@ -10,6 +10,7 @@
 #if RTC_EMU_ARCH != 0x942 && RTC_EMU_ARCH != 0x90a && RTC_EMU_ARCH != 0x950
 #error "RTC_EMU_ARCH must be 0x942 (gfx942), 0x90a (gfx90a) or 0x950 (gfx950)"
 #endif
+#define RTC_GFX RTC_EMU_ARCH  // platform.h's name for the arch, on the GPU and here
 
 typedef int rtc_i32;
 typedef unsigned int rtc_u32;

@@ -114,7 +114,7 @@ RTC_DEVICE void merge_stage(const DecodeParams& p) {
 #if defined(RTC_EMU)
 #define DECODE_OCCUPANCY
 #else
-#define DECODE_OCCUPANCY __attribute__((amdgpu_waves_per_eu(decode_min_waves(RTC_HEAD_DIM_MAX, RTC_KV_DTYPE))))
+#define DECODE_OCCUPANCY __attribute__((amdgpu_waves_per_eu(decode_min_waves(RTC_HEAD_DIM_MAX, RTC_KV_DTYPE, RTC_GFX))))
 #endif
 
 RTC_KERNEL(DECODE_THREADS) DECODE_OCCUPANCY attention_fwd_gfx942_decode(DecodeParams p) {

@@ -18,13 +18,13 @@ BUCKETS = list(manifest.load().op(OP).kernel(KERNEL).axes["head_dim"].buckets)
 STEP_KEYS = {64: 64, 96: 32, 128: 32, 192: 32, 256: 16}  # 16-key sub-tiles per step: 4, 2, 2, 2, 1
 
 
-def args(b, hq, hk, sq, sk, d, tail_split=-1, st=None, cus=CUS, max_splits=0):
+def args(b, hq, hk, sq, sk, d, tail_split=-1, st=None, cus=CUS, max_splits=0, **machine):
     qs = st or (sq * hq * d, hq * d, d)  # bshd, contiguous
     ks = (sk * hk * d, hk * d, d)
     return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=qs, k_strides=ks, v_strides=ks,
                         o_strides=qs, batch=b, heads=hq, seq_q=sq, seq_k=sk, head_dim=d, heads_k=hk, window_left=-1,
                         window_right=-1, softmax_scale=0.1, tail_split=tail_split, num_cus=cus,
-                        max_splits=max_splits)
+                        max_splits=max_splits, **machine)
 
 
 def bucket_of(d):
@@ -49,24 +49,26 @@ def test_plan_follows_the_bucket_and_the_group(d):
     assert _lib.op_plan(OP, KERNEL, args(3, 32, 1, 3, 100, d, tail_split=3))["grid_attn"] == 16 * 6
 
 
-def planned_ns(items, rows, steps, g, d=128, chunks=1, kv_dtype=0):
-    """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (17.4 B/ns per CU: the
-    KV bytes, and with a split the partials of the call's q rows written and read back, (d + 2) fp32 a row a part) or
-    the waves' parts, whichever is longer, + the merge's round trips (16 parts a trip per part group). A 16-bit cache:
-    each step a 2 us round trip + 0.2 us of S^T MFMAs, in rounds of 8 or 4 resident waves per CU. FP8 (d bytes a row):
-    each step a round trip + 0.8 us (the expansion too), the waves as the 16-bit cache's. FP4 (d/2 + 1 bytes a row, its
-    scale; 8 waves per CU, 6 at 256 where LDS holds no more): three steps in flight (two at 256) share a round trip,
-    so a part of n steps takes n x (2 us / a + 0.8 us) + the first round trip's rest, (a - 1) / a of it (part_ns)."""
+def planned_ns(items, rows, steps, g, d=128, chunks=1, kv_dtype=0, gbps=5300, lds=64 * 1024, cus=CUS, gfx=0):
+    """The planner's estimate (jit/ops/attention_fwd/gfx942_decode.cpp, split_ns), restated: HBM (the device's gbps,
+    MI300X's 5.3 TB/s where the argument block does not say: the KV bytes, and with a split the partials of the call's
+    q rows written and read back, (d + 2) fp32 a row a part) or the waves' parts, whichever is longer, + the merge's
+    round trips (16 parts a trip per part group). A 16-bit cache: each step a 2 us round trip + 0.2 us of S^T MFMAs,
+    in rounds of the resident waves per CU: 2 a SIMD up to 128 (3 on gfx950: gfx 0x950) and 1 above (FP4: 2), as
+    many as the CU's LDS (lds bytes, 64 KB where the block does not say) holds at the bucket's d x 40 bytes a wave
+    (64 KB: 6 FP4 waves at 256). FP8 (d bytes a row): each step a round trip + 0.8 us (the expansion too). FP4
+    (d/2 + 1 bytes a row, its scale): three steps in flight (two at 256) share a round trip, so a part of n steps
+    takes n x (2 us / a + 0.8 us) + the first round trip's rest, (a - 1) / a of it (part_ns)."""
     fp4 = kv_dtype == 3
     step_keys = STEP_KEYS[d]
-    waves = (8 if d <= 192 else 6) if fp4 else 8 if d <= 128 else 4
+    waves = min(4 * ((3 if gfx == 0x950 else 2) if d <= 128 else 2 if fp4 else 1), lds // (d * 40))
     row_bytes = d / 2 + 1 if fp4 else d if kv_dtype else 2 * d
     partials = 2 * rows * g * (d + 2) * 4 if g > 1 else 0
-    hbm = (items // chunks * steps * 2 * step_keys * row_bytes + partials) / (17.4 * CUS)
+    hbm = (items // chunks * steps * 2 * step_keys * row_bytes + partials) / gbps
     n = math.ceil(steps / g)
     a = 3 if d <= 192 else 2
     part = n * (2000.0 / a + 800.0) + 2000.0 * (a - 1) / a if fp4 else n * 2800.0 if kv_dtype else n * 2200.0
-    steps_ns = math.ceil(items * g / (CUS * waves)) * part
+    steps_ns = math.ceil(items * g / (cus * waves)) * part
     groups = 16 // next(r for r in (1, 2, 4, 8, 16) if r >= min(rows * chunks // items, 16))  # merge lanes
     return max(hbm, steps_ns) + (math.ceil(g / (16 * groups)) * 2000.0 if g > 1 else 0.0)
 
@@ -82,7 +84,7 @@ def test_the_planner_takes_the_fewest_parts_of_least_estimated_time(b, hk, sk, d
     assert abs(p["planned_ns"] - planned_ns(items, rows, steps, best, d)) <= 1, p
 
 
-def paged_quant(kv_dtype, b, hk, sk, d, page=16):
+def paged_quant(kv_dtype, b, hk, sk, d, page=16, cus=CUS, **machine):
     """A paged decode call over an FP8 (kv_dtype 1) or FP4 E2M1 + E8M0 (3) cache (fake addresses): b sequences of sk
     keys, one query row."""
     pages, row = math.ceil(sk / page), d // 2 if kv_dtype == 3 else d  # a row's bytes
@@ -91,10 +93,10 @@ def paged_quant(kv_dtype, b, hk, sk, d, page=16):
                   v_scale_strides=(page * hk, hk, 1)) if kv_dtype == 3 else {}
     return _lib.op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=(32 * d, 32 * d, d), k_strides=kv,
                         v_strides=kv, o_strides=(32 * d, 32 * d, d), batch=b, heads=32, seq_q=1, seq_k=sk, head_dim=d,
-                        heads_k=hk, window_left=-1, window_right=-1, softmax_scale=0.1, tail_split=-1, num_cus=CUS,
+                        heads_k=hk, window_left=-1, window_right=-1, softmax_scale=0.1, tail_split=-1, num_cus=cus,
                         cu_seqlens_q=1 << 44, cu_seqlens_k=1 << 45, block_table=1 << 46, total_q=b, total_k=0,
                         page_size=page, num_pages=b * pages, pages_per_seq=pages, table_stride=pages,
-                        kv_dtype=kv_dtype, **scales)
+                        kv_dtype=kv_dtype, **scales, **machine)
 
 
 @pytest.mark.parametrize("kv_dtype", [1, 3], ids=["fp8", "fp4"])
@@ -112,6 +114,41 @@ def test_the_planner_prices_a_quantized_step(b, hk, sk, d, kv_dtype):
     best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (price(g), g))
     assert p["splits"] == best, (b, hk, sk, d, p)
     assert abs(p["planned_ns"] - price(best)) <= 1, p
+
+
+@pytest.mark.parametrize("kv_dtype", [0, 1, 3], ids=["bf16", "fp8", "fp4"])
+@pytest.mark.parametrize("b,hk,sk,d", [(32, 8, 4096, 128), (1, 8, 131072, 128), (8, 8, 32768, 64),
+                                       (1, 8, 9000, 256), (4, 8, 16384, 256)])
+def test_the_planner_takes_the_parts_machine(b, hk, sk, d, kv_dtype):
+    """The argument block's hbm_gbps, lds_per_cu and gfx_arch (the manifest's machine of the arch, as the Python layer
+    fills them) are the planner's HBM bandwidth, the LDS its occupancy counts and the arch whose waves it counts:
+    MI355X's 8 TB/s and 160 KB over 256 CUs, 3 waves a SIMD up to 128, price a gfx950 call as split_ns restated with
+    those figures, and the plan follows them."""
+    m = manifest.load().machine("gfx950")
+    fields = dict(hbm_gbps=m.hbm_gbps, lds_per_cu=m.lds_per_cu, gfx_arch=m.gfx_arch)
+    p = _lib.op_plan(OP, KERNEL, paged_quant(kv_dtype, b, hk, sk, d, cus=m.cus, **fields) if kv_dtype
+                     else args(b, 32, hk, 1, sk, d, cus=m.cus, **fields))
+    items, steps = b * hk, math.ceil(sk / STEP_KEYS[d])
+    price = functools.partial(planned_ns, items, b * 32, steps, d=d, kv_dtype=kv_dtype, gbps=m.hbm_gbps,
+                              lds=m.lds_per_cu, cus=m.cus, gfx=0x950)
+    best = min(range(1, max(min(steps // 4, 1024), 1) + 1), key=lambda g: (price(g), g))
+    assert p["splits"] == best, (b, hk, sk, d, p)
+    assert abs(p["planned_ns"] - price(best)) <= 1, p
+
+
+def test_the_machine_fields_come_from_the_manifest(monkeypatch):
+    """The Python layer fills the planner's picture of the device from the manifest's machine of its arch (an emulated
+    arch: its arch's), and leaves it unknown (0) where the manifest names none."""
+    from rtcattn.runtime import dispatch
+    for arch in ("gfx942", "gfx90a", "gfx950"):
+        m = manifest.load().machine(arch)
+        monkeypatch.setattr(dispatch, "device_facts", lambda device, arch=arch: (arch + "-emu", 7))  # 7: the device's
+        want = dict(num_cus=7, hbm_gbps=m.hbm_gbps, lds_per_cu=m.lds_per_cu, gfx_arch=int(arch[3:], 16))
+        assert dispatch.machine_fields(torch.device("cpu")) == want, arch
+    mi355x = manifest.load().machine("gfx950")
+    assert (mi355x.cus, mi355x.hbm_gbps, mi355x.lds_per_cu) == (256, 8000, 160 * 1024), mi355x
+    monkeypatch.setattr(dispatch, "device_facts", lambda device: ("sm_90a", 132))
+    assert dispatch.machine_fields(torch.device("cpu")) == dict(num_cus=132, hbm_gbps=0, lds_per_cu=0, gfx_arch=0)
 
 
 def test_the_planner_splits_when_the_batch_cannot_fill_the_gpu():
@@ -171,8 +208,8 @@ def test_num_splits_maps_to_the_split_fields():
     q, k = torch.zeros(1, 32, 128, dtype=torch.bfloat16), torch.zeros(4097, 8, 128, dtype=torch.bfloat16)
     cu_q, cu_k = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0, 4097], dtype=torch.int32)
     p = validate.check_varlen_inputs(q, k, k, cu_q, cu_k, 1, 4097)
-    splits = {n: _lib.op_plan(OP, KERNEL, attention_fwd.args_block_varlen(q, k, k, None, cu_q, cu_k, None, p, CUS,
-                                                                           num_splits=n))["splits"]
+    splits = {n: _lib.op_plan(OP, KERNEL, attention_fwd.args_block_varlen(q, k, k, None, cu_q, cu_k, None, p,
+                                                                           dict(num_cus=CUS), num_splits=n))["splits"]
               for n in (0, 1, 2, 3)}
     assert splits == {0: best_of(8, 32, 129, 128, 1024), 1: 1, 2: 2, 3: 3} and splits[0] > 3, splits
 

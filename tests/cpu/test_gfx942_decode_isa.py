@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from test_gfx942_isa import _build_score_mod, score_mod_report
 
+from rtcattn.runtime import manifest
 from rtcattn.tools import coreport
 
 KERNEL = "gfx942_decode"
@@ -78,6 +79,12 @@ def prebuilt():
         list(pool.map(dispatch.build, order))
 
 
+def built_waves(arch, d, kv_dtype):
+    """Waves per SIMD the kernel asks for (params.h decode_min_waves), restated: 2 up to 128 (3 on gfx950), above it 2
+    for FP4 and 1 otherwise."""
+    return (3 if arch == "gfx950" else 2) if d <= 128 else 2 if kv_dtype.startswith("fp4") else 1
+
+
 @functools.cache
 def report(arch, mode, mask, kv, d, dtype):
     return coreport.report(arch, mode, mask, kv, d, dtype, kernel=KERNEL)
@@ -93,10 +100,11 @@ def test_code_object(arch, d, kv, mode, dtype, mask):
     r = report(arch, mode, mask, kv, d, dtype)
     n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
-    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= coreport.LDS_PER_CU[arch], tag
+    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= manifest.load().machine(arch).lds_per_cu, tag
     assert n["max_flat_workgroup_size"] == 64, tag
-    # Occupancy: at least 2 waves per SIMD up to 128 (8 one-wave workgroups per CU, the planner's picture), 1 above.
-    assert r.waves_per_simd >= (2 if d <= 128 else 1), tag
+    # Occupancy: at least the waves the kernel asks for (the planner's picture): 2 per SIMD up to 128 (8 one-wave
+    # workgroups per CU; 3 on gfx950), 1 above.
+    assert r.waves_per_simd >= built_waves(arch, d, "same"), tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
     assert r.loop[mine] and not r.loop[other], tag
     # One KV step of one wave: S^T (sub-tiles x d/16 k-steps) and as many PV MFMAs; K and V of each sub-tile in
@@ -134,12 +142,12 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     r = quant_report(arch, kv_dtype, dtype, d, kv, mask)
     n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
-    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= coreport.LDS_PER_CU[arch], tag
+    assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 <= manifest.load().machine(arch).lds_per_cu, tag
     assert n["max_flat_workgroup_size"] == 64, tag
-    # 2 waves per SIMD up to 128 and FP4 at every bucket (params.h decode_min_waves), 1 above 128 for FP8; as many as
-    # the V^T tile's LDS lets a CU hold (gfx942 / gfx90a at 256: 6 workgroups a CU, 1.5 a SIMD)
-    lds_waves = coreport.LDS_PER_CU[arch] // (d * VT_PITCH * 2) // 4
-    assert r.waves_per_simd >= min(2 if d <= 128 or kv_dtype == "fp4_e2m1" else 1, lds_waves), tag
+    # 2 waves per SIMD up to 128 (3 on gfx950) and FP4 at every bucket (params.h decode_min_waves), 1 above 128 for
+    # FP8; as many as the V^T tile's LDS lets a CU hold (gfx942 / gfx90a at 256: 6 workgroups a CU, 1.5 a SIMD)
+    lds_waves = manifest.load().machine(arch).lds_per_cu // (d * VT_PITCH * 2) // 4
+    assert r.waves_per_simd >= min(built_waves(arch, d, kv_dtype), lds_waves), tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
     assert r.loop[mine] and not r.loop[other], tag
     subs = SUBS[d] * ahead(kv_dtype, d)  # sub-tiles of the loop's steps
@@ -173,7 +181,7 @@ NATIVE = [(d, *(("bf16", "paged", "window"), ("fp16", "paged", "none"))[i % 2]) 
 @pytest.mark.parametrize("d,dtype,kv,mask", NATIVE, ids=[f"d{n[0]}-{n[1]}-{n[3]}" for n in NATIVE])
 def test_native_fp4_code_object(d, dtype, kv, mask):
     """gfx950's native FP4 path: the budgets of the other variants (no scratch or spills, the V^T tile's LDS, one wave
-    a workgroup, at least 2 waves a SIMD as every FP4 variant), and in the KV loop S^T by the scaled MFMA (one per
+    a workgroup, the waves a SIMD the kernel asks for), and in the KV loop S^T by the scaled MFMA (one per
     sub-tile and 128 of the bucket's columns: a lane's 32 columns of its row an MFMA, kernel's kScaledMfmas) where
     the LUT path takes d / 16 element MFMAs per sub-tile; P V unchanged (the element type's MFMAs).
     The loop holds ahead() steps (FP4 read natively too)."""
@@ -181,7 +189,7 @@ def test_native_fp4_code_object(d, dtype, kv, mask):
     n, tag = r.notes, f"{r.name}: {r.notes} {r.loop}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 and n["max_flat_workgroup_size"] == 64, tag
-    assert r.waves_per_simd >= 2, tag
+    assert r.waves_per_simd >= built_waves("gfx950", d, "fp4_e2m1_native"), tag
     subs = SUBS[d] * ahead("fp4_e2m1_native", d)  # sub-tiles of the loop's steps
     scaled = subs * -(-d // 128)
     assert r.loop["mfma_scale"] == scaled and r.loop["mfma"] == scaled + subs * d // 16, tag
@@ -223,7 +231,7 @@ def test_score_mod_code_object(kernel, arch, score_mod, mask, kv, d, dtype, kv_d
     n, tag = r.notes, f"{r.name} {score_mod}: {r.notes} {r.loop}"
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 and n["max_flat_workgroup_size"] == 64, tag
-    assert r.waves_per_simd >= (2 if d <= 128 or kv_dtype.startswith("fp4") else 1), tag
+    assert r.waves_per_simd >= built_waves(arch, d, kv_dtype), tag
     assert not waits_for_every_load(r), tag
     plain = coreport.report(arch, "rtne", mask, kv, d, dtype, kernel=kernel, kv_dtype=kv_dtype).loop
     for k in ("mfma", "mfma_scale", "vmem", "load_bytes", "lds", "s_barrier"):

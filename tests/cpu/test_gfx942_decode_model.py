@@ -1,6 +1,7 @@
 """The static bandwidth model of the gfx942 decode kernel (python/rtcattn/tools/decode_model.py, `python -m rtcattn isa
 --decode-model`): its bounds from the runtime's plan and a loop's counts, and on the issue's decode cases, from the
 real code objects, the bound against the KV bytes at MI300X's 5.3 TB/s."""
+import dataclasses
 import math
 import shutil
 
@@ -56,8 +57,14 @@ def test_the_machine_prices_the_bounds():
     assert mi300x == dm.model(case, LOOP, 2, MI300X) and MACHINES["gfx942"] == MI300X
     assert mi355x["ideal"] == mi300x["kv_bytes"] / 8.0e12 and mi300x["ideal"] == mi300x["kv_bytes"] / 5.3e12
     assert mi355x["hbm"] < mi300x["hbm"], (mi300x, mi355x)
-    lone = (1, 131072, 32, 8, 64, 1, 128)  # split to fill the CUs: fewer parts on 256 than on 304
-    assert dm.model(lone, LOOP, 2, MACHINES["gfx950"])["splits"] < dm.model(lone, LOOP, 2)["splits"]
+    # The plan is the runtime's for the part (its CUs, HBM bandwidth and LDS per CU in the argument block): a lone
+    # long sequence is split more finely on MI355X (90 parts on MI300X, 137), where the HBM term is shorter and the
+    # waves' parts weigh more.
+    lone = (1, 131072, 32, 8, 64, 1, 128)
+    on_mi355x = dm.model(lone, LOOP, 2, MACHINES["gfx950"])["splits"]
+    assert on_mi355x == dm.plan(lone, MACHINES["gfx950"])["splits"] > dm.model(lone, LOOP, 2)["splits"]
+    slow = dataclasses.replace(MACHINES["gfx950"], hbm_bytes_per_s=5.3e12)  # 256 CUs at MI300X's bandwidth
+    assert dm.plan(lone, slow)["splits"] < on_mi355x, dm.plan(lone, slow)
     assert dm.step_seconds(LOOP, MACHINES["gfx950"]) == pytest.approx(dm.step_seconds(LOOP) * 2.1 / 2.4)
 
 
@@ -160,8 +167,8 @@ def test_the_bound_takes_the_replayed_waves():
     trip = [(0, "buffer_load_dwordx4", ""), (4, "s_waitcnt", "vmcnt(0)")]
     slow = trip + trip + [(8, "v_mfma_f32_16x16x16_bf16", "")]  # two round trips a step, where the planner prices one
     m, bare = dm.model(case, LOOP, 2, body=slow), dm.model(case, LOOP, 2)
-    steps = math.ceil(dm.plan(case, dm.CUS)["steps"] / m["splits"])
-    rounds = math.ceil(m["grid_attn"] / round(dm.CUS * 4 * 2))
+    steps = math.ceil(dm.plan(case)["steps"] / m["splits"])
+    rounds = math.ceil(m["grid_attn"] / round(dm.MI300X.cus * 4 * 2))
     assert m["waves"] == pytest.approx(rounds * dm.wave_seconds(slow, steps)) and m["priced"] == bare["waves"]
     assert bare["waves"] == bare["priced"] and m["waves"] > m["priced"], (m, bare)
     assert m["bound"] == pytest.approx(max(m["hbm"], m["waves"], m["issue"]) + m["merge"]), m

@@ -11,6 +11,7 @@ from unittest import mock
 
 import pytest
 
+from rtcattn.runtime import manifest
 from rtcattn.tools import coreport
 
 ARCHS = [a for a, tool in (("gfx942", "clang++-19"), ("gfx90a", "clang++-19"), ("gfx950", "clang++-22"))
@@ -99,7 +100,8 @@ def check_common(r, tag, loop_selects=False):
     """loop_selects: the steady loop may select (dropout's keep bits and word of each Philox call)."""
     n = r.notes
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
-    assert n["group_segment_fixed_size"] == design_lds(r.head_dim) <= min(64 * 1024, coreport.LDS_PER_CU[r.arch]), tag
+    lds_per_cu = manifest.load().machine(r.arch).lds_per_cu
+    assert n["group_segment_fixed_size"] == design_lds(r.head_dim) <= min(64 * 1024, lds_per_cu), tag
     assert n["max_flat_workgroup_size"] == 512, tag
     # Occupancy: one workgroup of 8 waves per CU, 2 waves per SIMD (the two groups share each SIMD): at most 256
     # VGPRs + AGPRs per wave.

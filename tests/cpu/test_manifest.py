@@ -110,6 +110,16 @@ BAD = [
      "warm_default.exclude[0]", '{"mask": ["none"]}', "two or more enumerated axes"),
     ("warm_default exclude value", lambda d: op(d)["warm_default"]["exclude"][0].update(kv=["packed"]),
      "warm_default.exclude[0].kv[0]", '"packed"', "one of dense, varlen, paged"),
+    ("machine type", lambda d: d["archs"]["gfx942"].update(machine="MI300X"), "archs.gfx942.machine", '"MI300X"',
+     "an object with keys part, cus, hbm_gbps, lds_per_cu, clock_mhz"),
+    ("machine missing key", lambda d: d["archs"]["gfx942"]["machine"].pop("hbm_gbps"), "archs.gfx942.machine.hbm_gbps",
+     "null", "a positive number (peak HBM bandwidth, GB/s)"),
+    ("machine bad value", lambda d: d["archs"]["gfx950"]["machine"].update(lds_per_cu=0),
+     "archs.gfx950.machine.lds_per_cu", "0", "a positive integer (LDS bytes per CU)"),
+    ("machine unknown key", lambda d: d["archs"]["gfx950"]["machine"].update(vram_gb=288),
+     "archs.gfx950.machine.vram_gb", "288", "one of the keys part, cus, hbm_gbps"),
+    ("machine on an emulated arch", lambda d: d["archs"]["gfx942-emu"].update(machine=d["archs"]["gfx942"]["machine"]),
+     "archs.gfx942-emu.machine", "MI300X", "no machine: an emulated arch takes its arch's"),
 ]
 
 

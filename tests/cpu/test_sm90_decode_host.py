@@ -112,7 +112,7 @@ def _dense_args(sq, sk, hq, hk, d, dtype=torch.bfloat16, sms=SMS):
     q = torch.zeros(2, sq, hq, d, dtype=dtype)
     k = torch.zeros(2, sk, hk, d, dtype=dtype)
     p = validate.check_inputs(q, k, k, "bshd", "rtne")
-    return attention_fwd.args_block(q, k, k, torch.empty_like(q), None, "bshd", p, sms)
+    return attention_fwd.args_block(q, k, k, torch.empty_like(q), None, "bshd", p, dispatch.arch_fields("sm_90a", sms))
 
 
 def _plan(args):
@@ -187,7 +187,8 @@ def test_refusals_name_the_argument_and_what_is_accepted():
     base = torch.zeros(1, 40, 2, 132, dtype=torch.bfloat16)
     view = base[..., :128]  # strides 264 and 132 elements: 132 % 8 != 0
     p = validate.check_inputs(view, view, view, "bshd", "rtne")
-    args = attention_fwd.args_block(view, view, view, torch.empty_like(view), None, "bshd", p, SMS)
+    args = attention_fwd.args_block(view, view, view, torch.empty_like(view), None, "bshd", p,
+                                     dispatch.arch_fields("sm_90a", SMS))
     args.seq_q = 1
     assert _lib.op_supports(OP, KERNEL, args, "cuda") == (
         "q_strides[2]=132 is not accepted by the sm90_decode kernel; accepted: a multiple of 8 elements in [0, 2^38)")
@@ -236,7 +237,8 @@ def _quant_paged_selection(sq, d=128, cache="fp8"):
 def _paged_plan(d, cache):
     q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(1, d, cache)
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, None, quant)
-    return _plan(stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, SMS, None, 0, quant))
+    machine = dispatch.arch_fields("sm_90a", SMS)
+    return _plan(stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, machine, None, 0, quant))
 
 
 def test_dispatch_sends_quantized_decode_calls_to_the_decode_kernel(monkeypatch):

@@ -14,7 +14,7 @@ from rtcattn.runtime import dispatch
 def forward(q, k, v, layout, mode, scale=None, lse=False, *, arch="gfx942", tail_split=0, num_cus=None,
             window=(-1, -1)):
     """O (and LSE) of the gfx942 kernel for CPU bf16 tensors in `layout` (num_cus None: the emulated MI300X's)."""
-    num_cus = dispatch.EMULATED_CUS["gfx942-emu"] if num_cus is None else num_cus
+    num_cus = dispatch.emulated_cus("gfx942-emu") if num_cus is None else num_cus
     before = os.environ.get("RTCATTN_EMULATE")
     os.environ["RTCATTN_EMULATE"] = arch
     try:

@@ -64,7 +64,7 @@ def test_fp16_selects_the_sm90_kernel_on_sm90a(d, bucket):
     to the sm90 kernel's bucket for D, and every round mode to its one fp16 variant (nearest even)."""
     q = torch.zeros(1, 200, 2, d, dtype=F16)
     p = validate.check_inputs(q, q, q, "bshd", "rtne")
-    args = attention_fwd.args_block(q, q, q, None, None, "bshd", p, 132)
+    args = attention_fwd.args_block(q, q, q, None, None, "bshd", p, dict(num_cus=132))
     for mode in ("rtna", "rtne", "rtz"):
         sel = dispatch.select(OP, "sm_90a", stub._call(q, mode, p, "dense"),
                               supports=dispatch.runtime_check(OP, args, "cuda"))
@@ -72,7 +72,7 @@ def test_fp16_selects_the_sm90_kernel_on_sm90a(d, bucket):
         assert sel.variant.name == f"sm90-rtne-none-dense-d{bucket}-fp16-same-plain-nodrop", (mode, sel.variant.name)
     qb = q.bfloat16()
     pb = validate.check_inputs(qb, qb, qb, "bshd", "rtne")
-    argsb = attention_fwd.args_block(qb, qb, qb, None, None, "bshd", pb, 132)
+    argsb = attention_fwd.args_block(qb, qb, qb, None, None, "bshd", pb, dict(num_cus=132))
     assert dispatch.select(OP, "sm_90a", stub._call(qb, "rtz", pb, "dense"),
                            supports=dispatch.runtime_check(OP, argsb, "cuda")).variant.name == \
         f"sm90-rtz-none-dense-d{bucket}-bf16-same-plain-nodrop"

@@ -26,7 +26,7 @@ KERNEL = "gfx942_decode"
 F16, BF16 = torch.float16, torch.bfloat16
 DTYPES = {"bf16": BF16, "fp16": F16}
 BUCKETS = list(manifest.load().op(attention_fwd.OP).kernel(KERNEL).axes["head_dim"].buckets)
-CUS = dispatch.EMULATED_CUS["gfx942-emu"]
+CUS = dispatch.emulated_cus("gfx942-emu")
 CAUSAL = (-1, 0)
 MAX_Q = 16  # query rows per sequence the kernel takes
 
@@ -121,7 +121,7 @@ def test_lengths_1_17_300_4097_against_fp64():
     with on():
         p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k)
         assert _lib.op_plan(attention_fwd.OP, KERNEL, attention_fwd.args_block_varlen(
-            b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, CUS))["splits"] > 1
+            b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, dispatch.arch_fields("gfx942-emu", CUS)))["splits"] > 1
         vs.check_accuracy(b, "rtne", CAUSAL, what="planned split")
     with on(tail_split=0):
         vs.check_accuracy(b, "rtna", (100, 0), what="no split")

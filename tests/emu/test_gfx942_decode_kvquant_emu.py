@@ -23,7 +23,7 @@ from test_kvquant_emu import FP8, check, hnd
 pytestmark = pytest.mark.emu
 
 KERNEL = "gfx942_decode"
-CUS = dispatch.EMULATED_CUS["gfx942-emu"]
+CUS = dispatch.emulated_cus("gfx942-emu")
 CAUSAL = (-1, 0)
 BF16, F16 = torch.bfloat16, torch.float16
 

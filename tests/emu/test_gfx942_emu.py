@@ -116,7 +116,7 @@ def test_small_workspace_is_refused():
                         q_strides=strides[0], k_strides=strides[1], v_strides=strides[2], o_strides=strides[3],
                         batch=1, heads=1, seq_q=10, seq_k=10, head_dim=128, heads_k=1, window_left=-1, window_right=-1,
                         softmax_scale=0.1, tail_split=0,
-                        num_cus=dispatch.EMULATED_CUS["gfx942-emu"])
+                        num_cus=dispatch.emulated_cus("gfx942-emu"))
     need = _lib.op_workspace_bytes("attention_fwd", "gfx942", args)
     assert need == 16384  # one 64-row V^T block, no split
     ws = torch.empty(need - 1, dtype=torch.uint8)

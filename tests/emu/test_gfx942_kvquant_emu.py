@@ -22,7 +22,7 @@ from test_kvquant_emu import check
 pytestmark = pytest.mark.emu
 
 KERNEL = "gfx942"
-CUS = dispatch.EMULATED_CUS["gfx942-emu"]
+CUS = dispatch.emulated_cus("gfx942-emu")
 CAUSAL, FULL = (-1, 0), (-1, -1)
 BF16, F16 = torch.bfloat16, torch.float16
 

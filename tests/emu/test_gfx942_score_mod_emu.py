@@ -89,7 +89,7 @@ def test_prefill_tail_split():
     _, cap, _, window = BOTH
     q, k, v = _qkv(1, 40, 300, 2, 1, 64)
     al = sms.slopes("heads", 1, 2, "cpu")
-    with dispatch.pinned(kernel=PREFILL, tail_split=3, num_cus=dispatch.EMULATED_CUS["gfx942-emu"]):
+    with dispatch.pinned(kernel=PREFILL, tail_split=3, num_cus=dispatch.emulated_cus("gfx942-emu")):
         out, lse = rtcattn.forward(q, k, v, window_size=window, softcap=cap, alibi_slopes=al, return_lse=True)
     score = dict(softcap=cap, alibi_slopes=al)
     o64, lse64 = ref.reference_fp64(q, k, v, "bshd", None, window, **score)
@@ -116,7 +116,7 @@ def test_decode_packed(page):
 
 def test_decode_kv_split():
     """The item's KV steps split into 3 parts, merged by the modified scores' maxima."""
-    with dispatch.pinned(kernel=DECODE, tail_split=3, num_cus=dispatch.EMULATED_CUS["gfx942-emu"]):
+    with dispatch.pinned(kernel=DECODE, tail_split=3, num_cus=dispatch.emulated_cus("gfx942-emu")):
         _check_packed_unpinned(BOTH, DECODE_LENS_Q, DECODE_LENS_K, hq=4, hk=1, d=64)
 
 
@@ -179,7 +179,7 @@ def test_native_fp4_path_on_gfx950():
     kdq, vdq = (ref.dequantize_cache(t, "fp4_e2m1_native", s) for t, s in ((k, ks), (v, vs_)))
     qn = kvquant.dequantize_q_fp8(*kvquant.quantize_q_fp8(b.q)).to(b.q.dtype)
     al = sms.slopes(kind, 2, 8, "cpu")
-    with arch("gfx950"), dispatch.pinned(kernel=NATIVE, num_cus=dispatch.EMULATED_CUS["gfx950-emu"]):
+    with arch("gfx950"), dispatch.pinned(kernel=NATIVE, num_cus=dispatch.emulated_cus("gfx950-emu")):
         out, lse = rtcattn.forward_varlen(b.q, k, v, b.cu_q, b.cu_k, b.max_q, b.max_k, window_size=window,
                                           block_table=b.block_table, softcap=cap, alibi_slopes=al, return_lse=True,
                                           kv_cache_dtype="fp4_e2m1_native", k_scale=ks, v_scale=vs_)

@@ -24,7 +24,7 @@ from test_kvquant_emu import check, hnd
 pytestmark = pytest.mark.emu
 
 KERNEL = "gfx950_decode"
-CUS = dispatch.EMULATED_CUS["gfx950-emu"]
+CUS = dispatch.emulated_cus("gfx950-emu")
 CAUSAL = (-1, 0)
 BF16, F16 = torch.bfloat16, torch.float16
 NATIVE = "fp4_e2m1_native"

@@ -214,7 +214,8 @@ def _decode_plan(q, kc, vc, seqlens, num_splits):
     packed = kvcache.plan(q, kc, vc, seqlens, None, None, p)
     pk = (packed.q, packed.k, packed.v, packed.cu_q, packed.cu_k, p.seq_q, packed.max_seqlen_k)
     vp = validate.check_varlen_inputs(*pk, seqused_k=packed.seqused_k)
-    args = attention_fwd.args_block_varlen(*pk[:3], None, *pk[3:5], None, vp, dispatch.EMULATED_CUS["gfx942-emu"],
+    args = attention_fwd.args_block_varlen(*pk[:3], None, *pk[3:5], None, vp,
+                                           dispatch.arch_fields("gfx942-emu", dispatch.emulated_cus("gfx942-emu")),
                                            packed.seqused_k, num_splits)
     kernel = attention_fwd.selection_varlen(*pk, seqused_k=packed.seqused_k, num_splits=num_splits).kernel.name
     return _lib.op_plan(attention_fwd.OP, "gfx942_decode", args), kernel

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.emu
 
 KERNELS = {  # name -> pins: the gfx942 kernel with the emulated CU count of tests/emu/gfx942_driver.py
     "baseline": {"kernel": "baseline"},
-    "gfx942": {"kernel": "gfx942", "tail_split": 0, "num_cus": dispatch.EMULATED_CUS["gfx942-emu"]},
-    "gfx942-split": {"kernel": "gfx942", "tail_split": 3, "num_cus": dispatch.EMULATED_CUS["gfx942-emu"]},
+    "gfx942": {"kernel": "gfx942", "tail_split": 0, "num_cus": dispatch.emulated_cus("gfx942-emu")},
+    "gfx942-split": {"kernel": "gfx942", "tail_split": 3, "num_cus": dispatch.emulated_cus("gfx942-emu")},
 }
 
 

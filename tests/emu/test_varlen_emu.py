@@ -20,7 +20,7 @@ from rtcattn.ops import attention_fwd
 from rtcattn.ops.attention_fwd import reference as ref, validate
 from rtcattn.runtime import dispatch
 
-CUS = dispatch.EMULATED_CUS["gfx942-emu"]  # the emulated MI300X
+CUS = dispatch.emulated_cus("gfx942-emu")  # the emulated MI300X
 
 pytestmark = pytest.mark.emu
 
@@ -136,7 +136,8 @@ def test_workspace_is_sized_without_reading_cu_seqlens(pin):
     from rtcattn.runtime import _lib
     b = vs.make_batch([10, 200, 3], [70, 129, 1], 4, 2, 128, "cpu")
     p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k)
-    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, CUS)
+    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p,
+                                           dispatch.arch_fields("gfx942-emu", CUS))
     # Hk * (ceil(total_k / 64) + batch) blocks of 16 KiB: 2 * (4 + 3)
     assert _lib.op_workspace_bytes("attention_fwd", "gfx942", args) == 2 * 7 * 16384
 
@@ -173,7 +174,8 @@ def test_paged_workspace_is_sized_by_the_block_table(pin):
     pages = b.block_table.shape[1]
     p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, 1,
                                                                 block_table=b.block_table)
-    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, CUS)
+    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p,
+                                           dispatch.arch_fields("gfx942-emu", CUS))
     # Hk * B * ceil(pages * 32 / 64) blocks of 16 KiB
     assert _lib.op_workspace_bytes("attention_fwd", "gfx942", args) == 2 * 2 * -(-pages * 32 // 64) * 16384
 

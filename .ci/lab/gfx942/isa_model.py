@@ -27,7 +27,7 @@ if __name__ == "__main__":  # run from a checkout: this tree's package (the test
 
 # The serving varlen mix and its heads, as the product's bench defines them.
 from rtcattn.ops.attention_fwd.bench import HK, HQ, VARLEN_MIX
-from rtcattn.runtime.dispatch import EMULATED_CUS
+from rtcattn.runtime.dispatch import emulated_cus
 from rtcattn.tools.coreport import (
     ARCHS,
     KERNEL,
@@ -40,7 +40,7 @@ from rtcattn.tools.coreport import (
     variant_reports,
 )
 
-CUS = EMULATED_CUS["gfx942-emu"]  # MI300X's compute units, as the runtime plans the emulated part
+CUS = emulated_cus("gfx942-emu")  # MI300X's compute units, as the runtime plans the emulated part
 VARLEN_HEADS = (HQ, HK)
 # The model's machine: clock, issue cycles per MFMA (16x16x16 bf16 or f16), per VALU and per transcendental
 # instruction of a wave64, LDS bytes per clock and CU, and (an assumption, not a documented figure) vector L1 bytes

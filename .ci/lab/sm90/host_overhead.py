@@ -32,16 +32,16 @@ def internal_layers(q, k, v, out):
     from rtcattn.ops.attention_fwd import validate
     from rtcattn.runtime import dispatch
     prob = validate.check_inputs(q, k, v, "bshd", "rtne", None)
-    _, cus = dispatch.device_facts(q.device)
+    machine = dispatch.machine_fields(q.device)
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": prob.head_dim, "dtype": "bf16",
             "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
-    args = op.args_block(q, k, v, out, None, "bshd", prob, cus)
+    args = op.args_block(q, k, v, out, None, "bshd", prob, machine)
     sel = op.selection(q, k, v)
     prog = dispatch.build(sel.variant).program
     stream = torch.cuda.current_stream().cuda_stream
     return {
         "validate.check_inputs": lambda: validate.check_inputs(q, k, v, "bshd", "rtne", None),
-        "ops.attention_fwd.args_block": lambda: op.args_block(q, k, v, out, None, "bshd", prob, cus),
+        "ops.attention_fwd.args_block": lambda: op.args_block(q, k, v, out, None, "bshd", prob, machine),
         "dispatch.run": lambda: dispatch.run(op.OP, q.device, call, args),
         f"C op_launch ({sel.kernel.name}) alone": lambda: dispatch.lib().op_launch(
             prog, op.OP, sel.kernel.name, args, "cuda", q.device.index or 0, stream),

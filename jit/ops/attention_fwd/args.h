@@ -35,6 +35,9 @@
   X(tail_split, int32_t, I32, 1)    /* -1 = the planner decides, 0 = off, >1 = forced parts */ \
   X(max_splits, int32_t, I32, 1)    /* 0 = the kernel's own cap, n >= 1 = at most n parts */   \
   X(num_cus, int32_t, I32, 1)       /* CUs / SMs of the device (planner input; <= 0 unknown) */ \
+  X(hbm_gbps, int32_t, I32, 1)      /* the device's memory bandwidth, GB/s (planner input; <= 0 unknown) */ \
+  X(lds_per_cu, int32_t, I32, 1)    /* LDS / shared memory bytes a CU holds (planner input; <= 0 unknown) */ \
+  X(gfx_arch, int32_t, I32, 1)      /* AMD: the arch's gfx hex digits, 0x942, 0x90a, 0x950 (planner input; 0 other) */ \
   /* Packed sequences (varlen), and K/V in pages (paged): null pointers for a dense call. Then */  \
   /* batch counts sequences, seq_q / seq_k are max_seqlen_q / max_seqlen_k, q / o are           */  \
   /* [total_q, heads, D] (strides[0] unused) and k / v [total_k, heads_k, D] or, paged,         */  \

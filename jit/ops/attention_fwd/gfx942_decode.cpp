@@ -14,20 +14,21 @@ namespace {
 // AttnParams is trivial, so the derived fields start right after it on the host and on the GPU.
 static_assert(sizeof(DecodeParams) == sizeof(AttnParams) + 16, "DecodeParams size changed: check the kernel");
 
-// The split planner's picture of the GPU, per CU: the kernel's resident waves (one-wave workgroups; 4 SIMDs of the
-// waves the kernel is built for, decode_min_waves: tests/cpu/test_gfx942_decode_isa.py, as many as MI300X's 64 KB
-// of LDS per CU holds), HBM bytes per ns
-// (MI300X: 5.3 TB/s over 304 CUs; an MI250X GCD, 1.6 TB/s over 110, is about the same per CU), the time of a round
-// trip to memory under load, and the part of a step's instructions its loads do not overlap (a wave requests the
-// K of the step decode_ahead steps on after a step's S^T MFMAs and its V after the LDS write: decode_ahead steps
-// share a round trip, each adding that part, after a first round trip that fills the pipeline): the S^T MFMAs for a
-// 16-bit cache; a quantized step also expands its K and V, about 0.8 us a step at d128 as the static model replays
-// the loops (docs/NOTES.md). Assumptions, not measurements: docs/design-gfx942-decode.md.
-constexpr int kLdsPerCu = 64 * 1024;
-int waves_per_cu(int bucket, int kv_dtype) {
-  return std::min(4 * decode_min_waves(bucket, kv_dtype), kLdsPerCu / decode_lds_bytes(bucket));
+// The split planner's picture of the GPU: the device's HBM bandwidth and LDS per CU (the argument block's hbm_gbps
+// and lds_per_cu, which Python fills from the manifest's machine of the arch: MI300X 5.3 TB/s and 64 KB for gfx942,
+// MI355X 8 TB/s and 160 KB for gfx950; unknown (<= 0): MI300X's), the kernel's resident waves per CU (one-wave
+// workgroups; 4 SIMDs of the waves the kernel is built for on the arch, gfx_arch, decode_min_waves:
+// tests/cpu/test_gfx942_decode_isa.py, as many as the CU's LDS holds), the time of a round trip to memory under load,
+// and the part of a step's instructions its loads do not overlap (a wave requests the K of the step decode_ahead steps
+// on after a step's S^T MFMAs and its V after the LDS write: decode_ahead steps share a round trip, each adding that
+// part, after a first round trip that fills the pipeline): the S^T MFMAs for a 16-bit cache; a quantized step also
+// expands its K and V, about 0.8 us a step at d128 as the static model replays the loops (docs/NOTES.md).
+// Assumptions, not measurements: docs/design-gfx942-decode.md.
+constexpr int kDefaultLdsPerCu = 64 * 1024;
+constexpr double kDefaultHbmGbps = 5300.0;
+int waves_per_cu(int bucket, int kv_dtype, int gfx, int lds_per_cu) {
+  return std::min(4 * decode_min_waves(bucket, kv_dtype, gfx), lds_per_cu / decode_lds_bytes(bucket));
 }
-constexpr double kBytesPerNsPerCu = 17.4;
 constexpr double kRoundTripNs = 2000.0;
 double step_math_ns(int kv_dtype) { return kv_dtype == RTC_KV_DTYPE_SAME ? 200.0 : 800.0; }
 constexpr int kMinStepsPerPart = 4;
@@ -46,6 +47,9 @@ struct Plan {
   int merge_groups = 1;  // part groups of the merge's lanes for an item of the most rows (decode_merge_groups)
   int kv_dtype = RTC_KV_DTYPE_SAME;
   double row_bytes = 0;  // bytes the kernel reads per key row of K or of V (the bucket's columns; FP4: its scale)
+  double hbm_bytes_per_ns = kDefaultHbmGbps;  // the device's (hbm_gbps; 1 GB/s is a byte a ns)
+  int lds_per_cu = kDefaultLdsPerCu;
+  int gfx = 0;  // the arch (gfx_arch): the waves its code object is built for (decode_min_waves)
 };
 
 // splits: a planned split (tail_split -1) takes the fewest parts of the least estimated time: the attention stage
@@ -64,8 +68,9 @@ double part_ns(int64_t n, int bucket, int kv_dtype) {
 double split_ns(const Plan& pl, int cus, int64_t g) {
   const double step_bytes = 2.0 * decode_step_keys(pl.bucket) * pl.row_bytes;  // K and V
   const double partials = g > 1 ? 2.0 * double(pl.rows) * g * decode_part_row_bytes(pl.bucket) : 0.0;
-  const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / (kBytesPerNsPerCu * cus);
-  const double rounds = double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket, pl.kv_dtype)));
+  const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / pl.hbm_bytes_per_ns;
+  const double rounds =
+      double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket, pl.kv_dtype, pl.gfx, pl.lds_per_cu)));
   const double waves = rounds * part_ns(ceil_div(pl.steps, g), pl.bucket, pl.kv_dtype);
   const double merge = g > 1 ? double(ceil_div(g, int64_t(DECODE_MERGE_BATCH) * pl.merge_groups)) * kRoundTripNs : 0.0;
   return std::max(hbm, waves) + merge;
@@ -85,6 +90,9 @@ Plan make_plan(const AttentionFwdArgs& a) {
   pl.row_bytes = a.kv_dtype == RTC_KV_DTYPE_SAME ? 2.0 * pl.bucket
                  : rtc_kv_fp4(a.kv_dtype)        ? pl.bucket / 2.0 + 1.0
                                                  : double(pl.bucket);
+  if (a.hbm_gbps > 0) pl.hbm_bytes_per_ns = a.hbm_gbps;
+  if (a.lds_per_cu > 0) pl.lds_per_cu = a.lds_per_cu;
+  pl.gfx = a.gfx_arch;
   const int cus = a.num_cus;
   pl.splits = decode_splits(a, pl.steps, kMinStepsPerPart, cus > 0 && pl.items > 0,
                             [&](int64_t g) { return split_ns(pl, cus, g); });

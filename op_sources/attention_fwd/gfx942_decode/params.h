@@ -41,11 +41,14 @@ RTC_HD constexpr unsigned decode_no_row() { return 0xFFFFFFF0u; }
 #define DECODE_VT_PITCH 20
 RTC_HD constexpr int decode_lds_bytes(int bucket) { return bucket * DECODE_VT_PITCH * 2; }
 
-// Waves per SIMD the kernel is built for, by bucket and cache format: 2 up to 128, and above it 2 for FP4 (its bytes
-// take a quarter of a 16-bit row's registers) and 1 otherwise (a step's K and V registers need more than 256: FP8
-// fits on gfx942 and gfx950 but spills on gfx90a). The kernel asks for them (amdgpu_waves_per_eu), which bounds its
-// registers to 256 a wave where it asks 2, and under that bound clang gives the MFMAs VGPR accumulators: no AGPR
-// copies around O's rescale each step. The split planner counts the same waves.
-RTC_HD constexpr int decode_min_waves(int bucket, int kv_dtype) {
-  return bucket <= 128 || rtc_kv_fp4(kv_dtype) ? 2 : 1;
+// Waves per SIMD the kernel is built for, by arch (gfx: RTC_GFX's hex digits, the argument block's gfx_arch on the
+// host; 0 unknown), bucket and cache format: 2 up to 128, and above it 2 for FP4 (its bytes take a quarter of a 16-bit
+// row's registers) and 1 otherwise (a step's K and V registers need more than 256: FP8 fits on gfx942 and gfx950 but
+// spills on gfx90a); on gfx950, 3 up to 128 (clang-22 fits every format and dtype in 168 VGPRs there; on gfx942 an
+// fp16 query over FP8 spills and FP4 gained nothing, on gfx90a several spill: docs/NOTES.md). The kernel asks for them
+// (amdgpu_waves_per_eu), which bounds its registers to 256 a wave where it asks 2 (168 at 3), and under that bound
+// clang gives the MFMAs VGPR accumulators: no AGPR copies around O's rescale each step. The split planner counts the
+// same waves.
+RTC_HD constexpr int decode_min_waves(int bucket, int kv_dtype, int gfx) {
+  return bucket <= 128 ? (gfx == 0x950 ? 3 : 2) : rtc_kv_fp4(kv_dtype) ? 2 : 1;
 }

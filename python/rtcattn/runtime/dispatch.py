@@ -19,9 +19,6 @@ import torch
 
 from . import manifest, paths, record
 
-# Compute units of the emulated parts: the planners' input when the "device" is the CPU emulator.
-EMULATED_CUS = {"gfx942-emu": 304, "gfx90a-emu": 110, "gfx950-emu": 256}
-
 _lock = threading.Lock()
 _lib_module = None
 _programs: dict = {}     # (variant, cache_dir, extra options) -> build result; the C++ runtime caches too
@@ -136,9 +133,16 @@ def arch_of(device: torch.device) -> str:
     return _cuda_arch(major, minor, manifest.load().archs())
 
 
+def emulated_cus(arch: str) -> int:
+    """Compute units of an emulated part (the manifest's machine of its arch): the planners' input when the
+    "device" is the CPU emulator; 1 where the manifest names no machine."""
+    m = manifest.load().machine(arch)
+    return m.cus if m else 1
+
+
 def _num_cus(device: torch.device, arch: str) -> int:
     if device.type == "cpu":
-        return EMULATED_CUS.get(arch, 1)
+        return emulated_cus(arch)
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
@@ -153,6 +157,21 @@ def device_facts(device: torch.device) -> tuple:
         arch = arch_of(device)
         facts = _gpu_facts.setdefault(index, (arch, _num_cus(device, arch)))
     return facts
+
+
+def arch_fields(arch: str, cus: int) -> dict:
+    """The argument block's planner inputs for a device of arch with cus compute units: cus, the HBM bandwidth (GB/s)
+    and LDS bytes per CU of the arch's reference part (the manifest's machine) and the arch itself (gfx_arch); 0,
+    unknown, where the manifest names no machine: the NVIDIA archs, whose planners take the SM count only."""
+    m = manifest.load().machine(arch)
+    if m is None:
+        return dict(num_cus=cus, hbm_gbps=0, lds_per_cu=0, gfx_arch=0)
+    return dict(num_cus=cus, hbm_gbps=m.hbm_gbps, lds_per_cu=m.lds_per_cu, gfx_arch=m.gfx_arch)
+
+
+def machine_fields(device: torch.device) -> dict:
+    """arch_fields of device (its arch and compute units: device_facts)."""
+    return arch_fields(*device_facts(device))
 
 
 @dataclass(frozen=True)

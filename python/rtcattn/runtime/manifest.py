@@ -21,7 +21,29 @@ from typing import Any
 from . import paths
 
 __all__ = ["ManifestError", "Manifest", "Axis", "KernelSpec", "OpSpec", "Variant", "BuildRequest", "WarmDefault",
-           "load"]
+           "Machine", "load"]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """An arch's reference part (the manifest's `machine` of the arch; an emulated arch takes its arch's): the
+    figures the kernels' planners (the argument block's hbm_gbps and lds_per_cu) and the static models take. The
+    vendors' published peaks; a GPU's own CU count, when there is one, is asked of the GPU."""
+    arch: str
+    name: str
+    cus: int
+    hbm_bytes_per_s: float
+    clock_hz: float
+    lds_per_cu: int
+
+    @property
+    def hbm_gbps(self) -> int:
+        return round(self.hbm_bytes_per_s / 1e9)
+
+    @property
+    def gfx_arch(self) -> int:
+        """The arch as the kernels' RTC_GFX names it (the argument block's gfx_arch): gfx90a -> 0x90a."""
+        return int(self.arch.removeprefix("gfx"), 16)
 
 
 @dataclass(frozen=True)
@@ -237,6 +259,14 @@ class Manifest:
         if name not in self.ops:
             raise ValueError(f"op={name!r} is not in {self.path}; accepted: {', '.join(self.ops)}")
         return self.ops[name]
+
+    def machine(self, arch: str) -> Machine | None:
+        """The reference part of arch (gfx942-emu: gfx942's), or None where the manifest names none."""
+        base = arch.removesuffix("-emu")
+        opt = self.arch_options.get(base, {}).get("machine")
+        if opt is None:
+            return None
+        return Machine(base, opt["part"], opt["cus"], opt["hbm_gbps"] * 1e9, opt["clock_mhz"] * 1e6, opt["lds_per_cu"])
 
     def archs(self, op: str | None = None) -> list:
         seen: list = []
@@ -492,6 +522,13 @@ class _Checker:
         return value
 
 
+# An arch's `machine`: key -> (JSON type, what is accepted).
+MACHINE_KEYS = {"part": (str, "the part's name"), "cus": (int, "a positive integer (compute units)"),
+                "hbm_gbps": ((int, float), "a positive number (peak HBM bandwidth, GB/s)"),
+                "lds_per_cu": (int, "a positive integer (LDS bytes per CU)"),
+                "clock_mhz": ((int, float), "a positive number (peak engine clock, MHz)")}
+
+
 def check_manifest(data, path, root=None) -> None:
     """Raises ManifestError on the first deviation from the schema."""
     c = _Checker(path)
@@ -507,6 +544,19 @@ def check_manifest(data, path, root=None) -> None:
             c.fail(w, opt, "an object with keys compiler, flags")
         c.str_list(opt, "compiler", w, choices=COMPILERS)
         c.str_list(opt, "flags", w, nonempty=False)
+        machine = c.get(opt, "machine", w, dict, "an object with keys " + ", ".join(MACHINE_KEYS), optional=True)
+        if machine is not None:
+            for key, (kind, accepted) in MACHINE_KEYS.items():
+                value = c.get(machine, key, f"{w}.machine", kind, accepted)
+                if kind is not str and value <= 0:
+                    c.fail(f"{w}.machine.{key}", value, accepted)
+            extra = sorted(set(machine) - set(MACHINE_KEYS))
+            if extra:
+                c.fail(f"{w}.machine.{extra[0]}", machine[extra[0]], "one of the keys " + ", ".join(MACHINE_KEYS))
+    emulated = [a for a in archs if a.endswith("-emu") and "machine" in archs[a]]
+    if emulated:
+        c.fail(f"archs.{emulated[0]}.machine", archs[emulated[0]]["machine"],
+               "no machine: an emulated arch takes its arch's")
     ops = c.get(data, "ops", "", dict, "an object mapping op name to its spec")
     if not ops:
         c.fail("ops", ops, "at least one op")

@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..ops.attention_fwd import OP
+from ..runtime import manifest
 from .isa_classes import TRANSCENDENTAL
 
 KERNEL = "gfx942"  # the default kernel of the report
 KERNELS = ("gfx942", "gfx942_decode")
 ARCHS = ("gfx942", "gfx90a", "gfx950")
-# LDS per CU (bytes), for the occupancy a code object allows.
-LDS_PER_CU = {"gfx942": 64 * 1024, "gfx90a": 64 * 1024, "gfx950": 160 * 1024}
 # The LLVM whose llvm-readelf / llvm-objdump read an arch's code objects: llvm-19's objdump stops at "Disassembly not
 # yet supported for subtarget" on a gfx950 object.
 LLVM_MAJOR = {"gfx942": 19, "gfx90a": 19, "gfx950": 22}
@@ -72,7 +71,7 @@ class Report:
         by_regs = 8 if regs == 0 else min(8, 512 // (math.ceil(regs / 8) * 8))  # per SIMD
         lds = self.notes["group_segment_fixed_size"]
         waves_per_group = math.ceil(self.notes["max_flat_workgroup_size"] / 64)
-        by_lds = LDS_PER_CU[self.arch] // lds if lds else 32  # workgroups per CU
+        by_lds = manifest.load().machine(self.arch).lds_per_cu // lds if lds else 32  # workgroups per CU
         return min(by_lds, 4 * by_regs // waves_per_group) * waves_per_group
 
     @property

@@ -22,7 +22,7 @@ from collections import deque
 from ..ops.attention_fwd import OP
 from ..ops.attention_fwd.bench_decode import DECODE_CASES
 from .isa_classes import TRANSCENDENTAL
-from .prefill_model import CUS, MFMA_CYCLES, MI300X, TRANS_CYCLES, VALU_CYCLES, Machine
+from .prefill_model import MFMA_CYCLES, MI300X, TRANS_CYCLES, VALU_CYCLES, Machine
 
 KERNEL = "gfx942_decode"
 LATENCY_S = 2e-6                  # an assumption: one loaded round trip to HBM (the planner's figure too)
@@ -62,9 +62,10 @@ def row_bytes(d: int, kv_dtype: str = "same") -> float:
     return {"same": 2 * d, "fp8_e4m3": d, "fp8_e4m3fnuz": d, "fp4_e2m1": d / 2 + 1}[kv_dtype]
 
 
-def plan(case: tuple, cus: int = CUS, kv_dtype: str = "same") -> dict:
-    """The runtime's plan of the case as a paged call (fake addresses: the plan reads no memory); a quantized cache's
-    strides count bytes (FP4: the HND pool and its scales [pages, page, Hk])."""
+def plan(case: tuple, machine: Machine = MI300X, kv_dtype: str = "same") -> dict:
+    """The runtime's plan of the case as a paged call on the machine (its CUs, HBM bandwidth, LDS per CU and arch,
+    as the Python layer fills them for a device of its arch; fake addresses: the plan reads no memory); a quantized
+    cache's strides count bytes (FP4: the HND pool and its scales [pages, page, Hk])."""
     b, ctx, hq, hk, page, sq, d = case
     pages = math.ceil(ctx / page)
     q_st, kv_st = (hq * d, hq * d, d), (page * hk * d, hk * d, d)
@@ -76,7 +77,9 @@ def plan(case: tuple, cus: int = CUS, kv_dtype: str = "same") -> dict:
     args = _lib().op_args(OP, q=1 << 40, k=1 << 41, v=1 << 42, o=1 << 43, q_strides=q_st, k_strides=kv_st,
                           v_strides=kv_st, o_strides=q_st, batch=b, heads=hq, seq_q=sq, seq_k=ctx, head_dim=d,
                           heads_k=hk, window_left=-1, window_right=0, softmax_scale=d ** -0.5, tail_split=-1,
-                          num_cus=cus, cu_seqlens_q=1 << 44, cu_seqlens_k=1 << 45, block_table=1 << 46,
+                          num_cus=machine.cus, hbm_gbps=machine.hbm_gbps, lds_per_cu=machine.lds_per_cu,
+                          gfx_arch=machine.gfx_arch,
+                          cu_seqlens_q=1 << 44, cu_seqlens_k=1 << 45, block_table=1 << 46,
                           total_q=b * sq, total_k=0, page_size=page, num_pages=b * pages, pages_per_seq=pages,
                           table_stride=pages, kv_dtype=KV_DTYPES[kv_dtype], **quant)
     return _lib().op_plan(OP, KERNEL, args)
@@ -173,7 +176,7 @@ def model(case: tuple, loop: dict, waves_per_simd: float, machine: Machine = MI3
     which the waves fall back on without a body. The plan, the rounds, the clock and HBM are the machine's."""
     b, ctx, hq, hk, page, sq, d = case
     cus = machine.cus
-    p = plan(case, cus, kv_dtype)
+    p = plan(case, machine, kv_dtype)
     bucket, splits, items, steps = p["bucket"], p["splits"], p["items"], p["steps"]
     ahead = p["steps_ahead"]
     loop = per_step(loop, ahead)

@@ -14,27 +14,17 @@ rows come from the K workspace, as many bytes as a bf16 cache's).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from ..ops.attention_fwd.bench import HK, HQ, VARLEN_MIX
-from ..runtime.dispatch import EMULATED_CUS
+from ..runtime import manifest
+from ..runtime.manifest import Machine
 
 KERNEL = "gfx942"
 
-
-class Machine(NamedTuple):
-    """A part's figures the static models take: compute units, peak HBM bandwidth, peak engine clock."""
-    name: str
-    cus: int
-    hbm_bytes_per_s: float
-    clock_hz: float
-
-
-# The parts each arch's models are priced on (the vendors' published figures): MI300X for gfx942 (the emulator's CU
-# count), one MI250X die for gfx90a, MI355X for gfx950 (8 dies of 32 CUs, HBM3E).
-MI300X = Machine("MI300X", EMULATED_CUS["gfx942-emu"], 5.3e12, 2.1e9)
-MACHINES = {"gfx942": MI300X, "gfx90a": Machine("MI250X (one die)", EMULATED_CUS["gfx90a-emu"], 1.6384e12, 1.7e9),
-            "gfx950": Machine("MI355X", EMULATED_CUS["gfx950-emu"], 8.0e12, 2.4e9)}
+# The parts each arch's models are priced on: the manifest's machine of the arch (the vendors' published figures):
+# MI300X for gfx942, one MI250X die for gfx90a, MI355X for gfx950 (8 dies of 32 CUs, HBM3E).
+MACHINES = {arch: manifest.load().machine(arch) for arch in ("gfx942", "gfx90a", "gfx950")}
+MI300X = MACHINES["gfx942"]
 CUS, HBM_BYTES_PER_S, CLOCK_HZ = MI300X.cus, MI300X.hbm_bytes_per_s, MI300X.clock_hz
 MFMA_CYCLES, VALU_CYCLES, TRANS_CYCLES, LDS_BYTES_PER_CLK = 16, 4, 16, 128  # as the lab's prefill model
 KV_ROWS = 64                      # keys per block (GFX942_KV_ROWS)

@@ -55,12 +55,12 @@ def split_fields(num_splits: int = 0) -> dict:
     return dict(tail_split=-1, max_splits=num_splits)
 
 
-def _fields(problem, num_cus: int, num_splits: int = 0) -> dict:
-    """The argument block's size fields every form fills alike, and the split fields of num_splits (0 but for
-    flash_attn_with_kvcache's)."""
+def _fields(problem, machine: dict, num_splits: int = 0) -> dict:
+    """The argument block's size fields every form fills alike, the planner's picture of the device (machine:
+    dispatch.machine_fields) and the split fields of num_splits (0 but for flash_attn_with_kvcache's)."""
     return dict(heads=problem.heads, head_dim=problem.head_dim, heads_k=problem.heads_k or problem.heads,
                 window_left=problem.window[0], window_right=problem.window[1], softmax_scale=problem.scale,
-                num_cus=num_cus, **split_fields(num_splits), **score_fields(problem.score),
+                **machine, **split_fields(num_splits), **score_fields(problem.score),
                 **dropout_fields(problem.dropout))
 
 
@@ -78,7 +78,7 @@ def dropout_fields(drop: validate.Dropout) -> dict:
     return dict(dropout_p=drop.p, **({"rng_state": drop.rng_state.data_ptr()} if drop.rng_state is not None else {}))
 
 
-def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cus: int):
+def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, machine: dict):
     """The runtime's argument block of a dense call (pointers and element strides; nothing is read through them).
 
     out may be None: the output does not exist yet and will be contiguous; q's address stands in for
@@ -90,7 +90,7 @@ def args_block(q, k, v, out, lse, layout: str, problem: validate.Problem, num_cu
         lse=lse.data_ptr() if lse is not None else None,
         q_strides=_strides(q, layout), k_strides=_strides(k, layout), v_strides=_strides(v, layout),
         o_strides=_strides(o_strides, layout), batch=problem.batch, seq_q=problem.seq_q, seq_k=problem.seq_k,
-        **_fields(problem, num_cus))
+        **_fields(problem, machine))
 
 
 def _kv_strides(t, p: validate.VarlenProblem) -> tuple:
@@ -115,7 +115,7 @@ def _quant_fields(p: validate.VarlenProblem, quant: validate.KvQuant) -> dict:
     return fields
 
 
-def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenProblem, num_cus: int,
+def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenProblem, machine: dict,
                       seqused_k=None, num_splits: int = 0, quant: validate.KvQuant = validate.NO_QUANT):
     """The runtime's argument block of a packed call; out None: q's address stands in until launch. num_splits:
     flash-attn's (split_fields); quant: a quantized cache's descales or scales."""
@@ -126,7 +126,7 @@ def args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p: validate.VarlenP
         q_strides=(0, q.stride(0), q.stride(1)), k_strides=_kv_strides(k, p), v_strides=_kv_strides(v, p),
         o_strides=(0, q.shape[1] * q.shape[2], q.shape[2]) if out is None else (0, out.stride(0), out.stride(1)),
         batch=p.batch, seq_q=p.max_seqlen_q, seq_k=p.max_seqlen_k, cu_seqlens_q=cu_q.data_ptr(),
-        cu_seqlens_k=cu_k.data_ptr(), total_q=p.total_q, total_k=p.total_k, **_fields(p, num_cus, num_splits),
+        cu_seqlens_k=cu_k.data_ptr(), total_q=p.total_q, total_k=p.total_k, **_fields(p, machine, num_splits),
         **_quant_fields(p, quant))
     if p.paged:
         fields.update(block_table=block_table.data_ptr(), page_size=p.page_size, num_pages=p.num_pages,
@@ -199,14 +199,14 @@ def selection(q, k, v, layout: str = "bshd", round_mode: str = "rtne", softmax_s
     from ...runtime import dispatch
     problem = validate.check_inputs(q, k, v, layout, round_mode, softmax_scale, window=window, score=score,
                                     dropout=dropout)
-    cus = dispatch.device_facts(q.device)[1]
+    machine = dispatch.machine_fields(q.device)
     d = _padded_head_dim(problem, round_mode, "dense",
-                         lambda p, copy: args_block(copy(q), copy(k), copy(v), None, None, layout, p, cus), (q, k, v),
-                         q.device)
+                         lambda p, copy: args_block(copy(q), copy(k), copy(v), None, None, layout, p, machine),
+                         (q, k, v), q.device)
     if d is not None:  # the padded call's selection, as the call runs it
         return selection(_pad(q, d), _pad(k, d), _pad(v, d), layout, round_mode, problem.scale, window, score,
                          dropout)
-    args = args_block(q, k, v, None, None, layout, problem, cus)
+    args = args_block(q, k, v, None, None, layout, problem, machine)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
 
 
@@ -218,22 +218,22 @@ def selection_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     from ...runtime import dispatch
     p = validate.check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, round_mode,
                                      softmax_scale, None, window, block_table, seqused_k, quant, score, dropout)
-    cus = dispatch.device_facts(q.device)[1]
+    machine = dispatch.machine_fields(q.device)
     d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
-        copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, cus, seqused_k, num_splits),
+        copy(q), copy(k), copy(v), None, cu_seqlens_q, cu_seqlens_k, block_table, pp, machine, seqused_k, num_splits),
         (q, k, v), q.device)
     if d is not None:  # the padded call's selection, as the call runs it
         return selection_varlen(_pad(q, d), _pad(k, d), _pad(v, d), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, round_mode, p.scale, window, block_table, seqused_k, num_splits,
                                 score=score, dropout=dropout)
-    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, cus, seqused_k, num_splits,
-                             quant)
+    args = args_block_varlen(q, k, v, None, cu_seqlens_q, cu_seqlens_k, block_table, p, machine, seqused_k,
+                             num_splits, quant)
     return dispatch.select_for(OP, q.device, _call(q, round_mode, p, p.kv), args)
 
 
-def _num_cus(q) -> int:
+def _machine(q) -> dict:
     from ...runtime import dispatch
-    return dispatch.device_facts(q.device)[1]
+    return dispatch.machine_fields(q.device)
 
 
 def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem: validate.Problem):
@@ -241,7 +241,7 @@ def launch(q, k, v, out, return_lse: bool, layout: str, round_mode: str, problem
     launches. Returns (out, lse); lse is [B, H, Sq] fp32 when return_lse, else an empty [0] tensor. The selection
     and argument block it launched with are noted (_REPEATS), for _dense to keep for a repeat."""
     from ...runtime import dispatch  # loads the C++ runtime only when something really runs
-    args = args_block(q, k, v, out, None, layout, problem, dispatch.device_facts(q.device)[1])
+    args = args_block(q, k, v, out, None, layout, problem, dispatch.machine_fields(q.device))
     sel = dispatch.select_for(OP, q.device, _call(q, round_mode, problem, "dense"), args)
     if out is None:
         dispatch.check_fits(OP, "the output", q.numel() * q.element_size(), args, q.device)
@@ -290,7 +290,7 @@ def _dense(q, k, v, out, layout, round_mode, softmax_scale, return_lse, window, 
         lse = q.new_empty(_dense_lse_shape(q, layout, return_lse), dtype=torch.float32)
         return (q.new_empty(q.shape) if out is None else out), lse
     d = _padded_head_dim(problem, round_mode, "dense", lambda p, copy: args_block(
-        copy(q), copy(k), copy(v), None, None, layout, p, _num_cus(q)), (q, k, v), q.device)
+        copy(q), copy(k), copy(v), None, None, layout, p, _machine(q)), (q, k, v), q.device)
     if d is None:
         _REPEATS.forget_launch()
         result = launch(q, k, v, out, return_lse, layout, round_mode, problem)
@@ -328,10 +328,10 @@ def _packed(q, k, v, out, cu_q, cu_k, max_q, max_k, round_mode, softmax_scale, r
                                                                            dtype=torch.float32)
     empty = p.batch == 0 or p.total_q == 0  # no sequence or no query row: nothing to compute, nothing launched
     if not empty:
-        args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, dispatch.device_facts(q.device)[1],
-                                 seqused_k, num_splits, quant)
+        machine = dispatch.machine_fields(q.device)
+        args = args_block_varlen(q, k, v, out, cu_q, cu_k, block_table, p, machine, seqused_k, num_splits, quant)
         d = _padded_head_dim(p, round_mode, p.kv, lambda pp, copy: args_block_varlen(
-            copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, args.num_cus, seqused_k, num_splits),
+            copy(q), copy(k), copy(v), copy(out), cu_q, cu_k, block_table, pp, machine, seqused_k, num_splits),
             (q, k, v, out), q.device)
         if d is not None:
             # A paged pool is copied whole. A given out is copied too, so rows no sequence owns keep its values.
