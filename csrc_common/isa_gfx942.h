@@ -112,7 +112,7 @@ template <bool hi> RTC_ISA rtc_f32x2 cvt_pk_f32_fp8_fnuz(rtc_u32 src) {
 #endif
 // gfx950's OCP FP8 converts (isa_gfx950.h's cvt_pk_f32_fp8: E4M3, exact) and its scaled FP4 converts
 // (cvt_scalef32_pk_*_fp4): 1 on gfx950 and gfx950-emu.
-#if (defined(RTC_EMU) && RTC_EMU_ARCH == 0x950) || (!defined(RTC_EMU) && defined(__gfx950__))
+#if RTC_GFX == 0x950
 #define RTC_HAS_CVT_FP8_OCP 1
 #define RTC_HAS_CVT_SCALE_FP4 1
 #else

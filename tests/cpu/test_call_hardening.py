@@ -170,7 +170,8 @@ def _args_block():
                                             block_table=meta["block_table"])
     keep = (q, kp, meta)  # the block holds their addresses
     return attention_fwd.args_block_varlen(q, kp, kp, None, meta["cu_seqlens_q"], meta["cu_seqlens_k"],
-                                           meta["block_table"], p, 304), keep
+                                           meta["block_table"], p,
+                                           dispatch.arch_fields("gfx942", 304)), keep
 
 
 @pytest.mark.parametrize("field,value,pattern", [

@@ -152,7 +152,8 @@ def _args_block(kind="fp8"):
     p = validate.check_varlen_inputs(call["q"], call["k"], call["v"], call["cu_seqlens_q"], call["cu_seqlens_k"], 5,
                                      20, block_table=call["block_table"], quant=quant)
     return attention_fwd.args_block_varlen(call["q"], call["k"], call["v"], None, call["cu_seqlens_q"],
-                                           call["cu_seqlens_k"], call["block_table"], p, 304, quant=quant), call
+                                           call["cu_seqlens_k"], call["block_table"], p,
+                                           dispatch.arch_fields("gfx942", 304), quant=quant), call
 
 
 @pytest.mark.parametrize("kind,field,value,pattern", [
@@ -175,7 +176,8 @@ def test_runtime_refuses_quantized_fields_that_do_not_match(kind, field, value, 
 
 def test_dense_call_with_a_quantized_kv_dtype_is_refused():
     q = torch.randn(1, 4, 2, 64).to(BF)
-    args = attention_fwd.args_block(q, q, q, None, None, "bshd", validate.check_inputs(q, q, q), 304)
+    args = attention_fwd.args_block(q, q, q, None, None, "bshd", validate.check_inputs(q, q, q),
+                                   dispatch.arch_fields("gfx942", 304))
     args.kv_dtype = 1
     with pytest.raises(ValueError, match=r"kv_dtype=1 \(fp8_e4m3\) on a dense call is not accepted; accepted: a "
                                          r"quantized cache with packed sequences"):

@@ -22,6 +22,7 @@ EM_CUDA = 190
 OP = "attention_fwd"
 LAYOUTS, MODES = validate.LAYOUTS, validate.axis_values("round_mode")
 BUCKETS = (32, 64, 96, 128, 160, 192, 256)
+H100 = dispatch.arch_fields("sm_90a", 132)  # the planner's inputs for an H100 / H200 (132 SMs)
 
 
 def _sm90():
@@ -211,7 +212,7 @@ def test_warm_lists_and_compiles_sm90(tmp_path):
 def _args(q, k, v, out, layout):
     """The C ABI argument block of CPU tensors: nothing reads through the pointers while selecting."""
     p = validate.check_inputs(q, k, v, layout, "rtne")
-    return p, attention_fwd.args_block(q, k, v, out, None, layout, p, 132)
+    return p, attention_fwd.args_block(q, k, v, out, None, layout, p, H100)
 
 
 def _call(p):
@@ -278,7 +279,7 @@ def test_select_sm90_for_seqused_k(kv, mask, window, monkeypatch):
     assert sel.variant.name == f"sm90-rtne-{mask}-{kv}-d128-bf16-same-plain-nodrop", sel.variant.name
     p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k, block_table=b.block_table,
                                      seqused_k=used)
-    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, 132, used)
+    args = attention_fwd.args_block_varlen(b.q, b.k, b.v, None, b.cu_q, b.cu_k, b.block_table, p, H100, used)
     assert _lib.op_supports(OP, "sm90", args, "cuda") is None
 
 
@@ -300,14 +301,14 @@ def test_dense_variants_take_their_blocks(d):
     q = torch.zeros(1, 200, 2, d, dtype=torch.bfloat16)
     for window, (n, c) in (((-1, -1), open_), ((-1, 0), masked), ((64, 64), masked)):
         p = validate.check_inputs(q, q, q, "bshd", "rtne", window=window)
-        plan = _lib.op_plan(OP, "sm90", attention_fwd.args_block(q, q, q, torch.empty_like(q), None, "bshd", p, 132))
+        plan = _lib.op_plan(OP, "sm90", attention_fwd.args_block(q, q, q, torch.empty_like(q), None, "bshd", p, H100))
         assert (plan["block_n"], plan["block_m"], plan["block"]) == (n, 64 * c, 128 * (1 + c)), (window, plan)
         assert plan["shared_bytes"] <= 227 * 1024, (window, plan)
     b = vs.make_batch([40, 300], [200, 300], 2, 2, d, "cpu")
     for paged in (False, True):
         x = vs.to_paged(b, 16) if paged else b
         p = validate.check_varlen_inputs(x.q, x.k, x.v, x.cu_q, x.cu_k, x.max_q, x.max_k, block_table=x.block_table)
-        args = attention_fwd.args_block_varlen(x.q, x.k, x.v, None, x.cu_q, x.cu_k, x.block_table, p, 132, None)
+        args = attention_fwd.args_block_varlen(x.q, x.k, x.v, None, x.cu_q, x.cu_k, x.block_table, p, H100, None)
         plan = _lib.op_plan(OP, "sm90", args)
         assert (plan["block_n"], plan["block_m"]) == (masked[0], 64 * masked[1]), (paged, plan)
 
@@ -378,12 +379,12 @@ def test_quantized_cache_plan_expands_into_the_workspace():
     for cache in ("fp8", "fp4"):
         q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(40, 128, cache)
         p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, None, quant)
-        args = stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, 132, None, 0, quant)
+        args = stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, H100, None, 0, quant)
         assert _lib.op_supports(OP, "sm90", args, "cuda") is None
         plan = _lib.op_plan(OP, "sm90", args)
         used = torch.tensor([20, 5], dtype=torch.int32)
         pu = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, used, quant)
-        plan_used = _lib.op_plan(OP, "sm90", stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, pu, 132, used, 0,
+        plan_used = _lib.op_plan(OP, "sm90", stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, pu, H100, used, 0,
                                                                     quant))
         assert plan_used["expanded_rows"] == 2 * 20, plan_used  # seqused_k: at most max_seqlen_k a sequence
         rows = 2 * 2 * 16  # no seqused_k: the block table's capacity (every key of cu_seqlens_k counts)
@@ -398,11 +399,12 @@ def test_quantized_cache_plan_expands_into_the_workspace():
         cq = torch.tensor([0, 20, 40], dtype=torch.int32)
         quant8 = validate.KvQuant(k_descale=torch.ones(2, 2), v_descale=torch.ones(1))
         p = validate.check_varlen_inputs(qv, kv, kv, cq, cu, 20, 20, "rtne", None, None, (-1, -1), None, None, quant8)
-        plan = _lib.op_plan(OP, "sm90", stub.args_block_varlen(qv, kv, kv, None, cq, cu, None, p, 132, None, 0, quant8))
+        args = stub.args_block_varlen(qv, kv, kv, None, cq, cu, None, p, H100, None, 0, quant8)
+        plan = _lib.op_plan(OP, "sm90", args)
         assert plan["expanded_rows"] == 37, plan
     q, k, v, cu_q, cu_k, mq, mk, table, quant = _paged_decode(40, 128, "fnuz")
     p = validate.check_varlen_inputs(q, k, v, cu_q, cu_k, mq, mk, "rtne", None, None, (-1, -1), table, None, quant)
-    args = stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, 132, None, 0, quant)
+    args = stub.args_block_varlen(q, k, v, None, cu_q, cu_k, table, p, H100, None, 0, quant)
     assert _lib.op_supports(OP, "sm90", args, "cuda") == (
         "kv_dtype=2 is not accepted by the sm90 kernel; accepted: 0 (same: K/V in q's dtype), 1 (fp8_e4m3), "
         "3 (fp4_e2m1)")

@@ -118,9 +118,8 @@ def test_lengths_1_17_300_4097_against_fp64():
     b = vs.make_batch(LENS_Q, LENS_K, 8, 2, 128, DEV, seed=1)
     with dispatch.pinned(kernel=KERNEL):
         p = validate.check_varlen_inputs(b.q, b.k, b.v, b.cu_q, b.cu_k, b.max_q, b.max_k)
-        cus = torch.cuda.get_device_properties(0).multi_processor_count
         assert _lib.op_plan(attention_fwd.OP, KERNEL, attention_fwd.args_block_varlen(
-            b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, cus))["splits"] > 1
+            b.q, b.k, b.v, None, b.cu_q, b.cu_k, None, p, dispatch.machine_fields(b.q.device)))["splits"] > 1
         vs.check_accuracy(b, "rtne", CAUSAL, what="planned split")
     with dispatch.pinned(kernel=KERNEL, tail_split=0):
         vs.check_accuracy(b, "rtna", (100, 0), what="no split")

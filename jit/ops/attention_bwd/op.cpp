@@ -114,4 +114,42 @@ void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionBwdArgs
   rtc::launch_program(program, &cfg, &params, sizeof params);
 }
 
+void stage_grid(const AttentionBwdArgs& a, int stage, const StageBlocks& b, unsigned (&grid)[3]) {
+  const int64_t per = stage == BWD_STAGE_DELTA ? b.delta_rows : stage == BWD_STAGE_DKDV ? b.kv_keys : b.dq_rows;
+  grid[0] = unsigned(((stage == BWD_STAGE_DKDV ? a.seq_k : a.seq_q) + per - 1) / per);
+  grid[1] = unsigned(stage == BWD_STAGE_DKDV ? a.heads_k : a.heads);
+  grid[2] = unsigned(a.batch);
+}
+
+std::string grid_why_not(const AttentionBwdArgs& a, const char* kernel) {
+  const int64_t kMaxYZ = 65535;
+  if (a.heads > kMaxYZ)
+    return "heads=" + std::to_string(a.heads) + " is not accepted by the " + kernel +
+           " kernel; accepted: <= 65535 (grid y)";
+  if (a.batch > kMaxYZ)
+    return "batch=" + std::to_string(a.batch) + " is not accepted by the " + kernel +
+           " kernel; accepted: <= 65535 (grid z)";
+  return "";
+}
+
+std::vector<std::pair<std::string, int64_t>> grid_fields(const AttentionBwdArgs& a, const StageBlocks& b) {
+  unsigned d[3], kv[3], q[3];
+  stage_grid(a, BWD_STAGE_DELTA, b, d);
+  stage_grid(a, BWD_STAGE_DKDV, b, kv);
+  stage_grid(a, BWD_STAGE_DQ, b, q);
+  return {
+      {"delta_grid_x", d[0]}, {"dkdv_grid_x", kv[0]}, {"dkdv_grid_y", kv[1]}, {"dq_grid_x", q[0]}, {"grid_z", q[2]}};
+}
+
+void launch_stages(uint64_t program, const rtc::LaunchTarget& t, const AttentionBwdArgs& a, BwdParams params,
+                   std::initializer_list<int> stages, const StageBlocks& b, unsigned block,
+                   const std::function<unsigned(int)>& shared_bytes) {
+  for (int stage : stages) {
+    unsigned g[3];
+    stage_grid(a, stage, b, g);
+    params.stage = stage;
+    launch(program, t, a, g, block, shared_bytes ? shared_bytes(stage) : 0u, params);
+  }
+}
+
 }  // namespace attention_bwd

@@ -30,15 +30,10 @@ int64_t accum_bytes(const AttentionBwdArgs& a) {
   return blocks * a.heads * bwd_sm90_dq_chunks(plan_of(a)) * BWD_SM90_DQ_TILE * int64_t(sizeof(float));
 }
 
-// The grid of each stage: (CTAs along the rows or keys, heads, batch). y and z are limited to 65535.
-void grid_of(const AttentionBwdArgs& a, int stage, unsigned (&grid)[3]) {
+// The blocks of each stage: delta a thread a row, dK / dV and dQ (DQ_STORE the same) the bucket's tiles.
+StageBlocks blocks_of(const AttentionBwdArgs& a) {
   const BwdSm90Plan pl = plan_of(a);
-  const int64_t per = stage == BWD_STAGE_DELTA  ? BWD_SM90_THREADS
-                      : stage == BWD_STAGE_DKDV ? bwd_sm90_kv_keys(pl)
-                                                : bwd_sm90_dq_rows(pl);  // DQ and DQ_STORE
-  grid[0] = unsigned(((stage == BWD_STAGE_DKDV ? a.seq_k : a.seq_q) + per - 1) / per);
-  grid[1] = unsigned(stage == BWD_STAGE_DKDV ? a.heads_k : a.heads);
-  grid[2] = unsigned(a.batch);
+  return {BWD_SM90_THREADS, bwd_sm90_kv_keys(pl), bwd_sm90_dq_rows(pl)};
 }
 
 unsigned shared_of(const AttentionBwdArgs& a, int stage) {
@@ -70,12 +65,7 @@ std::string why_not(const void* p, const char* vendor) {
     const std::string why = attention_fwd::aligned_why_not("sm90", t.name, t.ptr, t.st, t.align);
     if (!why.empty()) return why;
   }
-  const int64_t kMaxYZ = 65535;
-  if (a.heads > kMaxYZ)
-    return "heads=" + std::to_string(a.heads) + " is not accepted by the sm90 kernel; accepted: <= 65535 (grid y)";
-  if (a.batch > kMaxYZ)
-    return "batch=" + std::to_string(a.batch) + " is not accepted by the sm90 kernel; accepted: <= 65535 (grid z)";
-  return "";
+  return grid_why_not(a, "sm90");
 }
 
 int64_t workspace_bytes(const void* p) {
@@ -86,26 +76,21 @@ int64_t workspace_bytes(const void* p) {
 std::string plan_json(const void* p) {
   const AttentionBwdArgs& a = args_of(p);
   const BwdSm90Plan pl = plan_of(a);
-  unsigned d[3], kv[3], q[3];
-  grid_of(a, BWD_STAGE_DELTA, d);
-  grid_of(a, BWD_STAGE_DKDV, kv);
-  grid_of(a, BWD_STAGE_DQ, q);
-  return attention_fwd::json_object({{"head_dim_bucket", pl.head_dim},
-                                     {"kv_keys", bwd_sm90_kv_keys(pl)},
-                                     {"kv_split", pl.kv_split},
-                                     {"dq_rows", bwd_sm90_dq_rows(pl)},
-                                     {"dq_keys", bwd_sm90_dq_keys(pl, masked(a), mods_drop(a))},
-                                     {"delta_grid_x", d[0]},
-                                     {"dkdv_grid_x", kv[0]},
-                                     {"dkdv_grid_y", kv[1]},
-                                     {"dq_grid_x", q[0]},
-                                     {"grid_z", q[2]},
-                                     {"block", BWD_SM90_THREADS},
-                                     {"dkdv_shared_bytes", bwd_sm90_dkdv_smem(pl)},
-                                     {"dq_shared_bytes", bwd_sm90_dq_smem(pl, masked(a), mods_drop(a))},
-                                     {"dq_fused", fused(a) ? 1 : 0},
-                                     {"dq_accum_offset", fused(a) ? accum_offset(a) : 0},
-                                     {"workspace_bytes", workspace_bytes(p)}});
+  std::vector<std::pair<std::string, int64_t>> f = {{"head_dim_bucket", pl.head_dim},
+                                                    {"kv_keys", bwd_sm90_kv_keys(pl)},
+                                                    {"kv_split", pl.kv_split},
+                                                    {"dq_rows", bwd_sm90_dq_rows(pl)},
+                                                    {"dq_keys", bwd_sm90_dq_keys(pl, masked(a), mods_drop(a))}};
+  for (auto& g : grid_fields(a, blocks_of(a))) f.push_back(g);
+  const std::vector<std::pair<std::string, int64_t>> rest = {
+      {"block", BWD_SM90_THREADS},
+      {"dkdv_shared_bytes", bwd_sm90_dkdv_smem(pl)},
+      {"dq_shared_bytes", bwd_sm90_dq_smem(pl, masked(a), mods_drop(a))},
+      {"dq_fused", fused(a) ? 1 : 0},
+      {"dq_accum_offset", fused(a) ? accum_offset(a) : 0},
+      {"workspace_bytes", workspace_bytes(p)}};
+  f.insert(f.end(), rest.begin(), rest.end());
+  return attention_fwd::json_object(f);
 }
 
 // The three stages in order on the call's stream: each reads what the one before wrote.
@@ -113,12 +98,8 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const AttentionBwdArgs& a = args_of(p);
   BwdParams params = fill_params(a);
   if (fused(a)) params.dq_accum = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + accum_offset(a));
-  for (int stage : {BWD_STAGE_DELTA, BWD_STAGE_DKDV, fused(a) ? BWD_STAGE_DQ_STORE : BWD_STAGE_DQ}) {
-    unsigned g[3];
-    grid_of(a, stage, g);
-    params.stage = stage;
-    launch(program, t, a, g, BWD_SM90_THREADS, shared_of(a, stage), params);
-  }
+  launch_stages(program, t, a, params, {BWD_STAGE_DELTA, BWD_STAGE_DKDV, fused(a) ? BWD_STAGE_DQ_STORE : BWD_STAGE_DQ},
+                blocks_of(a), BWD_SM90_THREADS, [&](int stage) { return shared_of(a, stage); });
 }
 
 }  // namespace
