@@ -258,6 +258,29 @@ def test_bad_metadata_stays_inside_the_tensors(splits):
 
 # ---- dispatch -----------------------------------------------------------------------------------------------------
 
+def test_small_workspace_is_refused():
+    """A split call's partials need the workspace the plan sizes: a launch given a byte less is refused by name, before
+    anything runs."""
+    q, k, v = suite.make_qkv("bshd", 1, 8, 1, 300, 128, "cpu")
+    out = torch.empty_like(q)
+    kv = dict(heads_k=2, window_left=-1, window_right=0)
+    strides = [(t.stride(0), t.stride(1), t.stride(2)) for t in (q, k[:, :, :2], v[:, :, :2], out)]
+    args = _lib.op_args(attention_fwd.OP, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
+                        q_strides=strides[0], k_strides=strides[1], v_strides=strides[2], o_strides=strides[3],
+                        batch=1, heads=8, seq_q=1, seq_k=300, head_dim=128, softmax_scale=0.1, tail_split=3,
+                        num_cus=CUS, **kv)
+    need = _lib.op_workspace_bytes(attention_fwd.OP, KERNEL, args)
+    assert need == 2 * 3 * 16 * (128 + 2) * 4, need  # 2 items x 3 parts: O [16][128], m and l in fp32
+    ws = torch.empty(need - 1, dtype=torch.uint8)
+    args.workspace, args.workspace_bytes = ws.data_ptr(), need - 1
+    call = {"round_mode": "rtne", "mask": "window", "kv": "dense", "head_dim": 128, "dtype": "bf16",
+            "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
+    variant = manifest.load().variant_for(attention_fwd.OP, KERNEL, "gfx942-emu", call)
+    with pytest.raises(ValueError, match=rf"workspace_bytes={need - 1} is too small for the gfx942_decode kernel; "
+                                         rf"accepted: >= {need} \(rtc_op_workspace_bytes with the same args\)"):
+        _lib.op_launch(dispatch.build(variant).program, attention_fwd.OP, KERNEL, args, "host", 0)
+
+
 def test_dispatch_picks_the_decode_kernel_for_decode_calls_only(monkeypatch):
     """Up to 16 query rows per sequence (dense seq_q, packed max_seqlen_q) run on the decode kernel, more on the
     prefill kernel, for every form and both dtypes; the refusal names the argument and what is accepted."""

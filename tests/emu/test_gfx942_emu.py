@@ -124,5 +124,6 @@ def test_small_workspace_is_refused():
     call = {"round_mode": "rtne", "mask": "none", "kv": "dense", "head_dim": 128, "dtype": "bf16",
             "kv_dtype": "same", "score_mod": "plain", "dropout": "nodrop"}
     v128 = manifest.load().variant_for("attention_fwd", "gfx942", "gfx942-emu", call)
-    with pytest.raises(ValueError, match="workspace_bytes"):
+    with pytest.raises(ValueError, match=r"workspace_bytes=16383 is too small for the gfx942 kernel; accepted: "
+                                         r">= 16384 \(rtc_op_workspace_bytes with the same args\)"):
         _lib.op_launch(dispatch.build(v128).program, "attention_fwd", "gfx942", args, "host", 0)

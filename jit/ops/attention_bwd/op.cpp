@@ -1,7 +1,6 @@
 // attention_bwd's registration: its argument block, the checks every kernel relies on, its kernels.
 #include "op.h"
 #include "common.h"
-#include "program.h"
 #include <cstring>
 #include <vector>
 
@@ -101,17 +100,7 @@ void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionBwdArgs
   for (const GradView& g : grad_views(a))
     attention_fwd::add_view(ranges, g.base, 2, g.batch, g.rows, g.heads, a.head_dim, g.st);
   if (a.dlse) ranges.push_back(rtc_mem_range{a.dlse, uint64_t(delta_bytes(a))});
-  rtc_launch_config cfg{};
-  cfg.vendor = t.vendor;
-  cfg.device = t.device;
-  cfg.stream = t.stream;
-  for (int i = 0; i < 3; ++i) cfg.grid[i] = grid[i];
-  cfg.block[0] = block;
-  cfg.block[1] = cfg.block[2] = 1;
-  cfg.shared_bytes = shared_bytes;
-  cfg.ranges = ranges.data();
-  cfg.n_ranges = int(ranges.size());
-  rtc::launch_program(program, &cfg, &params, sizeof params);
+  attention_fwd::launch_within(program, t, ranges, grid, block, shared_bytes, &params, sizeof params);
 }
 
 void stage_grid(const AttentionBwdArgs& a, int stage, const StageBlocks& b, unsigned (&grid)[3]) {

@@ -277,10 +277,7 @@ std::string plan_json(const void* p) {
 void launch_gfx942(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const AttentionFwdArgs& a = args_of(p);
   const Plan pl = make_plan(a);
-  RTC_CHECK(a.workspace && a.workspace_bytes >= pl.workspace_bytes, RTC_ERR_ARG,
-            "workspace_bytes=" + std::to_string(a.workspace_bytes) +
-                " is too small for the gfx942 kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
-                " (rtc_op_workspace_bytes with the same args)");
+  require_workspace(a, pl.workspace_bytes, "the gfx942 kernel");
   Gfx942Params gp;
   std::memset(&gp, 0, sizeof gp);
   static_cast<AttnParams&>(gp) = fill_params(a);

@@ -193,10 +193,7 @@ std::string plan_json(const void* p) {
 void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const AttentionFwdArgs& a = args_of(p);
   const Plan pl = make_plan(a);
-  RTC_CHECK(pl.workspace_bytes == 0 || (a.workspace && a.workspace_bytes >= pl.workspace_bytes), RTC_ERR_ARG,
-            "workspace_bytes=" + std::to_string(a.workspace_bytes) +
-                " is too small for the gfx942_decode kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
-                " (rtc_op_workspace_bytes with the same args)");
+  require_workspace(a, pl.workspace_bytes, "the gfx942_decode kernel");
   DecodeParams dp;
   std::memset(&dp, 0, sizeof dp);
   static_cast<AttnParams&>(dp) = fill_params(a);

@@ -342,7 +342,11 @@ std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a) {
 
 void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs& a, const unsigned (&grid)[3],
             unsigned block, unsigned shared_bytes, const void* params, size_t size) {
-  const std::vector<rtc_mem_range> ranges = tensor_ranges(a);
+  launch_within(program, t, tensor_ranges(a), grid, block, shared_bytes, params, size);
+}
+
+void launch_within(uint64_t program, const rtc::LaunchTarget& t, const std::vector<rtc_mem_range>& ranges,
+                   const unsigned (&grid)[3], unsigned block, unsigned shared_bytes, const void* params, size_t size) {
   rtc_launch_config cfg{};
   cfg.vendor = t.vendor;
   cfg.device = t.device;
@@ -354,6 +358,12 @@ void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs
   cfg.ranges = ranges.data();
   cfg.n_ranges = int(ranges.size());
   rtc::launch_program(program, &cfg, params, size);
+}
+
+void require_workspace(const AttentionFwdArgs& a, int64_t need, const std::string& kernel) {
+  RTC_CHECK(need == 0 || (a.workspace && a.workspace_bytes >= need), RTC_ERR_ARG,
+            "workspace_bytes=" + std::to_string(a.workspace_bytes) + " is too small for " + kernel +
+                "; accepted: >= " + std::to_string(need) + " (rtc_op_workspace_bytes with the same args)");
 }
 
 std::string aligned_why_not(const char* kernel, const char* name, const void* ptr, const int64_t (&st)[3],

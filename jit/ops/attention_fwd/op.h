@@ -25,10 +25,16 @@ std::vector<rtc_mem_range> tensor_ranges(const AttentionFwdArgs& a);
 // Launches program once with the by-value parameter block (params, size).
 void launch(uint64_t program, const rtc::LaunchTarget& t, const AttentionFwdArgs& a, const unsigned (&grid)[3],
             unsigned block, unsigned shared_bytes, const void* params, size_t size);
+// The same launch given the memory it may touch (ranges): the backward's, which adds the gradients' views.
+void launch_within(uint64_t program, const rtc::LaunchTarget& t, const std::vector<rtc_mem_range>& ranges,
+                   const unsigned (&grid)[3], unsigned block, unsigned shared_bytes, const void* params, size_t size);
 // Why `kernel` cannot take tensor `name` at ptr with strides st (elements) when it needs 16-byte aligned rows and
 // strides that are multiples of align_elems in [0, 2^38); empty when it can.
 std::string aligned_why_not(const char* kernel, const char* name, const void* ptr, const int64_t (&st)[3],
                             int64_t align_elems);
+// Throws RTC_ERR_ARG unless the call's workspace holds `need` bytes (none needed: anything goes), naming `kernel` (e.g.
+// "the gfx942 kernel") and the size rtc_op_workspace_bytes gives.
+void require_workspace(const AttentionFwdArgs& a, int64_t need, const std::string& kernel);
 // The KV split of a decode kernel's host (gfx942_decode.cpp, sm90_decode.cpp): tail_split > 1 forces that many parts
 // (at most DECODE_MAX_SPLITS, whatever max_splits says); 0, or the NO_TAIL knob with a planned split, is none; -1
 // plans when can_plan: the fewest parts of the least cost(g) over g = 1 .. the most (steps / min_steps_per_part,

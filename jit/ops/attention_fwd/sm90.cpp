@@ -198,10 +198,7 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   // A quantized cache: the attention reads the expanded rows as a varlen cache in q's dtype.
   AttentionFwdArgs x = a;
   if (quantized(a)) {
-    RTC_CHECK(a.workspace && a.workspace_bytes >= workspace_bytes(p), RTC_ERR_ARG,
-              "workspace_bytes=" + std::to_string(a.workspace_bytes) +
-                  " is too small for the sm90 kernel over a quantized cache; accepted: >= " +
-                  std::to_string(workspace_bytes(p)) + " (rtc_op_workspace_bytes with the same args)");
+    require_workspace(a, workspace_bytes(p), "the sm90 kernel over a quantized cache");
     char* ws = static_cast<char*>(a.workspace);
     sp.kx = reinterpret_cast<rtc_elem_t*>(ws + kExpandFirst);
     sp.vx = reinterpret_cast<rtc_elem_t*>(ws + kExpandFirst + expanded_bytes(a));
@@ -232,11 +229,7 @@ void launch_sm90(uint64_t program, const void* p, const rtc::LaunchTarget& t) {
   const int sms = sm_count(a, t.device);
   const unsigned grid[3] = {unsigned(tiles < sms ? tiles : sms), 1, 1};
   if (dynamic_tiles(a)) {  // the tile counter starts at 0, on the launch's stream, before the kernel
-    RTC_CHECK(a.workspace && a.workspace_bytes >= SM90_WORKSPACE_BYTES, RTC_ERR_ARG,
-              "workspace_bytes=" + std::to_string(a.workspace_bytes) +
-                  " is too small for the masked sm90 kernel; "
-                  "accepted: >= " +
-                  std::to_string(SM90_WORKSPACE_BYTES) + " (rtc_op_workspace_bytes)");
+    require_workspace(a, SM90_WORKSPACE_BYTES, "the masked sm90 kernel");
     rtc::cuda_memset_d32(t.device, a.workspace, 0u, SM90_WORKSPACE_BYTES / 4, t.stream);
   }
   if (quantized(a) && a.batch * a.heads_k > 0) {  // the expansion first, on the same stream

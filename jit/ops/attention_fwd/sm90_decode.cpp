@@ -143,10 +143,7 @@ void launch_decode(uint64_t program, const void* p, const rtc::LaunchTarget& t) 
   const AttentionFwdArgs& a = args_of(p);
   require_tensor_maps("sm90_decode");
   const Plan pl = make_plan(a);
-  RTC_CHECK(pl.workspace_bytes == 0 || (a.workspace && a.workspace_bytes >= pl.workspace_bytes), RTC_ERR_ARG,
-            "workspace_bytes=" + std::to_string(a.workspace_bytes) +
-                " is too small for the sm90_decode kernel; accepted: >= " + std::to_string(pl.workspace_bytes) +
-                " (rtc_op_workspace_bytes with the same args)");
+  require_workspace(a, pl.workspace_bytes, "the sm90_decode kernel");
   alignas(64) Sm90DecodeParams dp;
   std::memset(&dp, 0, sizeof dp);
   const KvMaps kv = sm90_kv_maps(a, unsigned(pl.keys));
