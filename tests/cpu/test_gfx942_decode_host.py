@@ -55,10 +55,11 @@ def planned_ns(items, rows, steps, g, d=128, chunks=1, kv_dtype=0, gbps=5300, ld
     q rows written and read back, (d + 2) fp32 a row a part) or the waves' parts, whichever is longer, + the merge's
     round trips (16 parts a trip per part group). A 16-bit cache: each step a 2 us round trip + 0.2 us of S^T MFMAs,
     in rounds of the resident waves per CU: 2 a SIMD up to 128 (3 on gfx950: gfx 0x950) and 1 above (FP4: 2), as
-    many as the CU's LDS (lds bytes, 64 KB where the block does not say) holds at the bucket's d x 40 bytes a wave
-    (64 KB: 6 FP4 waves at 256). FP8 (d bytes a row): each step a round trip + 0.8 us (the expansion too). FP4
-    (d/2 + 1 bytes a row, its scale): three steps in flight (two at 256) share a round trip, so a part of n steps
-    takes n x (2 us / a + 0.8 us) + the first round trip's rest, (a - 1) / a of it (part_ns)."""
+    many as the CU's LDS (lds bytes, 64 KB where the block does not say) holds at the bucket's d x 40
+    bytes a wave (64 KB: 6 FP4 waves at 256). FP8 (d bytes a row): each step a round trip + 0.8 us (the expansion
+    too). FP4 (d/2 + 1 bytes a row, its scale): three steps in flight (at 256 two but on gfx942 and gfx950) share a
+    round trip, so a part of n steps takes n x (2 us / a + 0.8 us) + the first round trip's rest, (a - 1) / a of it
+    (part_ns)."""
     fp4 = kv_dtype == 3
     step_keys = STEP_KEYS[d]
     waves = min(4 * ((3 if gfx == 0x950 else 2) if d <= 128 else 2 if fp4 else 1), lds // (d * 40))
@@ -66,7 +67,7 @@ def planned_ns(items, rows, steps, g, d=128, chunks=1, kv_dtype=0, gbps=5300, ld
     partials = 2 * rows * g * (d + 2) * 4 if g > 1 else 0
     hbm = (items // chunks * steps * 2 * step_keys * row_bytes + partials) / gbps
     n = math.ceil(steps / g)
-    a = 3 if d <= 192 else 2
+    a = 3 if d <= 192 or gfx in (0x942, 0x950) else 2
     part = n * (2000.0 / a + 800.0) + 2000.0 * (a - 1) / a if fp4 else n * 2800.0 if kv_dtype else n * 2200.0
     steps_ns = math.ceil(items * g / (cus * waves)) * part
     groups = 16 // next(r for r in (1, 2, 4, 8, 16) if r >= min(rows * chunks // items, 16))  # merge lanes

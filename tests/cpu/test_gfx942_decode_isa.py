@@ -53,9 +53,9 @@ CHECKED = [(a, m, t, kv, d) for a, m, t in ARCH_MODES for kv in coreport.axis_va
 # tile's row pitch (16 keys + 4) in elements.
 SUBS = {64: 4, 96: 2, 128: 2, 192: 2, 256: 1}
 VT_PITCH = 20
-# Steps in flight per cache format and bucket (params.h decode_ahead): the KV loop holds that many steps.
-def ahead(kv_dtype: str, d: int) -> int:
-    return (3 if d <= 192 else 2) if kv_dtype.startswith("fp4") else 1
+# Steps in flight per arch, cache format and bucket (params.h decode_ahead): the KV loop holds that many steps.
+def ahead(kv_dtype: str, d: int, arch: str) -> int:
+    return (3 if d <= 192 or arch != "gfx90a" else 2) if kv_dtype.startswith("fp4") else 1
 
 
 def waits_for_every_load(r):
@@ -150,7 +150,7 @@ def test_quantized_cache_code_object(arch, kv_dtype, dtype, d, kv, mask):
     assert r.waves_per_simd >= min(built_waves(arch, d, kv_dtype), lds_waves), tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
     assert r.loop[mine] and not r.loop[other], tag
-    subs = SUBS[d] * ahead(kv_dtype, d)  # sub-tiles of the loop's steps
+    subs = SUBS[d] * ahead(kv_dtype, d, arch)  # sub-tiles of the loop's steps
     assert r.loop["mfma"] == 2 * subs * d // 16 and r.loop["s_barrier"] == 0, tag
     fp4, paged = kv_dtype == "fp4_e2m1", kv == "paged"
     row_share = d // 4 // (2 if fp4 else 1)
@@ -190,7 +190,7 @@ def test_native_fp4_code_object(d, dtype, kv, mask):
     assert n["private_segment_fixed_size"] == 0 and n["vgpr_spill_count"] == 0, f"scratch or VGPR spills: {tag}"
     assert n["group_segment_fixed_size"] == d * VT_PITCH * 2 and n["max_flat_workgroup_size"] == 64, tag
     assert r.waves_per_simd >= built_waves("gfx950", d, "fp4_e2m1_native"), tag
-    subs = SUBS[d] * ahead("fp4_e2m1_native", d)  # sub-tiles of the loop's steps
+    subs = SUBS[d] * ahead("fp4_e2m1_native", d, "gfx950")  # sub-tiles of the loop's steps
     scaled = subs * -(-d // 128)
     assert r.loop["mfma_scale"] == scaled and r.loop["mfma"] == scaled + subs * d // 16, tag
     mine, other = ("has_mfma16_bf16", "has_mfma16_f16")[::1 if dtype == "bf16" else -1]
@@ -236,7 +236,7 @@ def test_score_mod_code_object(kernel, arch, score_mod, mask, kv, d, dtype, kv_d
     plain = coreport.report(arch, "rtne", mask, kv, d, dtype, kernel=kernel, kv_dtype=kv_dtype).loop
     for k in ("mfma", "mfma_scale", "vmem", "load_bytes", "lds", "s_barrier"):
         assert r.loop[k] == plain[k], (k, tag, plain)
-    steps = ahead(kv_dtype, d)
+    steps = ahead(kv_dtype, d, arch)
     scores = 4 * SUBS[d] * steps  # a lane's scores a loop iteration
     cap, alibi = "softcap" in score_mod, "alibi" in score_mod
     assert r.loop["trans"] == plain["trans"] + 2 * scores * cap, (tag, plain)

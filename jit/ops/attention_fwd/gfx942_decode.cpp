@@ -60,8 +60,8 @@ struct Plan {
 // every decode host's: decode_splits (op.cpp).
 // A wave's time for n steps: a round trip shared by decode_ahead steps plus each step's math, and the rest of the
 // first round trip (the pipeline filling); decode_ahead 1: n x (round trip + math).
-double part_ns(int64_t n, int bucket, int kv_dtype) {
-  const double ahead = decode_ahead(bucket, kv_dtype);
+double part_ns(int64_t n, int bucket, int kv_dtype, int gfx) {
+  const double ahead = decode_ahead(bucket, kv_dtype, gfx);
   return double(n) * (kRoundTripNs / ahead + step_math_ns(kv_dtype)) + kRoundTripNs * (ahead - 1.0) / ahead;
 }
 
@@ -71,7 +71,7 @@ double split_ns(const Plan& pl, int cus, int64_t g) {
   const double hbm = (double(pl.items / pl.chunks) * pl.steps * step_bytes + partials) / pl.hbm_bytes_per_ns;
   const double rounds =
       double(ceil_div(pl.items * g, int64_t(cus) * waves_per_cu(pl.bucket, pl.kv_dtype, pl.gfx, pl.lds_per_cu)));
-  const double waves = rounds * part_ns(ceil_div(pl.steps, g), pl.bucket, pl.kv_dtype);
+  const double waves = rounds * part_ns(ceil_div(pl.steps, g), pl.bucket, pl.kv_dtype, pl.gfx);
   const double merge = g > 1 ? double(ceil_div(g, int64_t(DECODE_MERGE_BATCH) * pl.merge_groups)) * kRoundTripNs : 0.0;
   return std::max(hbm, waves) + merge;
 }
@@ -178,7 +178,7 @@ std::string plan_json(const void* p) {
                                                     {"items", pl.items},
                                                     {"steps", pl.steps},
                                                     {"step_keys", decode_step_keys(pl.bucket)},
-                                                    {"steps_ahead", decode_ahead(pl.bucket, pl.kv_dtype)},
+                                                    {"steps_ahead", decode_ahead(pl.bucket, pl.kv_dtype, pl.gfx)},
                                                     {"splits", pl.splits},
                                                     {"merge_tiles", pl.merge_tiles},
                                                     {"merge_groups", pl.merge_groups},

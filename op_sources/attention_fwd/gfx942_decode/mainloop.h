@@ -235,7 +235,7 @@ RTC_DEVICE void key_nans(rtc_f32x4& s, bool nan_row, int quad) {
 struct StepRegs {
   KvRegs k[kSub], v[kSub];
 };
-constexpr int kAhead = decode_ahead(kBucket, RTC_KV_DTYPE);  // steps in flight (params.h)
+constexpr int kAhead = decode_ahead(kBucket, RTC_KV_DTYPE, RTC_GFX);  // steps in flight (params.h)
 
 struct LoopState {
   rtc_f32x4 o[kHdTiles];  // O^T[column 16 t + 4 quad + i][row lane % 16], unnormalised

@@ -20,14 +20,15 @@ RTC_HD constexpr int decode_merge_groups(int live_rows) { return 16 / decode_mer
 // 4 sub-tiles took 260 VGPRs + AGPRs: one wave per SIMD).
 RTC_HD constexpr int decode_subs(int bucket) { return bucket <= 64 ? 4 : bucket <= 192 ? 2 : 1; }
 RTC_HD constexpr int decode_step_keys(int bucket) { return 16 * decode_subs(bucket); }
-// KV steps whose K and V loads a wave keeps in flight, by cache format: the loop holds that many steps'
-// registers (a ring) and refills a step's as soon as it is consumed with the rows of the step that many ahead, so a
-// step waits for loads issued that many steps earlier. FP4's rows take a quarter of a 16-bit row's registers, so it
-// keeps 3 steps in flight up to the 192 bucket and 2 at 256 (3 spill there on gfx90a) (the softmax still runs per
-// step: the same steps and bits as the 16-bit variant); the others 1 (FP8 at 2 cost more waves than its loads
-// gained: docs/NOTES.md). The split planner prices a part's steps with the same figure.
-RTC_HD constexpr int decode_ahead(int bucket, int kv_dtype) {
-  return rtc_kv_fp4(kv_dtype) ? (bucket <= 192 ? 3 : 2) : 1;
+// KV steps whose K and V loads a wave keeps in flight, by arch (gfx: as decode_min_waves below), bucket and cache
+// format: the loop holds that many steps' registers (a ring) and refills a step's as soon as it is consumed with the
+// rows of the step that many ahead, so a step waits for loads issued that many steps earlier. FP4's rows take a
+// quarter of a 16-bit row's registers, so it keeps 3 steps in flight (2 at 256 on gfx90a, where 3 spill, and where
+// the arch is unknown) (the softmax still runs per step: the same steps and bits as the 16-bit variant); the others 1
+// (FP8 at 2 cost more waves than its loads gained: docs/NOTES.md). The split planner prices a part's steps with the
+// same figure.
+RTC_HD constexpr int decode_ahead(int bucket, int kv_dtype, int gfx) {
+  return rtc_kv_fp4(kv_dtype) ? (bucket <= 192 || gfx == 0x942 || gfx == 0x950 ? 3 : 2) : 1;
 }
 
 // A load offset past every K / V buffer resource of the kernel (the host refuses a span above it): a lane whose key
