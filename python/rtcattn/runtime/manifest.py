@@ -27,8 +27,8 @@ __all__ = ["ManifestError", "Manifest", "Axis", "KernelSpec", "OpSpec", "Variant
 @dataclass(frozen=True)
 class Machine:
     """An arch's reference part (the manifest's `machine` of the arch; an emulated arch takes its arch's): the
-    figures the kernels' planners (the argument block's hbm_gbps and lds_per_cu) and the static models take. The
-    vendors' published peaks; a GPU's own CU count, when there is one, is asked of the GPU."""
+    figures the kernels' planners (the argument block's hbm_gbps, lds_per_cu and gfx_arch) and the static models
+    take. The vendors' published peaks; a GPU's own CU count, when there is one, is asked of the GPU."""
     arch: str
     name: str
     cus: int
@@ -42,8 +42,9 @@ class Machine:
 
     @property
     def gfx_arch(self) -> int:
-        """The arch as the kernels' RTC_GFX names it (the argument block's gfx_arch): gfx90a -> 0x90a."""
-        return int(self.arch.removeprefix("gfx"), 16)
+        """The arch as the AMD kernels' RTC_GFX names it (the argument block's gfx_arch): gfx90a -> 0x90a; 0 for an
+        arch of another vendor."""
+        return int(self.arch.removeprefix("gfx"), 16) if self.arch.startswith("gfx") else 0
 
 
 @dataclass(frozen=True)
